@@ -1,0 +1,35 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Layering (lower never imports higher):
+//   C wrappers → Hashing, Observability → Postgres, HTTPServer, CacheCore → TeamCache → teamcache
+let package = Package(
+    name: "TeamCache",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "teamcache", targets: ["teamcache"]),
+        .library(name: "TeamCacheClient", targets: ["TeamCacheClient"]),
+    ],
+    targets: [
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
+        .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CLinux"),
+
+        .target(name: "Hashing", dependencies: ["CCrypto"]),
+        .target(name: "Observability"),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "Hashing", "Observability"]),
+        .target(name: "HTTPServer", dependencies: ["CLinux", "Observability"]),
+        .target(name: "CacheCore", dependencies: ["CZlib", "Hashing", "Observability", "Postgres"]),
+        .target(name: "TeamCache", dependencies: ["CacheCore", "HTTPServer", "Postgres", "Hashing", "Observability"]),
+        .executableTarget(name: "teamcache", dependencies: ["TeamCache"]),
+        .target(name: "TeamCacheClient", dependencies: ["CacheCore"]),
+        .target(name: "TestSupport", dependencies: ["Postgres", "TeamCache", "HTTPServer"], path: "Sources/TestSupport"),
+
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
+        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "TestSupport"]),
+        .testTarget(name: "CacheCoreTests", dependencies: ["CacheCore", "TestSupport"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["TeamCache", "TeamCacheClient", "TestSupport"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,80 @@
+import Foundation
+
+/// The process-wide destination of log lines.
+///
+/// Lines are buffered and written by a background flusher every 100 ms (or at once past
+/// 64 KiB, or for warnings and errors), so an access log line does not cost a syscall
+/// per request on the event loops.
+public final class LogSink: @unchecked Sendable {
+    // @unchecked: every mutable field below is guarded by `lock`.
+    public static let shared = LogSink()
+
+    private let lock = NSLock()
+    private var buffer: [UInt8] = []
+    private var fd: Int32 = 2
+    private var minimum: LogLevel = .info
+    private var flusherStarted = false
+
+    public var level: LogLevel { lock.withLock { minimum } }
+
+    /// Sets the minimum level and the output descriptor (2 = standard error).
+    public func configure(level: LogLevel, fd: Int32 = 2) {
+        lock.withLock {
+            minimum = level
+            self.fd = fd
+        }
+    }
+
+    func write(_ line: String, urgent: Bool) {
+        lock.withLock {
+            buffer.append(contentsOf: line.utf8)
+            if urgent || buffer.count > 64 * 1024 { flushLocked() }
+            startFlusherLocked()
+        }
+    }
+
+    /// Writes out everything buffered (call at shutdown).
+    public func flush() {
+        lock.withLock { flushLocked() }
+    }
+
+    private func flushLocked() {
+        var offset = 0
+        buffer.withUnsafeBytes { raw in
+            while offset < raw.count {
+                let written = Foundation.write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if written < 0 && errno == EINTR { continue }
+                if written <= 0 { break }
+                offset += written
+            }
+        }
+        buffer.removeAll(keepingCapacity: true)
+    }
+
+    private func startFlusherLocked() {
+        guard !flusherStarted else { return }
+        flusherStarted = true
+        let thread = Thread { [self] in
+            while true {
+                usleep(100_000)
+                flush()
+            }
+        }
+        thread.name = "log-flusher"
+        thread.start()
+    }
+
+    /// RFC 3339 UTC timestamp with milliseconds, through strftime (much cheaper than a formatter).
+    static func timestamp() -> String {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        var seconds = now.tv_sec
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        var text = [CChar](repeating: 0, count: 32)
+        let length = strftime(&text, text.count, "%Y-%m-%dT%H:%M:%S", &parts)
+        let millis = now.tv_nsec / 1_000_000
+        let prefix = String(decoding: text[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return prefix + "." + String(format: "%03d", millis) + "Z"
+    }
+}

@@ -1,0 +1,100 @@
+import Foundation
+
+/// Severity of a log line; lines below the configured level are dropped before formatting.
+public enum LogLevel: Int, Sendable, Comparable, CaseIterable {
+    case debug, info, warn, error
+
+    public var name: String {
+        switch self {
+        case .debug: "debug"
+        case .info: "info"
+        case .warn: "warn"
+        case .error: "error"
+        }
+    }
+
+    public init?(name: String) {
+        guard let level = LogLevel.allCases.first(where: { $0.name == name.lowercased() }) else { return nil }
+        self = level
+    }
+
+    public static func < (lhs: LogLevel, rhs: LogLevel) -> Bool { lhs.rawValue < rhs.rawValue }
+}
+
+/// A value in a structured log line.
+public enum LogValue: Sendable, ExpressibleByStringLiteral, ExpressibleByIntegerLiteral {
+    case string(String)
+    case int(Int)
+    case double(Double)
+    case bool(Bool)
+
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int) { self = .int(value) }
+}
+
+/// Writes one JSON object a line through the shared `LogSink`.
+///
+/// Never pass request bodies or tokens as fields: log lines leave the trust boundary.
+public struct Logger: Sendable {
+    public let component: String
+    public let fields: [(String, LogValue)]
+
+    public init(component: String, fields: [(String, LogValue)] = []) {
+        self.component = component
+        self.fields = fields
+    }
+
+    /// A logger that adds `extra` to every line (e.g. the request id).
+    public func with(_ extra: [(String, LogValue)]) -> Logger {
+        Logger(component: component, fields: fields + extra)
+    }
+
+    public func isEnabled(_ level: LogLevel) -> Bool { level >= LogSink.shared.level }
+
+    public func debug(_ message: String, _ extra: [(String, LogValue)] = []) { log(.debug, message, extra) }
+    public func info(_ message: String, _ extra: [(String, LogValue)] = []) { log(.info, message, extra) }
+    public func warn(_ message: String, _ extra: [(String, LogValue)] = []) { log(.warn, message, extra) }
+    public func error(_ message: String, _ extra: [(String, LogValue)] = []) { log(.error, message, extra) }
+
+    public func log(_ level: LogLevel, _ message: String, _ extra: [(String, LogValue)] = []) {
+        let sink = LogSink.shared
+        guard level >= sink.level else { return }
+        var line = "{\"ts\":\"\(LogSink.timestamp())\",\"level\":\"\(level.name)\",\"component\":"
+        JSONText.appendString(component, to: &line)
+        line += ",\"msg\":"
+        JSONText.appendString(message, to: &line)
+        for (key, value) in fields + extra {
+            line += ","
+            JSONText.appendString(key, to: &line)
+            line += ":"
+            switch value {
+            case .string(let text): JSONText.appendString(text, to: &line)
+            case .int(let number): line += String(number)
+            case .double(let number): line += number.isFinite ? String(number) : "null"
+            case .bool(let flag): line += flag ? "true" : "false"
+            }
+        }
+        line += "}\n"
+        sink.write(line, urgent: level >= .warn)
+    }
+}
+
+/// JSON string escaping shared by the log and metrics writers.
+public enum JSONText {
+    public static func appendString(_ text: String, to out: inout String) {
+        out += "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20:
+                out += "\\u00" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        out += "\""
+    }
+}

@@ -1,0 +1,169 @@
+import Foundation
+import Observability
+
+/// A bounded pool of PostgreSQL connections shared by the request workers.
+///
+/// Acquiring waits at most `acquireTimeout` and then fails with `.poolBusy`, so a saturated
+/// or dead database turns into a fast 503 rather than a pile of hung requests. A connection
+/// found broken is dropped and a fresh one opened on demand, which is how the pool recovers
+/// after PostgreSQL restarts without restarting the process.
+public final class ConnectionPool: @unchecked Sendable {
+    // @unchecked: `idle`, `open`, `lastConnectFailure` are guarded by `condition`'s lock.
+    public struct Configuration: Sendable {
+        public var url: String
+        /// libpq keywords passed beside the URL (e.g. another `dbname`), never spliced into it.
+        public var overrides: [String: String] = [:]
+        public var maxConnections: Int = 16
+        public var acquireTimeout: TimeInterval = 2
+        /// After a failed connect, further connects fail at once for this long (no connect storm).
+        public var reconnectBackoff: TimeInterval = 0.2
+
+        public init(url: String, overrides: [String: String] = [:], maxConnections: Int = 16,
+                    acquireTimeout: TimeInterval = 2) {
+            self.url = url
+            self.overrides = overrides
+            self.maxConnections = maxConnections
+            self.acquireTimeout = acquireTimeout
+        }
+    }
+
+    public let configuration: Configuration
+    private let condition = NSCondition()
+    private var idle: [PostgresConnection] = []
+    private var open = 0
+    private var lastConnectFailure: (Date, PostgresError)?
+    private let metrics: PoolMetrics?
+
+    public init(_ configuration: Configuration, metrics registry: MetricsRegistry? = nil) {
+        self.configuration = configuration
+        self.metrics = registry.map(PoolMetrics.init)
+        if let registry {
+            registry.addCollector { [weak self] in self?.publishGauges() }
+        }
+    }
+
+    /// Connections handed out right now, and connections open but idle.
+    public var counts: (inUse: Int, idle: Int) {
+        condition.withLock { (open - idle.count, idle.count) }
+    }
+
+    /// Runs `body` with a connection of its own, returning the connection afterwards.
+    public func withConnection<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        let connection = try acquire()
+        do {
+            let value = try body(connection)
+            release(connection)
+            return value
+        } catch {
+            release(connection)
+            throw error
+        }
+    }
+
+    /// Runs `body` inside a transaction on a pooled connection.
+    public func withTransaction<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        try withConnection { try $0.transaction(body) }
+    }
+
+    /// Closes idle connections (at shutdown); connections in use close when returned.
+    public func closeIdle() {
+        condition.withLock {
+            open -= idle.count
+            idle.removeAll()
+        }
+    }
+
+    private func acquire() throws -> PostgresConnection {
+        let started = Date()
+        let deadline = started.addingTimeInterval(configuration.acquireTimeout)
+        var waited = false
+        condition.lock()
+        while true {
+            while let connection = idle.popLast() {
+                if connection.looksHealthy() {
+                    condition.unlock()
+                    recordWait(waited, since: started)
+                    return connection
+                }
+                open -= 1
+            }
+            if open < configuration.maxConnections {
+                if let (when, error) = lastConnectFailure,
+                   Date().timeIntervalSince(when) < configuration.reconnectBackoff {
+                    condition.unlock()
+                    throw error
+                }
+                open += 1
+                condition.unlock()
+                return try connect()
+            }
+            waited = true
+            if !condition.wait(until: deadline) {
+                condition.unlock()
+                metrics?.timeouts.inc()
+                recordWait(true, since: started)
+                throw PostgresError(.poolBusy)
+            }
+        }
+    }
+
+    private func connect() throws -> PostgresConnection {
+        do {
+            let connection = try PostgresConnection(url: configuration.url, overrides: configuration.overrides)
+            condition.withLock { lastConnectFailure = nil }
+            return connection
+        } catch let error as PostgresError {
+            condition.withLock {
+                open -= 1
+                lastConnectFailure = (Date(), error)
+                condition.signal()
+            }
+            throw error
+        }
+    }
+
+    private func release(_ connection: PostgresConnection) {
+        condition.withLock {
+            if connection.isBroken {
+                open -= 1
+            } else {
+                idle.append(connection)
+            }
+            condition.signal()
+        }
+    }
+
+    private func recordWait(_ waited: Bool, since started: Date) {
+        guard waited, let metrics else { return }
+        metrics.waits.inc()
+        metrics.waitSeconds.observe([], Date().timeIntervalSince(started))
+    }
+
+    private func publishGauges() {
+        guard let metrics else { return }
+        let (inUse, idleCount) = counts
+        metrics.inUse.set([], Double(inUse))
+        metrics.idle.set([], Double(idleCount))
+        metrics.max.set([], Double(configuration.maxConnections))
+    }
+}
+
+/// The pool's Prometheus families.
+struct PoolMetrics {
+    let inUse: GaugeFamily
+    let idle: GaugeFamily
+    let max: GaugeFamily
+    let waits: CounterFamily
+    let timeouts: CounterFamily
+    let waitSeconds: HistogramFamily
+
+    init(registry: MetricsRegistry) {
+        inUse = registry.gauge("teamcache_db_pool_connections_in_use", "Database connections handed out.")
+        idle = registry.gauge("teamcache_db_pool_connections_idle", "Database connections open and idle.")
+        max = registry.gauge("teamcache_db_pool_connections_max", "Configured pool size.")
+        waits = registry.counter("teamcache_db_pool_waits_total", "Acquires that had to wait for a connection.")
+        timeouts = registry.counter("teamcache_db_pool_timeouts_total", "Acquires that gave up at the deadline.")
+        waitSeconds = registry.histogram("teamcache_db_pool_wait_seconds", "Time spent waiting for a connection.",
+                                         bounds: latencyBuckets)
+    }
+}

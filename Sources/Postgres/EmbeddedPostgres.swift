@@ -1,0 +1,203 @@
+import Foundation
+import Observability
+
+/// A PostgreSQL cluster that TeamCache runs itself under a data folder: the zero-configuration
+/// default of `teamcache serve`, the CLI's way to reach that same data, and the test suite's
+/// throwaway database.
+///
+/// Layout under `root`: `postgres/` (the cluster), `postgres.log`, and a private socket folder.
+/// PostgreSQL refuses to run as root, so as root every command runs as the `postgres` user.
+/// The cluster listens on a Unix socket only; nothing is exposed on the network.
+public final class EmbeddedPostgres: @unchecked Sendable {
+    // @unchecked: `startedHere` is written in start() and read in stop(), both called from
+    // the single owner thread at start-up and shutdown.
+    public struct Options: Sendable {
+        /// Tests trade durability for speed (fsync off); a served cache keeps it on.
+        public var durable = true
+        public var database = "teamcache"
+        public var port = 5432
+
+        public init(durable: Bool = true) { self.durable = durable }
+    }
+
+    public let root: URL
+    public let options: Options
+    private let logger = Logger(component: "embedded-postgres")
+    private var startedHere = false
+
+    public var clusterDirectory: URL { root.appendingPathComponent("postgres") }
+    public var logFile: URL { root.appendingPathComponent("postgres.log") }
+
+    public init(root: URL, options: Options = Options()) {
+        self.root = root.standardizedFileURL
+        self.options = options
+    }
+
+    /// Initialises the cluster if new, starts it unless it already runs (a server or another
+    /// CLI command may own it), creates the database, and returns its connection URL.
+    public func start() throws -> String {
+        try prepareDirectories()
+        if !FileManager.default.fileExists(atPath: clusterDirectory.appendingPathComponent("PG_VERSION").path) {
+            logger.info("initialising embedded PostgreSQL", [("data", .string(clusterDirectory.path))])
+            try initialise()
+        }
+        try writeSettings()
+        if try isRunning() {
+            logger.info("embedded PostgreSQL already running", [("data", .string(clusterDirectory.path))])
+        } else {
+            try run("pg_ctl", ["-D", clusterDirectory.path, "-l", logFile.path, "-w", "-t", "60", "start"],
+                    what: "start PostgreSQL (see \(logFile.path))")
+            startedHere = true
+            logger.info("embedded PostgreSQL started", [("data", .string(clusterDirectory.path))])
+        }
+        try createDatabase()
+        return url(database: options.database)
+    }
+
+    /// Stops the cluster if this process started it.
+    public func stop() {
+        guard startedHere else { return }
+        startedHere = false
+        _ = try? run("pg_ctl", ["-D", clusterDirectory.path, "-m", "fast", "-w", "stop"], what: "stop PostgreSQL")
+        logger.info("embedded PostgreSQL stopped", [("data", .string(clusterDirectory.path))])
+    }
+
+    /// The socket folder: inside the data folder when the path fits a Unix socket name
+    /// (108 bytes), otherwise a private folder under /tmp named after the data folder.
+    public var socketDirectory: URL {
+        let inside = root.appendingPathComponent("run")
+        if inside.path.utf8.count + 20 < 100 { return inside }
+        let tag = String(UInt64(bitPattern: Int64(root.path.hashValue)), radix: 16)
+        return URL(fileURLWithPath: "/tmp/teamcache-\(tag)")
+    }
+
+    /// A `postgres://` URL that reaches `database` through the private socket.
+    public func url(database: String) -> String {
+        let host = socketDirectory.path.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        return "postgresql://postgres@\(host):\(options.port)/\(database)"
+    }
+
+    private var runsAsRoot: Bool { getuid() == 0 }
+
+    private func prepareDirectories() throws {
+        let manager = FileManager.default
+        try manager.createDirectory(at: root, withIntermediateDirectories: true)
+        try manager.createDirectory(at: socketDirectory, withIntermediateDirectories: true)
+        guard runsAsRoot else { return }
+        guard let account = getpwnam("postgres") else {
+            throw EmbeddedPostgresError.noPostgresUser
+        }
+        chmod(root.path, 0o755)
+        for path in [socketDirectory.path, clusterDirectory.path] where manager.fileExists(atPath: path) {
+            chown(path, account.pointee.pw_uid, account.pointee.pw_gid)
+        }
+        if !manager.fileExists(atPath: logFile.path) { _ = manager.createFile(atPath: logFile.path, contents: nil) }
+        chown(logFile.path, account.pointee.pw_uid, account.pointee.pw_gid)
+        // postgres must be able to reach the folder: a data dir under /root is not reachable.
+        let probe = try run("test", ["-w", root.path, "-o", "-x", root.path], what: "check access", tolerate: true)
+        if probe != 0 { throw EmbeddedPostgresError.unreachable(root.path) }
+    }
+
+    private func initialise() throws {
+        var arguments = ["-D", clusterDirectory.path, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"]
+        if !options.durable { arguments.append("--no-sync") }
+        if runsAsRoot, let account = getpwnam("postgres") {
+            try FileManager.default.createDirectory(at: clusterDirectory, withIntermediateDirectories: true)
+            chown(clusterDirectory.path, account.pointee.pw_uid, account.pointee.pw_gid)
+        }
+        try run("initdb", arguments, what: "initialise PostgreSQL")
+        let include = "\ninclude_if_exists = 'teamcache.conf'\n"
+        let handle = try FileHandle(forWritingTo: clusterDirectory.appendingPathComponent("postgresql.conf"))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data(include.utf8))
+        try handle.close()
+    }
+
+    /// Settings rewritten at each start, so a moved data folder still finds its socket.
+    private func writeSettings() throws {
+        var lines = [
+            "listen_addresses = ''",
+            "port = \(options.port)",
+            "unix_socket_directories = '\(socketDirectory.path.replacingOccurrences(of: "'", with: "''"))'",
+            "max_connections = 200",
+            "shared_buffers = '256MB'",
+        ]
+        if !options.durable {
+            lines += ["fsync = off", "synchronous_commit = off", "full_page_writes = off"]
+        }
+        let file = clusterDirectory.appendingPathComponent("teamcache.conf")
+        try (lines.joined(separator: "\n") + "\n").write(to: file, atomically: false, encoding: .utf8)
+        if runsAsRoot, let account = getpwnam("postgres") {
+            chown(file.path, account.pointee.pw_uid, account.pointee.pw_gid)
+        }
+    }
+
+    private func isRunning() throws -> Bool {
+        try run("pg_ctl", ["-D", clusterDirectory.path, "status"], what: "query PostgreSQL", tolerate: true) == 0
+    }
+
+    private func createDatabase() throws {
+        let admin = try PostgresConnection(url: url(database: "postgres"))
+        let exists = try admin.query("SELECT 1 FROM pg_database WHERE datname = $1", [.text(options.database)])
+        if exists.rowCount == 0 {
+            // CREATE DATABASE takes no bind parameters; the name is ours and quoted as an identifier.
+            let quoted = "\"" + options.database.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+            do {
+                try admin.execute("CREATE DATABASE \(quoted)")
+            } catch let error as PostgresError where error.sqlState == SQLState("42P04") {
+                // Created concurrently by another process: fine.
+            }
+        }
+    }
+
+    /// Runs a PostgreSQL tool (as `postgres` when root); returns its status.
+    @discardableResult
+    private func run(_ tool: String, _ arguments: [String], what: String, tolerate: Bool = false) throws -> Int32 {
+        let executable = tool == "test" ? "/usr/bin/test" : try Self.locate(tool)
+        let command = runsAsRoot ? ["/usr/sbin/runuser", "-u", "postgres", "--", executable] : [executable]
+        let output = FileManager.default.temporaryDirectory.appendingPathComponent("teamcache-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: output) }
+        let status = try Subprocess.run(command + arguments, output: output)
+        if status != 0 && !tolerate {
+            let text = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
+            throw EmbeddedPostgresError.commandFailed(what: what, status: status, output: String(text.suffix(2000)))
+        }
+        return status
+    }
+
+    /// Finds a PostgreSQL server binary on PATH or in Debian's versioned folders.
+    static func locate(_ tool: String) throws -> String {
+        let manager = FileManager.default
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
+        for folder in path.split(separator: ":") where manager.isExecutableFile(atPath: "\(folder)/\(tool)") {
+            return "\(folder)/\(tool)"
+        }
+        let versions = (try? manager.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
+        for version in versions.sorted(by: { (Int($0) ?? 0) > (Int($1) ?? 0) }) {
+            let candidate = "/usr/lib/postgresql/\(version)/bin/\(tool)"
+            if manager.isExecutableFile(atPath: candidate) { return candidate }
+        }
+        throw EmbeddedPostgresError.missingBinary(tool)
+    }
+}
+
+/// Why the embedded database could not start.
+public enum EmbeddedPostgresError: Error, CustomStringConvertible {
+    case missingBinary(String)
+    case noPostgresUser
+    case unreachable(String)
+    case commandFailed(what: String, status: Int32, output: String)
+
+    public var description: String {
+        switch self {
+        case .missingBinary(let tool):
+            "\(tool) not found: install the PostgreSQL server (Debian: apt-get install postgresql)"
+        case .noPostgresUser:
+            "running as root needs a 'postgres' system user to own the embedded database (apt-get install postgresql)"
+        case .unreachable(let path):
+            "the postgres user cannot reach \(path); choose a --data-dir outside a private home folder"
+        case .commandFailed(let what, let status, let output):
+            "could not \(what) (exit \(status)): \(output)"
+        }
+    }
+}

@@ -1,0 +1,79 @@
+import Foundation
+import Hashing
+
+/// One forward-only migration file, `NNNN_snake_name.sql`.
+public struct Migration: Sendable, Equatable {
+    public let version: Int
+    public let name: String
+    public let sql: String
+    /// Lowercase hex SHA-256 of the file's bytes; an applied file must never change.
+    public let checksum: String
+
+    public init(version: Int, name: String, sql: String) {
+        self.version = version
+        self.name = name
+        self.sql = sql
+        self.checksum = Bytes.hex(SHA256.hash(sql))
+    }
+
+    /// Reads and validates every migration in `directory`: names, no duplicates, no gaps from 1.
+    public static func load(from directory: URL) throws -> [Migration] {
+        let names: [String]
+        do {
+            names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+        } catch {
+            throw MigrationError.unreadable(directory.path)
+        }
+        var migrations: [Migration] = []
+        for file in names.sorted() where file.hasSuffix(".sql") {
+            guard let (version, name) = parse(fileName: file) else { throw MigrationError.badFileName(file) }
+            let sql = try String(contentsOf: directory.appendingPathComponent(file), encoding: .utf8)
+            migrations.append(Migration(version: version, name: name, sql: sql))
+        }
+        try validateSequence(migrations)
+        return migrations
+    }
+
+    static func validateSequence(_ migrations: [Migration]) throws {
+        for (index, migration) in migrations.enumerated() {
+            if index > 0 && migrations[index - 1].version == migration.version {
+                throw MigrationError.duplicate(migration.version)
+            }
+            if migration.version != index + 1 { throw MigrationError.gap(expected: index + 1, found: migration.version) }
+        }
+    }
+
+    private static func parse(fileName: String) -> (Int, String)? {
+        let stem = fileName.dropLast(4)
+        let parts = stem.split(separator: "_", maxSplits: 1)
+        guard parts.count == 2, parts[0].count == 4, let version = Int(parts[0]), version > 0,
+              parts[1].allSatisfy({ $0.isLowercase || $0.isNumber || $0 == "_" }) else { return nil }
+        return (version, String(parts[1]))
+    }
+}
+
+/// Why migrations refused to run.
+public enum MigrationError: Error, CustomStringConvertible, Equatable {
+    case unreadable(String)
+    case badFileName(String)
+    case duplicate(Int)
+    case gap(expected: Int, found: Int)
+    case checksumChanged(version: Int, name: String)
+    case unknownApplied(version: Int)
+    case pending(count: Int)
+
+    public var description: String {
+        switch self {
+        case .unreadable(let path): "cannot read migrations directory \(path)"
+        case .badFileName(let file): "migration file \(file) is not named NNNN_snake_name.sql"
+        case .duplicate(let version): "two migration files carry version \(version)"
+        case .gap(let expected, let found): "migration \(expected) is missing (found \(found) next)"
+        case .checksumChanged(let version, let name):
+            "migration \(version) (\(name)) was edited after it was applied; add a new migration instead"
+        case .unknownApplied(let version):
+            "the database has migration \(version) applied, which this build does not know (newer build?)"
+        case .pending(let count):
+            "the database is \(count) migration(s) behind; run `teamcache migrate` first"
+        }
+    }
+}

@@ -1,0 +1,124 @@
+import CLibPQ
+import Foundation
+
+/// One libpq connection, owning its `PGconn` (finished in `deinit`, nowhere else).
+///
+/// Not thread-safe: a connection is used by one thread at a time, which the pool guarantees.
+public final class PostgresConnection: @unchecked Sendable {
+    // @unchecked: the pool hands a connection to exactly one caller at a time; nothing
+    // else touches `handle` or `prepared` concurrently.
+    private let handle: OpaquePointer
+    private var prepared: [String: String] = [:]
+
+    /// Connects with a `postgres://` URL or a key/value conninfo string.
+    ///
+    /// The string goes to `PQconnectdbParams` as `dbname` with `expand_dbname`, so libpq
+    /// itself parses it (sslmode and every other option honoured); `overrides` are passed
+    /// as separate keywords, never spliced into the string.
+    public init(url: String, overrides: [String: String] = [:]) throws {
+        var pairs: [(String, String)] = [("connect_timeout", "5"), ("application_name", "teamcache")]
+        pairs.append(("dbname", url))
+        pairs += overrides.sorted(by: { $0.key < $1.key })
+        let keys = pairs.map { strdup($0.0) } + [nil]
+        let values = pairs.map { strdup($0.1) } + [nil]
+        defer { (keys + values).forEach { free($0) } }
+        // The arrays above stay alive until PQconnectdbParams returns.
+        let connection = keys.map { UnsafePointer($0) }.withUnsafeBufferPointer { keyBuffer in
+            values.map { UnsafePointer($0) }.withUnsafeBufferPointer { valueBuffer in
+                PQconnectdbParams(keyBuffer.baseAddress, valueBuffer.baseAddress, 1)
+            }
+        }
+        guard let connection else { throw PostgresError(.connectionFailed, serverMessage: "out of memory") }
+        guard PQstatus(connection) == CONNECTION_OK else {
+            let message = String(cString: PQerrorMessage(connection))
+            PQfinish(connection)
+            throw PostgresError(.connectionFailed, serverMessage: message)
+        }
+        handle = connection
+        // libpq prints NOTICEs to stderr by default; they can quote data, so drop them.
+        PQsetNoticeProcessor(connection, { _, _ in }, nil)
+    }
+
+    deinit { PQfinish(handle) }
+
+    /// True once libpq has seen the connection fail; such a connection is discarded.
+    public var isBroken: Bool { PQstatus(handle) != CONNECTION_OK }
+
+    /// Checks an idle connection without a round trip: PostgreSQL sends a FATAL message
+    /// and closes the socket when it shuts down, so a readable idle socket means trouble.
+    func looksHealthy() -> Bool {
+        if isBroken { return false }
+        var descriptor = pollfd(fd: PQsocket(handle), events: Int16(POLLIN), revents: 0)
+        let ready = poll(&descriptor, 1, 0)
+        if ready == 0 { return true }
+        PQconsumeInput(handle)
+        return false
+    }
+
+    /// Runs one statement with bind parameters, as a prepared statement cached per connection.
+    @discardableResult
+    public func query(_ sql: String, _ parameters: [PostgresValue] = []) throws -> PostgresResult {
+        let name = try preparedName(for: sql, parameters)
+        let encoded = parameters.map(\.binary)
+        let lengths = encoded.map { Int32($0?.count ?? 0) }
+        let formats = [Int32](repeating: 1, count: parameters.count)
+        // Copies keep every parameter buffer valid for the whole PQexecPrepared call.
+        let buffers: [UnsafeMutablePointer<CChar>?] = encoded.map { bytes in
+            guard let bytes else { return nil }
+            let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: max(bytes.count, 1))
+            bytes.withUnsafeBufferPointer { source in
+                source.withMemoryRebound(to: CChar.self) { buffer.update(from: $0.baseAddress!, count: bytes.count) }
+            }
+            return buffer
+        }
+        defer { buffers.forEach { $0?.deallocate() } }
+        let result = buffers.map { UnsafePointer($0) }.withUnsafeBufferPointer { values in
+            PQexecPrepared(handle, name, Int32(parameters.count), values.baseAddress, lengths, formats, 1)
+        }
+        return try check(result)
+    }
+
+    /// Runs SQL text without parameters (several statements allowed), e.g. a migration file.
+    public func execute(_ sql: String) throws {
+        _ = try check(PQexec(handle, sql))
+    }
+
+    /// Runs `body` in a transaction, committing when it returns and rolling back when it throws.
+    public func transaction<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        try execute("BEGIN")
+        do {
+            let value = try body(self)
+            try execute("COMMIT")
+            return value
+        } catch {
+            if !isBroken { try? execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    private func preparedName(for sql: String, _ parameters: [PostgresValue]) throws -> String {
+        if let name = prepared[sql] { return name }
+        let name = "tc\(prepared.count + 1)"
+        let types = parameters.map { Oid($0.typeOID) }
+        _ = try check(PQprepare(handle, name, sql, Int32(types.count), types))
+        prepared[sql] = name
+        return name
+    }
+
+    private func check(_ result: OpaquePointer?) throws -> PostgresResult {
+        guard let result else {
+            throw PostgresError(isBroken ? .connectionLost : .query,
+                                serverMessage: String(cString: PQerrorMessage(handle)))
+        }
+        let owned = PostgresResult(handle: result)
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
+            return owned
+        default:
+            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { SQLState(String(cString: $0)) }
+            let message = String(cString: PQresultErrorMessage(result))
+            let kind: PostgresError.Kind = isBroken ? .connectionLost : .query
+            throw PostgresError(kind, sqlState: state, serverMessage: message)
+        }
+    }
+}

@@ -1,0 +1,44 @@
+import Foundation
+
+/// Runs a helper program to completion with `posix_spawn` and `waitpid`.
+///
+/// Foundation's `Process` was seen here to leave its child a zombie and never return from
+/// `waitUntilExit` when called off the main thread, so the launcher uses the plain calls.
+enum Subprocess {
+    /// Runs `arguments[0]` (an absolute path) from `/` with stdin from /dev/null and
+    /// stdout/stderr to `output`; returns the exit status.
+    static func run(_ arguments: [String], output: URL) throws -> Int32 {
+        // `env -C /` starts the tool from `/`: PostgreSQL's tools fail in a folder their user cannot read.
+        let argv = ["/usr/bin/env", "-C", "/"] + arguments
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, output.path, O_WRONLY | O_CREAT | O_APPEND, 0o600)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        let cArguments = argv.map { strdup($0) } + [nil]
+        defer { cArguments.forEach { free($0) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, argv[0], &actions, nil, cArguments, environ)
+        guard spawned == 0 else { throw SubprocessError.spawnFailed(argv[0], spawned) }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 {
+            guard errno == EINTR else { throw SubprocessError.waitFailed(errno) }
+        }
+        // WIFEXITED / WEXITSTATUS are macros: decode the wait status by hand.
+        let exited = status & 0x7f == 0
+        return exited ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+    }
+}
+
+enum SubprocessError: Error, CustomStringConvertible {
+    case spawnFailed(String, Int32)
+    case waitFailed(Int32)
+
+    var description: String {
+        switch self {
+        case .spawnFailed(let path, let code): "could not start \(path) (errno \(code))"
+        case .waitFailed(let code): "waitpid failed (errno \(code))"
+        }
+    }
+}

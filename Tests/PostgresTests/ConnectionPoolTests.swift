@@ -1,0 +1,50 @@
+import Foundation
+import Postgres
+import Testing
+import TestSupport
+
+@Suite struct ConnectionPoolTests {
+    @Test func exhaustedPoolFailsBusyWithinDeadline() throws {
+        let database = try TestDatabase.shared.freshDatabase(prefix: "pool")
+        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
+                                        overrides: TestDatabase.shared.overrides(database: database),
+                                        maxConnections: 1, acquireTimeout: 0.3))
+        try pool.withConnection { _ in
+            let started = Date()
+            let error = try #require(throws: PostgresError.self) {
+                try pool.withConnection { _ in }
+            }
+            let waited = Date().timeIntervalSince(started)
+            #expect(error.kind == .poolBusy)
+            #expect(error.isUnavailable)
+            #expect(waited >= 0.25 && waited < 1.5)
+        }
+        // Released: the next acquire succeeds at once.
+        let one = try pool.withConnection { try $0.query("SELECT 1 AS one").first?.int("one") }
+        #expect(one == 1)
+    }
+
+    @Test func poolRecoversAfterPostgresRestarts() throws {
+        let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("tc-restart-\(getpid())")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let cluster = EmbeddedPostgres(root: root, options: .init(durable: false))
+        let url = try cluster.start()
+        defer { cluster.stop() }
+        let pool = ConnectionPool(.init(url: url, maxConnections: 4, acquireTimeout: 0.5))
+        #expect(try pool.withConnection { try $0.query("SELECT 1 AS one").first?.int("one") } == 1)
+
+        cluster.stop()
+        let error = try #require(throws: PostgresError.self) {
+            try pool.withConnection { try $0.query("SELECT 1 AS one") }
+        }
+        #expect(error.isUnavailable)
+
+        _ = try cluster.start()
+        var answered: Int?
+        for _ in 0..<50 where answered == nil {
+            answered = try? pool.withConnection { try $0.query("SELECT 1 AS one").first?.int("one") }
+            if answered == nil { Thread.sleep(forTimeInterval: 0.1) }
+        }
+        #expect(answered == 1)
+    }
+}
