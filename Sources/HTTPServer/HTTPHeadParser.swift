@@ -1,0 +1,124 @@
+/// Parses a request head (request line and header fields, without the final blank line)
+/// and decides the body's framing, rejecting what request smuggling relies on.
+enum HTTPHeadParser {
+    enum Framing: Equatable {
+        case none
+        case length(Int)
+        case chunked
+    }
+
+    typealias Head = (request: HTTPRequest, framing: Framing, expectsContinue: Bool)
+
+    static func parse(_ bytes: ArraySlice<UInt8>, limits: HTTPParserLimits) -> Result<Head, HTTPParseError> {
+        // `bytes` ends before the final CRLF CRLF, so every line but the last still carries its CR.
+        var lines = bytes.split(separator: 10, omittingEmptySubsequences: false)
+        for index in lines.indices.dropLast() { lines[index] = lines[index].dropLast() }
+        guard !lines.isEmpty else { return .failure(.badRequest("Empty request.")) }
+        let requestLine = lines.removeFirst()
+        if requestLine.count > limits.maxRequestLineBytes { return .failure(.requestLineTooLong) }
+        if lines.count > limits.maxHeaderCount { return .failure(.headersTooLarge) }
+        let method: String, target: String, version: HTTPVersion
+        switch parseRequestLine(requestLine) {
+        case .failure(let error): return .failure(error)
+        case .success(let parts): (method, target, version) = parts
+        }
+        var headers = HTTPHeaders()
+        for line in lines {
+            switch parseField(line) {
+            case .failure(let error): return .failure(error)
+            case .success(let (name, value)): headers.add(name, value)
+            }
+        }
+        return decideFraming(method: method, target: target, version: version, headers: headers)
+    }
+
+    private static func parseRequestLine(_ line: ArraySlice<UInt8>)
+        -> Result<(String, String, HTTPVersion), HTTPParseError> {
+        let parts = line.split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)
+        guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty,
+              parts[0].allSatisfy(isTokenByte) else {
+            return .failure(.badRequest("Malformed request line."))
+        }
+        guard parts[1].allSatisfy({ $0 > 32 && $0 < 127 }) else {
+            return .failure(.badRequest("The request target has a forbidden byte."))
+        }
+        let version: HTTPVersion
+        switch String(decoding: parts[2], as: UTF8.self) {
+        case "HTTP/1.1": version = .http11
+        case "HTTP/1.0": version = .http10
+        case let text where text.hasPrefix("HTTP/"): return .failure(.unsupportedVersion)
+        default: return .failure(.badRequest("Malformed HTTP version."))
+        }
+        return .success((String(decoding: parts[0], as: UTF8.self), String(decoding: parts[1], as: UTF8.self),
+                         version))
+    }
+
+    private static func parseField(_ line: ArraySlice<UInt8>) -> Result<(String, String), HTTPParseError> {
+        guard let first = line.first else { return .failure(.badRequest("Empty header line.")) }
+        if first == 32 || first == 9 { return .failure(.badRequest("Obsolete line folding is not accepted.")) }
+        guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else {
+            return .failure(.badRequest("Header line without a colon."))
+        }
+        let name = line[line.startIndex..<colon]
+        guard !name.isEmpty, name.allSatisfy(isTokenByte) else {
+            return .failure(.badRequest("Malformed header name."))
+        }
+        var value = line[(colon + 1)...]
+        // NUL, bare CR and other controls (except HTAB) in a value are smuggling vectors.
+        if value.contains(where: { ($0 < 32 && $0 != 9) || $0 == 127 }) {
+            return .failure(.badRequest("Forbidden byte in a header value."))
+        }
+        while let byte = value.first, byte == 32 || byte == 9 { value = value.dropFirst() }
+        while let byte = value.last, byte == 32 || byte == 9 { value = value.dropLast() }
+        return .success((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
+    }
+
+    private static func decideFraming(method: String, target: String, version: HTTPVersion, headers: HTTPHeaders)
+        -> Result<Head, HTTPParseError> {
+        let hosts = headers.fields.filter { HTTPHeaders.same($0.name, "Host") }
+        if version == .http11 && hosts.count != 1 { return .failure(.badRequest("HTTP/1.1 needs exactly one Host.")) }
+        if hosts.count > 1 { return .failure(.badRequest("More than one Host header.")) }
+
+        let connection = headers.list("Connection").map { $0.lowercased() }
+        let keepAlive = version == .http11 ? !connection.contains("close") : connection.contains("keep-alive")
+
+        let codings = headers.list("Transfer-Encoding").map { $0.lowercased() }
+        let lengths = headers.list("Content-Length")
+        var framing = Framing.none
+        if headers.contains("Transfer-Encoding") {
+            if !lengths.isEmpty || headers.contains("Content-Length") {
+                return .failure(.badRequest("Content-Length and Transfer-Encoding together."))
+            }
+            if version == .http10 { return .failure(.badRequest("Transfer-Encoding in an HTTP/1.0 request.")) }
+            guard codings == ["chunked"] else { return .failure(.unsupportedTransferCoding) }
+            framing = .chunked
+        } else if headers.contains("Content-Length") {
+            guard let first = lengths.first, lengths.allSatisfy({ $0 == first }),
+                  first.utf8.count <= 18, first.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let length = Int(first)
+            else {
+                return .failure(.badRequest("Invalid or conflicting Content-Length."))
+            }
+            framing = length > 0 ? .length(length) : .none
+        }
+
+        var expectsContinue = false
+        if let expectation = headers["Expect"] {
+            guard expectation.lowercased() == "100-continue" else { return .failure(.expectationFailed) }
+            expectsContinue = version == .http11 && framing != .none
+        }
+        let request = HTTPRequest(method: method, target: target, version: version, headers: headers,
+                                  keepAlive: keepAlive)
+        return .success((request, framing, expectsContinue))
+    }
+
+    /// tchar from RFC 9110 §5.6.2.
+    static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+             UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return true
+        default:
+            return "!#$%&'*+-.^_`|~".utf8.contains(byte)
+        }
+    }
+}

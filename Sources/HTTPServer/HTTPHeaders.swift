@@ -1,0 +1,46 @@
+import Foundation
+
+/// Header fields in arrival order, looked up case-insensitively.
+public struct HTTPHeaders: Sendable, Sequence {
+    public private(set) var fields: [(name: String, value: String)] = []
+
+    public init(_ fields: [(String, String)] = []) {
+        self.fields = fields.map { (name: $0.0, value: $0.1) }
+    }
+
+    public mutating func add(_ name: String, _ value: String) {
+        fields.append((name: name, value: value))
+    }
+
+    /// Replaces every field called `name` with one.
+    public mutating func set(_ name: String, _ value: String) {
+        remove(name)
+        add(name, value)
+    }
+
+    public mutating func remove(_ name: String) {
+        fields.removeAll { Self.same($0.name, name) }
+    }
+
+    /// The first value of `name`.
+    public subscript(name: String) -> String? {
+        fields.first(where: { Self.same($0.name, name) })?.value
+    }
+
+    /// Every value of `name`, with comma-separated list elements split and trimmed.
+    public func list(_ name: String) -> [String] {
+        fields.filter { Self.same($0.name, name) }
+            .flatMap { $0.value.split(separator: ",") }
+            .map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty }
+    }
+
+    public func contains(_ name: String) -> Bool { self[name] != nil }
+
+    public func makeIterator() -> IndexingIterator<[(name: String, value: String)]> { fields.makeIterator() }
+
+    static func same(_ lhs: String, _ rhs: String) -> Bool {
+        lhs.utf8.count == rhs.utf8.count && lhs.lowercased() == rhs.lowercased()
+    }
+}
+

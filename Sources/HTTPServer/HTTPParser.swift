@@ -1,0 +1,271 @@
+/// An incremental HTTP/1.1 request parser (RFC 9112): a pure state machine fed bytes.
+///
+/// `feed` appends bytes; `next` returns the next event once enough bytes are there. Bytes
+/// after a complete request stay buffered for the next (pipelining). After a failure the
+/// parser stays failed: the connection must be closed, since the message framing is lost.
+public struct HTTPParser: Sendable {
+    public enum Event: Sendable {
+        /// The head of a request with `Expect: 100-continue` is in and its body is awaited.
+        case continueExpected
+        case request(HTTPRequest)
+        case failure(HTTPParseError)
+    }
+
+    /// The outcome of looking for the blank line that ends a head.
+    enum HeadScan {
+        case incomplete
+        case bareLineFeed
+        case complete(end: Int)
+    }
+
+    /// The outcome of reading one CRLF-terminated line.
+    enum Line {
+        case incomplete
+        case tooLong
+        case bareLineFeed
+        case complete([UInt8])
+    }
+
+    enum State: Equatable {
+        case head
+        case body(remaining: Int)
+        case chunkSize
+        case chunkData(remaining: Int)
+        case chunkDataEnd
+        case trailers
+        case failed
+    }
+
+    let limits: HTTPParserLimits
+    private var buffer: [UInt8] = []
+    private var start = 0
+    /// Where the search for the end of the head resumes, so no byte is scanned twice.
+    private var scanned = 0
+    private var state: State = .head
+    private var head: HTTPRequest?
+    private var body: [UInt8] = []
+    private var trailerBytes = 0
+
+    public init(limits: HTTPParserLimits = HTTPParserLimits()) {
+        self.limits = limits
+    }
+
+    /// True when no byte of a next request has arrived.
+    public var isIdle: Bool { state == .head && start == buffer.count }
+    /// True while the head of a request is incomplete.
+    public var isReadingHead: Bool { state == .head && start < buffer.count }
+    public var isFailed: Bool { state == .failed }
+    /// Bytes received and not yet consumed.
+    public var bufferedBytes: Int { buffer.count - start }
+
+    public mutating func feed<Bytes: Collection>(_ bytes: Bytes) where Bytes.Element == UInt8 {
+        buffer.append(contentsOf: bytes)
+    }
+
+    public mutating func feed(_ bytes: UnsafeRawBufferPointer) {
+        buffer.append(contentsOf: bytes)
+    }
+
+    /// The next event, or nil when more bytes are needed.
+    public mutating func next() -> Event? {
+        while true {
+            switch state {
+            case .failed:
+                return nil
+            case .head:
+                skipEmptyLinesBeforeRequest()
+                switch findHeadEnd() {
+                case .incomplete: return headLimitFailure()
+                case .bareLineFeed: return fail(.badRequest("Header lines must end with CRLF."))
+                case .complete(let end):
+                    switch parseHead(upTo: end) {
+                    case .failure(let error): return fail(error)
+                    case .success(let (request, framing, expectsContinue)):
+                        if let event = beginBody(request, framing) { return event }
+                        if expectsContinue && bufferedBytes == 0 { return .continueExpected }
+                    }
+                }
+            case .body(let remaining):
+                let take = min(remaining, bufferedBytes)
+                guard take > 0 || remaining == 0 else { return nil }
+                body.append(contentsOf: buffer[start..<start + take])
+                consume(take)
+                if remaining - take == 0 { return finish() }
+                state = .body(remaining: remaining - take)
+                return nil
+            case .chunkSize:
+                let size: Int
+                switch takeLine(limit: 1024) {
+                case .incomplete: return nil
+                case .tooLong, .bareLineFeed: return fail(.badRequest("Malformed chunk size line."))
+                case .complete(let line):
+                    guard let parsed = Self.parseChunkSize(line) else { return fail(.badRequest("Malformed chunk size.")) }
+                    size = parsed
+                }
+                if size == 0 {
+                    state = .trailers
+                } else if body.count + size > limits.maxBodyBytes {
+                    return fail(.bodyTooLarge)
+                } else {
+                    state = .chunkData(remaining: size)
+                }
+            case .chunkData(let remaining):
+                let take = min(remaining, bufferedBytes)
+                guard take > 0 else { return nil }
+                body.append(contentsOf: buffer[start..<start + take])
+                consume(take)
+                state = remaining - take == 0 ? .chunkDataEnd : .chunkData(remaining: remaining - take)
+            case .chunkDataEnd:
+                guard bufferedBytes >= 2 else { return nil }
+                guard buffer[start] == 13 && buffer[start + 1] == 10 else {
+                    return fail(.badRequest("Chunk data is not followed by CRLF."))
+                }
+                consume(2)
+                state = .chunkSize
+            case .trailers:
+                let bytes: [UInt8]
+                switch takeLine(limit: limits.maxHeaderBytes) {
+                case .incomplete: return nil
+                case .tooLong: return fail(.headersTooLarge)
+                case .bareLineFeed: return fail(.badRequest("Malformed trailer."))
+                case .complete(let line): bytes = line
+                }
+                trailerBytes += bytes.count + 2
+                if trailerBytes > limits.maxHeaderBytes { return fail(.headersTooLarge) }
+                // Trailer fields are read and dropped: nothing here relies on them.
+                if bytes.isEmpty { return finish() }
+            }
+        }
+    }
+
+    // MARK: Head
+
+    /// RFC 9112 §2.2: ignore empty lines before a request line (some clients send CRLF after a body).
+    private mutating func skipEmptyLinesBeforeRequest() {
+        while bufferedBytes >= 2 && buffer[start] == 13 && buffer[start + 1] == 10 { consume(2) }
+    }
+
+    private mutating func findHeadEnd() -> HeadScan {
+        var index = max(start, scanned)
+        while index < buffer.count {
+            if buffer[index] == 10 {
+                // Only CRLF ends a line; a bare LF is a request-smuggling vector.
+                guard index > start, buffer[index - 1] == 13 else { return .bareLineFeed }
+                if index - start >= 3 && buffer[index - 2] == 10 && buffer[index - 3] == 13 {
+                    scanned = index + 1
+                    return .complete(end: index + 1)
+                }
+            }
+            index += 1
+        }
+        scanned = index
+        return .incomplete
+    }
+
+    private mutating func headLimitFailure() -> Event? {
+        let lineEnd = buffer[start...].firstIndex(of: 13) ?? buffer.count
+        if lineEnd - start > limits.maxRequestLineBytes { return fail(.requestLineTooLong) }
+        if bufferedBytes > limits.maxHeaderBytes { return fail(.headersTooLarge) }
+        return nil
+    }
+
+    private mutating func parseHead(upTo end: Int) -> Result<HTTPHeadParser.Head, HTTPParseError> {
+        if end - start > limits.maxHeaderBytes { return .failure(.headersTooLarge) }
+        let bytes = buffer[start..<end - 4]
+        consume(end - start)
+        scanned = start
+        return HTTPHeadParser.parse(bytes, limits: limits)
+    }
+
+    private mutating func beginBody(_ request: HTTPRequest, _ framing: HTTPHeadParser.Framing) -> Event? {
+        head = request
+        body = []
+        trailerBytes = 0
+        switch framing {
+        case .none:
+            return finish()
+        case .length(let length):
+            if length > limits.maxBodyBytes { return fail(.bodyTooLarge) }
+            if length == 0 { return finish() }
+            body.reserveCapacity(length)
+            state = .body(remaining: length)
+        case .chunked:
+            state = .chunkSize
+        }
+        return nil
+    }
+
+    private mutating func finish() -> Event {
+        var request = head!
+        request.body = body
+        head = nil
+        body = []
+        state = .head
+        releaseIfEmpty()
+        return .request(request)
+    }
+
+    // MARK: Lines and buffer
+
+    /// The next CRLF-terminated line, without its CRLF.
+    private mutating func takeLine(limit: Int) -> Line {
+        guard let lf = buffer[start...].firstIndex(of: 10) else {
+            return bufferedBytes > limit ? .tooLong : .incomplete
+        }
+        guard lf > start, buffer[lf - 1] == 13 else { return .bareLineFeed }
+        if lf - 1 - start > limit { return .tooLong }
+        let line = Array(buffer[start..<lf - 1])
+        consume(lf + 1 - start)
+        return .complete(line)
+    }
+
+    /// chunk-size [ chunk-ext ]: hex digits, then optional `;` extensions, which are ignored.
+    static func parseChunkSize(_ line: [UInt8]) -> Int? {
+        var size = 0
+        var digits = 0
+        for byte in line {
+            if byte == UInt8(ascii: ";") || byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") { break }
+            guard let value = hexDigit(byte), digits < 15 else { return nil }
+            size = size << 4 | Int(value)
+            digits += 1
+        }
+        if digits == 0 || line.contains(where: { $0 == 0 || $0 == 13 }) { return nil }
+        return size
+    }
+
+    private static func hexDigit(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
+    private mutating func consume(_ count: Int) {
+        start += count
+        releaseIfEmpty()
+    }
+
+    /// Drops consumed bytes: all of them when the buffer is drained (an idle keep-alive
+    /// connection then holds no buffer memory), or the front half when it grows large.
+    private mutating func releaseIfEmpty() {
+        if start == buffer.count {
+            buffer = []
+            start = 0
+            scanned = 0
+        } else if start > 64 * 1024 && start > buffer.count / 2 {
+            buffer.removeFirst(start)
+            scanned -= start
+            start = 0
+        }
+    }
+
+    private mutating func fail(_ error: HTTPParseError) -> Event {
+        state = .failed
+        buffer = []
+        start = 0
+        return .failure(error)
+    }
+}
+

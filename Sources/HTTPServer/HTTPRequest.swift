@@ -1,0 +1,100 @@
+/// A complete HTTP request as the handlers see it (the body is fully read).
+public struct HTTPRequest: Sendable {
+    public var method: String
+    /// The request target as sent, e.g. `/v1/caches/a/entries/k%2F1?ttl=5`.
+    public var target: String
+    public var version: HTTPVersion
+    public var headers: HTTPHeaders
+    public var body: [UInt8]
+    /// Whether the connection stays open after this request (from version and `Connection`).
+    public var keepAlive: Bool
+
+    /// Set by the server: the request id, the matched route and its decoded path parameters.
+    public var requestID: String = ""
+    public var routeTemplate: String = ""
+    public var pathParameters: [String: [UInt8]] = [:]
+
+    public init(method: String, target: String, version: HTTPVersion, headers: HTTPHeaders, body: [UInt8] = [],
+                keepAlive: Bool = true) {
+        self.method = method
+        self.target = target
+        self.version = version
+        self.headers = headers
+        self.body = body
+        self.keepAlive = keepAlive
+    }
+
+    /// The target's path, before `?`.
+    public var path: Substring {
+        target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+    }
+
+    /// Query parameters, percent-decoded (`+` stays `+`); nil for a malformed escape.
+    public var queryItems: [String: String]? {
+        let parts = target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return [:] }
+        var items: [String: String] = [:]
+        for pair in parts[1].split(separator: "&") {
+            let halves = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard let name = PercentDecoding.decode(halves[0]).flatMap({ String(validating: $0, as: UTF8.self) }),
+                  let value = PercentDecoding.decode(halves.count > 1 ? halves[1] : "")
+                    .flatMap({ String(validating: $0, as: UTF8.self) }) else { return nil }
+            items[name] = value
+        }
+        return items
+    }
+}
+
+/// HTTP/1.0 or HTTP/1.1.
+public enum HTTPVersion: Sendable, Equatable {
+    case http10
+    case http11
+
+    var text: String { self == .http10 ? "HTTP/1.0" : "HTTP/1.1" }
+}
+
+/// Percent-decoding into raw bytes (a decoded `/` stays a byte inside its segment).
+public enum PercentDecoding {
+    public static func decode<S: StringProtocol>(_ text: S) -> [UInt8]? {
+        var out: [UInt8] = []
+        out.reserveCapacity(text.utf8.count)
+        var iterator = text.utf8.makeIterator()
+        while let byte = iterator.next() {
+            guard byte == UInt8(ascii: "%") else {
+                out.append(byte)
+                continue
+            }
+            guard let high = iterator.next().flatMap(hexValue), let low = iterator.next().flatMap(hexValue) else {
+                return nil
+            }
+            out.append(high << 4 | low)
+        }
+        return out
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
+    /// Percent-encodes every byte outside RFC 3986's unreserved set.
+    public static func encode(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = []
+        for byte in bytes {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+                 UInt8(ascii: "~"):
+                out.append(byte)
+            default:
+                out += [UInt8(ascii: "%"), digits[Int(byte >> 4)], digits[Int(byte & 0xf)]]
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
