@@ -1,0 +1,317 @@
+import CLinux
+import Foundation
+import Glibc
+
+/// One client connection: reads into the parser, hands complete requests to handlers one
+/// at a time (so pipelined responses leave in order), and writes responses back.
+///
+/// Confined to its event loop's thread. Worker threads only carry the reference back to
+/// that loop through `EventLoop.execute`, and a completion for a closed connection is dropped.
+final class Connection: @unchecked Sendable {
+    // @unchecked: loop-confined, as described above.
+    enum Phase {
+        case idle, head, body, handling, writing
+    }
+
+    let fd: Int32
+    private unowned let loop: EventLoop
+    private var parser: HTTPParser
+    private var output: [[UInt8]] = []
+    private var outputOffset = 0
+    private var outputBytes = 0
+    private var inFlight = false
+    private var processing = false
+    private var closeAfterFlush = false
+    private var inputClosed = false
+    private var served = 0
+    private var phase = Phase.idle
+    private var phaseStart: UInt64
+    private var interest: UInt32 = EPOLLIN.rawValue | EPOLLRDHUP.rawValue
+    private(set) var isClosed = false
+
+    init(fd: Int32, loop: EventLoop) {
+        self.fd = fd
+        self.loop = loop
+        self.parser = HTTPParser(limits: loop.context.configuration.limits)
+        self.phaseStart = loop.now
+    }
+
+    // MARK: Input
+
+    func onReadable() {
+        while !inputClosed {
+            let count = read(fd, loop.scratch.baseAddress, loop.scratch.count)
+            if count > 0 {
+                parser.feed(UnsafeRawBufferPointer(start: loop.scratch.baseAddress, count: count))
+                if count < loop.scratch.count { break }
+            } else if count == 0 {
+                // The client half-closed: answer what it sent, then close.
+                inputClosed = true
+            } else if errno == EINTR {
+                continue
+            } else if errno == EAGAIN {
+                break
+            } else {
+                close()
+                return
+            }
+        }
+        processBuffered()
+    }
+
+    /// Takes events from the parser until a request is in flight or more bytes are needed.
+    private func processBuffered() {
+        guard !processing else { return }
+        processing = true
+        defer { processing = false }
+        while !inFlight && !isClosed && !closeAfterFlush {
+            guard let event = parser.next() else { break }
+            switch event {
+            case .continueExpected:
+                enqueue(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
+            case .request(let request):
+                served += 1
+                inFlight = true
+                phase = .handling
+                dispatch(request)
+            case .failure(let error):
+                closeAfterFlush = true
+                let problem = HTTPError(error.status, error.detail)
+                respond(problem.response(requestID: ""), method: "", version: .http11, keepAlive: false)
+                loop.context.record(method: "-", route: "unparsed", status: error.status, bytes: 0, seconds: 0,
+                                    requestID: "")
+            }
+        }
+        if isClosed { return }
+        flush()
+        if isClosed { return }
+        if inputClosed && !inFlight && output.isEmpty {
+            close()
+            return
+        }
+        updatePhase()
+        updateInterest()
+    }
+
+    // MARK: Requests
+
+    private func dispatch(_ incoming: HTTPRequest) {
+        var request = incoming
+        request.requestID = loop.requestID(for: request)
+        let started = loop.now
+        let context = loop.context
+        switch context.router.match(method: request.method, path: request.path) {
+        case .found(let route, let parameters):
+            request.routeTemplate = route.template
+            request.pathParameters = parameters
+            switch route.execution {
+            case .inline:
+                complete(context.run(route, request), for: request, started: started)
+            case .worker:
+                let loop = self.loop
+                let request = request
+                let accepted = context.workers.submit { [self] in
+                    let response = context.run(route, request)
+                    loop.execute { self.complete(response, for: request, started: started) }
+                }
+                if !accepted {
+                    let busy = HTTPError(503, "The server is overloaded; retry shortly.",
+                                         headers: HTTPHeaders([("Retry-After", "1")]))
+                    complete(busy.response(requestID: request.requestID), for: request, started: started)
+                }
+            }
+        case .methodNotAllowed(let methods):
+            let error = HTTPError(405, "\(request.method) is not allowed here.",
+                                  headers: HTTPHeaders([("Allow", methods.joined(separator: ", "))]))
+            complete(error.response(requestID: request.requestID), for: request, started: started)
+        case .notFound:
+            let error = HTTPError(404, "No route matches this path.")
+            complete(error.response(requestID: request.requestID), for: request, started: started)
+        case .badPath:
+            let error = HTTPError(400, "The path has a malformed percent-escape.")
+            complete(error.response(requestID: request.requestID), for: request, started: started)
+        }
+    }
+
+    /// Queues the response of the request in flight and moves on to the next one.
+    func complete(_ response: HTTPResponse, for request: HTTPRequest, started: UInt64) {
+        guard !isClosed else { return }
+        inFlight = false
+        let limit = loop.context.configuration.maxRequestsPerConnection
+        let keepAlive = request.keepAlive && !loop.isDraining && (limit == 0 || served < limit) && !inputClosed
+        if !keepAlive { closeAfterFlush = true }
+        var response = response
+        response.headers.set("X-Request-Id", request.requestID)
+        let bytes = respond(response, method: request.method, version: request.version, keepAlive: keepAlive)
+        let seconds = Double(monotonicNanoseconds() - started) / 1e9
+        loop.context.record(method: request.method, route: request.routeTemplate.isEmpty ? "unmatched"
+                                : request.routeTemplate,
+                            status: response.status, bytes: bytes, seconds: seconds, requestID: request.requestID)
+        processBuffered()
+    }
+
+    /// Serialises a response into the output queue; returns the body bytes sent.
+    @discardableResult
+    private func respond(_ response: HTTPResponse, method: String, version: HTTPVersion, keepAlive: Bool) -> Int {
+        var head = "HTTP/1.1 \(response.status) \(HTTPStatus.reason(response.status))\r\n"
+        for (name, value) in response.headers { head += name + ": " + value + "\r\n" }
+        head += "Date: \(loop.date)\r\nServer: \(loop.context.configuration.serverName)\r\n"
+        if !response.forbidsBody { head += "Content-Length: \(response.body.count)\r\n" }
+        if !keepAlive {
+            head += "Connection: close\r\n"
+        } else if version == .http10 {
+            head += "Connection: keep-alive\r\n"
+        }
+        head += "\r\n"
+        enqueue(Array(head.utf8))
+        guard method != "HEAD", !response.forbidsBody, !response.body.isEmpty else { return 0 }
+        enqueue(response.body)
+        return response.body.count
+    }
+
+    // MARK: Output
+
+    private func enqueue(_ bytes: [UInt8]) {
+        output.append(bytes)
+        outputBytes += bytes.count
+    }
+
+    func onWritable() {
+        flush()
+        if !isClosed {
+            updatePhase()
+            updateInterest()
+        }
+    }
+
+    /// Writes queued output until done or the socket is full (then EPOLLOUT resumes it).
+    private func flush() {
+        while !output.isEmpty {
+            let written = writeQueued()
+            if written < 0 {
+                if errno == EINTR { continue }
+                if errno == EAGAIN { return }
+                close()
+                return
+            }
+            phaseStart = loop.now
+            advance(by: written)
+        }
+        if closeAfterFlush { close() }
+    }
+
+    private func writeQueued() -> Int {
+        var vectors: [iovec] = []
+        vectors.reserveCapacity(min(output.count, 16))
+        // The arrays stay alive (and unmoved) in `output` for the duration of writev.
+        return withExtendedLifetime(output) {
+            for (position, chunk) in output.prefix(16).enumerated() {
+                chunk.withUnsafeBytes { raw in
+                    let skip = position == 0 ? outputOffset : 0
+                    vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: raw.baseAddress! + skip),
+                                         iov_len: raw.count - skip))
+                }
+            }
+            return writev(fd, vectors, Int32(vectors.count))
+        }
+    }
+
+    private func advance(by written: Int) {
+        var remaining = written
+        outputBytes -= written
+        while remaining > 0, let first = output.first {
+            let left = first.count - outputOffset
+            if remaining >= left {
+                remaining -= left
+                output.removeFirst()
+                outputOffset = 0
+            } else {
+                outputOffset += remaining
+                remaining = 0
+            }
+        }
+    }
+
+    // MARK: State
+
+    private func updatePhase() {
+        let next: Phase
+        if inFlight {
+            next = .handling
+        } else if !output.isEmpty {
+            next = .writing
+        } else if parser.isIdle {
+            next = .idle
+        } else if parser.isReadingHead {
+            next = .head
+        } else {
+            next = .body
+        }
+        if next != phase {
+            phase = next
+            phaseStart = loop.now
+        }
+    }
+
+    /// Reads pause while a handler runs with a full pipeline behind it, or while the client
+    /// is not reading its responses (backpressure); writes are watched while output waits.
+    private func updateInterest() {
+        var wanted: UInt32 = 0
+        let pipelineFull = inFlight && parser.bufferedBytes > 64 * 1024
+        if !inputClosed && !pipelineFull && outputBytes < 1 << 20 { wanted |= EPOLLIN.rawValue | EPOLLRDHUP.rawValue }
+        if !output.isEmpty { wanted |= EPOLLOUT.rawValue }
+        if wanted != interest {
+            interest = wanted
+            loop.modify(fd, events: wanted)
+        }
+    }
+
+    /// Closes the connection if its current phase has outlived its timeout.
+    func checkDeadline(now: UInt64) {
+        let configuration = loop.context.configuration
+        let limit: TimeInterval
+        switch phase {
+        case .handling: return
+        case .idle: limit = configuration.idleTimeout
+        case .head: limit = configuration.headerTimeout
+        case .body: limit = configuration.bodyTimeout
+        case .writing: limit = configuration.writeTimeout
+        }
+        guard now > phaseStart + UInt64(limit * 1e9) else { return }
+        if phase == .head || phase == .body {
+            // Best effort: tell the client why, without waiting for it to read.
+            closeAfterFlush = true
+            respond(HTTPError(408, "The request was not received in time.").response(requestID: ""),
+                    method: "", version: .http11, keepAlive: false)
+            _ = writeQueued()
+        }
+        close()
+    }
+
+    /// At shutdown: close now if idle, otherwise after the current response.
+    func drain() {
+        // A request being read or handled finishes: complete() sees the loop draining and
+        // answers with `Connection: close`.
+        if inFlight || !parser.isIdle { return }
+        if output.isEmpty { close() } else { closeAfterFlush = true }
+    }
+
+    func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        loop.remove(fd)
+        Glibc.close(fd)
+        output = []
+        loop.forget(self)
+    }
+
+    /// Answers a connection over the limit with a 503 and closes it, without registering it.
+    static func refuse(_ fd: Int32) {
+        let body = "{\"type\":\"https://teamcache.dev/problems/service-unavailable\",\"title\":\"Service Unavailable\","
+            + "\"status\":503,\"detail\":\"The server is at its connection limit.\"}"
+        let text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\nRetry-After: 1\r\n"
+            + "Connection: close\r\nContent-Length: \(body.utf8.count)\r\n\r\n" + body
+        _ = text.withCString { write(fd, $0, strlen($0)) }
+        Glibc.close(fd)
+    }
+}

@@ -1,0 +1,219 @@
+import CLinux
+import Foundation
+import Glibc
+
+/// One epoll loop on its own thread, owning a listening socket (SO_REUSEPORT) and the
+/// connections accepted on it.
+///
+/// Everything but `pending` is touched only by the loop's thread. Other threads (workers
+/// finishing a handler, shutdown) hand closures over with `execute`, which wakes the loop
+/// through an eventfd.
+final class EventLoop: @unchecked Sendable {
+    // @unchecked: loop-confined state as described above; `pending` is guarded by `pendingLock`.
+    let context: ServerContext
+    let index: Int
+    private let epoll: Int32
+    private let wakeFD: Int32
+    private var listener: Int32
+    private var connections: [Int32: Connection] = [:]
+    private let pendingLock = NSLock()
+    private var pending: [@Sendable () -> Void] = []
+    private var draining = false
+    private var acceptPaused = false
+    private var requestCounter: UInt64 = 0
+    private var dateSecond = 0
+    private var nextSweep: UInt64 = 0
+    /// Monotonic time of the current loop iteration.
+    private(set) var now: UInt64 = monotonicNanoseconds()
+    private(set) var date = ""
+    let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+    let finished = DispatchSemaphore(value: 0)
+
+    private static let listenerTag: UInt64 = UInt64.max
+    private static let wakeTag: UInt64 = UInt64.max - 1
+
+    init(index: Int, listener: Int32, context: ServerContext) throws {
+        self.index = index
+        self.listener = listener
+        self.context = context
+        epoll = try systemCall("epoll_create1") { epoll_create1(Int32(EPOLL_CLOEXEC)) }
+        wakeFD = try systemCall("eventfd") { eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC)) }
+        try register(listener, tag: Self.listenerTag, events: EPOLLIN.rawValue)
+        try register(wakeFD, tag: Self.wakeTag, events: EPOLLIN.rawValue)
+        refreshDate()
+    }
+
+    deinit {
+        scratch.deallocate()
+        close(epoll)
+        close(wakeFD)
+    }
+
+    /// Runs `task` on the loop's thread.
+    func execute(_ task: @escaping @Sendable () -> Void) {
+        let wasEmpty = pendingLock.withLock {
+            pending.append(task)
+            return pending.count == 1
+        }
+        // One wake-up covers every task queued before the loop drains the list.
+        if wasEmpty {
+            var one: UInt64 = 1
+            _ = write(wakeFD, &one, 8)
+        }
+    }
+
+    /// The loop body; returns once draining has closed every connection.
+    func run() {
+        var events = [epoll_event](repeating: epoll_event(), count: 256)
+        while !(draining && connections.isEmpty) {
+            let count = epoll_wait(epoll, &events, Int32(events.count), 250)
+            now = monotonicNanoseconds()
+            refreshDate()
+            if count > 0 {
+                for event in events[0..<Int(count)] { handle(event) }
+            }
+            if now >= nextSweep { sweep() }
+        }
+        finished.signal()
+    }
+
+    private func handle(_ event: epoll_event) {
+        let tag = event.data.u64
+        switch tag {
+        case Self.listenerTag: acceptConnections()
+        case Self.wakeTag: runPending()
+        default:
+            guard let connection = connections[Int32(truncatingIfNeeded: tag)] else { return }
+            if event.events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue | EPOLLRDHUP.rawValue) != 0 {
+                connection.onReadable()
+            }
+            if !connection.isClosed && event.events & EPOLLOUT.rawValue != 0 { connection.onWritable() }
+        }
+    }
+
+    private func runPending() {
+        var counter: UInt64 = 0
+        _ = read(wakeFD, &counter, 8)
+        let tasks = pendingLock.withLock {
+            let taken = pending
+            pending.removeAll(keepingCapacity: true)
+            return taken
+        }
+        for task in tasks { task() }
+    }
+
+    private func acceptConnections() {
+        while listener >= 0 {
+            let fd = accept4(listener, nil, nil, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
+            if fd < 0 {
+                switch errno {
+                case EINTR, ECONNABORTED: continue
+                case EAGAIN: return
+                default:
+                    // EMFILE and friends: stop accepting until the next sweep, or the
+                    // level-triggered listener would spin the loop.
+                    context.logger.warn("accept failed", [("errno", .int(Int(errno)))])
+                    pauseAccepting()
+                    return
+                }
+            }
+            guard context.admitConnection() else {
+                Connection.refuse(fd)
+                continue
+            }
+            var one: Int32 = 1
+            setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            let connection = Connection(fd: fd, loop: self)
+            do {
+                try register(fd, tag: UInt64(fd), events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue)
+                connections[fd] = connection
+            } catch {
+                close(fd)
+                context.connectionClosed()
+            }
+        }
+    }
+
+    private func pauseAccepting() {
+        guard !acceptPaused, listener >= 0 else { return }
+        acceptPaused = true
+        _ = epoll_ctl(epoll, EPOLL_CTL_DEL, listener, nil)
+    }
+
+    func register(_ fd: Int32, tag: UInt64, events: UInt32) throws {
+        var event = epoll_event()
+        event.events = events
+        event.data.u64 = tag
+        try systemCall("epoll_ctl(ADD)") { epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) }
+    }
+
+    func modify(_ fd: Int32, events: UInt32) {
+        var event = epoll_event()
+        event.events = events
+        event.data.u64 = UInt64(fd)
+        _ = epoll_ctl(epoll, EPOLL_CTL_MOD, fd, &event)
+    }
+
+    /// Forgets a closed connection (its fd was already removed from epoll by close()).
+    func forget(_ connection: Connection) {
+        if connections[connection.fd] === connection { connections[connection.fd] = nil }
+        context.connectionClosed()
+    }
+
+    // MARK: Requests
+
+    var isDraining: Bool { draining }
+
+    /// A request id: the client's `X-Request-Id` when it is short and plain, else a new one.
+    func requestID(for request: HTTPRequest) -> String {
+        if let given = request.headers["X-Request-Id"], (1...128).contains(given.utf8.count),
+           given.utf8.allSatisfy({ HTTPHeadParser.isTokenByte($0) || $0 == UInt8(ascii: ":") }) {
+            return given
+        }
+        requestCounter += 1
+        return "\(context.requestIDPrefix)-\(index)-\(String(requestCounter, radix: 16))"
+    }
+
+    // MARK: Time
+
+    private func refreshDate() {
+        let second = time(nil)
+        if second != dateSecond {
+            dateSecond = second
+            date = HTTPDate.format(unixSeconds: second)
+        }
+    }
+
+    /// Closes connections past their deadline; runs every 250 ms.
+    private func sweep() {
+        nextSweep = now + 250_000_000
+        if acceptPaused && listener >= 0 {
+            acceptPaused = false
+            try? register(listener, tag: Self.listenerTag, events: EPOLLIN.rawValue)
+        }
+        for connection in Array(connections.values) { connection.checkDeadline(now: now) }
+    }
+
+    // MARK: Shutdown
+
+    /// Stops accepting, closes idle connections and lets busy ones finish their request.
+    func beginDraining() {
+        draining = true
+        if listener >= 0 {
+            _ = epoll_ctl(epoll, EPOLL_CTL_DEL, listener, nil)
+            close(listener)
+            listener = -1
+        }
+        for connection in Array(connections.values) { connection.drain() }
+    }
+
+    /// Closes every connection now (the grace period is over).
+    func closeAll() {
+        draining = true
+        for connection in Array(connections.values) { connection.close() }
+    }
+
+    func remove(_ fd: Int32) {
+        _ = epoll_ctl(epoll, EPOLL_CTL_DEL, fd, nil)
+    }
+}

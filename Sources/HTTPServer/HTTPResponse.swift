@@ -1,0 +1,103 @@
+import Observability
+
+/// A complete response. The server adds `Date`, `Server`, `X-Request-Id`, `Content-Length`
+/// and `Connection`; a HEAD request gets the same headers without the body.
+public struct HTTPResponse: Sendable {
+    public var status: Int
+    public var headers: HTTPHeaders
+    public var body: [UInt8]
+
+    public init(status: Int, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    public static func text(_ status: Int, _ text: String, contentType: String = "text/plain; charset=utf-8")
+        -> HTTPResponse {
+        HTTPResponse(status: status, headers: HTTPHeaders([("Content-Type", contentType)]), body: Array(text.utf8))
+    }
+
+    public static func json(_ status: Int, _ json: String) -> HTTPResponse {
+        text(status, json, contentType: "application/json")
+    }
+
+    /// Statuses that never carry a body (RFC 9110 §6.4.1).
+    var forbidsBody: Bool { status == 204 || status == 304 || (100...199).contains(status) }
+}
+
+/// An error a handler throws to answer with an RFC 9457 problem.
+public struct HTTPError: Error, Sendable {
+    public var status: Int
+    public var title: String
+    public var detail: String
+    /// The problem `type`, a URI reference naming the kind of problem.
+    public var type: String
+    public var headers: HTTPHeaders
+
+    public init(_ status: Int, _ detail: String, title: String? = nil, type: String? = nil,
+                headers: HTTPHeaders = HTTPHeaders()) {
+        self.status = status
+        self.detail = detail
+        self.title = title ?? HTTPStatus.reason(status)
+        self.type = type ?? "https://teamcache.dev/problems/\(HTTPStatus.slug(status))"
+        self.headers = headers
+    }
+
+    /// The problem+json response, carrying the request id so a user can quote it.
+    public func response(requestID: String) -> HTTPResponse {
+        var json = "{\"type\":"
+        JSONText.appendString(type, to: &json)
+        json += ",\"title\":"
+        JSONText.appendString(title, to: &json)
+        json += ",\"status\":\(status),\"detail\":"
+        JSONText.appendString(detail, to: &json)
+        if !requestID.isEmpty {
+            json += ",\"request_id\":"
+            JSONText.appendString(requestID, to: &json)
+        }
+        json += "}"
+        var response = HTTPResponse.text(status, json, contentType: "application/problem+json")
+        for (name, value) in headers { response.headers.add(name, value) }
+        return response
+    }
+}
+
+/// Reason phrases and problem slugs.
+public enum HTTPStatus {
+    public static func reason(_ status: Int) -> String {
+        switch status {
+        case 100: "Continue"
+        case 200: "OK"
+        case 201: "Created"
+        case 204: "No Content"
+        case 304: "Not Modified"
+        case 400: "Bad Request"
+        case 401: "Unauthorized"
+        case 403: "Forbidden"
+        case 404: "Not Found"
+        case 405: "Method Not Allowed"
+        case 408: "Request Timeout"
+        case 409: "Conflict"
+        case 412: "Precondition Failed"
+        case 413: "Content Too Large"
+        case 414: "URI Too Long"
+        case 415: "Unsupported Media Type"
+        case 417: "Expectation Failed"
+        case 422: "Unprocessable Content"
+        case 429: "Too Many Requests"
+        case 431: "Request Header Fields Too Large"
+        case 500: "Internal Server Error"
+        case 501: "Not Implemented"
+        case 503: "Service Unavailable"
+        case 504: "Gateway Timeout"
+        case 505: "HTTP Version Not Supported"
+        case 507: "Insufficient Storage"
+        default: "Status \(status)"
+        }
+    }
+
+    static func slug(_ status: Int) -> String {
+        reason(status).lowercased().split(separator: " ").joined(separator: "-")
+    }
+}

@@ -1,0 +1,31 @@
+import Foundation
+
+/// Everything the HTTP layer can be tuned with; the defaults suit a shared production cache.
+public struct HTTPServerConfiguration: Sendable {
+    public var host = "127.0.0.1"
+    /// 0 picks a free port (tests).
+    public var port = 8080
+    /// One epoll loop per core.
+    public var eventLoops = ProcessInfo.processInfo.activeProcessorCount
+    /// Threads for blocking handlers; about the database pool's size is right.
+    public var workerThreads = 32
+    /// Handler jobs waiting for a worker before new ones are refused with 503.
+    public var maxQueuedJobs = 4096
+    public var limits = HTTPParserLimits()
+    /// From the first byte of a request until its head is complete (slowloris).
+    public var headerTimeout: TimeInterval = 10
+    /// From the end of the head until the body is complete.
+    public var bodyTimeout: TimeInterval = 60
+    /// An open keep-alive connection with no request.
+    public var idleTimeout: TimeInterval = 75
+    /// A response the client does not read.
+    public var writeTimeout: TimeInterval = 60
+    public var maxConnections = 20_000
+    /// Requests served on one connection before it is closed (0: no limit).
+    public var maxRequestsPerConnection = 100_000
+    /// How long in-flight requests may take to finish at shutdown.
+    public var shutdownGracePeriod: TimeInterval = 10
+    public var serverName = "teamcache"
+
+    public init() {}
+}

@@ -1,0 +1,90 @@
+/// Handles one request; runs on an event loop (`inline`) or on a worker thread.
+public typealias HTTPHandler = @Sendable (HTTPRequest) throws -> HTTPResponse
+
+/// A method and path template (`/v1/caches/{ns}/entries/{key}`) with its handler.
+public struct Route: Sendable {
+    public enum Execution: Sendable {
+        /// Cheap and non-blocking: runs on the event loop, no hand-off.
+        case inline
+        /// May block (database, compression of large bodies): runs on the worker pool.
+        case worker
+    }
+
+    public let method: String
+    public let template: String
+    public let execution: Execution
+    public let handler: HTTPHandler
+    let segments: [Segment]
+
+    enum Segment: Equatable {
+        case literal(String)
+        case parameter(String)
+    }
+
+    public init(_ method: String, _ template: String, _ execution: Execution = .worker,
+                handler: @escaping HTTPHandler) {
+        self.method = method
+        self.template = template
+        self.execution = execution
+        self.handler = handler
+        self.segments = template.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map {
+            $0.hasPrefix("{") && $0.hasSuffix("}") ? .parameter(String($0.dropFirst().dropLast())) : .literal(String($0))
+        }
+    }
+}
+
+/// A table of routes matched by method and path segments.
+public struct Router: Sendable {
+    public enum Match {
+        case found(Route, [String: [UInt8]])
+        /// The path exists with other methods (for `405` and `Allow`).
+        case methodNotAllowed([String])
+        case notFound
+        /// A segment had a malformed percent-escape.
+        case badPath
+    }
+
+    private let routes: [Route]
+
+    public init(_ routes: [Route]) {
+        self.routes = routes
+    }
+
+    /// Matches `path` (raw, before decoding); HEAD falls back to the GET route.
+    public func match(method: String, path: Substring) -> Match {
+        guard path.hasPrefix("/") else { return .notFound }
+        let raw = path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        var decoded: [[UInt8]] = []
+        decoded.reserveCapacity(raw.count)
+        for segment in raw {
+            guard let bytes = PercentDecoding.decode(segment) else { return .badPath }
+            decoded.append(bytes)
+        }
+        var allowed: [String] = []
+        var fallback: (Route, [String: [UInt8]])?
+        for route in routes {
+            guard let parameters = Self.bind(route.segments, decoded) else { continue }
+            if route.method == method { return .found(route, parameters) }
+            if method == "HEAD" && route.method == "GET" { fallback = (route, parameters) }
+            allowed.append(route.method)
+        }
+        if let (route, parameters) = fallback { return .found(route, parameters) }
+        if allowed.isEmpty { return .notFound }
+        if allowed.contains("GET") && !allowed.contains("HEAD") { allowed.append("HEAD") }
+        return .methodNotAllowed(allowed)
+    }
+
+    private static func bind(_ template: [Route.Segment], _ path: [[UInt8]]) -> [String: [UInt8]]? {
+        guard template.count == path.count else { return nil }
+        var parameters: [String: [UInt8]] = [:]
+        for (segment, bytes) in zip(template, path) {
+            switch segment {
+            case .literal(let text):
+                guard bytes.elementsEqual(text.utf8) else { return nil }
+            case .parameter(let name):
+                parameters[name] = bytes
+            }
+        }
+        return parameters
+    }
+}

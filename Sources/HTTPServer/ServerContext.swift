@@ -1,0 +1,89 @@
+import Foundation
+import Observability
+
+/// What every event loop of one server shares: routes, limits, workers, metrics and the
+/// connection count.
+final class ServerContext: @unchecked Sendable {
+    // @unchecked: `openConnections` is guarded by `lock`; everything else is immutable
+    // or itself thread-safe.
+    let configuration: HTTPServerConfiguration
+    let router: Router
+    let workers: WorkerPool
+    let metrics: HTTPServerMetrics?
+    let logger = Logger(component: "http")
+    /// Random per process, so generated request ids do not repeat across restarts.
+    let requestIDPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+    private let lock = NSLock()
+    private var openConnections = 0
+
+    init(configuration: HTTPServerConfiguration, router: Router, metrics: MetricsRegistry?) {
+        self.configuration = configuration
+        self.router = router
+        self.workers = WorkerPool(threads: configuration.workerThreads, maxQueued: configuration.maxQueuedJobs)
+        self.metrics = metrics.map(HTTPServerMetrics.init)
+    }
+
+    var connectionCount: Int { lock.withLock { openConnections } }
+
+    /// Counts a new connection in, unless the server is at its connection limit.
+    func admitConnection() -> Bool {
+        let admitted = lock.withLock {
+            guard openConnections < configuration.maxConnections else { return false }
+            openConnections += 1
+            return true
+        }
+        if !admitted { metrics?.refused.inc() }
+        return admitted
+    }
+
+    func connectionClosed() {
+        lock.withLock { openConnections -= 1 }
+    }
+
+    /// Runs a handler, turning thrown errors into problem responses. Unexpected errors
+    /// become a generic 500; their text goes to the log only (it may quote data).
+    func run(_ route: Route, _ request: HTTPRequest) -> HTTPResponse {
+        do {
+            return try route.handler(request)
+        } catch let error as HTTPError {
+            return error.response(requestID: request.requestID)
+        } catch {
+            logger.error("handler failed", [("request_id", .string(request.requestID)),
+                                            ("route", .string(route.template)),
+                                            ("error", .string(String(describing: error)))])
+            return HTTPError(500, "An unexpected error occurred; quote the request id when reporting it.")
+                .response(requestID: request.requestID)
+        }
+    }
+
+    /// The access log line and request metrics of a finished request.
+    func record(method: String, route: String, status: Int, bytes: Int, seconds: Double, requestID: String) {
+        metrics?.observe(method: method, route: route, status: status, seconds: seconds)
+        guard logger.isEnabled(.info) else { return }
+        logger.info("request", [("method", .string(method)), ("route", .string(route)), ("status", .int(status)),
+                                ("bytes", .int(bytes)), ("duration_ms", .double((seconds * 1e5).rounded() / 100)),
+                                ("request_id", .string(requestID))])
+    }
+}
+
+/// The HTTP layer's Prometheus families; labels are route templates, never raw paths.
+struct HTTPServerMetrics {
+    let requests: CounterFamily
+    let duration: HistogramFamily
+    let refused: CounterFamily
+
+    init(registry: MetricsRegistry) {
+        requests = registry.counter("teamcache_http_requests_total", "HTTP requests answered.",
+                                    labels: ["route", "method", "status_class"])
+        duration = registry.histogram("teamcache_http_request_duration_seconds",
+                                      "Time from a complete request to its queued response.",
+                                      labels: ["route", "method"], bounds: latencyBuckets)
+        refused = registry.counter("teamcache_http_connections_refused_total",
+                                   "Connections refused at the connection limit.")
+    }
+
+    func observe(method: String, route: String, status: Int, seconds: Double) {
+        requests.inc([route, method, "\(status / 100)xx"])
+        duration.observe([route, method], seconds)
+    }
+}

@@ -1,0 +1,121 @@
+import Foundation
+import Glibc
+
+/// A blocking TCP client for tests that need exact bytes on the wire (pipelining, slow
+/// clients, malformed requests), with a receive timeout so a test can never hang.
+public final class RawClient {
+    public let fd: Int32
+    private var buffer: [UInt8] = []
+
+    public struct Response {
+        public let status: Int
+        public let headers: [(String, String)]
+        public let body: [UInt8]
+
+        public func header(_ name: String) -> String? {
+            headers.first(where: { $0.0.lowercased() == name.lowercased() })?.1
+        }
+
+        public var text: String { String(decoding: body, as: UTF8.self) }
+    }
+
+    public enum Failure: Error {
+        case connect(Int32)
+        case closed
+        case timeout
+        case malformed(String)
+    }
+
+    public init(port: Int, timeout: TimeInterval = 5) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard result == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            throw Failure.connect(code)
+        }
+        setTimeout(timeout)
+    }
+
+    deinit { Glibc.close(fd) }
+
+    public func setTimeout(_ seconds: TimeInterval) {
+        var value = timeval(tv_sec: Int(seconds), tv_usec: Int((seconds - Double(Int(seconds))) * 1e6))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    public func send(_ text: String) throws { try send(Array(text.utf8)) }
+
+    public func send(_ bytes: [UInt8]) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard written > 0 else { throw Failure.closed }
+            offset += written
+        }
+    }
+
+    /// Reads one response (Content-Length framed, or until close). `head` skips the body.
+    public func readResponse(head: Bool = false) throws -> Response {
+        let headEnd = try readUntil([13, 10, 13, 10])
+        let headText = String(decoding: buffer[..<headEnd], as: UTF8.self)
+        buffer.removeFirst(headEnd + 4)
+        var lines = headText.components(separatedBy: "\r\n")
+        let statusLine = lines.removeFirst().split(separator: " ")
+        guard statusLine.count >= 2, let status = Int(statusLine[1]) else { throw Failure.malformed(headText) }
+        let headers = lines.compactMap { line -> (String, String)? in
+            guard let colon = line.firstIndex(of: ":") else { return nil }
+            return (String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+        }
+        let lengthText = headers.first(where: { $0.0.lowercased() == "content-length" })?.1
+        if head || status == 204 || status == 304 || status < 200 {
+            return Response(status: status, headers: headers, body: [])
+        }
+        if let lengthText, let length = Int(lengthText) {
+            while buffer.count < length { try fill() }
+            let body = Array(buffer[..<length])
+            buffer.removeFirst(length)
+            return Response(status: status, headers: headers, body: body)
+        }
+        while (try? fill()) != nil {}
+        defer { buffer = [] }
+        return Response(status: status, headers: headers, body: buffer)
+    }
+
+    /// True when the server has closed the connection (EOF within the timeout).
+    public func isClosedByPeer() -> Bool {
+        var byte: UInt8 = 0
+        let count = recv(fd, &byte, 1, 0)
+        return count == 0 || (count < 0 && errno == ECONNRESET)
+    }
+
+    private func readUntil(_ marker: [UInt8]) throws -> Int {
+        var searchFrom = 0
+        while true {
+            if buffer.count >= marker.count {
+                for index in searchFrom...(buffer.count - marker.count)
+                where buffer[index..<index + marker.count].elementsEqual(marker) {
+                    return index
+                }
+                searchFrom = buffer.count - marker.count + 1
+            }
+            try fill()
+        }
+    }
+
+    private func fill() throws {
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        let count = recv(fd, &chunk, chunk.count, 0)
+        if count == 0 { throw Failure.closed }
+        if count < 0 { throw errno == EAGAIN ? Failure.timeout : Failure.closed }
+        buffer.append(contentsOf: chunk[..<count])
+    }
+}
