@@ -43,6 +43,7 @@ CREATE TABLE entry_access (
     last_accessed_at timestamptz NOT NULL
 ) WITH (fillfactor = 70);
 CREATE INDEX entry_access_top ON entry_access (namespace, hit_count DESC);
+CREATE INDEX entry_access_top_global ON entry_access (hit_count DESC);
 CREATE INDEX entry_access_lru ON entry_access (namespace, last_accessed_at);
 CREATE INDEX entry_access_idle ON entry_access (last_accessed_at);
 
@@ -140,16 +141,19 @@ CREATE TABLE api_tokens (
 
 -- The whole upsert in one round trip. Conditions and caps are decided under the row lock,
 -- so a create-only race yields exactly one 'created', and concurrent writers of one key
--- replace the row whole (never a mixed body). Returns one row: outcome is 'created',
--- 'replaced', 'precondition_failed' or 'store_full'.
+-- replace the row whole (never a mixed body). Without p_ttl_seconds the namespace's default
+-- TTL applies, else p_default_ttl_seconds. p_condition: 'none', 'absent' (If-None-Match: *)
+-- or 'match' (If-Match; '*' matches any existing entry). Returns one row: outcome is
+-- 'created', 'replaced', 'precondition_failed' or 'store_full'.
 CREATE FUNCTION tc_put_entry(
     p_namespace text, p_key bytea, p_body bytea, p_encoding text, p_content_type text,
     p_identity_size bigint, p_etag text, p_model text, p_version text, p_prompt_digest text,
     p_tags text[], p_metadata jsonb, p_input_tokens bigint, p_output_tokens bigint,
-    p_now timestamptz, p_expires_at timestamptz, p_writer bigint,
+    p_now timestamptz, p_ttl_seconds bigint, p_default_ttl_seconds bigint, p_writer bigint,
     p_condition text, p_if_match text[], p_store_hard_cap bigint, p_namespace_hard_ratio float8)
-RETURNS TABLE (outcome text, entry_id bigint, created_at timestamptz)
+RETURNS TABLE (outcome text, entry_id bigint, created_at timestamptz, expires_at timestamptz)
 LANGUAGE plpgsql AS $$
+#variable_conflict use_column
 DECLARE
     v_id bigint;
     v_old_size bigint;
@@ -158,20 +162,26 @@ DECLARE
     v_delta bigint;
     v_total bigint;
     v_quota bigint;
+    v_ttl bigint;
+    v_expires timestamptz;
 BEGIN
+    SELECT s.default_ttl_seconds, s.max_bytes INTO v_ttl, v_quota FROM namespace_settings s
+    WHERE s.namespace = p_namespace;
+    v_expires := p_now + make_interval(secs => coalesce(p_ttl_seconds, v_ttl, p_default_ttl_seconds));
     LOOP
         SELECT e.id, e.stored_size, e.etag, e.created_at INTO v_id, v_old_size, v_old_etag, v_created
         FROM entries e WHERE e.namespace = p_namespace AND e.key = p_key FOR UPDATE;
 
         IF FOUND THEN
-            IF p_condition = 'absent' OR (p_condition = 'match' AND NOT (v_old_etag = ANY (p_if_match))) THEN
-                RETURN QUERY SELECT 'precondition_failed'::text, v_id, v_created;
+            IF p_condition = 'absent'
+               OR (p_condition = 'match' AND NOT (v_old_etag = ANY (p_if_match) OR '*' = ANY (p_if_match))) THEN
+                RETURN QUERY SELECT 'precondition_failed'::text, v_id, v_created, NULL::timestamptz;
                 RETURN;
             END IF;
             v_delta := octet_length(p_body) - v_old_size;
         ELSE
             IF p_condition = 'match' THEN
-                RETURN QUERY SELECT 'precondition_failed'::text, NULL::bigint, NULL::timestamptz;
+                RETURN QUERY SELECT 'precondition_failed'::text, NULL::bigint, NULL::timestamptz, NULL::timestamptz;
                 RETURN;
             END IF;
             v_delta := octet_length(p_body);
@@ -180,19 +190,15 @@ BEGIN
         IF v_delta > 0 AND p_store_hard_cap > 0 THEN
             SELECT coalesce(sum(stored_bytes), 0) INTO v_total FROM namespace_counters WHERE namespace = '';
             IF v_total + v_delta > p_store_hard_cap THEN
-                RETURN QUERY SELECT 'store_full'::text, v_id, v_created;
+                RETURN QUERY SELECT 'store_full'::text, v_id, v_created, NULL::timestamptz;
                 RETURN;
             END IF;
         END IF;
-        IF v_delta > 0 THEN
-            SELECT s.max_bytes INTO v_quota FROM namespace_settings s WHERE s.namespace = p_namespace;
-            IF v_quota IS NOT NULL THEN
-                SELECT coalesce(sum(stored_bytes), 0) INTO v_total
-                FROM namespace_counters WHERE namespace = p_namespace;
-                IF v_total + v_delta > v_quota * p_namespace_hard_ratio THEN
-                    RETURN QUERY SELECT 'store_full'::text, v_id, v_created;
-                    RETURN;
-                END IF;
+        IF v_delta > 0 AND v_quota IS NOT NULL THEN
+            SELECT coalesce(sum(stored_bytes), 0) INTO v_total FROM namespace_counters WHERE namespace = p_namespace;
+            IF v_total + v_delta > v_quota * p_namespace_hard_ratio THEN
+                RETURN QUERY SELECT 'store_full'::text, v_id, v_created, NULL::timestamptz;
+                RETURN;
             END IF;
         END IF;
 
@@ -201,10 +207,10 @@ BEGIN
                    identity_size = p_identity_size, stored_size = octet_length(p_body), etag = p_etag,
                    model = p_model, version = p_version, prompt_digest = p_prompt_digest, tags = p_tags,
                    metadata = p_metadata, input_tokens = p_input_tokens, output_tokens = p_output_tokens,
-                   updated_at = p_now, expires_at = p_expires_at, writer_token_id = p_writer
+                   updated_at = p_now, expires_at = v_expires, writer_token_id = p_writer
             WHERE id = v_id;
             UPDATE entry_access SET last_accessed_at = p_now WHERE entry_access.entry_id = v_id;
-            RETURN QUERY SELECT 'replaced'::text, v_id, v_created;
+            RETURN QUERY SELECT 'replaced'::text, v_id, v_created, v_expires;
             RETURN;
         END IF;
 
@@ -213,13 +219,13 @@ BEGIN
                              created_at, updated_at, expires_at, writer_token_id)
         VALUES (p_namespace, p_key, p_body, p_encoding, p_content_type, p_identity_size, octet_length(p_body),
                 p_etag, p_model, p_version, p_prompt_digest, p_tags, p_metadata, p_input_tokens, p_output_tokens,
-                p_now, p_now, p_expires_at, p_writer)
+                p_now, p_now, v_expires, p_writer)
         ON CONFLICT ON CONSTRAINT entries_namespace_key DO NOTHING
         RETURNING id INTO v_id;
         IF v_id IS NOT NULL THEN
             INSERT INTO entry_access (entry_id, namespace, hit_count, last_accessed_at)
             VALUES (v_id, p_namespace, 0, p_now);
-            RETURN QUERY SELECT 'created'::text, v_id, p_now;
+            RETURN QUERY SELECT 'created'::text, v_id, p_now, v_expires;
             RETURN;
         END IF;
         -- A concurrent writer inserted the key first: go round and treat it as existing.

@@ -1,0 +1,150 @@
+import Foundation
+import Observability
+import Postgres
+
+/// Counts hits, misses, stale answers and bypasses in memory and writes them to PostgreSQL
+/// in one statement per flush, so the hit path never writes to the database.
+///
+/// A crash loses at most one flush interval of counts; a graceful stop flushes first.
+public final class AccessTracker: @unchecked Sendable {
+    // @unchecked: `entries`, `namespaces` are guarded by `lock`.
+    public enum Lookup: Sendable {
+        case hit, stale, miss, bypass
+    }
+
+    struct EntryAccess {
+        var namespace: String
+        var hits = 0
+        var lastAccess: Date
+    }
+
+    struct NamespaceCounts {
+        var hits = 0, misses = 0, stale = 0, bypass = 0, inputTokens = 0, outputTokens = 0
+    }
+
+    /// One statement: bump the entries' access rows and add the namespace counters (with the
+    /// store-wide row through the empty grouping set). Data-modifying CTEs always run.
+    static let flushStatement = """
+        WITH bumped AS (
+            UPDATE entry_access a
+               SET hit_count = a.hit_count + v.hits, last_accessed_at = greatest(a.last_accessed_at, v.at)
+              FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS v(entry_id, hits, at)
+             WHERE a.entry_id = v.entry_id
+            RETURNING 1)
+        INSERT INTO namespace_counters AS c (namespace, shard, hits, misses, stale, bypass, input_tokens_saved,
+                                             output_tokens_saved)
+        SELECT coalesce(n.namespace, ''), (pg_backend_pid() % 16)::smallint, sum(n.hits), sum(n.misses),
+               sum(n.stale), sum(n.bypass), sum(n.tin), sum(n.tout)
+        FROM unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+             AS n(namespace, hits, misses, stale, bypass, tin, tout)
+        GROUP BY GROUPING SETS ((n.namespace), ())
+        HAVING count(*) > 0
+        ON CONFLICT (namespace, shard) DO UPDATE
+           SET hits = c.hits + excluded.hits, misses = c.misses + excluded.misses, stale = c.stale + excluded.stale,
+               bypass = c.bypass + excluded.bypass,
+               input_tokens_saved = c.input_tokens_saved + excluded.input_tokens_saved,
+               output_tokens_saved = c.output_tokens_saved + excluded.output_tokens_saved
+        """
+
+    private let pool: ConnectionPool
+    private let lock = NSLock()
+    private var entries: [Int64: EntryAccess] = [:]
+    private var namespaces: [String: NamespaceCounts] = [:]
+    private let lookups: CounterFamily?
+    private let tokensSaved: CounterFamily?
+    private let flushes: CounterFamily?
+    private let logger = Logger(component: "access-tracker")
+
+    public init(pool: ConnectionPool, metrics: MetricsRegistry? = nil) {
+        self.pool = pool
+        lookups = metrics?.counter("teamcache_lookups_total", "Cache lookups by namespace and result.",
+                                   labels: ["namespace", "result"])
+        tokensSaved = metrics?.counter("teamcache_tokens_saved_total",
+                                       "Model tokens not paid for thanks to hits.", labels: ["namespace", "kind"])
+        flushes = metrics?.counter("teamcache_access_flushes_total", "Access-tracker flushes by outcome.",
+                                   labels: ["outcome"])
+    }
+
+    /// Records a lookup's result; for a hit or stale answer, the entry and its tokens.
+    public func record(_ lookup: Lookup, namespace: String, entry: StoredEntry? = nil, at now: Date) {
+        lookups?.inc([namespace, "\(lookup)"])
+        if let entry, entry.inputTokens + entry.outputTokens > 0 {
+            tokensSaved?.inc([namespace, "input"], by: Double(entry.inputTokens))
+            tokensSaved?.inc([namespace, "output"], by: Double(entry.outputTokens))
+        }
+        lock.withLock {
+            var counts = namespaces[namespace] ?? NamespaceCounts()
+            switch lookup {
+            case .hit: counts.hits += 1
+            case .stale: counts.stale += 1
+            case .miss: counts.misses += 1
+            case .bypass: counts.bypass += 1
+            }
+            if let entry {
+                counts.inputTokens += entry.inputTokens
+                counts.outputTokens += entry.outputTokens
+                var access = entries[entry.id] ?? EntryAccess(namespace: namespace, lastAccess: now)
+                access.hits += 1
+                access.lastAccess = max(access.lastAccess, now)
+                entries[entry.id] = access
+            }
+            namespaces[namespace] = counts
+        }
+    }
+
+    /// Writes what was counted since the last flush. On failure the counts are kept for the next one.
+    public func flush() throws {
+        let (pendingEntries, pendingNamespaces) = lock.withLock {
+            let taken = (entries, namespaces)
+            entries = [:]
+            namespaces = [:]
+            return taken
+        }
+        guard !pendingEntries.isEmpty || !pendingNamespaces.isEmpty else { return }
+        // A fixed order of row locks keeps concurrent flushes of several replicas from deadlocking.
+        let sortedEntries = pendingEntries.sorted { $0.key < $1.key }
+        let sortedNamespaces = pendingNamespaces.sorted { $0.key < $1.key }
+        let parameters: [PostgresValue] = [
+            .intArray(sortedEntries.map(\.key)), .intArray(sortedEntries.map { Int64($0.value.hits) }),
+            .timestampArray(sortedEntries.map(\.value.lastAccess)),
+            .textArray(sortedNamespaces.map(\.key)), .intArray(sortedNamespaces.map { Int64($0.value.hits) }),
+            .intArray(sortedNamespaces.map { Int64($0.value.misses) }),
+            .intArray(sortedNamespaces.map { Int64($0.value.stale) }),
+            .intArray(sortedNamespaces.map { Int64($0.value.bypass) }),
+            .intArray(sortedNamespaces.map { Int64($0.value.inputTokens) }),
+            .intArray(sortedNamespaces.map { Int64($0.value.outputTokens) }),
+        ]
+        do {
+            try pool.withConnection { _ = try $0.query(Self.flushStatement, parameters) }
+            flushes?.inc(["ok"])
+        } catch {
+            flushes?.inc(["error"])
+            restore(pendingEntries, pendingNamespaces)
+            throw error
+        }
+    }
+
+    private func restore(_ pendingEntries: [Int64: EntryAccess], _ pendingNamespaces: [String: NamespaceCounts]) {
+        lock.withLock {
+            for (id, access) in pendingEntries {
+                var merged = entries[id] ?? EntryAccess(namespace: access.namespace, lastAccess: access.lastAccess)
+                merged.hits += access.hits
+                merged.lastAccess = max(merged.lastAccess, access.lastAccess)
+                entries[id] = merged
+            }
+            for (name, counts) in pendingNamespaces {
+                var merged = namespaces[name] ?? NamespaceCounts()
+                merged.hits += counts.hits
+                merged.misses += counts.misses
+                merged.stale += counts.stale
+                merged.bypass += counts.bypass
+                merged.inputTokens += counts.inputTokens
+                merged.outputTokens += counts.outputTokens
+                namespaces[name] = merged
+            }
+        }
+    }
+
+    /// Entries with unflushed hits (for the batch-size trigger).
+    public var pendingEntries: Int { lock.withLock { entries.count } }
+}

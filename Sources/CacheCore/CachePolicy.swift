@@ -1,0 +1,25 @@
+/// The rules entries are stored and served by.
+public struct CachePolicy: Sendable {
+    /// TTL when neither the request nor the namespace gives one (7 days).
+    public var defaultTTL = 7 * 24 * 3600
+    /// The largest `?ttl=` accepted.
+    public var maxTTL = 365 * 24 * 3600
+    /// How long an expired entry is kept so `max-stale` can still serve it (24 h).
+    public var staleRetention = 24 * 3600
+    /// The largest body, after inflating a gzip upload.
+    public var maxBodyBytes = 8 * 1024 * 1024
+    /// zlib level for bodies the server compresses.
+    public var compressionLevel: Int32 = 6
+    /// Bodies smaller than this are stored as they are: gzip's ~20 bytes of framing would eat the gain.
+    public var minCompressBytes = 256
+    /// Soft cap of the whole store in stored bytes (0: none); the eviction job keeps under it.
+    public var storeMaxBytes: Int64 = 0
+    /// Hard caps are the soft caps times this; a write past a hard cap is refused (507).
+    public var hardCapRatio = 1.1
+    /// Entries not read for this long are evicted (30 days).
+    public var idleTTL = 30 * 24 * 3600
+
+    public init() {}
+
+    var storeHardCap: Int64 { storeMaxBytes > 0 ? Int64(Double(storeMaxBytes) * hardCapRatio) : 0 }
+}

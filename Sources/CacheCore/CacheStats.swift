@@ -1,0 +1,44 @@
+import Foundation
+
+/// Totals of a namespace, or of the whole store.
+public struct CacheStats: Sendable, Equatable {
+    public var entries = 0
+    public var identityBytes = 0
+    public var storedBytes = 0
+    public var hits = 0
+    public var misses = 0
+    public var stale = 0
+    public var bypass = 0
+    public var inputTokensSaved = 0
+    public var outputTokensSaved = 0
+    public var top: [TopEntry] = []
+
+    public init() {}
+
+    /// Hits over hits and misses; stale answers and bypasses are in neither.
+    public var hitRatio: Double {
+        hits + misses == 0 ? 0 : Double(hits) / Double(hits + misses)
+    }
+}
+
+/// One of the most-hit entries.
+public struct TopEntry: Sendable, Equatable {
+    public let namespace: String
+    public let key: [UInt8]
+    public let promptDigest: String?
+    public let model: String?
+    public let hitCount: Int
+    public let lastAccessedAt: Date
+    public let writerTokenID: Int?
+}
+
+/// Per-namespace settings.
+public struct NamespaceSettings: Sendable, Equatable {
+    public var defaultTTL: Int?
+    public var maxBytes: Int?
+
+    public init(defaultTTL: Int? = nil, maxBytes: Int? = nil) {
+        self.defaultTTL = defaultTTL
+        self.maxBytes = maxBytes
+    }
+}

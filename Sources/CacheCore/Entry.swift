@@ -1,0 +1,84 @@
+import Foundation
+
+/// An entry as read from the store.
+public struct StoredEntry: Sendable {
+    public let id: Int64
+    public let namespace: String
+    public let key: [UInt8]
+    public let body: [UInt8]
+    public let encoding: BodyEncoding
+    public let contentType: String
+    public let identitySize: Int
+    public let etag: String
+    public let model: String?
+    /// The metadata object as JSON text.
+    public let metadata: String?
+    public let inputTokens: Int
+    public let outputTokens: Int
+    public let updatedAt: Date
+    public let expiresAt: Date
+}
+
+/// Whether a stored entry may be served now.
+public enum Freshness: Equatable, Sendable {
+    /// Fresh, with whole seconds of freshness left.
+    case fresh(ttl: Int)
+    /// Expired `by` seconds but allowed by the request's `max-stale`.
+    case stale(by: Int)
+    /// Expired beyond what the request accepts: a miss.
+    case expired
+
+    /// `maxStale` nil: no stale entry is acceptable; `Int.max`: any staleness (bare `max-stale`).
+    public static func of(_ entry: StoredEntry, now: Date, maxStale: Int?) -> Freshness {
+        let left = entry.expiresAt.timeIntervalSince(now)
+        if left > 0 { return .fresh(ttl: Int(left.rounded(.up))) }
+        let overdue = Int((-left).rounded(.down))
+        if let maxStale, overdue <= maxStale { return .stale(by: max(overdue, 1)) }
+        return .expired
+    }
+}
+
+/// Everything one upsert writes.
+public struct EntryWrite: Sendable {
+    public var namespace: Namespace
+    public var key: EntryKey
+    public var body: StoredBody
+    public var contentType: String
+    public var model: String?
+    public var version: String?
+    public var promptDigest: String?
+    public var tags: [String] = []
+    /// A JSON object, as text.
+    public var metadata: String?
+    public var inputTokens = 0
+    public var outputTokens = 0
+    /// nil: the namespace's default TTL, else the server's.
+    public var ttlSeconds: Int?
+    public var writerTokenID: Int64?
+    public var condition: WriteCondition = .none
+
+    public init(namespace: Namespace, key: EntryKey, body: StoredBody, contentType: String) {
+        self.namespace = namespace
+        self.key = key
+        self.body = body
+        self.contentType = contentType
+    }
+}
+
+/// A conditional write (RFC 9110 §13).
+public enum WriteCondition: Sendable, Equatable {
+    case none
+    /// `If-None-Match: *`: create only.
+    case absent
+    /// `If-Match`: replace only an entry whose tag is listed (`*`: any existing entry).
+    case match([String])
+}
+
+/// What an upsert did.
+public enum WriteOutcome: Sendable, Equatable {
+    case created(expiresAt: Date)
+    case replaced(expiresAt: Date)
+    case preconditionFailed
+    /// A hard cap would be passed; nothing was stored.
+    case storeFull
+}

@@ -1,0 +1,54 @@
+import Foundation
+import Postgres
+
+extension EntryStore {
+    /// One batch of a predicate eviction: every optional condition is skipped when its
+    /// parameter is NULL, so one prepared statement serves every combination.
+    static let evictBatch = """
+        WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
+            SELECT e.id FROM entries e JOIN entry_access a ON a.entry_id = e.id
+            WHERE e.namespace = $1
+              AND ($2::bytea[] IS NULL OR e.key = ANY($2::bytea[]))
+              AND ($3::text IS NULL OR e.tags @> ARRAY[$3::text])
+              AND ($4::text IS NULL OR e.model = $4::text)
+              AND ($5::text IS NULL OR e.version = $5::text)
+              AND ($6::timestamptz IS NULL OR e.created_at < $6::timestamptz)
+              AND ($7::timestamptz IS NULL OR a.last_accessed_at < $7::timestamptz)
+            LIMIT $8)) RETURNING stored_size)
+        SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
+        """
+
+    /// Rows deleted per statement: short transactions that never hold many locks for long.
+    public static let evictionBatchSize = 1000
+
+    /// Deletes the namespace's entries matching `predicate`, in batches until one comes back
+    /// short; returns how many went and their stored bytes.
+    public func evict(_ namespace: Namespace, _ predicate: EvictionPredicate) throws -> (entries: Int, bytes: Int) {
+        precondition(predicate.isRestrictive, "an empty predicate would wipe the namespace")
+        let now = clock.now()
+        var createdBefore = predicate.createdBefore
+        if let olderThan = predicate.olderThan {
+            let limit = now.addingTimeInterval(-Double(olderThan))
+            createdBefore = min(createdBefore ?? limit, limit)
+        }
+        var accessedBefore = predicate.accessedBefore
+        if let idleFor = predicate.idleFor {
+            let limit = now.addingTimeInterval(-Double(idleFor))
+            accessedBefore = min(accessedBefore ?? limit, limit)
+        }
+        let parameters: [PostgresValue] = [
+            .text(namespace.name), predicate.keys.map { .bytesArray($0) } ?? .null, .optionalText(predicate.tag),
+            .optionalText(predicate.model), .optionalText(predicate.version),
+            createdBefore.map { .timestamp($0) } ?? .null, accessedBefore.map { .timestamp($0) } ?? .null,
+            .int(Self.evictionBatchSize),
+        ]
+        var total = (entries: 0, bytes: 0)
+        while true {
+            let row = try pool.withConnection { try $0.query(Self.evictBatch, parameters).first }
+            let deleted = try row?.int("n") ?? 0
+            total.entries += deleted
+            total.bytes += try row?.int("bytes") ?? 0
+            if deleted < Self.evictionBatchSize { return total }
+        }
+    }
+}

@@ -1,0 +1,97 @@
+import Foundation
+import Postgres
+
+extension EntryStore {
+    /// Sums the counter shards: 16 rows per namespace, never a scan of the entries.
+    static let selectCounters = """
+        SELECT coalesce(sum(entries), 0)::bigint AS entries, coalesce(sum(identity_bytes), 0)::bigint AS identity_bytes,
+               coalesce(sum(stored_bytes), 0)::bigint AS stored_bytes, coalesce(sum(hits), 0)::bigint AS hits,
+               coalesce(sum(misses), 0)::bigint AS misses, coalesce(sum(stale), 0)::bigint AS stale,
+               coalesce(sum(bypass), 0)::bigint AS bypass,
+               coalesce(sum(input_tokens_saved), 0)::bigint AS input_tokens_saved,
+               coalesce(sum(output_tokens_saved), 0)::bigint AS output_tokens_saved
+        FROM namespace_counters WHERE namespace = $1
+        """
+    static let selectTop = """
+        SELECT e.namespace, e.key, e.prompt_digest, e.model, a.hit_count, a.last_accessed_at, e.writer_token_id
+        FROM entry_access a JOIN entries e ON e.id = a.entry_id
+        WHERE a.namespace = $1 ORDER BY a.hit_count DESC LIMIT $2
+        """
+    static let selectTopGlobal = """
+        SELECT e.namespace, e.key, e.prompt_digest, e.model, a.hit_count, a.last_accessed_at, e.writer_token_id
+        FROM entry_access a JOIN entries e ON e.id = a.entry_id
+        ORDER BY a.hit_count DESC LIMIT $1
+        """
+    static let selectAllCounters = """
+        SELECT namespace, sum(entries)::bigint AS entries, sum(identity_bytes)::bigint AS identity_bytes,
+               sum(stored_bytes)::bigint AS stored_bytes
+        FROM namespace_counters WHERE namespace <> '' GROUP BY namespace
+        """
+    static let selectSettings = "SELECT default_ttl_seconds, max_bytes FROM namespace_settings WHERE namespace = $1"
+    static let upsertSettings = """
+        INSERT INTO namespace_settings (namespace, default_ttl_seconds, max_bytes, updated_at)
+        VALUES ($1, $2::bigint, $3::bigint, now())
+        ON CONFLICT (namespace) DO UPDATE SET default_ttl_seconds = excluded.default_ttl_seconds,
+            max_bytes = excluded.max_bytes, updated_at = now()
+        """
+
+    /// Totals and the `top` most-hit entries of `namespace`, or of the whole store when nil.
+    public func stats(_ namespace: Namespace?, top: Int) throws -> CacheStats {
+        try pool.withConnection { connection in
+            var stats = CacheStats()
+            if let row = try connection.query(Self.selectCounters, [.text(namespace?.name ?? "")]).first {
+                stats.entries = try row.int("entries") ?? 0
+                stats.identityBytes = try row.int("identity_bytes") ?? 0
+                stats.storedBytes = try row.int("stored_bytes") ?? 0
+                stats.hits = try row.int("hits") ?? 0
+                stats.misses = try row.int("misses") ?? 0
+                stats.stale = try row.int("stale") ?? 0
+                stats.bypass = try row.int("bypass") ?? 0
+                stats.inputTokensSaved = try row.int("input_tokens_saved") ?? 0
+                stats.outputTokensSaved = try row.int("output_tokens_saved") ?? 0
+            }
+            let rows = try namespace.map {
+                try connection.query(Self.selectTop, [.text($0.name), .int(top)])
+            } ?? connection.query(Self.selectTopGlobal, [.int(top)])
+            stats.top = try rows.rows.map { row in
+                TopEntry(namespace: try row.string("namespace") ?? "", key: try row.bytes("key") ?? [],
+                         promptDigest: try row.string("prompt_digest"), model: try row.string("model"),
+                         hitCount: try row.int("hit_count") ?? 0,
+                         lastAccessedAt: try row.date("last_accessed_at") ?? Date(timeIntervalSince1970: 0),
+                         writerTokenID: try row.int("writer_token_id"))
+            }
+            return stats
+        }
+    }
+
+    /// Entries and bytes of every namespace (for the metrics gauges).
+    public func namespaceTotals() throws -> [String: (entries: Int, identityBytes: Int, storedBytes: Int)] {
+        try pool.withConnection { connection in
+            var totals: [String: (entries: Int, identityBytes: Int, storedBytes: Int)] = [:]
+            for row in try connection.query(Self.selectAllCounters).rows {
+                guard let name = try row.string("namespace") else { continue }
+                totals[name] = (try row.int("entries") ?? 0, try row.int("identity_bytes") ?? 0,
+                                try row.int("stored_bytes") ?? 0)
+            }
+            return totals
+        }
+    }
+
+    public func settings(_ namespace: Namespace) throws -> NamespaceSettings {
+        try pool.withConnection { connection in
+            guard let row = try connection.query(Self.selectSettings, [.text(namespace.name)]).first else {
+                return NamespaceSettings()
+            }
+            return NamespaceSettings(defaultTTL: try row.int("default_ttl_seconds"), maxBytes: try row.int("max_bytes"))
+        }
+    }
+
+    public func setSettings(_ namespace: Namespace, _ settings: NamespaceSettings) throws {
+        try pool.withConnection { connection in
+            _ = try connection.query(Self.upsertSettings, [
+                .text(namespace.name), settings.defaultTTL.map { .int($0) } ?? .null,
+                settings.maxBytes.map { .int($0) } ?? .null,
+            ])
+        }
+    }
+}

@@ -1,0 +1,88 @@
+import Foundation
+import Postgres
+
+/// Entries in PostgreSQL: lookup, upsert and delete by key. Every write is one statement
+/// (autocommit), so a returned outcome means the row is committed.
+public final class EntryStore: Sendable {
+    static let selectEntry = """
+        SELECT id, namespace, key, body, encoding, content_type, identity_size, etag, model, metadata::text AS metadata,
+               input_tokens, output_tokens, updated_at, expires_at
+        FROM entries WHERE namespace = $1 AND key = $2
+        """
+    static let putEntry = """
+        SELECT outcome, entry_id, expires_at FROM tc_put_entry($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+            $12::jsonb, $13, $14, $15, $16::bigint, $17, $18::bigint, $19, $20, $21, $22)
+        """
+    static let deleteEntry = "DELETE FROM entries WHERE namespace = $1 AND key = $2"
+
+    public let pool: ConnectionPool
+    public let policy: CachePolicy
+    public let clock: any Clock
+
+    public init(pool: ConnectionPool, policy: CachePolicy, clock: any Clock = SystemClock()) {
+        self.pool = pool
+        self.policy = policy
+        self.clock = clock
+    }
+
+    /// The entry under `key`, whatever its freshness; nil when absent.
+    public func fetch(_ namespace: Namespace, _ key: EntryKey) throws -> StoredEntry? {
+        try pool.withConnection { connection in
+            try connection.query(Self.selectEntry, [.text(namespace.name), .bytes(key.bytes)]).first.map(Self.entry)
+        }
+    }
+
+    /// Inserts or replaces an entry, honouring its condition and the hard caps.
+    public func put(_ write: EntryWrite) throws -> WriteOutcome {
+        let condition: String, ifMatch: [String]
+        switch write.condition {
+        case .none: (condition, ifMatch) = ("none", [])
+        case .absent: (condition, ifMatch) = ("absent", [])
+        case .match(let tags): (condition, ifMatch) = ("match", tags)
+        }
+        let parameters: [PostgresValue] = [
+            .text(write.namespace.name), .bytes(write.key.bytes), .bytes(write.body.bytes),
+            .text(write.body.encoding.rawValue), .text(write.contentType), .int(write.body.identitySize),
+            .text(write.body.etag), .optionalText(write.model), .optionalText(write.version),
+            .optionalText(write.promptDigest), .textArray(write.tags), write.metadata.map { .jsonb($0) } ?? .null,
+            .int(write.inputTokens), .int(write.outputTokens), .timestamp(clock.now()),
+            write.ttlSeconds.map { .int($0) } ?? .null, .int(policy.defaultTTL),
+            write.writerTokenID.map { .int($0) } ?? .null, .text(condition), .textArray(ifMatch),
+            .int(policy.storeHardCap), .double(policy.hardCapRatio),
+        ]
+        let row = try pool.withConnection { connection in
+            try connection.query(Self.putEntry, parameters).first
+        }
+        guard let row, let outcome = try row.string("outcome") else {
+            throw PostgresError(.decoding, serverMessage: "tc_put_entry returned no row")
+        }
+        switch outcome {
+        case "created": return .created(expiresAt: try row.date("expires_at") ?? clock.now())
+        case "replaced": return .replaced(expiresAt: try row.date("expires_at") ?? clock.now())
+        case "precondition_failed": return .preconditionFailed
+        default: return .storeFull
+        }
+    }
+
+    /// Deletes one entry; false when it was absent.
+    public func delete(_ namespace: Namespace, _ key: EntryKey) throws -> Bool {
+        try pool.withConnection { connection in
+            try connection.query(Self.deleteEntry, [.text(namespace.name), .bytes(key.bytes)]).affectedRows > 0
+        }
+    }
+
+    static func entry(_ row: PostgresRow) throws -> StoredEntry {
+        guard let id = try row.int("id"), let namespace = try row.string("namespace"), let key = try row.bytes("key"),
+              let body = try row.bytes("body"), let encoding = try row.string("encoding").flatMap(BodyEncoding.init),
+              let contentType = try row.string("content_type"), let identitySize = try row.int("identity_size"),
+              let etag = try row.string("etag"), let updatedAt = try row.date("updated_at"),
+              let expiresAt = try row.date("expires_at") else {
+            throw PostgresError(.decoding, serverMessage: "entry row has unexpected NULLs")
+        }
+        return StoredEntry(id: Int64(id), namespace: namespace, key: key, body: body, encoding: encoding,
+                           contentType: contentType, identitySize: identitySize, etag: etag,
+                           model: try row.string("model"), metadata: try row.string("metadata"),
+                           inputTokens: try row.int("input_tokens") ?? 0, outputTokens: try row.int("output_tokens") ?? 0,
+                           updatedAt: updatedAt, expiresAt: expiresAt)
+    }
+}

@@ -1,0 +1,176 @@
+import Foundation
+import Observability
+import Postgres
+
+/// The scheduled eviction: expired entries past the stale allowance, idle entries, and
+/// least-recently-used entries while a namespace or the store is over its byte cap.
+///
+/// One replica at a time holds `pg_try_advisory_lock`; the others skip the cycle. Deletes go
+/// in short batches until one comes back short.
+public final class EvictionJob: Sendable {
+    public enum Reason: String, Sendable, CaseIterable {
+        case expired, idle, size, manual
+    }
+
+    /// What one cycle removed, per reason.
+    public struct Report: Sendable, Equatable {
+        public var entries: [Reason: Int] = [:]
+        public var bytes: [Reason: Int] = [:]
+        public var isEmpty: Bool { entries.values.allSatisfy { $0 == 0 } }
+    }
+
+    static let lockKey: Int64 = 0x7463_6576_6963  // "tcevic"
+    static let batchSize = 1000
+    static let deleteExpired = """
+        WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
+            SELECT id FROM entries WHERE expires_at < $1 LIMIT $2)) RETURNING stored_size)
+        SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
+        """
+    static let deleteIdle = """
+        WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
+            SELECT entry_id FROM entry_access WHERE last_accessed_at < $1 ORDER BY last_accessed_at LIMIT $2))
+            RETURNING stored_size)
+        SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
+        """
+    /// The least recently used entries of a namespace ('' = the whole store) until `excess`
+    /// bytes are covered: each row is taken while the bytes before it are still short of it.
+    static let deleteLeastRecent = """
+        WITH ranked AS (
+            SELECT e.id, e.stored_size,
+                   sum(e.stored_size) OVER (ORDER BY a.last_accessed_at, e.id) - e.stored_size AS before
+            FROM entry_access a JOIN entries e ON e.id = a.entry_id
+            WHERE ($1 = '' OR a.namespace = $1)
+            ORDER BY a.last_accessed_at, e.id LIMIT $3),
+        gone AS (DELETE FROM entries WHERE id IN (SELECT id FROM ranked WHERE before < $2) RETURNING stored_size)
+        SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
+        """
+    static let overQuota = """
+        SELECT s.namespace, s.max_bytes, coalesce(sum(c.stored_bytes), 0)::bigint AS stored
+        FROM namespace_settings s JOIN namespace_counters c ON c.namespace = s.namespace
+        WHERE s.max_bytes IS NOT NULL GROUP BY s.namespace, s.max_bytes
+        HAVING coalesce(sum(c.stored_bytes), 0) > s.max_bytes
+        """
+    static let storeBytes = "SELECT coalesce(sum(stored_bytes), 0)::bigint AS stored FROM namespace_counters WHERE namespace = ''"
+
+    private let store: EntryStore
+    private let metrics: EvictionMetrics?
+    private let logger = Logger(component: "eviction")
+
+    public init(store: EntryStore, metrics registry: MetricsRegistry? = nil) {
+        self.store = store
+        metrics = registry.map(EvictionMetrics.init)
+    }
+
+    /// Runs one cycle; nil when another replica holds the lock (or the database is down).
+    @discardableResult
+    public func runCycle() -> Report? {
+        let started = Date()
+        do {
+            let report = try store.pool.withConnection { connection -> Report? in
+                guard try connection.query("SELECT pg_try_advisory_lock($1) AS locked", [.int(Self.lockKey)])
+                    .first?.bool("locked") == true else { return nil }
+                defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [.int(Self.lockKey)]) }
+                return try cycle(on: connection)
+            }
+            guard let report else {
+                metrics?.runs.inc(["skipped"])
+                return nil
+            }
+            metrics?.record(report, seconds: Date().timeIntervalSince(started))
+            if !report.isEmpty {
+                logger.info("eviction cycle", Reason.allCases.map { ($0.rawValue, .int(report.entries[$0] ?? 0)) }
+                    + [("bytes", .int(report.bytes.values.reduce(0, +)))])
+            }
+            return report
+        } catch {
+            metrics?.runs.inc(["error"])
+            logger.warn("eviction cycle failed", [("error", .string("\(error)"))])
+            return nil
+        }
+    }
+
+    private func cycle(on connection: PostgresConnection) throws -> Report {
+        let now = store.clock.now()
+        let policy = store.policy
+        var report = Report()
+        let expiredBefore = now.addingTimeInterval(-Double(policy.staleRetention))
+        try drain(.expired, into: &report) {
+            try connection.query(Self.deleteExpired, [.timestamp(expiredBefore), .int(Self.batchSize)])
+        }
+        let idleBefore = now.addingTimeInterval(-Double(policy.idleTTL))
+        try drain(.idle, into: &report) {
+            try connection.query(Self.deleteIdle, [.timestamp(idleBefore), .int(Self.batchSize)])
+        }
+        for row in try connection.query(Self.overQuota).rows {
+            guard let namespace = try row.string("namespace"), let quota = try row.int("max_bytes"),
+                  let stored = try row.int("stored") else { continue }
+            try shrink(namespace, excess: stored - quota, on: connection, into: &report)
+        }
+        if policy.storeMaxBytes > 0, let stored = try connection.query(Self.storeBytes).first?.int("stored"),
+           stored > Int(policy.storeMaxBytes) {
+            try shrink("", excess: stored - Int(policy.storeMaxBytes), on: connection, into: &report)
+        }
+        return report
+    }
+
+    /// Deletes least-recently-used entries until `excess` bytes are gone.
+    private func shrink(_ namespace: String, excess: Int, on connection: PostgresConnection,
+                        into report: inout Report) throws {
+        var remaining = excess
+        while remaining > 0 {
+            let result = try connection.query(Self.deleteLeastRecent,
+                                              [.text(namespace), .int(remaining), .int(Self.batchSize)])
+            let count = try result.first?.int("n") ?? 0, bytes = try result.first?.int("bytes") ?? 0
+            report.entries[.size, default: 0] += count
+            report.bytes[.size, default: 0] += bytes
+            remaining -= bytes
+            if count == 0 { return }
+        }
+    }
+
+    private func drain(_ reason: Reason, into report: inout Report, batch: () throws -> PostgresResult) throws {
+        while true {
+            let result = try batch()
+            let count = try result.first?.int("n") ?? 0
+            report.entries[reason, default: 0] += count
+            report.bytes[reason, default: 0] += try result.first?.int("bytes") ?? 0
+            if count < Self.batchSize { return }
+        }
+    }
+
+    /// Counts a manual (API) eviction in the same metrics.
+    public func recordManual(entries: Int, bytes: Int) {
+        metrics?.evicted.inc([Reason.manual.rawValue], by: Double(entries))
+        metrics?.evictedBytes.inc([Reason.manual.rawValue], by: Double(bytes))
+    }
+}
+
+/// The eviction job's Prometheus families.
+struct EvictionMetrics {
+    let runs: CounterFamily
+    let evicted: CounterFamily
+    let evictedBytes: CounterFamily
+    let duration: HistogramFamily
+    let lastSuccess: GaugeFamily
+
+    init(registry: MetricsRegistry) {
+        runs = registry.counter("teamcache_eviction_runs_total", "Eviction cycles by outcome.", labels: ["outcome"])
+        evicted = registry.counter("teamcache_evictions_total", "Entries evicted by reason.", labels: ["reason"])
+        evictedBytes = registry.counter("teamcache_evicted_bytes_total", "Stored bytes evicted by reason.",
+                                        labels: ["reason"])
+        duration = registry.histogram("teamcache_eviction_duration_seconds", "Duration of eviction cycles.",
+                                      bounds: latencyBuckets)
+        lastSuccess = registry.gauge("teamcache_eviction_last_success_timestamp_seconds",
+                                     "When an eviction cycle last completed, Unix seconds.")
+    }
+
+    func record(_ report: EvictionJob.Report, seconds: Double) {
+        runs.inc(["ok"])
+        duration.observe([], seconds)
+        lastSuccess.set([], Date().timeIntervalSince1970)
+        for reason in EvictionJob.Reason.allCases where reason != .manual {
+            evicted.inc([reason.rawValue], by: Double(report.entries[reason] ?? 0))
+            evictedBytes.inc([reason.rawValue], by: Double(report.bytes[reason] ?? 0))
+        }
+    }
+}

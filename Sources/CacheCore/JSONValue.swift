@@ -1,0 +1,138 @@
+/// A JSON value that keeps numbers as their source text, so canonical JSON can write them
+/// "as given" (a float parse would turn `1.10` into `1.1` and change cache keys).
+public indirect enum JSONValue: Sendable, Equatable {
+    case null
+    case bool(Bool)
+    case number(String)
+    case string(String)
+    case array([JSONValue])
+    /// Members in source order; duplicate names are rejected by the parser.
+    case object([(String, JSONValue)])
+
+    public static func == (lhs: JSONValue, rhs: JSONValue) -> Bool {
+        switch (lhs, rhs) {
+        case (.null, .null): true
+        case (.bool(let a), .bool(let b)): a == b
+        case (.number(let a), .number(let b)): a == b
+        case (.string(let a), .string(let b)): a == b
+        case (.array(let a), .array(let b)): a == b
+        case (.object(let a), .object(let b)):
+            a.count == b.count && zip(a, b).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
+        default: false
+        }
+    }
+
+    public subscript(member: String) -> JSONValue? {
+        guard case .object(let members) = self else { return nil }
+        return members.first(where: { $0.0 == member })?.1
+    }
+
+    public var stringValue: String? {
+        if case .string(let text) = self { return text }
+        return nil
+    }
+
+    public var boolValue: Bool? {
+        if case .bool(let flag) = self { return flag }
+        return nil
+    }
+
+    /// An integer written without fraction or exponent, within Int64.
+    public var integerValue: Int? {
+        if case .number(let text) = self { return Int(text) }
+        return nil
+    }
+
+    public static func int(_ value: Int) -> JSONValue { .number(String(value)) }
+
+    public static func double(_ value: Double) -> JSONValue {
+        value.isFinite ? .number(String(value)) : .null
+    }
+}
+
+extension JSONValue {
+    /// Canonical JSON: object members sorted by the UTF-8 bytes of their names, no
+    /// insignificant whitespace, numbers as given, strings with minimal escaping
+    /// (`"`, `\`, and U+0000–U+001F; everything else as raw UTF-8).
+    public var canonical: String {
+        var out = ""
+        writeCanonical(into: &out)
+        return out
+    }
+
+    private func writeCanonical(into out: inout String) {
+        switch self {
+        case .null: out += "null"
+        case .bool(let flag): out += flag ? "true" : "false"
+        case .number(let text): out += text
+        case .string(let text): Self.writeString(text, into: &out)
+        case .array(let items):
+            out += "["
+            for (index, item) in items.enumerated() {
+                if index > 0 { out += "," }
+                item.writeCanonical(into: &out)
+            }
+            out += "]"
+        case .object(let members):
+            out += "{"
+            let sorted = members.sorted { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }
+            for (index, (name, value)) in sorted.enumerated() {
+                if index > 0 { out += "," }
+                Self.writeString(name, into: &out)
+                out += ":"
+                value.writeCanonical(into: &out)
+            }
+            out += "}"
+        }
+    }
+
+    /// JSON text for responses: members in the order given (not sorted).
+    public var serialized: String {
+        var out = ""
+        writeSerialized(into: &out)
+        return out
+    }
+
+    private func writeSerialized(into out: inout String) {
+        switch self {
+        case .array(let items):
+            out += "["
+            for (index, item) in items.enumerated() {
+                if index > 0 { out += "," }
+                item.writeSerialized(into: &out)
+            }
+            out += "]"
+        case .object(let members):
+            out += "{"
+            for (index, (name, value)) in members.enumerated() {
+                if index > 0 { out += "," }
+                Self.writeString(name, into: &out)
+                out += ":"
+                value.writeSerialized(into: &out)
+            }
+            out += "}"
+        default:
+            writeCanonical(into: &out)
+        }
+    }
+
+    static func writeString(_ text: String, into out: inout String) {
+        out += "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\u{08}": out += "\\b"
+            case "\u{0C}": out += "\\f"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20:
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        out += "\""
+    }
+}

@@ -1,0 +1,128 @@
+import CacheCore
+import Foundation
+import HTTPServer
+import Observability
+import Postgres
+
+/// The running service: database, pool, store, access tracker, eviction job and HTTP
+/// server, started and stopped in order.
+public final class Application: Sendable {
+    public let configuration: Configuration
+    public let database: Database
+    public let pool: ConnectionPool
+    public let store: EntryStore
+    public let tracker: AccessTracker
+    public let tokens: TokenStore
+    public let metrics: MetricsRegistry
+    public let server: HTTPServer
+    public let eviction: EvictionJob
+    private let group: ServiceGroup
+    private let logger = Logger(component: "teamcache")
+
+    /// Opens the database (the embedded default migrates itself) and builds every part.
+    public init(configuration: Configuration, clock: any Clock = SystemClock()) throws {
+        self.configuration = configuration
+        metrics = MetricsRegistry()
+        database = try Database(configuration: configuration, requireCurrent: true)
+        pool = ConnectionPool(.init(url: database.url, maxConnections: configuration.poolSize,
+                                    acquireTimeout: configuration.acquireTimeout), metrics: metrics)
+        store = EntryStore(pool: pool, policy: configuration.cache, clock: clock)
+        tracker = AccessTracker(pool: pool, metrics: metrics)
+        tokens = TokenStore(pool: pool)
+        eviction = EvictionJob(store: store, metrics: metrics)
+        let auth = Authenticator(enabled: configuration.authEnabled, store: tokens,
+                                 cacheTTL: configuration.tokenCacheTTL, rateLimit: configuration.rateLimit, clock: clock)
+        let api = CacheAPI(store: store, tracker: tracker, eviction: eviction, metrics: metrics)
+        guard let specURL = ResourceLocator.find("openapi.yaml"), let spec = FileManager.default.contents(atPath: specURL.path)
+        else { throw ConfigurationError(variable: "openapi.yaml", value: "", allowed: "the file beside the binary") }
+        let operations = OperationalRoutes(pool: pool, migrations: database.migrations, metrics: metrics,
+                                           openAPI: Array(spec))
+        ProcessMetrics.register(in: metrics)
+        server = HTTPServer(configuration: configuration.http,
+                            routes: Self.routes(api: api, operations: operations, auth: auth,
+                                                metricsNeedAuth: configuration.metricsRequireAuth),
+                            metrics: metrics)
+        group = ServiceGroup(Self.services(configuration: configuration, store: store, tracker: tracker,
+                                           eviction: eviction, server: server, metrics: metrics))
+    }
+
+    private static func services(configuration: Configuration, store: EntryStore, tracker: AccessTracker,
+                                 eviction: EvictionJob, server: HTTPServer, metrics: MetricsRegistry) -> [any Service] {
+        let logger = Logger(component: "access-tracker")
+        let flusher = PeriodicService(name: "access-flush", interval: configuration.accessFlushInterval,
+                                      runOnStop: true) {
+            do { try tracker.flush() } catch { logger.warn("flush failed", [("error", .string("\(error)"))]) }
+        }
+        let gauges = NamespaceGauges(store: store, metrics: metrics)
+        return [
+            flusher,
+            PeriodicService(name: "namespace-gauges", interval: 15) { gauges.refresh() },
+            PeriodicService(name: "eviction", interval: configuration.evictionInterval, jitter: 0.1) {
+                eviction.runCycle()
+            },
+            HTTPService(server: server),
+        ]
+    }
+
+    /// Starts the background services and the listener; returns once it accepts connections.
+    public func start() throws {
+        try group.start()
+        let address = "http://\(configuration.http.host):\(server.port)"
+        logger.info("listening", [("address", .string(address)), ("auth", .bool(configuration.authEnabled))])
+    }
+
+    /// Serves until SIGTERM or SIGINT, then stops in order.
+    public func runUntilSignalled() {
+        group.runUntilSignalled()
+        finish()
+    }
+
+    /// Stops serving (in-flight requests finish), flushes counts, closes the database.
+    public func stop() {
+        group.stopAll()
+        finish()
+    }
+
+    private func finish() {
+        pool.closeIdle()
+        database.close()
+        LogSink.shared.flush()
+    }
+}
+
+/// The HTTP server as a service.
+final class HTTPService: Service, @unchecked Sendable {
+    // @unchecked: HTTPServer is thread-safe; this wrapper holds no state of its own.
+    let name = "http"
+    let server: HTTPServer
+
+    init(server: HTTPServer) { self.server = server }
+    func start() throws { try server.start() }
+    func stop() { server.shutdown() }
+}
+
+/// Per-namespace entries and bytes for /metrics, refreshed in the background so rendering
+/// never touches the database.
+struct NamespaceGauges: Sendable {
+    let store: EntryStore
+    let entries: GaugeFamily
+    let bytes: GaugeFamily
+
+    init(store: EntryStore, metrics: MetricsRegistry) {
+        self.store = store
+        entries = metrics.gauge("teamcache_entries", "Entries stored, by namespace.", labels: ["namespace"])
+        bytes = metrics.gauge("teamcache_stored_bytes", "Bytes stored, by namespace and encoding basis.",
+                              labels: ["namespace", "kind"])
+    }
+
+    func refresh() {
+        guard let totals = try? store.namespaceTotals() else { return }
+        entries.replaceAll(Dictionary(uniqueKeysWithValues: totals.map { ([$0.key], Double($0.value.entries)) }))
+        var byKind: [[String]: Double] = [:]
+        for (namespace, total) in totals {
+            byKind[[namespace, "identity"]] = Double(total.identityBytes)
+            byKind[[namespace, "stored"]] = Double(total.storedBytes)
+        }
+        bytes.replaceAll(byKind)
+    }
+}

@@ -1,0 +1,80 @@
+import CacheCore
+import Foundation
+import HTTPServer
+import Hashing
+
+/// Checks `Authorization: Bearer` on every `/v1/` request.
+///
+/// Verified tokens (and unknown hashes) are cached in memory for `cacheTTL`, so the hot
+/// path makes no extra database query; a revocation takes effect within that TTL. The cache
+/// is keyed by the secret's SHA-256, never by the secret.
+public final class Authenticator: @unchecked Sendable {
+    // @unchecked: `cache` is guarded by `lock`; the rest is immutable or thread-safe.
+    /// Who made a request: the token (nil when auth is off).
+    public struct Principal: Sendable {
+        public let token: APIToken?
+    }
+
+    private struct Cached {
+        let token: APIToken?
+        let fetched: TimeInterval
+    }
+
+    public let enabled: Bool
+    private let store: TokenStore
+    private let cacheTTL: TimeInterval
+    private let limiter: RateLimiter?
+    private let clock: any Clock
+    private let lock = NSLock()
+    private var cache: [[UInt8]: Cached] = [:]
+    private static let maxCached = 10_000
+
+    init(enabled: Bool, store: TokenStore, cacheTTL: TimeInterval, rateLimit: Double, clock: any Clock) {
+        self.enabled = enabled
+        self.store = store
+        self.cacheTTL = cacheTTL
+        self.clock = clock
+        limiter = rateLimit > 0 ? RateLimiter(rate: rateLimit, burst: max(1, rateLimit * 2)) : nil
+    }
+
+    /// The principal allowed `scope` on `namespace` (nil namespace: a store-wide route).
+    public func authorize(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?) throws -> Principal {
+        guard enabled else { return Principal(token: nil) }
+        guard let header = request.headers["Authorization"] else {
+            throw Self.unauthorized("A bearer token is required.", error: nil)
+        }
+        let parts = header.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "bearer", !parts[1].isEmpty, parts[1].utf8.count <= 256 else {
+            throw Self.unauthorized("Use `Authorization: Bearer <token>`.", error: "invalid_request")
+        }
+        guard let token = try lookup(String(parts[1])), token.isUsable(at: clock.now()) else {
+            throw Self.unauthorized("The token is unknown, expired or revoked.", error: "invalid_token")
+        }
+        guard token.allows(scope, namespace: namespace) else {
+            let target = namespace.map { "namespace \($0.name)" } ?? "store-wide routes"
+            throw HTTPError(403, "This token lacks the \(scope.rawValue) scope for \(target).")
+        }
+        if let limiter, let wait = limiter.admit(token.id) {
+            throw HTTPError(429, "This token is over its request rate; retry later.",
+                            headers: HTTPHeaders([("Retry-After", String(wait))]))
+        }
+        return Principal(token: token)
+    }
+
+    private func lookup(_ secret: String) throws -> APIToken? {
+        let hash = APIToken.hash(secret: secret)
+        let now = ProcessInfo.processInfo.systemUptime
+        if let cached = lock.withLock({ cache[hash] }), now - cached.fetched < cacheTTL { return cached.token }
+        let token = try store.find(hash: hash)
+        lock.withLock {
+            if cache.count >= Self.maxCached { cache.removeAll() }
+            cache[hash] = Cached(token: token, fetched: now)
+        }
+        return token
+    }
+
+    static func unauthorized(_ detail: String, error: String?) -> HTTPError {
+        let challenge = "Bearer realm=\"teamcache\"" + (error.map { ", error=\"\($0)\"" } ?? "")
+        return HTTPError(401, detail, headers: HTTPHeaders([("WWW-Authenticate", challenge)]))
+    }
+}

@@ -1,0 +1,36 @@
+import Foundation
+
+/// A token bucket per API token, in memory per replica: `rate` requests a second with
+/// bursts up to `burst`.
+final class RateLimiter: @unchecked Sendable {
+    // @unchecked: `buckets` is guarded by `lock`.
+    private struct Bucket {
+        var tokens: Double
+        var updated: TimeInterval
+    }
+
+    private let rate: Double
+    private let burst: Double
+    private let lock = NSLock()
+    private var buckets: [Int64: Bucket] = [:]
+
+    init(rate: Double, burst: Double) {
+        self.rate = rate
+        self.burst = burst
+    }
+
+    /// nil when allowed; otherwise the seconds to wait before a request would be.
+    func admit(_ tokenID: Int64, now: TimeInterval = ProcessInfo.processInfo.systemUptime) -> Int? {
+        lock.withLock {
+            var bucket = buckets[tokenID] ?? Bucket(tokens: burst, updated: now)
+            bucket.tokens = min(burst, bucket.tokens + (now - bucket.updated) * rate)
+            bucket.updated = now
+            defer { buckets[tokenID] = bucket }
+            if bucket.tokens >= 1 {
+                bucket.tokens -= 1
+                return nil
+            }
+            return max(1, Int(((1 - bucket.tokens) / rate).rounded(.up)))
+        }
+    }
+}

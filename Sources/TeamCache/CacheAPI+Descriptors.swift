@@ -1,0 +1,119 @@
+import CacheCore
+import Foundation
+import HTTPServer
+
+/// `POST /v1/caches/{ns}/lookup` and `/upsert`: LLM / AI answers keyed by their descriptor.
+extension CacheAPI {
+    static let descriptorMembers: Set<String> = ["prompt", "messages", "model", "schema", "params", "version"]
+    static let lookupMembers = descriptorMembers.union(["max_stale", "refresh"])
+    static let upsertMembers = descriptorMembers.union(["response", "metadata", "ttl", "tags"])
+
+    func lookup(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
+        let namespace = try RequestParsing.namespace(request)
+        let json = try RequestParsing.jsonObject(request)
+        try RequestParsing.rejectUnknownMembers(json, allowed: Self.lookupMembers)
+        let descriptor = try Self.descriptor(json)
+        let maxStale = try Self.optionalInteger(json["max_stale"], name: "max_stale", 0...Int.max)
+        guard json["refresh"] == nil || json["refresh"]?.boolValue != nil else {
+            throw HTTPError(422, "`refresh` must be a boolean.")
+        }
+        let key = descriptor.key
+        let miss = JSONValue.object([("hit", .bool(false)), ("key", .string(key))])
+        return try guarded(request) {
+            let now = clock.now()
+            if json["refresh"]?.boolValue == true {
+                tracker.record(.bypass, namespace: namespace.name, at: now)
+                return .json(200, miss.serialized)
+            }
+            // The model must match exactly: a defence against collisions and mix-ups.
+            guard let entry = try store.fetch(namespace, EntryKey(Array(key.utf8))!), entry.model == descriptor.model
+            else {
+                tracker.record(.miss, namespace: namespace.name, at: now)
+                return .json(200, miss.serialized)
+            }
+            let freshness = Freshness.of(entry, now: now, maxStale: maxStale)
+            if freshness == .expired {
+                tracker.record(.miss, namespace: namespace.name, at: now)
+                return .json(200, miss.serialized)
+            }
+            var stale = false
+            if case .stale = freshness { stale = true }
+            tracker.record(stale ? .stale : .hit, namespace: namespace.name, entry: entry, at: now)
+            let text = String(decoding: try identityBody(entry), as: UTF8.self)
+            let metadata = try entry.metadata.map { try JSONParser.parse($0) } ?? .null
+            let answer = JSONValue.object([
+                ("hit", .bool(true)), ("key", .string(key)), ("response", .string(text)), ("metadata", metadata),
+                ("age", .int(max(0, Int(now.timeIntervalSince(entry.updatedAt))))), ("stale", .bool(stale)),
+            ])
+            return .json(200, answer.serialized)
+        }
+    }
+
+    func upsert(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
+        let namespace = try RequestParsing.namespace(request)
+        let json = try RequestParsing.jsonObject(request)
+        try RequestParsing.rejectUnknownMembers(json, allowed: Self.upsertMembers)
+        let descriptor = try Self.descriptor(json)
+        guard let text = json["response"]?.stringValue, !text.isEmpty else {
+            throw HTTPError(422, "`response` must be a non-empty string: an empty answer is never cached.")
+        }
+        guard text.utf8.count <= policy.maxBodyBytes else {
+            throw HTTPError(413, "`response` is larger than \(policy.maxBodyBytes) bytes; nothing was stored.")
+        }
+        if descriptor.schema != nil && (try? JSONParser.parse(text)) == nil {
+            throw HTTPError(422, "With a `schema`, `response` must be valid JSON: a broken answer is never cached.")
+        }
+        let contentType = descriptor.schema != nil ? "application/json" : "text/plain; charset=utf-8"
+        let body = StoredBody.fromIdentity(Array(text.utf8), contentType: contentType, policy: policy)
+        var write = EntryWrite(namespace: namespace, key: EntryKey(Array(descriptor.key.utf8))!, body: body,
+                               contentType: contentType)
+        write.model = descriptor.model
+        write.version = descriptor.version
+        write.promptDigest = descriptor.promptDigest
+        write.ttlSeconds = try Self.optionalInteger(json["ttl"], name: "ttl", 1...policy.maxTTL)
+        write.tags = try Self.tags(json["tags"])
+        try Self.applyMetadata(json["metadata"], to: &write)
+        write.writerTokenID = principal.token?.id
+        return try guarded(request) {
+            try writeResponse(try store.put(write), write, location: nil)
+        }
+    }
+
+    static func descriptor(_ json: JSONValue) throws -> Descriptor {
+        do {
+            return try Descriptor(json: json)
+        } catch {
+            throw HTTPError(422, error.message, title: "Invalid descriptor")
+        }
+    }
+
+    static func optionalInteger(_ value: JSONValue?, name: String, _ range: ClosedRange<Int>) throws -> Int? {
+        guard let value, value != .null else { return nil }
+        guard let number = value.integerValue, range.contains(number) else {
+            throw HTTPError(422, "`\(name)` must be an integer from \(range.lowerBound) to \(range.upperBound).")
+        }
+        return number
+    }
+
+    private static func tags(_ value: JSONValue?) throws -> [String] {
+        guard let value, value != .null else { return [] }
+        guard case .array(let items) = value else { throw HTTPError(422, "`tags` must be an array of strings.") }
+        let strings = items.compactMap(\.stringValue)
+        guard strings.count == items.count else { throw HTTPError(422, "`tags` must be an array of strings.") }
+        return try RequestParsing.tags(strings)
+    }
+
+    /// `metadata`: an object whose `input_tokens` / `output_tokens` count the tokens a hit saves.
+    private static func applyMetadata(_ value: JSONValue?, to write: inout EntryWrite) throws {
+        guard let value, value != .null else { return }
+        guard case .object = value else { throw HTTPError(422, "`metadata` must be an object.") }
+        write.inputTokens = try optionalInteger(value["input_tokens"], name: "metadata.input_tokens", 0...Int(Int32.max))
+            ?? 0
+        write.outputTokens = try optionalInteger(value["output_tokens"], name: "metadata.output_tokens",
+                                                 0...Int(Int32.max)) ?? 0
+        if let reason = value["finish_reason"], reason != .null, reason.stringValue == nil {
+            throw HTTPError(422, "`metadata.finish_reason` must be a string.")
+        }
+        write.metadata = value.serialized
+    }
+}

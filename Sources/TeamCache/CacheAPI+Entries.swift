@@ -1,0 +1,152 @@
+import CacheCore
+import Foundation
+import HTTPServer
+
+/// `GET | HEAD | PUT | DELETE /v1/caches/{ns}/entries/{key}`.
+extension CacheAPI {
+    func getEntry(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
+        let namespace = try RequestParsing.namespace(request)
+        let key = try RequestParsing.key(request)
+        return try guarded(request) {
+            let control = RequestCacheControl(request.headers)
+            let now = clock.now()
+            if control.noCache {
+                tracker.record(.bypass, namespace: namespace.name, at: now)
+                return miss("fwd=request", detail: "Bypassed at the client's request (no-cache).", request)
+            }
+            guard let entry = try store.fetch(namespace, key) else {
+                tracker.record(.miss, namespace: namespace.name, at: now)
+                return miss(control.onlyIfCached, request)
+            }
+            let freshness = Freshness.of(entry, now: now, maxStale: control.maxStale)
+            if freshness == .expired {
+                tracker.record(.miss, namespace: namespace.name, at: now)
+                return miss(control.onlyIfCached, request)
+            }
+            if case .stale = freshness {
+                tracker.record(.stale, namespace: namespace.name, entry: entry, at: now)
+            } else {
+                tracker.record(.hit, namespace: namespace.name, entry: entry, at: now)
+            }
+            return try hit(entry, freshness: freshness, now: now, request: request)
+        }
+    }
+
+    private func miss(_ onlyIfCached: Bool, _ request: HTTPRequest) -> HTTPResponse {
+        onlyIfCached
+            ? miss("fwd=miss", status: 504, detail: "Not in the cache, and the request allows only cached answers.",
+                   request)
+            : miss("fwd=miss", detail: "No fresh entry under this key.", request)
+    }
+
+    private func miss(_ forward: String, status: Int = 404, detail: String, _ request: HTTPRequest) -> HTTPResponse {
+        var response = HTTPError(status, detail).response(requestID: request.requestID)
+        response.headers.add("Cache-Status", "teamcache; \(forward)")
+        return response
+    }
+
+    private func hit(_ entry: StoredEntry, freshness: Freshness, now: Date, request: HTTPRequest) throws -> HTTPResponse {
+        var headers = HTTPHeaders()
+        headers.add("Content-Type", entry.contentType)
+        headers.add("ETag", entry.etag)
+        headers.add("Last-Modified", HTTPDate.format(unixSeconds: Int(entry.updatedAt.timeIntervalSince1970)))
+        headers.add("Age", String(max(0, Int(now.timeIntervalSince(entry.updatedAt)))))
+        headers.add("Expires", HTTPDate.format(unixSeconds: Int(entry.expiresAt.timeIntervalSince1970)))
+        headers.add("Vary", "Accept-Encoding")
+        switch freshness {
+        case .fresh(let ttl): headers.add("Cache-Status", "teamcache; hit; ttl=\(ttl)")
+        case .stale(let overdue): headers.add("Cache-Status", "teamcache; hit; ttl=-\(overdue)")
+        case .expired: break
+        }
+        if let condition = request.headers["If-None-Match"], ETag.matches(ifNoneMatch: condition, etag: entry.etag) {
+            return HTTPResponse(status: 304, headers: headers)
+        }
+        if entry.encoding == .gzip && AcceptEncoding.allowsGzip(request.headers) {
+            headers.add("Content-Encoding", "gzip")
+            return HTTPResponse(status: 200, headers: headers, body: entry.body)
+        }
+        return HTTPResponse(status: 200, headers: headers, body: try identityBody(entry))
+    }
+
+    /// The identity bytes of an entry (inflating a gzip one).
+    func identityBody(_ entry: StoredEntry) throws -> [UInt8] {
+        guard entry.encoding == .gzip else { return entry.body }
+        do {
+            return try Gzip.decompress(entry.body, limit: max(entry.identitySize, 1))
+        } catch {
+            logger.error("stored gzip body failed to inflate", [("namespace", .string(entry.namespace))])
+            throw HTTPError(500, "A stored body is corrupt.")
+        }
+    }
+
+    func putEntry(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
+        let namespace = try RequestParsing.namespace(request)
+        let key = try RequestParsing.key(request)
+        let query = try RequestParsing.query(request)
+        let ttl = try RequestParsing.integer("ttl", in: query, 1...policy.maxTTL)
+        let contentType = try Self.contentType(request.headers["Content-Type"])
+        let body = try storedBody(request, contentType: contentType)
+        var write = EntryWrite(namespace: namespace, key: key, body: body, contentType: contentType)
+        write.ttlSeconds = ttl
+        write.tags = try RequestParsing.tags(request.headers.list("Cache-Tag"))
+        write.condition = try Self.condition(request.headers)
+        write.writerTokenID = principal.token?.id
+        return try guarded(request) {
+            let location = "/v1/caches/\(namespace.name)/entries/\(PercentDecoding.encode(key.bytes))"
+            return try writeResponse(try store.put(write), write, location: location)
+        }
+    }
+
+    func deleteEntry(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
+        let namespace = try RequestParsing.namespace(request)
+        let key = try RequestParsing.key(request)
+        return try guarded(request) {
+            guard try store.delete(namespace, key) else { throw HTTPError(404, "No entry under this key.") }
+            return HTTPResponse(status: 204)
+        }
+    }
+
+    private func storedBody(_ request: HTTPRequest, contentType: String) throws -> StoredBody {
+        let coding = request.headers.list("Content-Encoding").map { $0.lowercased() }.filter { $0 != "identity" }
+        switch coding {
+        case []:
+            guard request.body.count <= policy.maxBodyBytes else { throw tooLarge() }
+            return StoredBody.fromIdentity(request.body, contentType: contentType, policy: policy)
+        case ["gzip"], ["x-gzip"]:
+            do {
+                return try StoredBody.fromGzip(request.body, policy: policy)
+            } catch .tooLarge {
+                throw tooLarge()
+            } catch {
+                throw HTTPError(400, "The body is declared gzip but is not a valid gzip stream.", title: "Bad gzip")
+            }
+        default:
+            throw HTTPError(415, "Only gzip request bodies (or none) are accepted as Content-Encoding.",
+                            headers: HTTPHeaders([("Accept-Encoding", "gzip")]))
+        }
+    }
+
+    private func tooLarge() -> HTTPError {
+        HTTPError(413, "The body is larger than \(policy.maxBodyBytes) bytes (after inflating); nothing was stored.")
+    }
+
+    static func contentType(_ header: String?) throws -> String {
+        guard let header, !header.isEmpty else { return "application/octet-stream" }
+        guard header.utf8.count <= 256, header.contains("/") else {
+            throw HTTPError(400, "Content-Type must be a media type of at most 256 bytes.")
+        }
+        return header
+    }
+
+    static func condition(_ headers: HTTPHeaders) throws -> WriteCondition {
+        if let noneMatch = headers["If-None-Match"] {
+            guard noneMatch == "*" else { throw HTTPError(400, "On a write only `If-None-Match: *` is supported.") }
+            return .absent
+        }
+        if let match = headers["If-Match"] {
+            let tags = ETag.list(ifMatch: match)
+            return .match(tags.isEmpty ? ["\u{0}never"] : tags)
+        }
+        return .none
+    }
+}

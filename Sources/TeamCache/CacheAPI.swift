@@ -1,0 +1,70 @@
+import CacheCore
+import Foundation
+import HTTPServer
+import Observability
+import Postgres
+
+/// What the cache routes share: the store, the access tracker, the policy and the clock.
+public final class CacheAPI: Sendable {
+    let store: EntryStore
+    let tracker: AccessTracker
+    let eviction: EvictionJob
+    let upserts: CounterFamily?
+    let logger = Logger(component: "cache")
+
+    var policy: CachePolicy { store.policy }
+    var clock: any Clock { store.clock }
+
+    init(store: EntryStore, tracker: AccessTracker, eviction: EvictionJob, metrics: MetricsRegistry?) {
+        self.store = store
+        self.tracker = tracker
+        self.eviction = eviction
+        upserts = metrics?.counter("teamcache_upserts_total", "Writes by namespace and outcome.",
+                                   labels: ["namespace", "outcome"])
+    }
+
+    /// Runs a handler body, turning database failures into problems: unreachable or busy →
+    /// 503 with Retry-After (the client retries, nothing hangs); anything else → 500. The
+    /// database's own message is logged at debug only: it can quote row data.
+    func guarded(_ request: HTTPRequest, _ body: () throws -> HTTPResponse) throws -> HTTPResponse {
+        do {
+            return try body()
+        } catch let error as PostgresError {
+            logger.warn("database error", [("request_id", .string(request.requestID)),
+                                           ("error", .string(error.description))])
+            logger.debug("database error detail", [("request_id", .string(request.requestID)),
+                                                   ("detail", .string(error.serverMessage))])
+            if error.isUnavailable {
+                throw HTTPError(503, "The database is unavailable; retry shortly.",
+                                headers: HTTPHeaders([("Retry-After", "1")]))
+            }
+            throw HTTPError(500, "A database error occurred; quote the request id when reporting it.")
+        }
+    }
+
+    /// The JSON answer of a write (PUT and descriptor upsert).
+    func writeResponse(_ outcome: WriteOutcome, _ write: EntryWrite, location: String?) throws -> HTTPResponse {
+        let status: Int, expiresAt: Date
+        switch outcome {
+        case .created(let expiry): (status, expiresAt) = (201, expiry)
+        case .replaced(let expiry): (status, expiresAt) = (200, expiry)
+        case .preconditionFailed:
+            upserts?.inc([write.namespace.name, "precondition_failed"])
+            throw HTTPError(412, "The entry's current state does not satisfy the request's precondition.")
+        case .storeFull:
+            upserts?.inc([write.namespace.name, "store_full"])
+            throw HTTPError(507, "Storing this would pass a byte cap of the store or the namespace; nothing was stored.")
+        }
+        upserts?.inc([write.namespace.name, status == 201 ? "created" : "replaced"])
+        let json = JSONValue.object([
+            ("namespace", .string(write.namespace.name)), ("key", .string(write.key.display)),
+            ("etag", .string(write.body.etag)), ("size", .int(write.body.identitySize)),
+            ("stored_size", .int(write.body.bytes.count)), ("encoding", .string(write.body.encoding.rawValue)),
+            ("expires_at", .string(Timestamp.format(expiresAt))),
+        ])
+        var response = HTTPResponse.json(status, json.serialized)
+        response.headers.add("ETag", write.body.etag)
+        if status == 201, let location { response.headers.add("Location", location) }
+        return response
+    }
+}

@@ -1,0 +1,147 @@
+import CacheCore
+import Foundation
+import HTTPServer
+import Observability
+
+/// The whole service's configuration, read once at start from `TEAMCACHE_*` variables and
+/// flags (flags win) and validated then.
+public struct Configuration: Sendable {
+    public var http = HTTPServerConfiguration()
+    public var cache = CachePolicy()
+    /// nil: the embedded cluster under `dataDirectory`.
+    public var databaseURL: String?
+    public var dataDirectory = URL(fileURLWithPath: ".teamcache")
+    public var migrationsDirectory: URL?
+    public var logLevel = LogLevel.info
+    public var authEnabled = true
+    public var poolSize = 16
+    public var acquireTimeout: TimeInterval = 2
+    public var evictionInterval: TimeInterval = 60
+    public var accessFlushInterval: TimeInterval = 2
+    public var accessFlushBatch = 5000
+    public var metricsRequireAuth = false
+    public var tokenCacheTTL: TimeInterval = 10
+    public var rateLimit: Double = 0
+
+    public init() {}
+
+    /// Reads `environment` with `flags` (flag → value) taking precedence.
+    public static func load(environment: [String: String], flags: [String: String] = [:]) throws -> Configuration {
+        var values = environment
+        if values["TEAMCACHE_DATABASE_URL"] == nil, let url = environment["DATABASE_URL"] {
+            values["TEAMCACHE_DATABASE_URL"] = url
+        }
+        for setting in Setting.all {
+            if let flag = setting.flag, let value = flags[flag] { values[setting.variable] = value }
+        }
+        var reader = SettingReader(values: values)
+        return try reader.configuration()
+    }
+}
+
+/// Parses each variable with its range, so an error names the variable and what it accepts.
+struct SettingReader {
+    let values: [String: String]
+
+    mutating func configuration() throws -> Configuration {
+        var config = Configuration()
+        let (host, port) = try listen("TEAMCACHE_LISTEN")
+        config.http.host = host
+        config.http.port = port
+        config.databaseURL = values["TEAMCACHE_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
+        if let folder = values["TEAMCACHE_DATA_DIR"], !folder.isEmpty {
+            config.dataDirectory = URL(fileURLWithPath: folder)
+        }
+        if let folder = values["TEAMCACHE_MIGRATIONS_DIR"], !folder.isEmpty {
+            config.migrationsDirectory = URL(fileURLWithPath: folder)
+        }
+        if let level = values["TEAMCACHE_LOG_LEVEL"] {
+            guard let parsed = LogLevel(name: level) else {
+                throw ConfigurationError(variable: "TEAMCACHE_LOG_LEVEL", value: level,
+                                         allowed: "debug, info, warn or error")
+            }
+            config.logLevel = parsed
+        }
+        config.authEnabled = try flag("TEAMCACHE_AUTH", default: true)
+        config.metricsRequireAuth = try flag("TEAMCACHE_METRICS_AUTH", default: false)
+        config.poolSize = try integer("TEAMCACHE_DB_POOL_SIZE", 1...500, default: 16)
+        config.acquireTimeout = try duration("TEAMCACHE_DB_ACQUIRE_TIMEOUT", 0.01...60, default: 2)
+        config.http.workerThreads = try integer("TEAMCACHE_WORKERS", 1...1024, default: 32)
+        config.http.eventLoops = try integer("TEAMCACHE_EVENT_LOOPS", 1...64,
+                                             default: ProcessInfo.processInfo.activeProcessorCount)
+        config.http.maxConnections = try integer("TEAMCACHE_MAX_CONNECTIONS", 1...1_000_000, default: 20_000)
+        let maxBody = try integer("TEAMCACHE_MAX_BODY_BYTES", 1...1_073_741_824, default: 8 * 1024 * 1024)
+        config.cache.maxBodyBytes = maxBody
+        // Leave room for a descriptor's JSON around a maximal response.
+        config.http.limits.maxBodyBytes = maxBody + 64 * 1024
+        config.http.headerTimeout = try duration("TEAMCACHE_HEADER_TIMEOUT", 0.1...3600, default: 10)
+        config.http.bodyTimeout = try duration("TEAMCACHE_BODY_TIMEOUT", 0.1...3600, default: 60)
+        config.http.idleTimeout = try duration("TEAMCACHE_IDLE_TIMEOUT", 0.1...86400, default: 75)
+        config.cache.maxTTL = Int(try duration("TEAMCACHE_MAX_TTL", 1...3_153_600_000, default: 365 * 86400))
+        config.cache.defaultTTL = Int(try duration("TEAMCACHE_DEFAULT_TTL", 1...Double(config.cache.maxTTL),
+                                                   default: 7 * 86400))
+        config.cache.staleRetention = Int(try duration("TEAMCACHE_STALE_RETENTION", 0...3_153_600_000,
+                                                       default: 86400))
+        config.cache.compressionLevel = Int32(try integer("TEAMCACHE_COMPRESSION_LEVEL", 1...9, default: 6))
+        config.cache.storeMaxBytes = Int64(try integer("TEAMCACHE_MAX_BYTES", 0...Int.max, default: 0))
+        config.cache.hardCapRatio = try number("TEAMCACHE_HARD_CAP_RATIO", 1...10, default: 1.1)
+        config.cache.idleTTL = Int(try duration("TEAMCACHE_IDLE_TTL", 60...3_153_600_000, default: 30 * 86400))
+        config.evictionInterval = try duration("TEAMCACHE_EVICTION_INTERVAL", 1...86400, default: 60)
+        config.accessFlushInterval = try duration("TEAMCACHE_ACCESS_FLUSH_INTERVAL", 0.05...3600, default: 2)
+        config.accessFlushBatch = try integer("TEAMCACHE_ACCESS_FLUSH_BATCH", 1...1_000_000, default: 5000)
+        config.tokenCacheTTL = try duration("TEAMCACHE_TOKEN_CACHE_TTL", 0...3600, default: 10)
+        config.rateLimit = try number("TEAMCACHE_RATE_LIMIT", 0...1_000_000, default: 0)
+        return config
+    }
+
+    private func listen(_ name: String) throws -> (String, Int) {
+        guard let text = values[name], !text.isEmpty else { return ("127.0.0.1", 8080) }
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 2, let port = Int(parts[1]), (0...65535).contains(port),
+              parts[0].split(separator: ".").count == 4,
+              parts[0].split(separator: ".").allSatisfy({ Int($0).map { (0...255).contains($0) } ?? false }) else {
+            throw ConfigurationError(variable: name, value: text, allowed: "IPV4:PORT, e.g. 0.0.0.0:8080")
+        }
+        return (String(parts[0]), port)
+    }
+
+    private func flag(_ name: String, default fallback: Bool) throws -> Bool {
+        guard let text = values[name]?.lowercased(), !text.isEmpty else { return fallback }
+        switch text {
+        case "on", "true", "1", "yes": return true
+        case "off", "false", "0", "no": return false
+        default: throw ConfigurationError(variable: name, value: text, allowed: "on or off")
+        }
+    }
+
+    private func integer(_ name: String, _ range: ClosedRange<Int>, default fallback: Int) throws -> Int {
+        guard let text = values[name], !text.isEmpty else { return fallback }
+        guard let value = Int(text), range.contains(value) else {
+            throw ConfigurationError(variable: name, value: text, allowed: "an integer in \(range)")
+        }
+        return value
+    }
+
+    private func number(_ name: String, _ range: ClosedRange<Double>, default fallback: Double) throws -> Double {
+        guard let text = values[name], !text.isEmpty else { return fallback }
+        guard let value = Double(text), range.contains(value) else {
+            throw ConfigurationError(variable: name, value: text, allowed: "a number in \(range)")
+        }
+        return value
+    }
+
+    /// Seconds, or a number with a unit: `250ms`, `10s`, `5m`, `12h`, `30d`.
+    private func duration(_ name: String, _ range: ClosedRange<Double>, default fallback: Double) throws -> Double {
+        guard let text = values[name], !text.isEmpty else { return fallback }
+        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400)]
+        var seconds = Double(text)
+        for (suffix, scale) in units where seconds == nil && text.hasSuffix(suffix) {
+            seconds = Double(text.dropLast(suffix.count)).map { $0 * scale }
+        }
+        guard let seconds, range.contains(seconds) else {
+            throw ConfigurationError(variable: name, value: text,
+                                     allowed: "a duration (e.g. 30s, 5m, 12h, 7d) from \(range.lowerBound)s to \(range.upperBound)s")
+        }
+        return seconds
+    }
+}

@@ -1,0 +1,42 @@
+import Foundation
+import Observability
+import Postgres
+
+/// The database the service runs on: a configured URL, or the embedded cluster under the
+/// data folder (started, and migrated, on demand).
+public final class Database: Sendable {
+    public let url: String
+    public let embedded: EmbeddedPostgres?
+    public let migrations: MigrationRunner
+
+    /// Opens the database. The embedded default migrates itself; an external database must
+    /// be current when `requireCurrent` (serve), else serve refuses and names the command.
+    public init(configuration: Configuration, requireCurrent: Bool) throws {
+        let logger = Logger(component: "database")
+        guard let folder = configuration.migrationsDirectory ?? ResourceLocator.find("migrations") else {
+            throw MigrationError.unreadable("migrations (set TEAMCACHE_MIGRATIONS_DIR)")
+        }
+        migrations = MigrationRunner(migrations: try Migration.load(from: folder))
+        if let external = configuration.databaseURL {
+            url = external
+            embedded = nil
+            if requireCurrent { try migrations.requireCurrent(on: try PostgresConnection(url: external)) }
+        } else {
+            let cluster = EmbeddedPostgres(root: configuration.dataDirectory.standardizedFileURL)
+            url = try cluster.start()
+            embedded = cluster
+            logger.info("using embedded PostgreSQL", [("data", .string(cluster.clusterDirectory.path))])
+            if requireCurrent {
+                let applied = try migrations.apply(on: try PostgresConnection(url: url))
+                if !applied.isEmpty {
+                    logger.info("migrated embedded database", [("applied", .int(applied.count))])
+                }
+            }
+        }
+    }
+
+    /// Stops the embedded cluster if this process started it.
+    public func close() {
+        embedded?.stop()
+    }
+}

@@ -1,0 +1,41 @@
+import CacheCore
+import HTTPServer
+
+/// The route table: each route names the scope it needs and whether it is namespaced.
+extension Application {
+    typealias SecuredHandler = @Sendable (HTTPRequest, Authenticator.Principal) throws -> HTTPResponse
+
+    static func routes(api: CacheAPI, operations: OperationalRoutes, auth: Authenticator,
+                       metricsNeedAuth: Bool) -> [Route] {
+        func secured(_ method: String, _ template: String, _ scope: Scope,
+                     _ handler: @escaping SecuredHandler) -> Route {
+            Route(method, template, .worker) { request in
+                try api.guarded(request) {
+                    let namespace = try request.pathParameters["ns"] == nil ? nil : RequestParsing.namespace(request)
+                    let principal = try auth.authorize(request, scope, namespace: namespace)
+                    return try handler(request, principal)
+                }
+            }
+        }
+        let entry = "/v1/caches/{ns}/entries/{key}"
+        var routes = [
+            Route("GET", "/healthz", .inline, handler: operations.health),
+            Route("GET", "/readyz", .worker, handler: operations.ready),
+            Route("GET", "/openapi.yaml", .inline, handler: operations.specification),
+            secured("GET", entry, .read, api.getEntry),
+            secured("PUT", entry, .write, api.putEntry),
+            secured("DELETE", entry, .write, api.deleteEntry),
+            secured("POST", "/v1/caches/{ns}/lookup", .read, api.lookup),
+            secured("POST", "/v1/caches/{ns}/upsert", .write, api.upsert),
+            secured("POST", "/v1/caches/{ns}/evict", .write, api.evict),
+            secured("GET", "/v1/caches/{ns}/stats", .read, api.namespaceStats),
+            secured("GET", "/v1/caches/{ns}/settings", .admin, api.getSettings),
+            secured("PUT", "/v1/caches/{ns}/settings", .admin, api.putSettings),
+            secured("GET", "/v1/stats", .admin, api.globalStats),
+        ]
+        routes.append(metricsNeedAuth
+            ? secured("GET", "/metrics", .admin) { request, _ in operations.prometheus(request) }
+            : Route("GET", "/metrics", .worker, handler: operations.prometheus))
+        return routes
+    }
+}

@@ -1,0 +1,66 @@
+/// One configuration variable: its `TEAMCACHE_*` name, the flag that overrides it, its
+/// default and what it means. `Setting.all` is the single list the loader reads, `--help`
+/// prints and the README's table is checked against.
+public struct Setting: Sendable {
+    public let variable: String
+    public let flag: String?
+    public let defaultValue: String
+    public let help: String
+
+    public static let all: [Setting] = [
+        Setting(variable: "TEAMCACHE_LISTEN", flag: "--listen", defaultValue: "127.0.0.1:8080",
+                help: "HOST:PORT to listen on (IPv4)."),
+        Setting(variable: "TEAMCACHE_DATABASE_URL", flag: "--database-url", defaultValue: "(embedded)",
+                help: "PostgreSQL URL or conninfo; else DATABASE_URL; else an embedded cluster under the data dir."),
+        Setting(variable: "TEAMCACHE_DATA_DIR", flag: "--data-dir", defaultValue: "./.teamcache",
+                help: "Folder of the embedded PostgreSQL cluster."),
+        Setting(variable: "TEAMCACHE_MIGRATIONS_DIR", flag: "--migrations-dir", defaultValue: "(found)",
+                help: "Folder of the NNNN_name.sql migrations; default: ./migrations, then beside the binary."),
+        Setting(variable: "TEAMCACHE_LOG_LEVEL", flag: "--log-level", defaultValue: "info",
+                help: "debug, info, warn or error. Access log lines are info."),
+        Setting(variable: "TEAMCACHE_AUTH", flag: nil, defaultValue: "on",
+                help: "on, or off for local development (only on a loopback address)."),
+        Setting(variable: "TEAMCACHE_DB_POOL_SIZE", flag: nil, defaultValue: "16",
+                help: "Database connections per process (1-500)."),
+        Setting(variable: "TEAMCACHE_DB_ACQUIRE_TIMEOUT", flag: nil, defaultValue: "2s",
+                help: "Longest wait for a database connection before answering 503."),
+        Setting(variable: "TEAMCACHE_WORKERS", flag: nil, defaultValue: "32",
+                help: "Threads for handlers that block (database, compression) (1-1024)."),
+        Setting(variable: "TEAMCACHE_EVENT_LOOPS", flag: nil, defaultValue: "(cores)",
+                help: "epoll event loops (1-64)."),
+        Setting(variable: "TEAMCACHE_MAX_CONNECTIONS", flag: nil, defaultValue: "20000",
+                help: "Open client connections; past it new ones get 503 and are closed."),
+        Setting(variable: "TEAMCACHE_MAX_BODY_BYTES", flag: nil, defaultValue: "8388608",
+                help: "Largest entry body, after inflating gzip uploads (413 past it)."),
+        Setting(variable: "TEAMCACHE_HEADER_TIMEOUT", flag: nil, defaultValue: "10s",
+                help: "Time allowed to send a request head."),
+        Setting(variable: "TEAMCACHE_BODY_TIMEOUT", flag: nil, defaultValue: "60s",
+                help: "Time allowed to send a request body."),
+        Setting(variable: "TEAMCACHE_IDLE_TIMEOUT", flag: nil, defaultValue: "75s",
+                help: "Idle keep-alive connections are closed after this."),
+        Setting(variable: "TEAMCACHE_DEFAULT_TTL", flag: nil, defaultValue: "7d",
+                help: "TTL when neither the request nor the namespace sets one."),
+        Setting(variable: "TEAMCACHE_MAX_TTL", flag: nil, defaultValue: "365d", help: "Largest ?ttl= accepted."),
+        Setting(variable: "TEAMCACHE_STALE_RETENTION", flag: nil, defaultValue: "24h",
+                help: "How long expired entries are kept for max-stale."),
+        Setting(variable: "TEAMCACHE_COMPRESSION_LEVEL", flag: nil, defaultValue: "6", help: "zlib level (1-9)."),
+        Setting(variable: "TEAMCACHE_MAX_BYTES", flag: nil, defaultValue: "0",
+                help: "Soft cap of the store in stored bytes (0: none); LRU eviction keeps under it."),
+        Setting(variable: "TEAMCACHE_HARD_CAP_RATIO", flag: nil, defaultValue: "1.1",
+                help: "Hard caps (507 on write) are soft caps times this (1.0-10)."),
+        Setting(variable: "TEAMCACHE_IDLE_TTL", flag: nil, defaultValue: "30d",
+                help: "Entries not read for this long are evicted."),
+        Setting(variable: "TEAMCACHE_EVICTION_INTERVAL", flag: nil, defaultValue: "60s",
+                help: "How often the eviction job runs (jittered ±10%)."),
+        Setting(variable: "TEAMCACHE_ACCESS_FLUSH_INTERVAL", flag: nil, defaultValue: "2s",
+                help: "How often hit counts are written to the database."),
+        Setting(variable: "TEAMCACHE_ACCESS_FLUSH_BATCH", flag: nil, defaultValue: "5000",
+                help: "Entries with pending hits that trigger an early flush."),
+        Setting(variable: "TEAMCACHE_METRICS_AUTH", flag: nil, defaultValue: "off",
+                help: "on: /metrics needs a token with the admin scope."),
+        Setting(variable: "TEAMCACHE_TOKEN_CACHE_TTL", flag: nil, defaultValue: "10s",
+                help: "How long a verified token is trusted before it is read again (revocation delay)."),
+        Setting(variable: "TEAMCACHE_RATE_LIMIT", flag: nil, defaultValue: "0",
+                help: "Requests per second per token (0: unlimited); bursts up to twice that."),
+    ]
+}

@@ -1,0 +1,23 @@
+import Foundation
+import Observability
+import Postgres
+import TeamCache
+
+/// Opens the configured database for a one-off command: an external URL, or the embedded
+/// cluster (reused if a server is running on it, else started for the command and stopped after).
+enum DatabaseSession {
+    static func with<T>(_ arguments: Arguments, requireCurrent: Bool = true,
+                        _ body: (Database, ConnectionPool, Configuration) throws -> T) throws -> T {
+        let configuration = try Configuration.load(environment: ProcessInfo.processInfo.environment,
+                                                   flags: arguments.values)
+        // Commands print their results; only warnings go to the log.
+        LogSink.shared.configure(level: arguments.values["--log-level"].flatMap(LogLevel.init(name:)) ?? .warn)
+        let database = try Database(configuration: configuration, requireCurrent: requireCurrent)
+        defer {
+            database.close()
+            LogSink.shared.flush()
+        }
+        let pool = ConnectionPool(.init(url: database.url, maxConnections: 2, acquireTimeout: 10))
+        return try body(database, pool, configuration)
+    }
+}

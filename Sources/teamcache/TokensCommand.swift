@@ -1,0 +1,100 @@
+import Foundation
+import TeamCache
+
+enum TokensCommand {
+    static let usage = """
+        Usage:
+          teamcache tokens create --name NAME --namespaces PATTERN --scopes SCOPES [--expires-in DURATION]
+          teamcache tokens list
+          teamcache tokens revoke ID
+
+        PATTERN is a namespace glob ('team-a*', '*'); SCOPES a comma list of read, write, admin
+        (admin reaches every namespace and the global stats). DURATION like 90d, 12h.
+        `create` prints the secret once, alone on the last line; only its SHA-256 is stored.
+
+        \(Help.database)
+        """
+
+    static func run(_ words: [String]) throws -> Int32 {
+        let arguments = try Arguments(words, valued: databaseFlags.union(["--name", "--namespaces", "--scopes",
+                                                                          "--expires-in"]), switches: [])
+        guard let action = arguments.positional.first, !arguments.switches.contains("--help") else {
+            print(usage)
+            return arguments.switches.contains("--help") ? 0 : 2
+        }
+        switch action {
+        case "create": return try create(arguments)
+        case "list": return try list(arguments)
+        case "revoke": return try revoke(arguments)
+        default: throw Arguments.Failure(description: "unknown action '\(action)'")
+        }
+    }
+
+    private static func create(_ arguments: Arguments) throws -> Int32 {
+        guard let name = arguments.values["--name"], !name.isEmpty,
+              let pattern = arguments.values["--namespaces"], !pattern.isEmpty,
+              let scopeList = arguments.values["--scopes"] else {
+            throw Arguments.Failure(description: "create needs --name, --namespaces and --scopes")
+        }
+        var scopes = Set<Scope>()
+        for word in scopeList.split(separator: ",") {
+            guard let scope = Scope(rawValue: word.trimmingCharacters(in: .whitespaces)) else {
+                throw Arguments.Failure(description: "--scopes takes read, write, admin (got '\(word)')")
+            }
+            scopes.insert(scope)
+        }
+        let expiresAt = try arguments.values["--expires-in"].map { text -> Date in
+            guard let seconds = Duration.seconds(text) else {
+                throw Arguments.Failure(description: "--expires-in takes a duration such as 90d or 12h")
+            }
+            return Date().addingTimeInterval(seconds)
+        }
+        return try DatabaseSession.with(arguments) { _, pool, _ in
+            let (token, secret) = try TokenStore(pool: pool).create(name: name, namespacePattern: pattern,
+                                                                    scopes: scopes, expiresAt: expiresAt)
+            print("created token \(token.id) '\(token.name)' for namespaces '\(pattern)' with scopes "
+                + scopes.map(\.rawValue).sorted().joined(separator: ","))
+            print("store this secret now; it is not shown again:")
+            print(secret)
+            return 0
+        }
+    }
+
+    private static func list(_ arguments: Arguments) throws -> Int32 {
+        try DatabaseSession.with(arguments) { _, pool, _ in
+            print("ID\tNAME\tNAMESPACES\tSCOPES\tEXPIRES\tSTATE")
+            for token in try TokenStore(pool: pool).list() {
+                let state = token.revokedAt != nil ? "revoked" : token.isUsable(at: Date()) ? "active" : "expired"
+                let expires = token.expiresAt.map { "\($0)" } ?? "never"
+                print("\(token.id)\t\(token.name)\t\(token.namespacePattern)\t"
+                    + "\(token.scopes.map(\.rawValue).sorted().joined(separator: ","))\t\(expires)\t\(state)")
+            }
+            return 0
+        }
+    }
+
+    private static func revoke(_ arguments: Arguments) throws -> Int32 {
+        guard arguments.positional.count == 2, let id = Int64(arguments.positional[1]) else {
+            throw Arguments.Failure(description: "revoke takes the token's numeric ID")
+        }
+        return try DatabaseSession.with(arguments) { _, pool, _ in
+            guard try TokenStore(pool: pool).revoke(id: id) else {
+                printError("no active token with ID \(id)")
+                return 1
+            }
+            print("revoked token \(id) (servers notice within TEAMCACHE_TOKEN_CACHE_TTL)")
+            return 0
+        }
+    }
+}
+
+enum Duration {
+    /// `90d`, `12h`, `30m`, `45s`, or plain seconds.
+    static func seconds(_ text: String) -> Double? {
+        let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86400]
+        if let last = text.last, let scale = units[last], let value = Double(text.dropLast()), value > 0 {
+            return value * scale
+        }
+        return Double(text).flatMap { $0 > 0 ? $0 : nil }
+    }
+}
