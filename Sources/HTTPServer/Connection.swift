@@ -10,8 +10,11 @@ import Glibc
 final class Connection: @unchecked Sendable {
     // @unchecked: loop-confined, as described above.
     enum Phase {
-        case idle, head, body, handling, writing
+        case idle, head, body, handling, writing, lingering
     }
+
+    /// How long input is read and dropped after an error response before closing.
+    static let lingerSeconds: TimeInterval = 2
 
     let fd: Int32
     private unowned let loop: EventLoop
@@ -22,6 +25,9 @@ final class Connection: @unchecked Sendable {
     private var inFlight = false
     private var processing = false
     private var closeAfterFlush = false
+    /// Close through a lingering close: the client may still be sending a body we refused.
+    private var lingerOnClose = false
+    private var lingering = false
     private var inputClosed = false
     private var served = 0
     private var phase = Phase.idle
@@ -39,6 +45,10 @@ final class Connection: @unchecked Sendable {
     // MARK: Input
 
     func onReadable() {
+        if lingering {
+            discardInput()
+            return
+        }
         while !inputClosed {
             let count = read(fd, loop.scratch.baseAddress, loop.scratch.count)
             if count > 0 {
@@ -76,6 +86,7 @@ final class Connection: @unchecked Sendable {
                 dispatch(request)
             case .failure(let error):
                 closeAfterFlush = true
+                lingerOnClose = true
                 let problem = HTTPError(error.status, error.detail)
                 respond(problem.response(requestID: ""), method: "", version: .http11, keepAlive: false)
                 loop.context.record(method: "-", route: "unparsed", status: error.status, bytes: 0, seconds: 0,
@@ -197,7 +208,32 @@ final class Connection: @unchecked Sendable {
             phaseStart = loop.now
             advance(by: written)
         }
-        if closeAfterFlush { close() }
+        guard closeAfterFlush else { return }
+        if lingerOnClose && !inputClosed { startLingering() } else { close() }
+    }
+
+    /// Like nginx's lingering close: after an error answer, stop writing but keep reading
+    /// (and dropping) input for a moment, so a client still sending the body we refused
+    /// reads our answer instead of a connection reset.
+    private func startLingering() {
+        guard !lingering else { return }
+        lingering = true
+        shutdown(fd, Int32(SHUT_WR))
+        phase = .lingering
+        phaseStart = loop.now
+        interest = EPOLLIN.rawValue | EPOLLRDHUP.rawValue
+        loop.modify(fd, events: interest)
+    }
+
+    private func discardInput() {
+        while true {
+            let count = read(fd, loop.scratch.baseAddress, loop.scratch.count)
+            if count > 0 { continue }
+            if count < 0 && errno == EINTR { continue }
+            if count < 0 && errno == EAGAIN { return }
+            close()
+            return
+        }
     }
 
     private func writeQueued() -> Int {
@@ -235,6 +271,7 @@ final class Connection: @unchecked Sendable {
     // MARK: State
 
     private func updatePhase() {
+        if lingering { return }
         let next: Phase
         if inFlight {
             next = .handling
@@ -276,9 +313,10 @@ final class Connection: @unchecked Sendable {
         case .head: limit = configuration.headerTimeout
         case .body: limit = configuration.bodyTimeout
         case .writing: limit = configuration.writeTimeout
+        case .lingering: limit = Self.lingerSeconds
         }
         guard now > phaseStart + UInt64(limit * 1e9) else { return }
-        if phase == .head || phase == .body {
+        if (phase == .head || phase == .body) && !lingering {
             // Best effort: tell the client why, without waiting for it to read.
             closeAfterFlush = true
             respond(HTTPError(408, "The request was not received in time.").response(requestID: ""),

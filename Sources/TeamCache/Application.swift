@@ -38,7 +38,11 @@ public final class Application: Sendable {
         let operations = OperationalRoutes(pool: pool, migrations: database.migrations, metrics: metrics,
                                            openAPI: Array(spec))
         ProcessMetrics.register(in: metrics)
-        server = HTTPServer(configuration: configuration.http,
+        // The wire limit leaves room for a descriptor's JSON around a maximal response; the
+        // handlers enforce the exact entry limit (413 with nothing stored).
+        var http = configuration.http
+        http.limits.maxBodyBytes = configuration.cache.maxBodyBytes + 64 * 1024
+        server = HTTPServer(configuration: http,
                             routes: Self.routes(api: api, operations: operations, auth: auth,
                                                 metricsNeedAuth: configuration.metricsRequireAuth),
                             metrics: metrics)

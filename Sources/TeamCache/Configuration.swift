@@ -70,10 +70,7 @@ struct SettingReader {
         config.http.eventLoops = try integer("TEAMCACHE_EVENT_LOOPS", 1...64,
                                              default: ProcessInfo.processInfo.activeProcessorCount)
         config.http.maxConnections = try integer("TEAMCACHE_MAX_CONNECTIONS", 1...1_000_000, default: 20_000)
-        let maxBody = try integer("TEAMCACHE_MAX_BODY_BYTES", 1...1_073_741_824, default: 8 * 1024 * 1024)
-        config.cache.maxBodyBytes = maxBody
-        // Leave room for a descriptor's JSON around a maximal response.
-        config.http.limits.maxBodyBytes = maxBody + 64 * 1024
+        config.cache.maxBodyBytes = try integer("TEAMCACHE_MAX_BODY_BYTES", 1...1_073_741_824, default: 8 * 1024 * 1024)
         config.http.headerTimeout = try duration("TEAMCACHE_HEADER_TIMEOUT", 0.1...3600, default: 10)
         config.http.bodyTimeout = try duration("TEAMCACHE_BODY_TIMEOUT", 0.1...3600, default: 60)
         config.http.idleTimeout = try duration("TEAMCACHE_IDLE_TIMEOUT", 0.1...86400, default: 75)
