@@ -1,0 +1,115 @@
+import CacheCore
+import Foundation
+import Hashing
+import Testing
+
+/// Pins the key derivation the README specifies, so clients in any language can rely on it.
+@Suite struct DescriptorKeyTests {
+    /// The README's worked example.
+    @Test func worksAsTheReadmeExample() throws {
+        let json = try JSONParser.parse("""
+            {"model": "gpt-4o-mini", "prompt": "  Summarise: the cat sat.\\r\\n",
+             "params": {"temperature": 0.20, "max_tokens": 64}, "version": "v3"}
+            """)
+        let descriptor = try Descriptor(json: json)
+        #expect(descriptor.input == .prompt("Summarise: the cat sat."))
+        #expect(descriptor.params?.canonical == "{\"max_tokens\":64,\"temperature\":0.20}")
+        let encoded = Bytes.hex(descriptor.encodedFields)
+        #expect(encoded.hasPrefix("01" + "0000000000000017" + Bytes.hex(Array("teamcache.descriptor.v1".utf8))))
+        #expect(descriptor.key == DescriptorKeyTests.readmeKey)
+    }
+
+    /// Computed by an independent Python implementation of the README's rules and printed in
+    /// the README; a change here breaks every client, so it must never change silently.
+    static let readmeKey = "b180f665da9a11fdd29fde3316ed9813f26936c6747a9497493906194df7b02e"
+
+    @Test func equivalentDescriptorsShareAKey() throws {
+        let a = try Descriptor(json: JSONParser.parse(
+            "{\"model\":\"m\",\"prompt\":\"hi\\r\\nthere \",\"params\":{\"b\":1,\"a\":[1.0,\"x\"]}}"))
+        let b = try Descriptor(json: JSONParser.parse(
+            "{\"params\":{\"a\":[1.0, \"x\"],\"b\":1},\"prompt\":\"\\n hi\\nthere\",\"model\":\"m\"}"))
+        #expect(a.key == b.key)
+    }
+
+    @Test func differentDescriptorsDiffer() throws {
+        let base = "{\"model\":\"m\",\"prompt\":\"p\"}"
+        let variants = [
+            "{\"model\":\"m2\",\"prompt\":\"p\"}",
+            "{\"model\":\"m\",\"prompt\":\"p2\"}",
+            "{\"model\":\"m\",\"prompt\":\"p\",\"version\":\"\"}",
+            "{\"model\":\"m\",\"prompt\":\"p\",\"params\":{}}",
+            "{\"model\":\"m\",\"prompt\":\"p\",\"schema\":{}}",
+            "{\"model\":\"m\",\"prompt\":\"p\",\"params\":{\"t\":1.0}}",
+            "{\"model\":\"m\",\"prompt\":\"p\",\"params\":{\"t\":1}}",
+            "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"p\"}]}",
+        ]
+        var keys = Set([try Descriptor(json: JSONParser.parse(base)).key])
+        for variant in variants { keys.insert(try Descriptor(json: JSONParser.parse(variant)).key) }
+        #expect(keys.count == variants.count + 1)
+    }
+
+    @Test func lengthPrefixesPreventAmbiguousJoins() throws {
+        // With a plain "a::b" join these two would collide.
+        let a = Descriptor(model: "m::x", input: .prompt("y"))
+        let b = Descriptor(model: "m", input: .prompt("x::y"))
+        #expect(a.key != b.key)
+    }
+
+    @Test func invalidDescriptorsAreRejected() throws {
+        for text in ["{\"prompt\":\"p\"}", "{\"model\":\"\",\"prompt\":\"p\"}", "{\"model\":\"m\"}",
+                     "{\"model\":\"m\",\"prompt\":\"p\",\"messages\":[{}]}", "{\"model\":\"m\",\"messages\":[]}",
+                     "{\"model\":\"m\",\"messages\":[1]}", "{\"model\":\"m\",\"prompt\":\"p\",\"params\":[1]}",
+                     "{\"model\":\"m\",\"prompt\":3}"] {
+            #expect(throws: DescriptorError.self, "\(text)") { try Descriptor(json: JSONParser.parse(text)) }
+        }
+    }
+
+    @Test func promptDigestIsFirst200Characters() {
+        let long = String(repeating: "é", count: 300)
+        #expect(Descriptor(model: "m", input: .prompt(long)).promptDigest.count == 200)
+        let messages = JSONValue.array([.object([("role", .string("user")), ("content", .string("question"))])])
+        #expect(Descriptor(model: "m", input: .messages(messages)).promptDigest == "question")
+    }
+}
+
+@Suite struct JSONTests {
+    @Test func canonicalFormSortsKeysAndKeepsNumbers() throws {
+        let value = try JSONParser.parse(" { \"b\" : [1.50, -0, 2e10], \"a\": \"\\u00e9\\n\\/\", \"\\u00e0\": null } ")
+        #expect(value.canonical == "{\"a\":\"é\\n/\",\"b\":[1.50,-0,2e10],\"à\":null}")
+    }
+
+    @Test func rejectsWhatIsNotJSON() {
+        for text in ["", "{", "{\"a\":1,}", "[1 2]", "01", "1.", "\"\\x\"", "{\"a\":1,\"a\":2}", "nul", "\"\u{1}\"",
+                     "\"\\ud800\"", String(repeating: "[", count: 100) + String(repeating: "]", count: 100)] {
+            #expect(throws: JSONParser.Failure.self, "\(text)") { try JSONParser.parse(text) }
+        }
+    }
+
+    @Test func surrogatePairsDecode() throws {
+        #expect(try JSONParser.parse("\"\\ud83d\\ude00\"") == .string("😀"))
+    }
+}
+
+@Suite struct GzipTests {
+    @Test func roundTripsAndEnforcesLimit() throws {
+        let text = Array(String(repeating: "abc", count: 10_000).utf8)
+        let packed = Gzip.compress(text, level: 6)
+        #expect(packed.count < text.count / 10)
+        #expect(try Gzip.decompress(packed, limit: text.count) == text)
+        #expect(throws: Gzip.Failure.tooLarge) { try Gzip.decompress(packed, limit: text.count - 1) }
+        #expect(throws: Gzip.Failure.malformed) { try Gzip.decompress(Array(packed.dropLast(4)), limit: 1 << 20) }
+        #expect(throws: Gzip.Failure.malformed) { try Gzip.decompress(packed + [0], limit: 1 << 20) }
+    }
+
+    @Test func smallOrIncompressibleBodiesStayIdentity() {
+        let policy = CachePolicy()
+        #expect(StoredBody.fromIdentity(Array("tiny".utf8), contentType: "text/plain", policy: policy).encoding
+            == .identity)
+        let random = (0..<4096).map { _ in UInt8.random(in: 0...255) }
+        #expect(StoredBody.fromIdentity(random, contentType: "application/octet-stream", policy: policy).encoding
+            == .identity)
+        let text = Array(String(repeating: "{\"k\":1}", count: 200).utf8)
+        #expect(StoredBody.fromIdentity(text, contentType: "application/json", policy: policy).encoding == .gzip)
+        #expect(StoredBody.fromIdentity(text, contentType: "image/png", policy: policy).encoding == .identity)
+    }
+}
