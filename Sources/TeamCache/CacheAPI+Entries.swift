@@ -144,8 +144,8 @@ extension CacheAPI {
             return .absent
         }
         if let match = headers["If-Match"] {
-            let tags = ETag.list(ifMatch: match)
-            return .match(tags.isEmpty ? ["\u{0}never"] : tags)
+            // An empty list (or only weak tags) matches nothing: the write answers 412.
+            return .match(ETag.list(ifMatch: match))
         }
         return .none
     }

@@ -63,6 +63,10 @@ struct SettingReader {
             config.logLevel = parsed
         }
         config.authEnabled = try flag("TEAMCACHE_AUTH", default: true)
+        if !config.authEnabled && !host.hasPrefix("127.") {
+            throw ConfigurationError(variable: "TEAMCACHE_AUTH", value: "off",
+                                     allowed: "on when listening beyond loopback (\(host)): off is for local development")
+        }
         config.metricsRequireAuth = try flag("TEAMCACHE_METRICS_AUTH", default: false)
         config.poolSize = try integer("TEAMCACHE_DB_POOL_SIZE", 1...500, default: 16)
         config.acquireTimeout = try duration("TEAMCACHE_DB_ACQUIRE_TIMEOUT", 0.01...60, default: 2)

@@ -1,0 +1,44 @@
+import Foundation
+import Testing
+import TeamCache
+import TestSupport
+
+@Suite struct ConfigurationTests {
+    @Test func defaultsAndFlagsOverEnvironment() throws {
+        let configuration = try Configuration.load(environment: ["TEAMCACHE_LISTEN": "127.0.0.1:9000"],
+                                                   flags: ["--listen": "127.0.0.1:9001"])
+        #expect(configuration.http.port == 9001)
+        #expect(configuration.cache.defaultTTL == 7 * 86400)
+        #expect(configuration.cache.maxBodyBytes == 8 * 1024 * 1024)
+        #expect(configuration.databaseURL == nil)
+        #expect(try Configuration.load(environment: ["DATABASE_URL": "postgres://x/y"]).databaseURL == "postgres://x/y")
+    }
+
+    @Test func errorsNameTheVariableAndTheRange() {
+        let cases = [("TEAMCACHE_DB_POOL_SIZE", "0"), ("TEAMCACHE_LISTEN", "localhost"), ("TEAMCACHE_DEFAULT_TTL", "7x"),
+                     ("TEAMCACHE_LOG_LEVEL", "loud"), ("TEAMCACHE_COMPRESSION_LEVEL", "10"), ("TEAMCACHE_AUTH", "maybe")]
+        for (variable, value) in cases {
+            do {
+                _ = try Configuration.load(environment: [variable: value])
+                Issue.record("\(variable)=\(value) was accepted")
+            } catch let error as ConfigurationError {
+                #expect(error.description.contains(variable) && error.description.contains("expected"))
+            } catch {
+                Issue.record("unexpected \(error)")
+            }
+        }
+    }
+
+    @Test func readmeDocumentsEverySetting() throws {
+        let readme = try String(contentsOf: TestPaths.repository.appendingPathComponent("README.md"), encoding: .utf8)
+        for setting in Setting.all {
+            #expect(readme.contains("| `\(setting.variable)` |"), "README lacks \(setting.variable)")
+        }
+    }
+
+    @Test func durationsTakeUnits() throws {
+        let configuration = try Configuration.load(environment: ["TEAMCACHE_DEFAULT_TTL": "12h",
+                                                                 "TEAMCACHE_DB_ACQUIRE_TIMEOUT": "250ms"])
+        #expect(configuration.cache.defaultTTL == 43200 && configuration.acquireTimeout == 0.25)
+    }
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Checks that openapi.yaml is valid and that the live server keeps to it: starts a release
+# build on the embedded default with a fresh data folder, makes an admin token, and runs
+# schemathesis against it (bounded examples; no 5xx, no response outside the schema).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+examples=${SCHEMATHESIS_EXAMPLES:-25}
+port=${CONTRACT_PORT:-18480}
+data=$(mktemp -d /tmp/teamcache-contract.XXXXXX)
+binary=${TEAMCACHE_BINARY:-.build/release/teamcache}
+server=""
+cleanup() {
+  [ -n "$server" ] && kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null || true
+  rm -rf "$data"
+}
+trap cleanup EXIT
+
+python3 -c "import yaml; from openapi_spec_validator import validate; validate(yaml.safe_load(open('openapi.yaml'))); print('openapi.yaml: valid OpenAPI 3.1')"
+
+"$binary" serve --listen "127.0.0.1:$port" --data-dir "$data" --log-level warn </dev/null >"$data/serve.out" 2>"$data/serve.err" &
+server=$!
+for _ in $(seq 1 120); do
+  grep -q "listening on" "$data/serve.out" 2>/dev/null && break
+  kill -0 "$server" 2>/dev/null || { cat "$data/serve.err"; exit 1; }
+  sleep 0.5
+done
+token=$("$binary" tokens create --name contract --namespaces '*' --scopes read,write,admin --data-dir "$data" | tail -n 1)
+
+# Against the live spec the server serves: it must be the file in the repository.
+curl -fsS "http://127.0.0.1:$port/openapi.yaml" | cmp - openapi.yaml
+
+schemathesis run openapi.yaml --url "http://127.0.0.1:$port" -H "Authorization: Bearer $token" \
+  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
+  --max-examples "$examples" --request-timeout 20 \
+  --exclude-operation-id putSettings
+# putSettings is left out of the fuzzing: a fuzzed tiny quota makes later writes answer 507
+# (correct, documented, but a 5xx to not_a_server_error). The settings route has its own tests.
