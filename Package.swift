@@ -23,6 +23,8 @@ let package = Package(
         .target(name: "CacheCore", dependencies: ["CZlib", "Hashing", "Observability", "Postgres"]),
         .target(name: "TeamCache", dependencies: ["CacheCore", "HTTPServer", "Postgres", "Hashing", "Observability"]),
         .executableTarget(name: "teamcache", dependencies: ["TeamCache"]),
+        // libFuzzer target for the HTTP parser (see scripts/fuzz.sh).
+        .executableTarget(name: "HTTPParserFuzz", dependencies: ["HTTPServer"]),
         .target(name: "TeamCacheClient", dependencies: ["CacheCore"]),
         .target(name: "TestSupport", dependencies: ["Postgres", "TeamCache", "HTTPServer"], path: "Sources/TestSupport"),
 

@@ -31,10 +31,17 @@ public enum Freshness: Equatable, Sendable {
     /// `maxStale` nil: no stale entry is acceptable; `Int.max`: any staleness (bare `max-stale`).
     public static func of(_ entry: StoredEntry, now: Date, maxStale: Int?) -> Freshness {
         let left = entry.expiresAt.timeIntervalSince(now)
-        if left > 0 { return .fresh(ttl: Int(left.rounded(.up))) }
-        let overdue = Int((-left).rounded(.down))
+        if left > 0 { return .fresh(ttl: wholeSeconds(left, up: true)) }
+        let overdue = wholeSeconds(-left, up: false)
         if let maxStale, overdue <= maxStale { return .stale(by: max(overdue, 1)) }
         return .expired
+    }
+
+    /// Whole seconds, tolerating the microsecond noise between PostgreSQL timestamps and
+    /// `Date`'s floating point (6.000001 s of freshness is 6, not 7).
+    public static func wholeSeconds(_ interval: TimeInterval, up: Bool) -> Int {
+        let tolerance = 0.001
+        return up ? Int((interval - tolerance).rounded(.up)) : Int((interval + tolerance).rounded(.down))
     }
 }
 

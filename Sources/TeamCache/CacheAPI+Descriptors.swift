@@ -43,7 +43,7 @@ extension CacheAPI {
             let metadata = try entry.metadata.map { try JSONParser.parse($0) } ?? .null
             let answer = JSONValue.object([
                 ("hit", .bool(true)), ("key", .string(key)), ("response", .string(text)), ("metadata", metadata),
-                ("age", .int(max(0, Int(now.timeIntervalSince(entry.updatedAt))))), ("stale", .bool(stale)),
+                ("age", .int(max(0, Freshness.wholeSeconds(now.timeIntervalSince(entry.updatedAt), up: false)))), ("stale", .bool(stale)),
             ])
             return .json(200, answer.serialized)
         }

@@ -50,7 +50,7 @@ extension CacheAPI {
         headers.add("Content-Type", entry.contentType)
         headers.add("ETag", entry.etag)
         headers.add("Last-Modified", HTTPDate.format(unixSeconds: Int(entry.updatedAt.timeIntervalSince1970)))
-        headers.add("Age", String(max(0, Int(now.timeIntervalSince(entry.updatedAt)))))
+        headers.add("Age", String(max(0, Freshness.wholeSeconds(now.timeIntervalSince(entry.updatedAt), up: false))))
         headers.add("Expires", HTTPDate.format(unixSeconds: Int(entry.expiresAt.timeIntervalSince1970)))
         headers.add("Vary", "Accept-Encoding")
         switch freshness {

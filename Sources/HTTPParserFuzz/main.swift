@@ -1,0 +1,55 @@
+import HTTPServer
+
+/// Feeds one input to the parser whole and split at a point chosen by its first byte, and
+/// traps if the two disagree: framing must not depend on how bytes arrive.
+func check(_ bytes: [UInt8]) {
+    var limits = HTTPParserLimits()
+    limits.maxBodyBytes = 4096
+    limits.maxHeaderBytes = 2048
+    limits.maxRequestLineBytes = 512
+    let whole = outcomes([bytes], limits)
+    if bytes.count > 1 {
+        let split = 1 + Int(bytes[0]) % (bytes.count - 1)
+        let pieces = outcomes([Array(bytes[..<split]), Array(bytes[split...])], limits)
+        precondition(pieces == whole, "split at \(split) changed the parse")
+    }
+}
+
+func outcomes(_ pieces: [[UInt8]], _ limits: HTTPParserLimits) -> [String] {
+    var parser = HTTPParser(limits: limits)
+    var seen: [String] = []
+    for piece in pieces {
+        parser.feed(piece)
+        while let event = parser.next() {
+            switch event {
+            case .continueExpected: break  // depends on whether the body was already there
+            case .request(let request):
+                seen.append("\(request.method) \(request.target) \(request.body.count) \(request.keepAlive)")
+            case .failure(let error): seen.append("fail \(error.status)")
+            }
+        }
+    }
+    return seen
+}
+
+#if FUZZING
+@_silgen_name("LLVMFuzzerRunDriver")
+func runDriver(_ argc: UnsafeMutablePointer<Int32>,
+               _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+               _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> Int32) -> Int32
+
+var argc = CommandLine.argc
+var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
+_ = runDriver(&argc, &argv) { data, size in
+    check(size == 0 ? [] : Array(UnsafeBufferPointer(start: data, count: size)))
+    return 0
+}
+#else
+// Without the fuzzer: replay inputs given as files (to reproduce a finding).
+import Foundation
+for path in CommandLine.arguments.dropFirst() {
+    guard let data = FileManager.default.contents(atPath: path) else { continue }
+    check(Array(data))
+    print("ok \(path)")
+}
+#endif
