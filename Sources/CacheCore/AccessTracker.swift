@@ -47,6 +47,10 @@ public final class AccessTracker: @unchecked Sendable {
         """
 
     private let pool: ConnectionPool
+    /// Off: lookups are only counted in metrics (for measuring what tracking costs).
+    private let enabled: Bool
+    private let batchFull: @Sendable () -> Void
+    private let batchSize: Int
     private let lock = NSLock()
     private var entries: [Int64: EntryAccess] = [:]
     private var namespaces: [String: NamespaceCounts] = [:]
@@ -55,8 +59,14 @@ public final class AccessTracker: @unchecked Sendable {
     private let flushes: CounterFamily?
     private let logger = Logger(component: "access-tracker")
 
-    public init(pool: ConnectionPool, metrics: MetricsRegistry? = nil) {
+    /// `batchFull` is called (outside the lock) when `batchSize` entries have pending hits,
+    /// so the flusher can run early instead of letting memory grow until its next tick.
+    public init(pool: ConnectionPool, metrics: MetricsRegistry? = nil, enabled: Bool = true, batchSize: Int = 5000,
+                batchFull: @escaping @Sendable () -> Void = {}) {
         self.pool = pool
+        self.enabled = enabled
+        self.batchSize = batchSize
+        self.batchFull = batchFull
         lookups = metrics?.counter("teamcache_lookups_total", "Cache lookups by namespace and result.",
                                    labels: ["namespace", "result"])
         tokensSaved = metrics?.counter("teamcache_tokens_saved_total",
@@ -72,7 +82,8 @@ public final class AccessTracker: @unchecked Sendable {
             tokensSaved?.inc([namespace, "input"], by: Double(entry.inputTokens))
             tokensSaved?.inc([namespace, "output"], by: Double(entry.outputTokens))
         }
-        lock.withLock {
+        guard enabled else { return }
+        let full = lock.withLock {
             var counts = namespaces[namespace] ?? NamespaceCounts()
             switch lookup {
             case .hit: counts.hits += 1
@@ -89,7 +100,9 @@ public final class AccessTracker: @unchecked Sendable {
                 entries[entry.id] = access
             }
             namespaces[namespace] = counts
+            return entries.count == batchSize
         }
+        if full { batchFull() }
     }
 
     /// Writes what was counted since the last flush. On failure the counts are kept for the next one.
@@ -145,6 +158,4 @@ public final class AccessTracker: @unchecked Sendable {
         }
     }
 
-    /// Entries with unflushed hits (for the batch-size trigger).
-    public var pendingEntries: Int { lock.withLock { entries.count } }
 }

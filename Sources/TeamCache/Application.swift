@@ -27,7 +27,9 @@ public final class Application: Sendable {
         pool = ConnectionPool(.init(url: database.url, maxConnections: configuration.poolSize,
                                     acquireTimeout: configuration.acquireTimeout), metrics: metrics)
         store = EntryStore(pool: pool, policy: configuration.cache, clock: clock)
-        tracker = AccessTracker(pool: pool, metrics: metrics)
+        let flusher = FlushTrigger()
+        tracker = AccessTracker(pool: pool, metrics: metrics, enabled: configuration.accessTracking,
+                                batchSize: configuration.accessFlushBatch, batchFull: { flusher.fire() })
         tokens = TokenStore(pool: pool)
         eviction = EvictionJob(store: store, metrics: metrics)
         let auth = Authenticator(enabled: configuration.authEnabled, store: tokens,
@@ -47,16 +49,18 @@ public final class Application: Sendable {
                                                 metricsNeedAuth: configuration.metricsRequireAuth),
                             metrics: metrics)
         group = ServiceGroup(Self.services(configuration: configuration, store: store, tracker: tracker,
-                                           eviction: eviction, server: server, metrics: metrics))
+                                           eviction: eviction, server: server, metrics: metrics, flusher: flusher))
     }
 
     private static func services(configuration: Configuration, store: EntryStore, tracker: AccessTracker,
-                                 eviction: EvictionJob, server: HTTPServer, metrics: MetricsRegistry) -> [any Service] {
+                                 eviction: EvictionJob, server: HTTPServer, metrics: MetricsRegistry,
+                                 flusher trigger: FlushTrigger) -> [any Service] {
         let logger = Logger(component: "access-tracker")
         let flusher = PeriodicService(name: "access-flush", interval: configuration.accessFlushInterval,
                                       runOnStop: true) {
             do { try tracker.flush() } catch { logger.warn("flush failed", [("error", .string("\(error)"))]) }
         }
+        trigger.connect(flusher)
         let gauges = NamespaceGauges(store: store, metrics: metrics)
         return [
             flusher,
@@ -129,4 +133,14 @@ struct NamespaceGauges: Sendable {
         }
         bytes.replaceAll(byKind)
     }
+}
+
+/// Lets the access tracker wake the flusher early; connected once the flusher exists.
+final class FlushTrigger: @unchecked Sendable {
+    // @unchecked: `service` is guarded by `lock`.
+    private let lock = NSLock()
+    private var service: PeriodicService?
+
+    func connect(_ service: PeriodicService) { lock.withLock { self.service = service } }
+    func fire() { lock.withLock { service }?.trigger() }
 }

@@ -19,6 +19,7 @@ public struct Configuration: Sendable {
     public var evictionInterval: TimeInterval = 60
     public var accessFlushInterval: TimeInterval = 2
     public var accessFlushBatch = 5000
+    public var accessTracking = true
     public var metricsRequireAuth = false
     public var tokenCacheTTL: TimeInterval = 10
     public var rateLimit: Double = 0
@@ -89,6 +90,7 @@ struct SettingReader {
         config.cache.idleTTL = Int(try duration("TEAMCACHE_IDLE_TTL", 60...3_153_600_000, default: 30 * 86400))
         config.evictionInterval = try duration("TEAMCACHE_EVICTION_INTERVAL", 1...86400, default: 60)
         config.accessFlushInterval = try duration("TEAMCACHE_ACCESS_FLUSH_INTERVAL", 0.05...3600, default: 2)
+        config.accessTracking = try flag("TEAMCACHE_ACCESS_TRACKING", default: true)
         config.accessFlushBatch = try integer("TEAMCACHE_ACCESS_FLUSH_BATCH", 1...1_000_000, default: 5000)
         config.tokenCacheTTL = try duration("TEAMCACHE_TOKEN_CACHE_TTL", 0...3600, default: 10)
         config.rateLimit = try number("TEAMCACHE_RATE_LIMIT", 0...1_000_000, default: 0)

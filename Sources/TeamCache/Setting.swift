@@ -54,6 +54,8 @@ public struct Setting: Sendable {
                 help: "How often the eviction job runs (jittered ±10%)."),
         Setting(variable: "TEAMCACHE_ACCESS_FLUSH_INTERVAL", flag: nil, defaultValue: "2s",
                 help: "How often hit counts are written to the database."),
+        Setting(variable: "TEAMCACHE_ACCESS_TRACKING", flag: nil, defaultValue: "on",
+                help: "off: no hit counts, last-access times or lookup stats are kept (metrics still count)."),
         Setting(variable: "TEAMCACHE_ACCESS_FLUSH_BATCH", flag: nil, defaultValue: "5000",
                 help: "Entries with pending hits that trigger an early flush."),
         Setting(variable: "TEAMCACHE_METRICS_AUTH", flag: nil, defaultValue: "off",

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Cache workloads side by side with pgbench running the service's own SQL on the same table:
+# hits (identity and gzip clients) and misses vs the point select, upserts vs tc_put_entry;
+# and hits with access tracking off, to show what tracking costs.
+source "$(dirname "$0")/lib.sh"
+need_tools
+build_release
+CONNECTIONS=${BENCH_CONNECTIONS:-64}
+PG_CLIENTS=${BENCH_PG_CLIENTS:-16}
+
+cache_workloads() {
+  python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >&2
+  python3 "$BENCH_DIR/pgbench_sql.py" "$WORK"
+  echo "| workload | teamcache req/s | p50 ms | p99 ms | anchor | anchor TPS | anchor p99 ms | ratio |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+  read -r select select99 <<<"$(pgbench_run "$PG_CLIENTS" "$WORK/select.sql")"
+  read -r rps p50 p99 _ <<<"$(KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua")"
+  echo "| hit, identity clients (-c$CONNECTIONS) | $rps | $p50 | $p99 | pgbench point select (-c$PG_CLIENTS) | $select | $select99 | $(ratio "$rps" "$select") |"
+  read -r rps p50 p99 _ <<<"$(GZIP=1 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua")"
+  echo "| hit, gzip clients | $rps | $p50 | $p99 | pgbench point select | $select | $select99 | $(ratio "$rps" "$select") |"
+  read -r miss miss99 <<<"$(pgbench_run "$PG_CLIENTS" "$WORK/miss.sql")"
+  read -r rps p50 p99 _ <<<"$(KEY_PREFIX=absent- wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua")"
+  echo "| miss | $rps | $p50 | $p99 | pgbench select of absent keys | $miss | $miss99 | $(ratio "$rps" "$miss") |"
+  read -r upsert upsert99 <<<"$(pgbench_run "$PG_CLIENTS" "$WORK/upsert.sql")"
+  read -r rps p50 p99 _ <<<"$(wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/put.lua")"
+  echo "| upsert ~2 KB JSON | $rps | $p50 | $p99 | pgbench tc_put_entry (-c$PG_CLIENTS) | $upsert | $upsert99 | $(ratio "$rps" "$upsert") |"
+}
+
+start_server
+cache_workloads
+read -r tracked _ _ _ <<<"$(KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua")"
+stop_server
+start_server TEAMCACHE_ACCESS_TRACKING=off
+read -r untracked _ _ _ <<<"$(KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua")"
+echo
+echo "| hits with access tracking on | off | on / off |"
+echo "| --- | --- | --- |"
+echo "| $tracked | $untracked | $(ratio "$tracked" "$untracked") |"

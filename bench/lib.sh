@@ -1,0 +1,126 @@
+# Shared by the benchmark scripts: build, start and stop the service and the anchors, parse
+# wrk and pgbench output. Every run is side by side with its anchor on this same machine,
+# and results are reported as ratios (machines here are noisy: compare within one run).
+set -euo pipefail
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$BENCH_DIR/.." && pwd)
+export PATH="$PATH:/opt/swift/usr/bin"
+WORK=$(mktemp -d /tmp/teamcache-bench.XXXXXX)
+chmod 755 "$WORK"
+SERVER_PID=""
+NGINX_PID=""
+DURATION=${BENCH_DURATION:-10}
+PORT=${BENCH_PORT:-18580}
+NGINX_PORT=${BENCH_NGINX_PORT:-18581}
+BIN="$REPO/.build/release/teamcache"
+
+bench_cleanup() {
+  [ -n "$SERVER_PID" ] && kill -TERM "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
+  [ -n "$NGINX_PID" ] && kill -QUIT "$NGINX_PID" 2>/dev/null || true
+  sleep 0.3
+  rm -rf "$WORK"
+}
+trap bench_cleanup EXIT
+
+need_tools() {
+  local missing=()
+  command -v wrk >/dev/null || missing+=(wrk)
+  command -v nginx >/dev/null || missing+=(nginx-light)
+  command -v pgbench >/dev/null || missing+=(postgresql-contrib)
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+build_release() {
+  (cd "$REPO" && swift build -c release --product teamcache 2>&1 | tail -n 1)
+}
+
+# start_server [extra env assignments...]: embedded PostgreSQL under $WORK/data, auth on.
+start_server() {
+  env "$@" TEAMCACHE_LOG_LEVEL="${BENCH_LOG_LEVEL:-info}" "$BIN" serve --listen "127.0.0.1:$PORT" \
+    --data-dir "$WORK/data" </dev/null >"$WORK/serve.out" 2>"$WORK/serve.log" &
+  SERVER_PID=$!
+  for _ in $(seq 1 240); do
+    grep -q "listening on" "$WORK/serve.out" 2>/dev/null && break
+    kill -0 "$SERVER_PID" 2>/dev/null || { tail -n 20 "$WORK/serve.log"; return 1; }
+    sleep 0.25
+  done
+  TOKEN=$("$BIN" tokens create --name bench --namespaces '*' --scopes read,write,admin --data-dir "$WORK/data" | tail -n 1)
+  export TOKEN
+}
+
+stop_server() {
+  [ -n "$SERVER_PID" ] && kill -TERM "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=""
+}
+
+# The embedded cluster's socket folder, for pgbench.
+pg_socket() { echo "$WORK/data/run"; }
+
+# start_nginx FILE...: serves the given files from $WORK/www, 2 workers, buffered access log.
+start_nginx() {
+  mkdir -p "$WORK/www" "$WORK/nginx"
+  cat > "$WORK/nginx/nginx.conf" <<CONF
+worker_processes 2;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 16384; }
+http {
+  access_log $WORK/nginx/access.log combined buffer=64k;
+  default_type application/json;
+  keepalive_requests 100000;
+  gzip_static on;
+  server {
+    listen 127.0.0.1:$NGINX_PORT reuseport backlog=4096;
+    root $WORK/www;
+  }
+}
+CONF
+  nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx"
+  sleep 0.3
+  NGINX_PID=$(cat "$WORK/nginx/nginx.pid")
+}
+
+# wrk_run CONNECTIONS URL [wrk args...] → prints "RPS P50_MS P99_MS"
+wrk_run() {
+  local connections=$1 url=$2
+  shift 2
+  local out
+  out=$(ulimit -n 65536; wrk -t2 -c"$connections" -d"${DURATION}s" --latency "$@" "$url" 2>&1)
+  echo "$out" >> "$WORK/wrk.log"
+  local rps p50 p99
+  rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+  p50=$(echo "$out" | awk '$1=="50%" {print $2}')
+  p99=$(echo "$out" | awk '$1=="99%" {print $2}')
+  echo "$rps $(to_ms "$p50") $(to_ms "$p99") $(echo "$out" | awk '/Non-2xx/ {print $4}')"
+}
+
+to_ms() {
+  local value=$1
+  case "$value" in
+    *ms) echo "${value%ms}" ;;
+    *us) awk -v v="${value%us}" 'BEGIN { printf "%.3f", v / 1000 }' ;;
+    *s) awk -v v="${value%s}" 'BEGIN { printf "%.1f", v * 1000 }' ;;
+    *) echo "?" ;;
+  esac
+}
+
+# pgbench_run CLIENTS SCRIPT → prints "TPS P99_MS" (latency from the per-transaction log)
+pgbench_run() {
+  local clients=$1 script=$2
+  local out
+  out=$(cd "$WORK" && pgbench -n -M prepared -c "$clients" -j 2 -T "$DURATION" -f "$script" -l \
+        -h "$(pg_socket)" -U postgres teamcache 2>&1)
+  echo "$out" >> "$WORK/pgbench.log"
+  local tps p99
+  tps=$(echo "$out" | awk '/^tps/ {print $3; exit}')
+  p99=$(cat "$WORK"/pgbench_log.* 2>/dev/null | awk '{print $3}' | sort -n |
+        awk '{a[NR]=$1} END { if (NR) printf "%.2f", a[int(NR*0.99)]/1000; else print "?" }')
+  rm -f "$WORK"/pgbench_log.*
+  echo "$tps $p99"
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }'; }
+
+server_rss_mb() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$SERVER_PID/status"; }
