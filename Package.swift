@@ -20,17 +20,20 @@ let package = Package(
         .target(name: "Observability"),
         .target(name: "Postgres", dependencies: ["CLibPQ", "Hashing", "Observability"]),
         .target(name: "HTTPServer", dependencies: ["CLinux", "Observability"]),
-        .target(name: "CacheCore", dependencies: ["CZlib", "Hashing", "Observability", "Postgres"]),
-        .target(name: "TeamCache", dependencies: ["CacheCore", "HTTPServer", "Postgres", "Hashing", "Observability"]),
+        // Descriptor keys and canonical JSON: shared by the server and the client library.
+        .target(name: "CacheKeys", dependencies: ["Hashing"]),
+        .target(name: "CacheCore", dependencies: ["CZlib", "CacheKeys", "Hashing", "Observability", "Postgres"]),
+        .target(name: "TeamCache", dependencies: ["CacheCore", "CacheKeys", "HTTPServer", "Postgres", "Hashing",
+                                                  "Observability"]),
         .executableTarget(name: "teamcache", dependencies: ["TeamCache"]),
         // libFuzzer target for the HTTP parser (see scripts/fuzz.sh).
         .executableTarget(name: "HTTPParserFuzz", dependencies: ["HTTPServer"]),
-        .target(name: "TeamCacheClient", dependencies: ["CacheCore"]),
+        .target(name: "TeamCacheClient", dependencies: ["CacheKeys"]),
         .target(name: "TestSupport", dependencies: ["Postgres", "TeamCache", "HTTPServer"], path: "Sources/TestSupport"),
 
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "TestSupport"]),
-        .testTarget(name: "CacheCoreTests", dependencies: ["CacheCore", "TestSupport"]),
+        .testTarget(name: "CacheCoreTests", dependencies: ["CacheCore", "CacheKeys", "TestSupport"]),
         .testTarget(name: "IntegrationTests", dependencies: ["TeamCache", "TeamCacheClient", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

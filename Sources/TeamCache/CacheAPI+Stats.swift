@@ -1,4 +1,5 @@
 import CacheCore
+import CacheKeys
 import Foundation
 import HTTPServer
 

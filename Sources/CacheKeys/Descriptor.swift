@@ -145,3 +145,18 @@ extension String {
         return String(out)
     }
 }
+
+extension Descriptor {
+    /// The descriptor as request members (for clients sending it to the server).
+    public var jsonMembers: [(String, JSONValue)] {
+        var members: [(String, JSONValue)] = [("model", .string(model))]
+        switch input {
+        case .prompt(let text): members.append(("prompt", .string(text)))
+        case .messages(let messages): members.append(("messages", messages))
+        }
+        if let schema { members.append(("schema", schema)) }
+        if let params { members.append(("params", params)) }
+        if let version { members.append(("version", .string(version))) }
+        return members
+    }
+}

@@ -1,0 +1,54 @@
+import CacheKeys
+import Foundation
+
+/// A raw entry as read back.
+public struct CachedEntry: Sendable {
+    public let body: Data
+    public let contentType: String
+    public let etag: String?
+    /// `Cache-Status`, e.g. `teamcache; hit; ttl=42`.
+    public let cacheStatus: String?
+    public let age: Int
+}
+
+/// What a write stored.
+public struct WriteResult: Sendable, Equatable {
+    public let created: Bool
+    public let key: String
+    public let etag: String
+    public let size: Int
+    public let storedSize: Int
+    public let encoding: String
+}
+
+/// A model answer: the text and what to remember about it (tokens, finish reason…).
+public struct ModelAnswer: Sendable, Equatable {
+    public var response: String
+    public var metadata: JSONValue?
+
+    public init(response: String, metadata: JSONValue? = nil) {
+        self.response = response
+        self.metadata = metadata
+    }
+
+    /// Metadata with the token counts the cache turns into "tokens saved".
+    public static func metadata(inputTokens: Int, outputTokens: Int, finishReason: String? = nil) -> JSONValue {
+        var members: [(String, JSONValue)] = [("input_tokens", .int(inputTokens)), ("output_tokens", .int(outputTokens))]
+        if let finishReason { members.append(("finish_reason", .string(finishReason))) }
+        return .object(members)
+    }
+}
+
+/// The result of a descriptor lookup.
+public enum LookupResult: Sendable, Equatable {
+    case hit(ModelAnswer, key: String, age: Int, stale: Bool)
+    case miss(key: String)
+}
+
+/// A failed call: the server's problem, or a transport failure after the retries.
+public enum TeamCacheClientError: Error, Sendable, Equatable {
+    /// An RFC 9457 problem from the server.
+    case problem(status: Int, title: String, detail: String)
+    case transport(String)
+    case malformedResponse
+}

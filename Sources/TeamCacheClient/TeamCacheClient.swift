@@ -1,0 +1,174 @@
+import CacheKeys
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A client for app backends: raw entries, descriptor lookup/upsert, evict and stats, with
+/// timeouts and retries (with backoff, honouring Retry-After) on 503, 429 and lost connections.
+public struct TeamCacheClient: Sendable {
+    public struct Configuration: Sendable {
+        public var baseURL: URL
+        public var token: String?
+        /// Per attempt.
+        public var timeout: TimeInterval = 5
+        /// Extra attempts after the first, on 503 / 429 / transport errors.
+        public var maxRetries = 2
+        /// The first backoff; doubled per attempt, with jitter, capped at 5 s (Retry-After wins).
+        public var backoff: TimeInterval = 0.1
+
+        public init(baseURL: URL, token: String?) {
+            self.baseURL = baseURL
+            self.token = token
+        }
+    }
+
+    public let configuration: Configuration
+    private let session: URLSession
+
+    public init(_ configuration: Configuration, session: URLSession = .shared) {
+        self.configuration = configuration
+        self.session = session
+    }
+
+    // MARK: Raw entries
+
+    /// The entry, or nil on a miss. `maxStale` accepts an entry expired up to that many seconds.
+    public func get(namespace: String, key: String, maxStale: Int? = nil) async throws -> CachedEntry? {
+        var headers = ["Accept-Encoding": "gzip"]
+        if let maxStale { headers["Cache-Control"] = "max-stale=\(maxStale)" }
+        let (data, response) = try await send("GET", entryPath(namespace, key), headers: headers, accept: [200, 404])
+        guard response.statusCode == 200 else { return nil }
+        return CachedEntry(body: data, contentType: response.value(forHTTPHeaderField: "Content-Type") ?? "",
+                           etag: response.value(forHTTPHeaderField: "ETag"),
+                           cacheStatus: response.value(forHTTPHeaderField: "Cache-Status"),
+                           age: Int(response.value(forHTTPHeaderField: "Age") ?? "") ?? 0)
+    }
+
+    @discardableResult
+    public func put(namespace: String, key: String, body: Data, contentType: String = "application/octet-stream",
+                    ttl: Int? = nil, tags: [String] = []) async throws -> WriteResult {
+        var headers = ["Content-Type": contentType]
+        if !tags.isEmpty { headers["Cache-Tag"] = tags.joined(separator: ", ") }
+        let query = ttl.map { "?ttl=\($0)" } ?? ""
+        let (data, response) = try await send("PUT", entryPath(namespace, key) + query, headers: headers, body: body,
+                                              accept: [200, 201])
+        return try Self.writeResult(data, created: response.statusCode == 201)
+    }
+
+    /// False when there was nothing to delete.
+    @discardableResult
+    public func delete(namespace: String, key: String) async throws -> Bool {
+        try await send("DELETE", entryPath(namespace, key), accept: [204, 404]).1.statusCode == 204
+    }
+
+    // MARK: Descriptors
+
+    public func lookup(namespace: String, _ descriptor: Descriptor, maxStale: Int? = nil, refresh: Bool = false)
+        async throws -> LookupResult {
+        var members = descriptor.jsonMembers
+        if let maxStale { members.append(("max_stale", .int(maxStale))) }
+        if refresh { members.append(("refresh", .bool(true))) }
+        let (data, _) = try await sendJSON("POST", "/v1/caches/\(namespace)/lookup", .object(members), accept: [200])
+        let json = try Self.parse(data)
+        guard let key = json["key"]?.stringValue else { throw TeamCacheClientError.malformedResponse }
+        guard json["hit"]?.boolValue == true, let text = json["response"]?.stringValue else { return .miss(key: key) }
+        let metadata = json["metadata"].flatMap { $0 == .null ? nil : $0 }
+        return .hit(ModelAnswer(response: text, metadata: metadata), key: key, age: json["age"]?.integerValue ?? 0,
+                    stale: json["stale"]?.boolValue ?? false)
+    }
+
+    @discardableResult
+    public func upsert(namespace: String, _ descriptor: Descriptor, answer: ModelAnswer, ttl: Int? = nil,
+                       tags: [String] = []) async throws -> WriteResult {
+        var members = descriptor.jsonMembers + [("response", .string(answer.response))]
+        if let metadata = answer.metadata { members.append(("metadata", metadata)) }
+        if let ttl { members.append(("ttl", .int(ttl))) }
+        if !tags.isEmpty { members.append(("tags", .array(tags.map(JSONValue.string)))) }
+        let (data, response) = try await sendJSON("POST", "/v1/caches/\(namespace)/upsert", .object(members),
+                                                  accept: [200, 201])
+        return try Self.writeResult(data, created: response.statusCode == 201)
+    }
+
+    // MARK: Evict and stats
+
+    /// Evicts by predicate members (`tag`, `keys`, `model`, `all`…); returns how many went.
+    public func evict(namespace: String, _ predicate: [(String, JSONValue)]) async throws -> Int {
+        let (data, _) = try await sendJSON("POST", "/v1/caches/\(namespace)/evict", .object(predicate), accept: [200])
+        guard let count = try Self.parse(data)["evicted"]?.integerValue else { throw TeamCacheClientError.malformedResponse }
+        return count
+    }
+
+    /// The namespace's stats document.
+    public func stats(namespace: String, top: Int = 20) async throws -> JSONValue {
+        try Self.parse(try await send("GET", "/v1/caches/\(namespace)/stats?top=\(top)", accept: [200]).0)
+    }
+
+    // MARK: Transport
+
+    private func entryPath(_ namespace: String, _ key: String) -> String {
+        "/v1/caches/\(namespace)/entries/" + (key.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? key)
+    }
+
+    private func sendJSON(_ method: String, _ path: String, _ body: JSONValue, accept: Set<Int>) async throws
+        -> (Data, HTTPURLResponse) {
+        try await send(method, path, headers: ["Content-Type": "application/json"], body: Data(body.serialized.utf8),
+                       accept: accept)
+    }
+
+    /// One call with retries on 503, 429 and transport errors; a status outside `accept`
+    /// becomes `.problem`.
+    func send(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil,
+              accept: Set<Int>) async throws -> (Data, HTTPURLResponse) {
+        guard let url = URL(string: configuration.baseURL.absoluteString + path) else {
+            throw TeamCacheClientError.transport("bad URL for \(path)")
+        }
+        var request = URLRequest(url: url, timeoutInterval: configuration.timeout)
+        request.httpMethod = method
+        request.httpBody = body
+        headers.forEach { request.setValue($0.value, forHTTPHeaderField: $0.key) }
+        if let token = configuration.token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        var attempt = 0
+        while true {
+            do {
+                let (data, response) = try await session.data(for: request)
+                guard let http = response as? HTTPURLResponse else { throw TeamCacheClientError.malformedResponse }
+                if accept.contains(http.statusCode) { return (data, http) }
+                if (http.statusCode == 503 || http.statusCode == 429) && attempt < configuration.maxRetries {
+                    attempt += 1
+                    try await pause(attempt: attempt, retryAfter: http.value(forHTTPHeaderField: "Retry-After"))
+                    continue
+                }
+                throw Self.problem(data, status: http.statusCode)
+            } catch let error as URLError {
+                guard attempt < configuration.maxRetries else { throw TeamCacheClientError.transport("\(error.code)") }
+                attempt += 1
+                try await pause(attempt: attempt, retryAfter: nil)
+            }
+        }
+    }
+
+    private func pause(attempt: Int, retryAfter: String?) async throws {
+        let exponential = configuration.backoff * pow(2, Double(attempt - 1)) * Double.random(in: 0.5...1.5)
+        let seconds = min(5, retryAfter.flatMap(Double.init) ?? exponential)
+        try await Task.sleep(nanoseconds: UInt64(seconds * 1e9))
+    }
+
+    static func parse(_ data: Data) throws -> JSONValue {
+        do { return try JSONParser.parse(Array(data)) } catch { throw TeamCacheClientError.malformedResponse }
+    }
+
+    static func problem(_ data: Data, status: Int) -> TeamCacheClientError {
+        let json = try? JSONParser.parse(Array(data))
+        return .problem(status: status, title: json?["title"]?.stringValue ?? "HTTP \(status)",
+                        detail: json?["detail"]?.stringValue ?? "")
+    }
+
+    static func writeResult(_ data: Data, created: Bool) throws -> WriteResult {
+        let json = try parse(data)
+        guard let key = json["key"]?.stringValue, let etag = json["etag"]?.stringValue,
+              let size = json["size"]?.integerValue, let stored = json["stored_size"]?.integerValue,
+              let encoding = json["encoding"]?.stringValue else { throw TeamCacheClientError.malformedResponse }
+        return WriteResult(created: created, key: key, etag: etag, size: size, storedSize: stored, encoding: encoding)
+    }
+}

@@ -1,0 +1,124 @@
+import CacheCore
+import CacheKeys
+import Foundation
+import HTTPServer
+import Testing
+import TeamCacheClient
+import TestSupport
+
+@Suite struct ClientTests {
+    let service = TestService.shared
+    let namespace = TestService.namespace("client")
+
+    func client(_ token: String?) -> TeamCacheClient {
+        TeamCacheClient(.init(baseURL: URL(string: "http://127.0.0.1:\(service.port)")!, token: token))
+    }
+
+    @Test func rawEntriesRoundTrip() async throws {
+        let client = client(try writer(namespace))
+        let body = Data(String(repeating: "{\"a\":1}", count: 300).utf8)
+        let written = try await client.put(namespace: namespace, key: "a/b c", body: body,
+                                           contentType: "application/json", ttl: 60, tags: ["t1"])
+        #expect(written.created && written.key == "a/b c" && written.encoding == "gzip")
+        let entry = try #require(try await client.get(namespace: namespace, key: "a/b c"))
+        #expect(entry.body == body && entry.contentType == "application/json")
+        #expect(entry.cacheStatus?.hasPrefix("teamcache; hit") == true)
+        #expect(try await client.evict(namespace: namespace, [("tag", .string("t1"))]) == 1)
+        #expect(try await client.get(namespace: namespace, key: "a/b c") == nil)
+        #expect(try await client.delete(namespace: namespace, key: "a/b c") == false)
+    }
+
+    @Test func descriptorKeysMatchTheServers() async throws {
+        let client = client(try writer(namespace))
+        let descriptor = Descriptor(model: "m", input: .prompt(" hello \r\n"), params: .object([("t", .number("0.5"))]))
+        guard case .miss(let key) = try await client.lookup(namespace: namespace, descriptor) else {
+            Issue.record("expected a miss")
+            return
+        }
+        #expect(key == descriptor.key)
+        let answer = ModelAnswer(response: "hi", metadata: ModelAnswer.metadata(inputTokens: 3, outputTokens: 1))
+        #expect(try await client.upsert(namespace: namespace, descriptor, answer: answer).key == descriptor.key)
+        guard case .hit(let cached, _, _, let stale) = try await client.lookup(namespace: namespace, descriptor) else {
+            Issue.record("expected a hit")
+            return
+        }
+        #expect(cached.response == "hi" && !stale)
+        #expect(cached.metadata?["input_tokens"] == .number("3"))
+    }
+
+    @Test func cachedCallsTheModelOncePerPromptAndOnRefresh() async throws {
+        let client = client(try writer(namespace))
+        let calls = Counter()
+        let descriptor = Descriptor(model: "m", input: .prompt("count me"))
+        for _ in 0..<3 {
+            let answer = try await client.cached(namespace: namespace, descriptor) {
+                calls.increment()
+                return ModelAnswer(response: "answer \(calls.value)")
+            }
+            #expect(answer.response == "answer 1")
+        }
+        let refreshed = try await client.cached(namespace: namespace, descriptor, options: .init(refresh: true)) {
+            calls.increment()
+            return ModelAnswer(response: "answer \(calls.value)")
+        }
+        #expect(refreshed.response == "answer 2" && calls.value == 2)
+    }
+
+    @Test func staleOnErrorServesAnExpiredAnswerWhenTheModelFails() async throws {
+        let clock = ManualClock()
+        let local = try TestService(clock: clock) { $0.authEnabled = false }
+        defer { local.stop() }
+        let client = TeamCacheClient(.init(baseURL: URL(string: "http://127.0.0.1:\(local.port)")!, token: nil))
+        let descriptor = Descriptor(model: "m", input: .prompt("offline"))
+        struct ModelDown: Error {}
+        _ = try await client.cached(namespace: "offline", descriptor, options: .init(ttl: 10)) { ModelAnswer(response: "ok") }
+        clock.advance(by: 60)
+        let fallback = try await client.cached(namespace: "offline", descriptor, options: .init(staleOnError: 3600)) {
+            throw ModelDown()
+        }
+        #expect(fallback.response == "ok")
+        await #expect(throws: ModelDown.self) {
+            _ = try await client.cached(namespace: "offline", descriptor) { throw ModelDown() }
+        }
+    }
+
+    @Test func problemsSurfaceWithStatus() async throws {
+        let client = client("tc_" + String(repeating: "1", count: 64))
+        await #expect(throws: TeamCacheClientError.self) {
+            _ = try await client.get(namespace: namespace, key: "k")
+        }
+        do {
+            _ = try await client.get(namespace: namespace, key: "k")
+        } catch TeamCacheClientError.problem(let status, _, _) {
+            #expect(status == 401)
+        }
+    }
+
+    @Test func retriesOn503HonouringRetryAfter() async throws {
+        let attempts = Counter()
+        var configuration = HTTPServerConfiguration()
+        configuration.port = 0
+        let flaky = HTTPServer(configuration: configuration, routes: [
+            Route("GET", "/v1/caches/{ns}/entries/{key}") { _ in
+                attempts.increment()
+                if attempts.value < 3 {
+                    throw HTTPError(503, "down", headers: HTTPHeaders([("Retry-After", "0")]))
+                }
+                return .text(200, "finally")
+            },
+        ])
+        try flaky.start()
+        defer { flaky.shutdown() }
+        let client = TeamCacheClient(.init(baseURL: URL(string: "http://127.0.0.1:\(flaky.port)")!, token: nil))
+        let entry = try await client.get(namespace: "n", key: "k")
+        #expect(String(decoding: entry?.body ?? Data(), as: UTF8.self) == "finally" && attempts.value == 3)
+    }
+}
+
+final class Counter: @unchecked Sendable {
+    // @unchecked: `count` is guarded by `lock`.
+    private let lock = NSLock()
+    private var count = 0
+    func increment() { lock.withLock { count += 1 } }
+    var value: Int { lock.withLock { count } }
+}
