@@ -21,6 +21,7 @@ bench_cleanup() {
   rm -rf "$WORK"
 }
 trap bench_cleanup EXIT
+trap "exit 130" INT TERM
 
 need_tools() {
   local missing=()
@@ -87,7 +88,7 @@ wrk_run() {
   local connections=$1 url=$2
   shift 2
   local out
-  out=$(ulimit -n 65536; wrk -t2 -c"$connections" -d"${DURATION}s" --latency "$@" "$url" 2>&1)
+  out=$(ulimit -n "$(ulimit -Hn)"; wrk -t2 -c"$connections" -d"${DURATION}s" --latency "$@" "$url" 2>&1)
   echo "$out" >> "$WORK/wrk.log"
   local rps p50 p99
   rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')

@@ -164,20 +164,58 @@ final class Connection: @unchecked Sendable {
     /// Serialises a response into the output queue; returns the body bytes sent.
     @discardableResult
     private func respond(_ response: HTTPResponse, method: String, version: HTTPVersion, keepAlive: Bool) -> Int {
-        var head = "HTTP/1.1 \(response.status) \(HTTPStatus.reason(response.status))\r\n"
-        for (name, value) in response.headers { head += name + ": " + value + "\r\n" }
-        head += "Date: \(loop.date)\r\nServer: \(loop.context.configuration.serverName)\r\n"
-        if !response.forbidsBody { head += "Content-Length: \(response.body.count)\r\n" }
-        if !keepAlive {
-            head += "Connection: close\r\n"
-        } else if version == .http10 {
-            head += "Connection: keep-alive\r\n"
+        var head: [UInt8] = []
+        head.reserveCapacity(256 + response.headers.fields.count * 48)
+        head += Self.statusLine(response.status)
+        for (name, value) in response.headers {
+            head += name.utf8
+            head += Self.colon
+            head += value.utf8
+            head += Self.crlf
         }
-        head += "\r\n"
-        enqueue(Array(head.utf8))
-        guard method != "HEAD", !response.forbidsBody, !response.body.isEmpty else { return 0 }
+        head += Self.dateName
+        head += loop.date.utf8
+        head += Self.serverName
+        head += loop.context.configuration.serverName.utf8
+        head += Self.crlf
+        if !response.forbidsBody {
+            head += Self.contentLength
+            head += String(response.body.count).utf8
+            head += Self.crlf
+        }
+        if !keepAlive {
+            head += Self.connectionClose
+        } else if version == .http10 {
+            head += Self.connectionKeepAlive
+        }
+        head += Self.crlf
+        let sendsBody = method != "HEAD" && !response.forbidsBody && !response.body.isEmpty
+        if sendsBody && response.body.count <= 4096 {
+            // One buffer and one write for small responses; large bodies go out as their own iovec.
+            head += response.body
+            enqueue(head)
+            return response.body.count
+        }
+        enqueue(head)
+        guard sendsBody else { return 0 }
         enqueue(response.body)
         return response.body.count
+    }
+
+    private static let colon = Array(": ".utf8)
+    private static let crlf = Array("\r\n".utf8)
+    private static let dateName = Array("Date: ".utf8)
+    private static let serverName = Array("\r\nServer: ".utf8)
+    private static let contentLength = Array("Content-Length: ".utf8)
+    private static let connectionClose = Array("Connection: close\r\n".utf8)
+    private static let connectionKeepAlive = Array("Connection: keep-alive\r\n".utf8)
+    private static let commonStatusLines: [Int: [UInt8]] = Dictionary(uniqueKeysWithValues:
+        [200, 201, 204, 304, 400, 401, 403, 404, 412, 413, 422, 429, 500, 503, 504].map {
+            ($0, Array("HTTP/1.1 \($0) \(HTTPStatus.reason($0))\r\n".utf8))
+        })
+
+    private static func statusLine(_ status: Int) -> [UInt8] {
+        commonStatusLines[status] ?? Array("HTTP/1.1 \(status) \(HTTPStatus.reason(status))\r\n".utf8)
     }
 
     // MARK: Output

@@ -32,7 +32,7 @@ public final class HTTPServer: @unchecked Sendable {
     public func start() throws {
         signal(SIGPIPE, SIG_IGN)
         ListeningSocket.raiseFileLimit()
-        var port = configuration.port
+        var port = try ListeningSocket.claim(host: configuration.host, port: configuration.port)
         for index in 0..<max(1, configuration.eventLoops) {
             let (fd, bound) = try ListeningSocket.open(host: configuration.host, port: port)
             port = bound

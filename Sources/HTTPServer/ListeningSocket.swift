@@ -4,7 +4,20 @@ import Glibc
 /// A non-blocking TCP listening socket with `SO_REUSEPORT`, so each event loop can own one
 /// bound to the same port and the kernel spreads new connections across them.
 enum ListeningSocket {
-    static func open(host: String, port: Int, backlog: Int32 = 4096) throws -> (fd: Int32, port: Int) {
+    /// Claims `port` (0: a free one) for this process and returns it.
+    ///
+    /// SO_REUSEPORT lets any process of the same user bind a port that is already taken, and
+    /// the kernel then splits connections between them: a second server (or an old version
+    /// left running) would silently share the traffic. So the port is first probed with a
+    /// plain bind, which fails with EADDRINUSE when anything listens there.
+    static func claim(host: String, port: Int) throws -> Int {
+        let probe = try open(host: host, port: port, reusePort: false, listening: false)
+        defer { close(probe.fd) }
+        return probe.port
+    }
+
+    static func open(host: String, port: Int, backlog: Int32 = 4096, reusePort: Bool = true,
+                     listening: Bool = true) throws -> (fd: Int32, port: Int) {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -18,13 +31,15 @@ enum ListeningSocket {
             var one: Int32 = 1
             let size = socklen_t(MemoryLayout<Int32>.size)
             try systemCall("setsockopt(SO_REUSEADDR)") { setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, size) }
-            try systemCall("setsockopt(SO_REUSEPORT)") { setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, size) }
+            if reusePort {
+                try systemCall("setsockopt(SO_REUSEPORT)") { setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, size) }
+            }
             try withUnsafePointer(to: &address) { pointer in
                 try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
                     _ = try systemCall("bind") { bind(fd, raw, socklen_t(MemoryLayout<sockaddr_in>.size)) }
                 }
             }
-            try systemCall("listen") { listen(fd, backlog) }
+            if listening { try systemCall("listen") { listen(fd, backlog) } }
             return (fd, try boundPort(fd))
         } catch {
             close(fd)

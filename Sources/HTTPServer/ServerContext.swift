@@ -61,7 +61,7 @@ final class ServerContext: @unchecked Sendable {
         metrics?.observe(method: method, route: route, status: status, seconds: seconds)
         guard logger.isEnabled(.info) else { return }
         logger.info("request", [("method", .string(method)), ("route", .string(route)), ("status", .int(status)),
-                                ("bytes", .int(bytes)), ("duration_ms", .double((seconds * 1e5).rounded() / 100)),
+                                ("bytes", .int(bytes)), ("duration_us", .int(Int(seconds * 1e6))),
                                 ("request_id", .string(requestID))])
     }
 }

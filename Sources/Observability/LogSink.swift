@@ -14,6 +14,9 @@ public final class LogSink: @unchecked Sendable {
     private var fd: Int32 = 2
     private var minimum: LogLevel = .info
     private var flusherStarted = false
+    /// `{"ts":"YYYY-MM-DDTHH:MM:SS` of the current second, rebuilt when the second changes.
+    private var stampSecond = 0
+    private var stampPrefix: [UInt8] = []
 
     public var level: LogLevel { lock.withLock { minimum } }
 
@@ -25,8 +28,21 @@ public final class LogSink: @unchecked Sendable {
         }
     }
 
+    /// Appends `{"ts":"…",` and the rest of a line (which starts after that comma).
     func write(_ line: String, urgent: Bool) {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let millis = Int(now.tv_nsec / 1_000_000)
         lock.withLock {
+            if now.tv_sec != stampSecond {
+                stampSecond = now.tv_sec
+                stampPrefix = Array(("{\"ts\":\"" + Self.secondText(now.tv_sec) + ".").utf8)
+            }
+            buffer.append(contentsOf: stampPrefix)
+            buffer.append(UInt8(ascii: "0") + UInt8(millis / 100))
+            buffer.append(UInt8(ascii: "0") + UInt8(millis / 10 % 10))
+            buffer.append(UInt8(ascii: "0") + UInt8(millis % 10))
+            buffer.append(contentsOf: "Z\",".utf8)
             buffer.append(contentsOf: line.utf8)
             if urgent || buffer.count > 64 * 1024 { flushLocked() }
             startFlusherLocked()
@@ -64,17 +80,13 @@ public final class LogSink: @unchecked Sendable {
         thread.start()
     }
 
-    /// RFC 3339 UTC timestamp with milliseconds, through strftime (much cheaper than a formatter).
-    static func timestamp() -> String {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        var seconds = now.tv_sec
+    /// `YYYY-MM-DDTHH:MM:SS` in UTC, through strftime (much cheaper than a formatter).
+    static func secondText(_ seconds: Int) -> String {
+        var time = seconds
         var parts = tm()
-        gmtime_r(&seconds, &parts)
+        gmtime_r(&time, &parts)
         var text = [CChar](repeating: 0, count: 32)
         let length = strftime(&text, text.count, "%Y-%m-%dT%H:%M:%S", &parts)
-        let millis = now.tv_nsec / 1_000_000
-        let prefix = String(decoding: text[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return prefix + "." + String(format: "%03d", millis) + "Z"
+        return String(decoding: text[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }

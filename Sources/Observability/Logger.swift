@@ -59,11 +59,21 @@ public struct Logger: Sendable {
     public func log(_ level: LogLevel, _ message: String, _ extra: [(String, LogValue)] = []) {
         let sink = LogSink.shared
         guard level >= sink.level else { return }
-        var line = "{\"ts\":\"\(LogSink.timestamp())\",\"level\":\"\(level.name)\",\"component\":"
+        // The sink puts `{"ts":"…",` in front: it keeps the timestamp text per second.
+        var line = ""
+        line.reserveCapacity(200)
+        line += "\"level\":\"\(level.name)\",\"component\":"
         JSONText.appendString(component, to: &line)
         line += ",\"msg\":"
         JSONText.appendString(message, to: &line)
-        for (key, value) in fields + extra {
+        append(fields, to: &line)
+        append(extra, to: &line)
+        line += "}\n"
+        sink.write(line, urgent: level >= .warn)
+    }
+
+    private func append(_ pairs: [(String, LogValue)], to line: inout String) {
+        for (key, value) in pairs {
             line += ","
             JSONText.appendString(key, to: &line)
             line += ":"
@@ -74,14 +84,19 @@ public struct Logger: Sendable {
             case .bool(let flag): line += flag ? "true" : "false"
             }
         }
-        line += "}\n"
-        sink.write(line, urgent: level >= .warn)
     }
 }
 
 /// JSON string escaping shared by the log and metrics writers.
 public enum JSONText {
     public static func appendString(_ text: String, to out: inout String) {
+        // Fast path: most values need no escaping and are appended whole.
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }) {
+            out += "\""
+            out += text
+            out += "\""
+            return
+        }
         out += "\""
         for scalar in text.unicodeScalars {
             switch scalar {

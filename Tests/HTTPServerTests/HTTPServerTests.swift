@@ -199,6 +199,15 @@ final class TestServer {
         #expect(throws: RawClient.Failure.self) { try RawClient(port: server.port) }
     }
 
+    @Test func aTakenPortIsRefusedNotShared() throws {
+        let first = try TestServer()
+        var configuration = HTTPServerConfiguration()
+        configuration.port = first.port
+        let second = HTTPServer(configuration: configuration, routes: [])
+        let error = try #require(throws: SystemError.self) { try second.start() }
+        #expect(error.code == EADDRINUSE)
+    }
+
     @Test func connectionsPastTheLimitAreRefusedCleanly() throws {
         let server = try TestServer {
             $0.maxConnections = 2
