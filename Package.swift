@@ -5,7 +5,7 @@ import PackageDescription
 //   C wrappers → Hashing, Observability → Postgres, HTTPServer, CacheCore → TeamCache → teamcache
 let package = Package(
     name: "TeamCache",
-    platforms: [.macOS(.v14)],
+    platforms: [.macOS(.v15)],
     products: [
         .executable(name: "teamcache", targets: ["teamcache"]),
         .library(name: "TeamCacheClient", targets: ["TeamCacheClient"]),

@@ -1,6 +1,7 @@
 import CLinux
 import Foundation
 import Glibc
+import Observability
 
 /// One epoll loop on its own thread, owning a listening socket (SO_REUSEPORT) and the
 /// connections accepted on it.
@@ -28,6 +29,10 @@ final class EventLoop: @unchecked Sendable {
     private(set) var date = ""
     let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     let finished = DispatchSemaphore(value: 0)
+    /// This loop's request metrics (summed with the other loops' at scrape time).
+    let requestStats = RequestStats()
+    /// Access log lines, handed to the log sink in chunks rather than a lock per line.
+    private var accessLog = LogLine(capacity: 64 * 1024)
 
     private static let listenerTag: UInt64 = UInt64.max
     private static let wakeTag: UInt64 = UInt64.max - 1
@@ -74,6 +79,7 @@ final class EventLoop: @unchecked Sendable {
             }
             if now >= nextSweep { sweep() }
         }
+        flushAccessLog()
         finished.signal()
     }
 
@@ -174,6 +180,26 @@ final class EventLoop: @unchecked Sendable {
         return "\(context.requestIDPrefix)-\(index)-\(String(requestCounter, radix: 16))"
     }
 
+    /// The access log line and the metrics of a finished request.
+    func record(method: String, routeID: Int, route: String, status: Int, bytes: Int, seconds: Double,
+                requestID: String) {
+        requestStats.observe(route: routeID, method: method, status: status, seconds: seconds)
+        guard LogSink.shared.level <= .info else { return }
+        accessLog.begin(.info, component: "http", message: "request")
+        accessLog.field("method", method)
+        accessLog.field("route", route)
+        accessLog.field("status", status)
+        accessLog.field("bytes", bytes)
+        accessLog.field("duration_us", Int(seconds * 1e6))
+        accessLog.field("request_id", requestID)
+        accessLog.end()
+        if accessLog.count > 32 * 1024 { flushAccessLog() }
+    }
+
+    private func flushAccessLog() {
+        if !accessLog.isEmpty { LogSink.shared.write(accessLog.take()) }
+    }
+
     // MARK: Time
 
     private func refreshDate() {
@@ -184,9 +210,10 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
-    /// Closes connections past their deadline; runs every 250 ms.
+    /// Closes connections past their deadline and hands on the access log; runs every 250 ms.
     private func sweep() {
         nextSweep = now + 250_000_000
+        flushAccessLog()
         if acceptPaused && listener >= 0 {
             acceptPaused = false
             try? register(listener, tag: Self.listenerTag, events: EPOLLIN.rawValue)

@@ -73,26 +73,54 @@ enum HTTPHeadParser {
         return .success((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
     }
 
+    /// The header fields framing depends on, gathered in one pass.
+    private struct FramingFields {
+        var hosts = 0
+        var connection: [String] = []
+        var transferEncoding: [String] = []
+        var contentLength: [String] = []
+        var hasTransferEncoding = false
+        var hasContentLength = false
+        var expect: String?
+
+        init(_ headers: HTTPHeaders) {
+            for (name, value) in headers {
+                // Dispatch on length first: most fields are none of these and cost one compare.
+                switch name.utf8.count {
+                case 4 where HTTPHeaders.same(name, "Host"): hosts += 1
+                case 6 where HTTPHeaders.same(name, "Expect"): expect = expect ?? value
+                case 10 where HTTPHeaders.same(name, "Connection"): connection += Self.elements(value)
+                case 14 where HTTPHeaders.same(name, "Content-Length"):
+                    hasContentLength = true
+                    contentLength += Self.elements(value)
+                case 17 where HTTPHeaders.same(name, "Transfer-Encoding"):
+                    hasTransferEncoding = true
+                    transferEncoding += Self.elements(value)
+                default: break
+                }
+            }
+        }
+
+        static func elements(_ value: String) -> [String] {
+            value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+        }
+    }
+
     private static func decideFraming(method: String, target: String, version: HTTPVersion, headers: HTTPHeaders)
         -> Result<Head, HTTPParseError> {
-        let hosts = headers.fields.filter { HTTPHeaders.same($0.name, "Host") }
-        if version == .http11 && hosts.count != 1 { return .failure(.badRequest("HTTP/1.1 needs exactly one Host.")) }
-        if hosts.count > 1 { return .failure(.badRequest("More than one Host header.")) }
+        let fields = FramingFields(headers)
+        if version == .http11 && fields.hosts != 1 { return .failure(.badRequest("HTTP/1.1 needs exactly one Host.")) }
+        if fields.hosts > 1 { return .failure(.badRequest("More than one Host header.")) }
+        let keepAlive = version == .http11 ? !fields.connection.contains("close") : fields.connection.contains("keep-alive")
 
-        let connection = headers.list("Connection").map { $0.lowercased() }
-        let keepAlive = version == .http11 ? !connection.contains("close") : connection.contains("keep-alive")
-
-        let codings = headers.list("Transfer-Encoding").map { $0.lowercased() }
-        let lengths = headers.list("Content-Length")
         var framing = Framing.none
-        if headers.contains("Transfer-Encoding") {
-            if !lengths.isEmpty || headers.contains("Content-Length") {
-                return .failure(.badRequest("Content-Length and Transfer-Encoding together."))
-            }
+        if fields.hasTransferEncoding {
+            if fields.hasContentLength { return .failure(.badRequest("Content-Length and Transfer-Encoding together.")) }
             if version == .http10 { return .failure(.badRequest("Transfer-Encoding in an HTTP/1.0 request.")) }
-            guard codings == ["chunked"] else { return .failure(.unsupportedTransferCoding) }
+            guard fields.transferEncoding == ["chunked"] else { return .failure(.unsupportedTransferCoding) }
             framing = .chunked
-        } else if headers.contains("Content-Length") {
+        } else if fields.hasContentLength {
+            let lengths = fields.contentLength
             guard let first = lengths.first, lengths.allSatisfy({ $0 == first }),
                   first.utf8.count <= 18, first.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let length = Int(first)
             else {
@@ -102,7 +130,7 @@ enum HTTPHeadParser {
         }
 
         var expectsContinue = false
-        if let expectation = headers["Expect"] {
+        if let expectation = fields.expect {
             guard expectation.lowercased() == "100-continue" else { return .failure(.expectationFailed) }
             expectsContinue = version == .http11 && framing != .none
         }

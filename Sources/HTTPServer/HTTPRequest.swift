@@ -12,6 +12,8 @@ public struct HTTPRequest: Sendable {
     /// Set by the server: the request id, the matched route and its decoded path parameters.
     public var requestID: String = ""
     public var routeTemplate: String = ""
+    /// The matched route's id (a metrics key), or `Router.unmatchedID`.
+    var routeID = Router.unmatchedID
     public var pathParameters: [String: [UInt8]] = [:]
 
     public init(method: String, target: String, version: HTTPVersion, headers: HTTPHeaders, body: [UInt8] = [],
@@ -26,7 +28,8 @@ public struct HTTPRequest: Sendable {
 
     /// The target's path, before `?`.
     public var path: Substring {
-        target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        guard let mark = target.utf8.firstIndex(of: UInt8(ascii: "?")) else { return Substring(target) }
+        return target[..<mark]
     }
 
     /// Query parameters, percent-decoded (`+` stays `+`); nil for a malformed escape.

@@ -18,9 +18,10 @@ public final class HTTPServer: @unchecked Sendable {
         if let metrics {
             let connections = metrics.gauge("teamcache_http_connections", "Open client connections.")
             let queued = metrics.gauge("teamcache_http_worker_queue", "Handler jobs waiting for a worker thread.")
-            metrics.addCollector { [context] in
+            metrics.addCollector { [context, weak self] in
                 connections.set([], Double(context.connectionCount))
                 queued.set([], Double(context.workers.queued))
+                context.metrics?.publish(self?.loops.map(\.requestStats) ?? [], routeNames: context.routeNames)
             }
         }
     }

@@ -15,6 +15,8 @@ public struct Route: Sendable {
     public let execution: Execution
     public let handler: HTTPHandler
     let segments: [Segment]
+    /// The route's position in its router (a metrics key).
+    public internal(set) var id = -1
 
     enum Segment: Equatable {
         case literal(String)
@@ -44,15 +46,38 @@ public struct Router: Sendable {
         case badPath
     }
 
+    /// Metric keys of requests that matched no route, or could not be parsed.
+    static let unmatchedID = -1
+    static let unparsedID = -2
+
     private let routes: [Route]
+    /// Routes without parameters by their exact path: most operational requests skip decoding.
+    private let exact: [String: [Route]]
 
     public init(_ routes: [Route]) {
-        self.routes = routes
+        self.routes = routes.enumerated().map { index, route in
+            var numbered = route
+            numbered.id = index
+            return numbered
+        }
+        var exact: [String: [Route]] = [:]
+        for route in self.routes where !route.segments.contains(where: { if case .parameter = $0 { true } else { false } }) {
+            exact[route.template, default: []].append(route)
+        }
+        self.exact = exact
     }
+
+    var templates: [String] { routes.map(\.template) }
 
     /// Matches `path` (raw, before decoding); HEAD falls back to the GET route.
     public func match(method: String, path: Substring) -> Match {
         guard path.hasPrefix("/") else { return .notFound }
+        if let candidates = exact[String(path)] {
+            if let route = candidates.first(where: { $0.method == method })
+                ?? (method == "HEAD" ? candidates.first(where: { $0.method == "GET" }) : nil) {
+                return .found(route, [:])
+            }
+        }
         let raw = path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
         var decoded: [[UInt8]] = []
         decoded.reserveCapacity(raw.count)

@@ -10,6 +10,8 @@ final class ServerContext: @unchecked Sendable {
     let router: Router
     let workers: WorkerPool
     let metrics: HTTPServerMetrics?
+    /// Route templates by route id, for metric labels.
+    let routeNames: [String]
     let logger = Logger(component: "http")
     /// Random per process, so generated request ids do not repeat across restarts.
     let requestIDPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 16)
@@ -17,6 +19,7 @@ final class ServerContext: @unchecked Sendable {
     private var openConnections = 0
 
     init(configuration: HTTPServerConfiguration, router: Router, metrics: MetricsRegistry?) {
+        self.routeNames = router.templates
         self.configuration = configuration
         self.router = router
         self.workers = WorkerPool(threads: configuration.workerThreads, maxQueued: configuration.maxQueuedJobs)
@@ -54,36 +57,5 @@ final class ServerContext: @unchecked Sendable {
             return HTTPError(500, "An unexpected error occurred; quote the request id when reporting it.")
                 .response(requestID: request.requestID)
         }
-    }
-
-    /// The access log line and request metrics of a finished request.
-    func record(method: String, route: String, status: Int, bytes: Int, seconds: Double, requestID: String) {
-        metrics?.observe(method: method, route: route, status: status, seconds: seconds)
-        guard logger.isEnabled(.info) else { return }
-        logger.info("request", [("method", .string(method)), ("route", .string(route)), ("status", .int(status)),
-                                ("bytes", .int(bytes)), ("duration_us", .int(Int(seconds * 1e6))),
-                                ("request_id", .string(requestID))])
-    }
-}
-
-/// The HTTP layer's Prometheus families; labels are route templates, never raw paths.
-struct HTTPServerMetrics {
-    let requests: CounterFamily
-    let duration: HistogramFamily
-    let refused: CounterFamily
-
-    init(registry: MetricsRegistry) {
-        requests = registry.counter("teamcache_http_requests_total", "HTTP requests answered.",
-                                    labels: ["route", "method", "status_class"])
-        duration = registry.histogram("teamcache_http_request_duration_seconds",
-                                      "Time from a complete request to its queued response.",
-                                      labels: ["route", "method"], bounds: latencyBuckets)
-        refused = registry.counter("teamcache_http_connections_refused_total",
-                                   "Connections refused at the connection limit.")
-    }
-
-    func observe(method: String, route: String, status: Int, seconds: Double) {
-        requests.inc([route, method, "\(status / 100)xx"])
-        duration.observe([route, method], seconds)
     }
 }

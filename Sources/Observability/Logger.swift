@@ -59,31 +59,12 @@ public struct Logger: Sendable {
     public func log(_ level: LogLevel, _ message: String, _ extra: [(String, LogValue)] = []) {
         let sink = LogSink.shared
         guard level >= sink.level else { return }
-        // The sink puts `{"ts":"…",` in front: it keeps the timestamp text per second.
-        var line = ""
-        line.reserveCapacity(200)
-        line += "\"level\":\"\(level.name)\",\"component\":"
-        JSONText.appendString(component, to: &line)
-        line += ",\"msg\":"
-        JSONText.appendString(message, to: &line)
-        append(fields, to: &line)
-        append(extra, to: &line)
-        line += "}\n"
-        sink.write(line, urgent: level >= .warn)
-    }
-
-    private func append(_ pairs: [(String, LogValue)], to line: inout String) {
-        for (key, value) in pairs {
-            line += ","
-            JSONText.appendString(key, to: &line)
-            line += ":"
-            switch value {
-            case .string(let text): JSONText.appendString(text, to: &line)
-            case .int(let number): line += String(number)
-            case .double(let number): line += number.isFinite ? String(number) : "null"
-            case .bool(let flag): line += flag ? "true" : "false"
-            }
-        }
+        var line = LogLine()
+        line.begin(level, component: component, message: message)
+        for (key, value) in fields { line.field(key, value) }
+        for (key, value) in extra { line.field(key, value) }
+        line.end()
+        sink.write(line.bytes, urgent: level >= .warn)
     }
 }
 

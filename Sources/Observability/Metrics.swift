@@ -28,6 +28,12 @@ public final class CounterFamily: @unchecked Sendable {
         lock.withLock { values[labels] ?? 0 }
     }
 
+    /// Replaces every value, for counters whose running totals are kept elsewhere and
+    /// published at scrape time (they must only grow).
+    public func replaceAll(_ snapshot: [[String]: Double]) {
+        lock.withLock { values = snapshot }
+    }
+
     func render(into out: inout String) {
         out += "# HELP \(name) \(help)\n# TYPE \(name) counter\n"
         for (labels, value) in lock.withLock({ values }).sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
@@ -113,6 +119,14 @@ public final class HistogramFamily: @unchecked Sendable {
 
     public func count(_ labels: [String] = []) -> UInt64 {
         lock.withLock { series[labels]?.count ?? 0 }
+    }
+
+    /// Replaces every series with (per-bucket counts incl. +Inf, sum, count), for histograms
+    /// kept elsewhere and published at scrape time.
+    public func replaceAll(_ snapshot: [[String]: (buckets: [UInt64], sum: Double, count: UInt64)]) {
+        lock.withLock {
+            series = snapshot.mapValues { Series(counts: $0.buckets, sum: $0.sum, count: $0.count) }
+        }
     }
 
     func render(into out: inout String) {

@@ -1,0 +1,88 @@
+import Foundation
+import Observability
+
+/// One event loop's request counts and latency histograms, keyed by small integers so the
+/// per-request cost is an uncontended lock and an integer hash. The metrics collector sums
+/// every loop's stats at scrape time.
+final class RequestStats: @unchecked Sendable {
+    // @unchecked: `series` is guarded by `lock` (taken by the owning loop and the scraper only).
+    struct Key: Hashable {
+        /// A route id, or `Router.unmatchedID` / `Router.unparsedID`.
+        let route: Int
+        let method: UInt8
+        let statusClass: UInt8
+    }
+
+    struct Series {
+        var count: UInt64 = 0
+        var sum: Double = 0
+        var buckets = [UInt64](repeating: 0, count: latencyBuckets.count + 1)
+    }
+
+    static let methods = ["GET", "HEAD", "PUT", "POST", "DELETE", "OTHER"]
+
+    static func methodCode(_ method: String) -> UInt8 {
+        switch method {
+        case "GET": 0
+        case "HEAD": 1
+        case "PUT": 2
+        case "POST": 3
+        case "DELETE": 4
+        default: 5
+        }
+    }
+
+    private let lock = NSLock()
+    private var series: [Key: Series] = [:]
+
+    func observe(route: Int, method: String, status: Int, seconds: Double) {
+        let key = Key(route: route, method: Self.methodCode(method), statusClass: UInt8(clamping: status / 100))
+        let bucket = latencyBuckets.firstIndex(where: { seconds <= $0 }) ?? latencyBuckets.count
+        lock.withLock {
+            var entry = series[key] ?? Series()
+            entry.count += 1
+            entry.sum += seconds
+            entry.buckets[bucket] += 1
+            series[key] = entry
+        }
+    }
+
+    func snapshot() -> [Key: Series] { lock.withLock { series } }
+}
+
+/// Publishes the loops' request stats into the registry's families at scrape time.
+struct HTTPServerMetrics {
+    let requests: CounterFamily
+    let duration: HistogramFamily
+    let refused: CounterFamily
+
+    init(registry: MetricsRegistry) {
+        requests = registry.counter("teamcache_http_requests_total", "HTTP requests answered.",
+                                    labels: ["route", "method", "status_class"])
+        duration = registry.histogram("teamcache_http_request_duration_seconds",
+                                      "Time from a complete request to its queued response.",
+                                      labels: ["route", "method"], bounds: latencyBuckets)
+        refused = registry.counter("teamcache_http_connections_refused_total",
+                                   "Connections refused at the connection limit.")
+    }
+
+    func publish(_ stats: [RequestStats], routeNames: [String]) {
+        var counts: [[String]: Double] = [:]
+        var histograms: [[String]: RequestStats.Series] = [:]
+        for loop in stats {
+            for (key, series) in loop.snapshot() {
+                let route = key.route < routeNames.count ? routeNames[key.route]
+                    : key.route == Router.unmatchedID ? "unmatched" : "unparsed"
+                let method = RequestStats.methods[Int(key.method)]
+                counts[[route, method, "\(key.statusClass)xx"], default: 0] += Double(series.count)
+                var merged = histograms[[route, method]] ?? RequestStats.Series()
+                merged.count += series.count
+                merged.sum += series.sum
+                for index in merged.buckets.indices { merged.buckets[index] += series.buckets[index] }
+                histograms[[route, method]] = merged
+            }
+        }
+        requests.replaceAll(counts)
+        duration.replaceAll(histograms.mapValues { ($0.buckets, $0.sum, $0.count) })
+    }
+}
