@@ -154,9 +154,8 @@ final class Connection: @unchecked Sendable {
         let limit = loop.context.configuration.maxRequestsPerConnection
         let keepAlive = request.keepAlive && !loop.isDraining && (limit == 0 || served < limit) && !inputClosed
         if !keepAlive { closeAfterFlush = true }
-        var response = response
-        response.headers.set("X-Request-Id", request.requestID)
-        let bytes = respond(response, method: request.method, version: request.version, keepAlive: keepAlive)
+        let bytes = respond(response, method: request.method, version: request.version, keepAlive: keepAlive,
+                            requestID: request.requestID)
         let seconds = Double(monotonicNanoseconds() - started) / 1e9
         loop.record(method: request.method, routeID: request.routeID,
                     route: request.routeTemplate.isEmpty ? "unmatched" : request.routeTemplate,
@@ -166,7 +165,8 @@ final class Connection: @unchecked Sendable {
 
     /// Serialises a response into the output queue; returns the body bytes sent.
     @discardableResult
-    private func respond(_ response: HTTPResponse, method: String, version: HTTPVersion, keepAlive: Bool) -> Int {
+    private func respond(_ response: HTTPResponse, method: String, version: HTTPVersion, keepAlive: Bool,
+                         requestID: String = "") -> Int {
         var head: [UInt8] = []
         head.reserveCapacity(256 + response.headers.fields.count * 48)
         head += Self.statusLine(response.status)
@@ -174,6 +174,12 @@ final class Connection: @unchecked Sendable {
             head += name.utf8
             head += Self.colon
             head += value.utf8
+            head += Self.crlf
+        }
+        if !requestID.isEmpty {
+            // Written here rather than added to `response.headers`, which would copy the array.
+            head += Self.requestIDName
+            head += requestID.utf8
             head += Self.crlf
         }
         head += Self.dateName
@@ -208,6 +214,7 @@ final class Connection: @unchecked Sendable {
     private static let colon = Array(": ".utf8)
     private static let crlf = Array("\r\n".utf8)
     private static let dateName = Array("Date: ".utf8)
+    private static let requestIDName = Array("X-Request-Id: ".utf8)
     private static let serverName = Array("\r\nServer: ".utf8)
     private static let contentLength = Array("Content-Length: ".utf8)
     private static let connectionClose = Array("Connection: close\r\n".utf8)

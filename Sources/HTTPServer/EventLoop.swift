@@ -22,6 +22,8 @@ final class EventLoop: @unchecked Sendable {
     private var draining = false
     private var acceptPaused = false
     private var requestCounter: UInt64 = 0
+    /// `<process tag>-<loop>-`: generated ids are this plus a counter in hex.
+    private lazy var requestIDPrefix = "\(context.requestIDPrefix)-\(index)-"
     private var dateSecond = 0
     private var nextSweep: UInt64 = 0
     /// Monotonic time of the current loop iteration.
@@ -177,7 +179,7 @@ final class EventLoop: @unchecked Sendable {
             return given
         }
         requestCounter += 1
-        return "\(context.requestIDPrefix)-\(index)-\(String(requestCounter, radix: 16))"
+        return requestIDPrefix + String(requestCounter, radix: 16)
     }
 
     /// The access log line and the metrics of a finished request.
@@ -186,12 +188,13 @@ final class EventLoop: @unchecked Sendable {
         requestStats.observe(route: routeID, method: method, status: status, seconds: seconds)
         guard LogSink.shared.level <= .info else { return }
         accessLog.begin(.info, component: "http", message: "request")
-        accessLog.field("method", method)
-        accessLog.field("route", route)
+        // Method and id are HTTP tokens and the route a template: nothing in them needs escaping.
+        accessLog.field("method", token: method)
+        accessLog.field("route", token: route)
         accessLog.field("status", status)
         accessLog.field("bytes", bytes)
         accessLog.field("duration_us", Int(seconds * 1e6))
-        accessLog.field("request_id", requestID)
+        accessLog.field("request_id", token: requestID)
         accessLog.end()
         if accessLog.count > 32 * 1024 { flushAccessLog() }
     }

@@ -10,20 +10,26 @@ enum HTTPHeadParser {
     typealias Head = (request: HTTPRequest, framing: Framing, expectsContinue: Bool)
 
     static func parse(_ bytes: ArraySlice<UInt8>, limits: HTTPParserLimits) -> Result<Head, HTTPParseError> {
-        // `bytes` ends before the final CRLF CRLF, so every line but the last still carries its CR.
-        var lines = bytes.split(separator: 10, omittingEmptySubsequences: false)
-        for index in lines.indices.dropLast() { lines[index] = lines[index].dropLast() }
-        guard !lines.isEmpty else { return .failure(.badRequest("Empty request.")) }
-        let requestLine = lines.removeFirst()
-        if requestLine.count > limits.maxRequestLineBytes { return .failure(.requestLineTooLong) }
-        if lines.count > limits.maxHeaderCount { return .failure(.headersTooLarge) }
-        let method: String, target: String, version: HTTPVersion
-        switch parseRequestLine(requestLine) {
-        case .failure(let error): return .failure(error)
-        case .success(let parts): (method, target, version) = parts
-        }
+        // `bytes` ends before the final CRLF CRLF: lines end in CRLF except the last.
+        var lineStart = bytes.startIndex
+        var requestLine: ArraySlice<UInt8>?
         var headers = HTTPHeaders()
-        for line in lines {
+        headers.reserve(8)
+        var method = "", target = "", version = HTTPVersion.http11
+        while lineStart <= bytes.endIndex {
+            let newline = bytes[lineStart...].firstIndex(of: 10)
+            let line = newline.map { bytes[lineStart..<$0 - 1] } ?? bytes[lineStart...]
+            lineStart = (newline ?? bytes.endIndex) + 1
+            if requestLine == nil {
+                requestLine = line
+                if line.count > limits.maxRequestLineBytes { return .failure(.requestLineTooLong) }
+                switch parseRequestLine(line) {
+                case .failure(let error): return .failure(error)
+                case .success(let parts): (method, target, version) = parts
+                }
+                continue
+            }
+            if headers.fields.count >= limits.maxHeaderCount { return .failure(.headersTooLarge) }
             switch parseField(line) {
             case .failure(let error): return .failure(error)
             case .success(let (name, value)): headers.add(name, value)

@@ -8,6 +8,8 @@ public struct HTTPHeaders: Sendable, Sequence {
         self.fields = fields.map { (name: $0.0, value: $0.1) }
     }
 
+    mutating func reserve(_ count: Int) { fields.reserveCapacity(count) }
+
     public mutating func add(_ name: String, _ value: String) {
         fields.append((name: name, value: value))
     }

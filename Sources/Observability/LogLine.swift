@@ -44,6 +44,14 @@ public struct LogLine {
         appendEscaped(value)
     }
 
+    /// A value known to need no JSON escaping (an HTTP token, a route template).
+    public mutating func field(_ key: String, token value: String) {
+        appendKey(key)
+        bytes.append(UInt8(ascii: "\""))
+        bytes += value.utf8
+        bytes.append(UInt8(ascii: "\""))
+    }
+
     public mutating func field(_ key: String, _ value: Int) {
         appendKey(key)
         appendInteger(value)
@@ -75,9 +83,12 @@ public struct LogLine {
         return taken
     }
 
+    /// Keys are identifiers chosen in code: quoted without escaping.
     private mutating func appendKey(_ key: String) {
         bytes.append(UInt8(ascii: ","))
-        appendEscaped(key)
+        bytes.append(UInt8(ascii: "\""))
+        bytes += key.utf8
+        bytes.append(UInt8(ascii: "\""))
         bytes.append(UInt8(ascii: ":"))
     }
 
