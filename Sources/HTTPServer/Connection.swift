@@ -108,8 +108,7 @@ final class Connection: @unchecked Sendable {
 
     // MARK: Requests
 
-    private func dispatch(_ incoming: HTTPRequest) {
-        var request = incoming
+    private func dispatch(_ request: HTTPRequest) {
         request.requestID = loop.requestID(for: request)
         let started = loop.now
         let context = loop.context
@@ -123,7 +122,6 @@ final class Connection: @unchecked Sendable {
                 complete(context.run(route, request), for: request, started: started)
             case .worker:
                 let loop = self.loop
-                let request = request
                 let accepted = context.workers.submit { [self] in
                     let response = context.run(route, request)
                     loop.execute { self.complete(response, for: request, started: started) }

@@ -196,7 +196,7 @@ public struct HTTPParser: Sendable {
     }
 
     private mutating func finish() -> Event {
-        var request = head!
+        let request = head!
         request.body = body
         head = nil
         body = []

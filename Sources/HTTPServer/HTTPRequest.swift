@@ -1,20 +1,24 @@
 /// A complete HTTP request as the handlers see it (the body is fully read).
-public struct HTTPRequest: Sendable {
-    public var method: String
+///
+/// A class, so passing it to a handler and back costs one retain rather than one per field.
+public final class HTTPRequest: @unchecked Sendable {
+    // @unchecked: the parser and the connection fill it in on the loop thread before it is
+    // handed to a handler; from then on nothing mutates it.
+    public internal(set) var method: String
     /// The request target as sent, e.g. `/v1/caches/a/entries/k%2F1?ttl=5`.
-    public var target: String
-    public var version: HTTPVersion
-    public var headers: HTTPHeaders
-    public var body: [UInt8]
+    public internal(set) var target: String
+    public internal(set) var version: HTTPVersion
+    public internal(set) var headers: HTTPHeaders
+    public internal(set) var body: [UInt8]
     /// Whether the connection stays open after this request (from version and `Connection`).
-    public var keepAlive: Bool
+    public internal(set) var keepAlive: Bool
 
     /// Set by the server: the request id, the matched route and its decoded path parameters.
-    public var requestID: String = ""
-    public var routeTemplate: String = ""
+    public internal(set) var requestID: String = ""
+    public internal(set) var routeTemplate: String = ""
     /// The matched route's id (a metrics key), or `Router.unmatchedID`.
     var routeID = Router.unmatchedID
-    public var pathParameters: [String: [UInt8]] = [:]
+    public internal(set) var pathParameters: [String: [UInt8]] = [:]
 
     public init(method: String, target: String, version: HTTPVersion, headers: HTTPHeaders, body: [UInt8] = [],
                 keepAlive: Bool = true) {

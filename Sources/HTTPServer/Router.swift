@@ -2,7 +2,8 @@
 public typealias HTTPHandler = @Sendable (HTTPRequest) throws -> HTTPResponse
 
 /// A method and path template (`/v1/caches/{ns}/entries/{key}`) with its handler.
-public struct Route: Sendable {
+/// Immutable; a class so a match hands out one reference, not a copy of every field.
+public final class Route: Sendable {
     public enum Execution: Sendable {
         /// Cheap and non-blocking: runs on the event loop, no hand-off.
         case inline
@@ -16,19 +17,24 @@ public struct Route: Sendable {
     public let handler: HTTPHandler
     let segments: [Segment]
     /// The route's position in its router (a metrics key).
-    public internal(set) var id = -1
+    public let id: Int
 
     enum Segment: Equatable {
         case literal(String)
         case parameter(String)
     }
 
-    public init(_ method: String, _ template: String, _ execution: Execution = .worker,
-                handler: @escaping HTTPHandler) {
+    public convenience init(_ method: String, _ template: String, _ execution: Execution = .worker,
+                            handler: @escaping HTTPHandler) {
+        self.init(method, template, execution, handler: handler, id: -1)
+    }
+
+    init(_ method: String, _ template: String, _ execution: Execution, handler: @escaping HTTPHandler, id: Int) {
         self.method = method
         self.template = template
         self.execution = execution
         self.handler = handler
+        self.id = id
         self.segments = template.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map {
             $0.hasPrefix("{") && $0.hasSuffix("}") ? .parameter(String($0.dropFirst().dropLast())) : .literal(String($0))
         }
@@ -56,9 +62,7 @@ public struct Router: Sendable {
 
     public init(_ routes: [Route]) {
         self.routes = routes.enumerated().map { index, route in
-            var numbered = route
-            numbered.id = index
-            return numbered
+            Route(route.method, route.template, route.execution, handler: route.handler, id: index)
         }
         var exact: [String: [Route]] = [:]
         for route in self.routes where !route.segments.contains(where: { if case .parameter = $0 { true } else { false } }) {
