@@ -32,7 +32,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["Postgres", "TeamCache", "HTTPServer"], path: "Sources/TestSupport"),
 
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
-        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "TestSupport"]),
+        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "Observability", "TestSupport"]),
         .testTarget(name: "CacheCoreTests", dependencies: ["CacheCore", "CacheKeys", "TestSupport"]),
         .testTarget(name: "IntegrationTests", dependencies: ["TeamCache", "TeamCacheClient", "TestSupport"]),
     ],

@@ -11,6 +11,7 @@ binary=${TEAMCACHE_BINARY:-.build/release/teamcache}
 server=""
 cleanup() {
   [ -n "$server" ] && kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null || true
+  if [ -n "${KEEP_CONTRACT_LOGS:-}" ]; then cp "$data/serve.err" /tmp/contract-serve.err 2>/dev/null || true; fi
   rm -rf "$data"
 }
 trap cleanup EXIT
@@ -31,7 +32,9 @@ curl -fsS "http://127.0.0.1:$port/openapi.yaml" | cmp - openapi.yaml
 
 schemathesis run openapi.yaml --url "http://127.0.0.1:$port" -H "Authorization: Bearer $token" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
-  --max-examples "$examples" --request-timeout 20 \
+  --max-examples "$examples" --request-timeout 20 --phases examples,coverage,fuzzing \
   --exclude-operation-id putSettings
-# putSettings is left out of the fuzzing: a fuzzed tiny quota makes later writes answer 507
+# The stateful phase is left out: it stores arbitrary bytes under a Content-Type of its choosing
+# (text/json, text/yaml) and then fails to parse those very bytes when GET returns them as
+# stored, which is the contract working. putSettings is left out of the fuzzing: a fuzzed tiny quota makes later writes answer 507
 # (correct, documented, but a 5xx to not_a_server_error). The settings route has its own tests.

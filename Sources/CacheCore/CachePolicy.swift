@@ -21,5 +21,5 @@ public struct CachePolicy: Sendable {
 
     public init() {}
 
-    var storeHardCap: Int64 { storeMaxBytes > 0 ? Int64(Double(storeMaxBytes) * hardCapRatio) : 0 }
+    public var storeHardCap: Int64 { storeMaxBytes > 0 ? Int64(Double(storeMaxBytes) * hardCapRatio) : 0 }
 }

@@ -40,8 +40,9 @@ public struct Descriptor: Sendable, Equatable {
 
     /// Reads the descriptor fields of a request object; other members are the caller's.
     public init(json: JSONValue) throws(DescriptorError) {
-        guard let model = json["model"]?.stringValue, !model.isEmpty, model.utf8.count <= Self.maxNameBytes else {
-            throw DescriptorError("`model` is required: a non-empty string of at most 256 bytes.")
+        guard let model = json["model"]?.stringValue, !model.isEmpty, model.utf8.count <= Self.maxNameBytes,
+              !model.utf8.contains(0) else {
+            throw DescriptorError("`model` is required: a non-empty string of at most 256 bytes, without NUL.")
         }
         let prompt = json["prompt"], messages = json["messages"]
         let input: Input
@@ -63,8 +64,8 @@ public struct Descriptor: Sendable, Equatable {
         }
         var version: String?
         if let value = json["version"], value != .null {
-            guard let text = value.stringValue, text.utf8.count <= Self.maxNameBytes else {
-                throw DescriptorError("`version` must be a string of at most 256 bytes.")
+            guard let text = value.stringValue, text.utf8.count <= Self.maxNameBytes, !text.utf8.contains(0) else {
+                throw DescriptorError("`version` must be a string of at most 256 bytes, without NUL.")
             }
             version = text
         }
@@ -98,13 +99,18 @@ public struct Descriptor: Sendable, Equatable {
         return out
     }
 
-    /// The first 200 characters of the prompt, or of the last user message's text.
+    /// The first 200 characters of the prompt, or of the last user message's text (NUL,
+    /// which a database text column cannot hold, shown as U+FFFD).
     public var promptDigest: String {
+        String(digestSource.prefix(200).map { $0 == "\u{0}" ? "\u{FFFD}" : $0 })
+    }
+
+    private var digestSource: String {
         switch input {
-        case .prompt(let text): return String(text.prefix(200))
+        case .prompt(let text): return text
         case .messages(.array(let items)):
             let userText = items.reversed().first(where: { $0["role"]?.stringValue == "user" })?["content"]?.stringValue
-            return String((userText ?? JSONValue.array(items).canonical).prefix(200))
+            return userText ?? JSONValue.array(items).canonical
         case .messages: return ""
         }
     }

@@ -45,6 +45,18 @@ public indirect enum JSONValue: Sendable, Equatable {
 
     public static func int(_ value: Int) -> JSONValue { .number(String(value)) }
 
+    /// False when a string or member name holds U+0000 (PostgreSQL's text and jsonb cannot
+    /// store it) or a number is beyond double range (jsonb's numeric refuses the extremes).
+    public var isStorable: Bool {
+        switch self {
+        case .string(let text): !text.utf8.contains(0)
+        case .number(let text): text.utf8.count <= 64 && (Double(text)?.isFinite ?? false)
+        case .array(let items): items.allSatisfy(\.isStorable)
+        case .object(let members): members.allSatisfy { !$0.0.utf8.contains(0) && $0.1.isStorable }
+        default: true
+        }
+    }
+
     public static func double(_ value: Double) -> JSONValue {
         value.isFinite ? .number(String(value)) : .null
     }

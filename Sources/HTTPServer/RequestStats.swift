@@ -71,7 +71,7 @@ struct HTTPServerMetrics {
         var histograms: [[String]: RequestStats.Series] = [:]
         for loop in stats {
             for (key, series) in loop.snapshot() {
-                let route = key.route < routeNames.count ? routeNames[key.route]
+                let route = routeNames.indices.contains(key.route) ? routeNames[key.route]
                     : key.route == Router.unmatchedID ? "unmatched" : "unparsed"
                 let method = RequestStats.methods[Int(key.method)]
                 counts[[route, method, "\(key.statusClass)xx"], default: 0] += Double(series.count)

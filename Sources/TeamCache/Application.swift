@@ -40,6 +40,10 @@ public final class Application: Sendable {
         let operations = OperationalRoutes(pool: pool, migrations: database.migrations, metrics: metrics,
                                            openAPI: Array(spec))
         ProcessMetrics.register(in: metrics)
+        metrics.gauge("teamcache_store_max_bytes", "Configured soft cap of the store in stored bytes (0: none).")
+            .set([], Double(configuration.cache.storeMaxBytes))
+        metrics.gauge("teamcache_store_hard_cap_bytes", "Writes past this many stored bytes get 507 (0: none).")
+            .set([], Double(configuration.cache.storeHardCap))
         // The wire limit leaves room for a descriptor's JSON around a maximal response; the
         // handlers enforce the exact entry limit (413 with nothing stored).
         var http = configuration.http

@@ -108,6 +108,9 @@ extension CacheAPI {
     private static func applyMetadata(_ value: JSONValue?, to write: inout EntryWrite) throws {
         guard let value, value != .null else { return }
         guard case .object = value else { throw HTTPError(422, "`metadata` must be an object.") }
+        guard value.isStorable else {
+            throw HTTPError(422, "`metadata` cannot hold NUL (U+0000) in strings or numbers beyond double range.")
+        }
         write.inputTokens = try optionalInteger(value["input_tokens"], name: "metadata.input_tokens", 0...Int(Int32.max))
             ?? 0
         write.outputTokens = try optionalInteger(value["output_tokens"], name: "metadata.output_tokens",

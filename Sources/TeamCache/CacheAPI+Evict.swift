@@ -51,7 +51,9 @@ extension CacheAPI {
 
     private static func string(_ json: JSONValue, _ name: String) throws -> String? {
         guard let value = json[name] else { return nil }
-        guard let text = value.stringValue, !text.isEmpty else { throw HTTPError(400, "`\(name)` must be a string.") }
+        guard let text = value.stringValue, !text.isEmpty, !text.utf8.contains(0) else {
+            throw HTTPError(400, "`\(name)` must be a non-empty string without NUL.")
+        }
         return text
     }
 
@@ -63,10 +65,13 @@ extension CacheAPI {
         return date
     }
 
+    /// 100 years: beyond it a cut-off would leave PostgreSQL's timestamp range.
+    static let maxAgeSeconds = 3_153_600_000
+
     private static func seconds(_ json: JSONValue, _ name: String) throws -> Int? {
         guard let value = json[name] else { return nil }
-        guard let number = value.integerValue, number >= 0 else {
-            throw HTTPError(400, "`\(name)` must be a whole number of seconds, 0 or more.")
+        guard let number = value.integerValue, (0...maxAgeSeconds).contains(number) else {
+            throw HTTPError(400, "`\(name)` must be a whole number of seconds from 0 to \(maxAgeSeconds).")
         }
         return number
     }

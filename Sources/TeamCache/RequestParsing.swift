@@ -57,8 +57,8 @@ enum RequestParsing {
 
     /// `Cache-Tag` or a `tags` array: each tag 1 to 128 bytes, at most 64.
     static func tags(_ values: [String]) throws -> [String] {
-        guard values.count <= 64, values.allSatisfy({ (1...128).contains($0.utf8.count) }) else {
-            throw HTTPError(400, "Tags: at most 64, each 1 to 128 bytes.", title: "Invalid tags")
+        guard values.count <= 64, values.allSatisfy({ (1...128).contains($0.utf8.count) && !$0.utf8.contains(0) }) else {
+            throw HTTPError(400, "Tags: at most 64, each 1 to 128 bytes, without NUL.", title: "Invalid tags")
         }
         return Array(Set(values)).sorted()
     }

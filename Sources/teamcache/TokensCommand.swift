@@ -7,10 +7,13 @@ enum TokensCommand {
           teamcache tokens create --name NAME --namespaces PATTERN --scopes SCOPES [--expires-in DURATION]
           teamcache tokens list
           teamcache tokens revoke ID
+          teamcache tokens import --name NAME --namespaces PATTERN --scopes SCOPES   (secret in TEAMCACHE_BOOTSTRAP_TOKEN)
 
         PATTERN is a namespace glob ('team-a*', '*'); SCOPES a comma list of read, write, admin
         (admin reaches every namespace and the global stats). DURATION like 90d, 12h.
         `create` prints the secret once, alone on the last line; only its SHA-256 is stored.
+        `import` registers a secret you chose (for deployments: compose, Kubernetes), read from
+        the TEAMCACHE_BOOTSTRAP_TOKEN variable, never from the command line; running it again is a no-op.
 
         \(Help.database)
         """
@@ -26,15 +29,17 @@ enum TokensCommand {
         case "create": return try create(arguments)
         case "list": return try list(arguments)
         case "revoke": return try revoke(arguments)
+        case "import": return try importSecret(arguments)
         default: throw Arguments.Failure(description: "unknown action '\(action)'")
         }
     }
 
-    private static func create(_ arguments: Arguments) throws -> Int32 {
+    /// --name, --namespaces and --scopes, shared by create and import.
+    private static func grant(_ arguments: Arguments, _ action: String) throws -> (String, String, Set<Scope>) {
         guard let name = arguments.values["--name"], !name.isEmpty,
               let pattern = arguments.values["--namespaces"], !pattern.isEmpty,
               let scopeList = arguments.values["--scopes"] else {
-            throw Arguments.Failure(description: "create needs --name, --namespaces and --scopes")
+            throw Arguments.Failure(description: "\(action) needs --name, --namespaces and --scopes")
         }
         var scopes = Set<Scope>()
         for word in scopeList.split(separator: ",") {
@@ -43,6 +48,25 @@ enum TokensCommand {
             }
             scopes.insert(scope)
         }
+        return (name, pattern, scopes)
+    }
+
+    private static func importSecret(_ arguments: Arguments) throws -> Int32 {
+        let (name, pattern, scopes) = try grant(arguments, "import")
+        guard let secret = ProcessInfo.processInfo.environment["TEAMCACHE_BOOTSTRAP_TOKEN"], secret.utf8.count >= 32
+        else {
+            throw Arguments.Failure(description: "import reads the secret from TEAMCACHE_BOOTSTRAP_TOKEN (32+ characters)")
+        }
+        return try DatabaseSession.with(arguments) { _, pool, _ in
+            let added = try TokenStore(pool: pool).importSecret(secret, name: name, namespacePattern: pattern,
+                                                                scopes: scopes)
+            print(added ? "imported token '\(name)'" : "token already registered; nothing changed")
+            return 0
+        }
+    }
+
+    private static func create(_ arguments: Arguments) throws -> Int32 {
+        let (name, pattern, scopes) = try grant(arguments, "create")
         let expiresAt = try arguments.values["--expires-in"].map { text -> Date in
             guard let seconds = Duration.seconds(text) else {
                 throw Arguments.Failure(description: "--expires-in takes a duration such as 90d or 12h")

@@ -1,5 +1,6 @@
 import Foundation
 import HTTPServer
+import Observability
 import Testing
 import TestSupport
 
@@ -197,6 +198,29 @@ final class TestServer {
         #expect(idle.isClosedByPeer())
         #expect(stopped.wait(timeout: .now() + 5) == .success)
         #expect(throws: RawClient.Failure.self) { try RawClient(port: server.port) }
+    }
+
+    /// Found by schemathesis: /metrics after an unparsable request indexed route names with -2.
+    @Test func metricsRenderAfterUnparsedAndUnmatchedRequests() throws {
+        var configuration = HTTPServerConfiguration()
+        configuration.port = 0
+        let registry = MetricsRegistry()
+        let server = HTTPServer(configuration: configuration, routes: [
+            Route("GET", "/metrics") { _ in .text(200, registry.render()) },
+        ], metrics: registry)
+        try server.start()
+        defer { server.shutdown() }
+        let bad = try RawClient(port: server.port)
+        try bad.send("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+        #expect(try bad.readResponse().status == 400)
+        let client = try RawClient(port: server.port)
+        try client.send("GET /nowhere HTTP/1.1\r\nHost: t\r\n\r\n")
+        #expect(try client.readResponse().status == 404)
+        try client.send("GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n")
+        let metrics = try client.readResponse()
+        #expect(metrics.status == 200)
+        #expect(metrics.text.contains("teamcache_http_requests_total{route=\"unparsed\",method=\"OTHER\",status_class=\"4xx\"} 1"))
+        #expect(metrics.text.contains("teamcache_http_requests_total{route=\"unmatched\",method=\"GET\",status_class=\"4xx\"} 1"))
     }
 
     @Test func aTakenPortIsRefusedNotShared() throws {

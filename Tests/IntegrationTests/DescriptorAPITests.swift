@@ -59,6 +59,16 @@ import TestSupport
             + "{\"input_tokens\":-1}}").status == 422)
         #expect(try object(try post("lookup", "{\"model\":\"m\",\"prompt\":\"never stored\"}"))["hit"] as? Bool
             == false)
+        // Found by schemathesis: NUL in a text field reached PostgreSQL (which refuses it) as a 500.
+        #expect(try post("upsert", "{\"model\":\"m\\u0000\",\"prompt\":\"p\",\"response\":\"x\"}").status == 422)
+        #expect(try post("upsert", "{\"model\":\"m\",\"prompt\":\"p\",\"response\":\"x\",\"metadata\":"
+            + "{\"a\":\"\\u0000\"}}").status == 422)
+        #expect(try post("upsert", "{\"model\":\"m\",\"prompt\":\"p\",\"response\":\"x\",\"metadata\":"
+            + "{\"n\":1e999999}}").status == 422)
+        #expect(try post("upsert", "{\"model\":\"m\",\"prompt\":\"p\",\"response\":\"x\",\"tags\":[\"\\u0000\"]}")
+            .status == 400)
+        #expect(try post("upsert", "{\"model\":\"m\",\"prompt\":\"nul \\u0000 inside\",\"response\":\"x\"}")
+            .status == 201)
     }
 
     @Test func messagesDescriptorsWork() throws {

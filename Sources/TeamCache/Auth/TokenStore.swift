@@ -16,6 +16,10 @@ public struct TokenStore: Sendable {
     static let selectAll = """
         SELECT id, name, namespace_pattern, scopes, created_at, expires_at, revoked_at FROM api_tokens ORDER BY id
         """
+    static let importSecret = """
+        INSERT INTO api_tokens (name, secret_hash, namespace_pattern, scopes)
+        VALUES ($1, $2, $3, $4) ON CONFLICT (secret_hash) DO NOTHING RETURNING id
+        """
     static let revoke = "UPDATE api_tokens SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL"
 
     public let pool: ConnectionPool
@@ -34,6 +38,18 @@ public struct TokenStore: Sendable {
         }
         guard let row else { throw PostgresError(.decoding, serverMessage: "insert returned no row") }
         return (try Self.token(row), secret)
+    }
+
+    /// Registers a secret chosen by the operator (deployment bootstrap); a no-op when that
+    /// secret is registered already. Returns whether it was new.
+    public func importSecret(_ secret: String, name: String, namespacePattern: String, scopes: Set<Scope>) throws
+        -> Bool {
+        try pool.withConnection { connection in
+            try connection.query(Self.importSecret, [
+                .text(name), .bytes(APIToken.hash(secret: secret)), .text(namespacePattern),
+                .textArray(scopes.map(\.rawValue).sorted()),
+            ]).rowCount == 1
+        }
     }
 
     /// The token whose secret hashes to `hash`, compared again in constant time.
