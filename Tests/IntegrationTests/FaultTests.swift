@@ -1,0 +1,179 @@
+import CacheCore
+import Foundation
+import Glibc
+import Postgres
+import Testing
+import TestSupport
+
+/// Failure behaviour: a dead database, floods of bad input, and a killed process.
+@Suite(.serialized) struct FaultTests {
+    /// PostgreSQL stopped under load: every request answers (503 within the pool deadline,
+    /// none hangs), the process survives, and service returns by itself once PostgreSQL does.
+    @Test func databaseStoppedUnderLoadFailsFastAndRecovers() throws {
+        let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("tc-fault-\(getpid())")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let cluster = EmbeddedPostgres(root: root, options: .init(durable: false))
+        let url = try cluster.start()
+        defer { cluster.stop() }
+        try MigrationRunner(migrations: try Migration.load(from: TestPaths.migrations))
+            .apply(on: try PostgresConnection(url: url))
+        let service = try TestService { configuration in
+            configuration.databaseURL = url
+            configuration.authEnabled = false
+            configuration.acquireTimeout = 0.5
+        }
+        defer { service.stop() }
+        let path = entryPath("fault", "k")
+        #expect(try service.request("PUT", path, body: [1]).status == 201)
+
+        let outcomes = Outcomes()
+        let running = Flag(true)
+        let group = DispatchGroup()
+        for _ in 0..<8 {
+            DispatchQueue.global().async(group: group) {
+                while running.value {
+                    let started = Date()
+                    let status = (try? service.request("GET", path).status) ?? -1
+                    outcomes.add(status, seconds: Date().timeIntervalSince(started))
+                }
+            }
+        }
+        Thread.sleep(forTimeInterval: 0.5)
+        cluster.stop()
+        Thread.sleep(forTimeInterval: 2)
+        _ = try cluster.start()
+        let restarted = Date()
+        var recovered: TimeInterval?
+        while recovered == nil && Date().timeIntervalSince(restarted) < 15 {
+            if (try? service.request("GET", path).status) == 200 { recovered = Date().timeIntervalSince(restarted) }
+            else { Thread.sleep(forTimeInterval: 0.1) }
+        }
+        running.value = false
+        group.wait()
+        let (statuses, slowest) = outcomes.summary
+        #expect(statuses.keys.allSatisfy { [200, 503].contains($0) }, "\(statuses)")
+        #expect(statuses[503, default: 0] > 0 && statuses[200, default: 0] > 0)
+        #expect(slowest < 3, "a request took \(slowest) s while the database was down")
+        #expect(recovered != nil && recovered! < 10)
+        #expect(try service.request("GET", "/healthz").status == 200)
+    }
+
+    /// 1,000 malformed requests and a client opening connections up to the limit: the
+    /// server stays up and keeps serving others.
+    @Test func malformedFloodAndConnectionFloodLeaveTheServerServing() throws {
+        let service = try TestService { configuration in
+            configuration.authEnabled = false
+            configuration.http.maxConnections = 200
+        }
+        defer { service.stop() }
+        let junk = ["GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+                    "\u{0}\u{1}\u{2}garbage\r\n\r\n", "GET /\(String(repeating: "a", count: 9000)) HTTP/1.1\r\n\r\n",
+                    "POST /v1/caches/x/upsert HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n{{{{{",
+                    "GET / HTTP/9.9\r\nHost: a\r\n\r\n", "PUT /v1/caches/x/entries/k HTTP/1.1\r\nHost: a\r\n"
+                        + "Transfer-Encoding: chunked\r\n\r\nZZ\r\n"]
+        for index in 0..<1000 {
+            let client = try RawClient(port: service.port, timeout: 5)
+            try? client.send(junk[index % junk.count])
+            _ = try? client.readResponse()
+        }
+        var flood: [RawClient] = []
+        for _ in 0..<400 {
+            guard let client = try? RawClient(port: service.port, timeout: 5) else { break }
+            flood.append(client)
+        }
+        // Past the limit new connections are answered 503 and closed; a slot freed serves again.
+        let refused = try RawClient(port: service.port, timeout: 5)
+        #expect(try refused.readResponse().status == 503)
+        flood.removeAll()
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try service.request("GET", "/healthz").status == 200)
+        #expect(try service.request("PUT", entryPath("flood", "k"), body: [1]).status == 201)
+    }
+
+    /// SIGKILL in the middle of upserts: no partial entry is ever visible afterwards. Each
+    /// body states its own length and fill byte, so a torn or truncated row would show.
+    @Test func killedInTheMiddleOfUpsertsLeavesNoPartialEntry() throws {
+        let binary = TestPaths.repository.appendingPathComponent(".build/debug/teamcache").path
+        try #require(FileManager.default.isExecutableFile(atPath: binary), "build the teamcache binary first")
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "kill")
+        let port = 20000 + Int(getpid() % 10000)
+        var environment = ProcessInfo.processInfo.environment
+        environment["TEAMCACHE_AUTH"] = "off"
+        environment["TEAMCACHE_LOG_LEVEL"] = "error"
+        // A dbname query parameter makes libpq use this test's database under the suite's server.
+        let base = TestDatabase.shared.url
+        let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(database)"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["serve", "--listen", "127.0.0.1:\(port)", "--database-url", url]
+        process.environment = environment
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        var ready = false
+        for _ in 0..<100 where !ready {
+            ready = (try? RawClient(port: port, timeout: 1)) != nil
+            if !ready { Thread.sleep(forTimeInterval: 0.1) }
+        }
+        try #require(ready)
+        let writers = DispatchGroup()
+        for worker in 0..<6 {
+            DispatchQueue.global().async(group: writers) {
+                for round in 0..<400 {
+                    let fill = UInt8(truncatingIfNeeded: worker * 31 + round)
+                    let size = 50_000 + (worker * 400 + round) * 37 % 150_000
+                    let body = Array("\(size):\(fill):".utf8) + [UInt8](repeating: fill, count: size)
+                    guard let client = try? RawClient(port: port, timeout: 2) else { return }
+                    let head = "PUT /v1/caches/kill/entries/k\(round % 20) HTTP/1.1\r\nHost: t\r\n"
+                        + "Content-Length: \(body.count)\r\n\r\n"
+                    guard (try? client.send(Array(head.utf8) + body)) != nil,
+                          (try? client.readResponse()) != nil else { return }
+                }
+            }
+        }
+        Thread.sleep(forTimeInterval: 1.0)
+        kill(process.processIdentifier, SIGKILL)
+        writers.wait()
+        let connection = try TestDatabase.shared.connect(database: database)
+        let rows = try connection.query("SELECT body, encoding, identity_size FROM entries WHERE namespace = 'kill'")
+        #expect(rows.rowCount > 0)
+        for row in rows.rows {
+            var body = try #require(try row.bytes("body"))
+            if try row.string("encoding") == "gzip" { body = try Gzip.decompress(body, limit: 1 << 24) }
+            let header = String(decoding: body.prefix(20), as: UTF8.self).split(separator: ":")
+            let size = Int(header[0]) ?? -1, fill = UInt8(header[1]) ?? 0
+            let prefix = "\(size):\(fill):".utf8.count
+            let identitySize = try row.int("identity_size")
+            #expect(body.count == prefix + size && body.count == identitySize)
+            #expect(body[prefix...].allSatisfy { $0 == fill })
+        }
+    }
+}
+
+final class Outcomes: @unchecked Sendable {
+    // @unchecked: fields are guarded by `lock`.
+    private let lock = NSLock()
+    private var statuses: [Int: Int] = [:]
+    private var slowest = 0.0
+
+    func add(_ status: Int, seconds: Double) {
+        lock.withLock {
+            statuses[status, default: 0] += 1
+            slowest = max(slowest, seconds)
+        }
+    }
+
+    var summary: ([Int: Int], Double) { lock.withLock { (statuses, slowest) } }
+}
+
+final class Flag: @unchecked Sendable {
+    // @unchecked: `stored` is guarded by `lock`.
+    private let lock = NSLock()
+    private var stored: Bool
+    init(_ value: Bool) { stored = value }
+    var value: Bool {
+        get { lock.withLock { stored } }
+        set { lock.withLock { stored = newValue } }
+    }
+}
