@@ -38,3 +38,37 @@ schemathesis run openapi.yaml --url "http://127.0.0.1:$port" -H "Authorization: 
 # (text/json, text/yaml) and then fails to parse those very bytes when GET returns them as
 # stored, which is the contract working. putSettings is left out of the fuzzing: a fuzzed tiny quota makes later writes answer 507
 # (correct, documented, but a 5xx to not_a_server_error). The settings route has its own tests.
+
+# /metrics through a real Prometheus parser; the counters must move with requests.
+python3 - "$port" "$token" <<'PY'
+import sys, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+port, token = sys.argv[1], sys.argv[2]
+def scrape():
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    def total(name, **labels):
+        return sum(s.value for s in families[name].samples
+                   if s.name == name + "_total" and all(s.labels.get(k) == v for k, v in labels.items()))
+    return families, total
+def call(method, path, body=None):
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method,
+                                     headers={"Authorization": f"Bearer {token}"})
+    try:
+        urllib.request.urlopen(request).read()
+    except urllib.error.HTTPError as error:
+        error.read()
+families, total = scrape()
+for name in ["teamcache_lookups", "teamcache_http_requests", "teamcache_http_request_duration_seconds",
+             "teamcache_db_pool_connections_in_use", "process_resident_memory_bytes", "process_cpu_seconds"]:
+    assert name in families, f"missing {name}"
+before_hits = total("teamcache_lookups", namespace="metrics-check", result="hit")
+before_requests = total("teamcache_http_requests")
+call("PUT", "/v1/caches/metrics-check/entries/k", b"v")
+for _ in range(3):
+    call("GET", "/v1/caches/metrics-check/entries/k")
+_, total = scrape()
+assert total("teamcache_lookups", namespace="metrics-check", result="hit") == before_hits + 3
+assert total("teamcache_http_requests") >= before_requests + 4
+print(f"/metrics: {len(families)} families parsed by prometheus_client; counters move with requests")
+PY

@@ -36,6 +36,8 @@ final class EventLoop: @unchecked Sendable {
     /// Access log lines, handed to the log sink in chunks rather than a lock per line.
     private var accessLog = LogLine(capacity: 64 * 1024)
 
+    /// TCP_NODELAY from <netinet/tcp.h> (not in Glibc's module; the value is fixed by Linux's ABI).
+    private static let tcpNoDelay: Int32 = 1
     private static let listenerTag: UInt64 = UInt64.max
     private static let wakeTag: UInt64 = UInt64.max - 1
 
@@ -130,7 +132,7 @@ final class EventLoop: @unchecked Sendable {
                 continue
             }
             var one: Int32 = 1
-            setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            setsockopt(fd, Int32(IPPROTO_TCP), Self.tcpNoDelay, &one, socklen_t(MemoryLayout<Int32>.size))
             let connection = Connection(fd: fd, loop: self)
             do {
                 try register(fd, tag: UInt64(fd), events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue)

@@ -71,7 +71,8 @@ struct SettingReader {
         config.metricsRequireAuth = try flag("TEAMCACHE_METRICS_AUTH", default: false)
         config.poolSize = try integer("TEAMCACHE_DB_POOL_SIZE", 1...500, default: 16)
         config.acquireTimeout = try duration("TEAMCACHE_DB_ACQUIRE_TIMEOUT", 0.01...60, default: 2)
-        config.http.workerThreads = try integer("TEAMCACHE_WORKERS", 1...1024, default: 32)
+        // A worker without a database connection only waits for one: match the pool by default.
+        config.http.workerThreads = try integer("TEAMCACHE_WORKERS", 1...1024, default: config.poolSize)
         config.http.eventLoops = try integer("TEAMCACHE_EVENT_LOOPS", 1...64,
                                              default: ProcessInfo.processInfo.activeProcessorCount)
         config.http.maxConnections = try integer("TEAMCACHE_MAX_CONNECTIONS", 1...1_000_000, default: 20_000)
