@@ -225,21 +225,12 @@ public struct HTTPParser: Sendable {
         var digits = 0
         for byte in line {
             if byte == UInt8(ascii: ";") || byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") { break }
-            guard let value = hexDigit(byte), digits < 15 else { return nil }
+            guard let value = PercentDecoding.hexValue(byte), digits < 15 else { return nil }
             size = size << 4 | Int(value)
             digits += 1
         }
         if digits == 0 || line.contains(where: { $0 == 0 || $0 == 13 }) { return nil }
         return size
-    }
-
-    private static func hexDigit(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 
     private mutating func consume(_ count: Int) {
