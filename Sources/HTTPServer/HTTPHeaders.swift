@@ -14,16 +14,6 @@ public struct HTTPHeaders: Sendable, Sequence {
         fields.append((name: name, value: value))
     }
 
-    /// Replaces every field called `name` with one.
-    public mutating func set(_ name: String, _ value: String) {
-        remove(name)
-        add(name, value)
-    }
-
-    public mutating func remove(_ name: String) {
-        fields.removeAll { Self.same($0.name, name) }
-    }
-
     /// The first value of `name`.
     public subscript(name: String) -> String? {
         fields.first(where: { Self.same($0.name, name) })?.value

@@ -15,30 +15,6 @@ public enum Bytes {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// Parses lowercase or uppercase hex; nil on odd length or a non-hex digit.
-    public static func fromHex(_ text: String) -> [UInt8]? {
-        let chars = Array(text.utf8)
-        guard chars.count % 2 == 0 else { return nil }
-        var out = [UInt8]()
-        out.reserveCapacity(chars.count / 2)
-        var index = 0
-        while index < chars.count {
-            guard let high = nibble(chars[index]), let low = nibble(chars[index + 1]) else { return nil }
-            out.append(high << 4 | low)
-            index += 2
-        }
-        return out
-    }
-
-    private static func nibble(_ char: UInt8) -> UInt8? {
-        switch char {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return char - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return char - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return char - UInt8(ascii: "A") + 10
-        default: return nil
-        }
-    }
-
     /// `count` bytes from OpenSSL's CSPRNG.
     public static func random(count: Int) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: count)

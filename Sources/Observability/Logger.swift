@@ -44,11 +44,6 @@ public struct Logger: Sendable {
         self.fields = fields
     }
 
-    /// A logger that adds `extra` to every line (e.g. the request id).
-    public func with(_ extra: [(String, LogValue)]) -> Logger {
-        Logger(component: component, fields: fields + extra)
-    }
-
     public func isEnabled(_ level: LogLevel) -> Bool { level >= LogSink.shared.level }
 
     public func debug(_ message: String, _ extra: [(String, LogValue)] = []) { log(.debug, message, extra) }

@@ -61,10 +61,6 @@ public final class GaugeFamily: @unchecked Sendable {
         lock.withLock { values[labels] = value }
     }
 
-    public func add(_ labels: [String] = [], _ delta: Double) {
-        lock.withLock { values[labels, default: 0] += delta }
-    }
-
     /// Replaces every labelled value at once (for gauges refreshed from a snapshot).
     public func replaceAll(_ snapshot: [[String]: Double]) {
         lock.withLock { values = snapshot }

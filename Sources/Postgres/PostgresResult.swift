@@ -85,22 +85,6 @@ public struct PostgresRow {
         return result.withValue(index, column) { Int(BinaryCoding.readInt($0, at: 0, size: size)) }
     }
 
-    public func double(_ name: String) throws -> Double? {
-        let column = try column(name)
-        if result.isNull(index, column) { return nil }
-        switch result.type(column) {
-        case PostgresType.float8:
-            return result.withValue(index, column) {
-                Double(bitPattern: UInt64(bitPattern: BinaryCoding.readInt($0, at: 0, size: 8)))
-            }
-        case PostgresType.float4:
-            return result.withValue(index, column) {
-                Double(Float(bitPattern: UInt32(truncatingIfNeeded: BinaryCoding.readInt($0, at: 0, size: 4))))
-            }
-        default: return try int(name).map(Double.init)
-        }
-    }
-
     public func bool(_ name: String) throws -> Bool? {
         let column = try column(name)
         if result.isNull(index, column) { return nil }

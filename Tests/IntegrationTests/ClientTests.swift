@@ -48,17 +48,17 @@ import TestSupport
 
     @Test func cachedCallsTheModelOncePerPromptAndOnRefresh() async throws {
         let client = client(try writer(namespace))
-        let calls = Counter()
+        let calls = Locked(0)
         let descriptor = Descriptor(model: "m", input: .prompt("count me"))
         for _ in 0..<3 {
             let answer = try await client.cached(namespace: namespace, descriptor) {
-                calls.increment()
+                calls.update { $0 += 1 }
                 return ModelAnswer(response: "answer \(calls.value)")
             }
             #expect(answer.response == "answer 1")
         }
         let refreshed = try await client.cached(namespace: namespace, descriptor, options: .init(refresh: true)) {
-            calls.increment()
+            calls.update { $0 += 1 }
             return ModelAnswer(response: "answer \(calls.value)")
         }
         #expect(refreshed.response == "answer 2" && calls.value == 2)
@@ -95,12 +95,12 @@ import TestSupport
     }
 
     @Test func retriesOn503HonouringRetryAfter() async throws {
-        let attempts = Counter()
+        let attempts = Locked(0)
         var configuration = HTTPServerConfiguration()
         configuration.port = 0
         let flaky = HTTPServer(configuration: configuration, routes: [
             Route("GET", "/v1/caches/{ns}/entries/{key}") { _ in
-                attempts.increment()
+                attempts.update { $0 += 1 }
                 if attempts.value < 3 {
                     throw HTTPError(503, "down", headers: HTTPHeaders([("Retry-After", "0")]))
                 }
@@ -113,12 +113,4 @@ import TestSupport
         let entry = try await client.get(namespace: "n", key: "k")
         #expect(String(decoding: entry?.body ?? Data(), as: UTF8.self) == "finally" && attempts.value == 3)
     }
-}
-
-final class Counter: @unchecked Sendable {
-    // @unchecked: `count` is guarded by `lock`.
-    private let lock = NSLock()
-    private var count = 0
-    func increment() { lock.withLock { count += 1 } }
-    var value: Int { lock.withLock { count } }
 }

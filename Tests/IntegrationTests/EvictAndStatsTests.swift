@@ -197,11 +197,13 @@ import TestSupport
                 """, [.timestamp(now)])
             try connection.query("INSERT INTO namespace_settings (namespace, max_bytes) VALUES ('quota', 500)")
         }
-        let reports = ReportBox()
+        let reports = Locked<[EvictionJob.Report]>([])
         DispatchQueue.concurrentPerform(iterations: 2) { _ in
-            reports.add(EvictionJob(store: store).runCycle())
+            if let report = EvictionJob(store: store).runCycle() { reports.update { $0.append(report) } }
         }
-        let total = reports.sum
+        let total = reports.value.reduce(into: [EvictionJob.Reason: Int]()) { sum, report in
+            for (reason, count) in report.entries { sum[reason, default: 0] += count }
+        }
         #expect(total[.expired] == 1000)
         #expect(total[.idle] == 1000)  // keys ending in 5: never a multiple of 10
         #expect(total[.size] == 50)
@@ -224,24 +226,5 @@ import TestSupport
         #expect(stats.entries == 50 && stats.storedBytes == 500)
         // A second cycle finds nothing more to do.
         #expect(EvictionJob(store: store).runCycle()?.isEmpty == true)
-    }
-}
-
-final class ReportBox: @unchecked Sendable {
-    // @unchecked: `reports` is guarded by `lock`.
-    private let lock = NSLock()
-    private var reports: [EvictionJob.Report] = []
-
-    func add(_ report: EvictionJob.Report?) {
-        guard let report else { return }
-        lock.withLock { reports.append(report) }
-    }
-
-    var sum: [EvictionJob.Reason: Int] {
-        lock.withLock {
-            reports.reduce(into: [:]) { total, report in
-                for (reason, count) in report.entries { total[reason, default: 0] += count }
-            }
-        }
     }
 }

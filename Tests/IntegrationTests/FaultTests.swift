@@ -26,15 +26,19 @@ import TestSupport
         let path = entryPath("fault", "k")
         #expect(try service.request("PUT", path, body: [1]).status == 201)
 
-        let outcomes = Outcomes()
-        let running = Flag(true)
+        let outcomes = Locked<(statuses: [Int: Int], slowest: Double)>(([:], 0))
+        let running = Locked(true)
         let group = DispatchGroup()
         for _ in 0..<8 {
             DispatchQueue.global().async(group: group) {
                 while running.value {
                     let started = Date()
                     let status = (try? service.request("GET", path).status) ?? -1
-                    outcomes.add(status, seconds: Date().timeIntervalSince(started))
+                    let seconds = Date().timeIntervalSince(started)
+                    outcomes.update {
+                        $0.statuses[status, default: 0] += 1
+                        $0.slowest = max($0.slowest, seconds)
+                    }
                 }
             }
         }
@@ -48,9 +52,9 @@ import TestSupport
             if (try? service.request("GET", path).status) == 200 { recovered = Date().timeIntervalSince(restarted) }
             else { Thread.sleep(forTimeInterval: 0.1) }
         }
-        running.value = false
+        running.update { $0 = false }
         group.wait()
-        let (statuses, slowest) = outcomes.summary
+        let (statuses, slowest) = outcomes.value
         #expect(statuses.keys.allSatisfy { [200, 503].contains($0) }, "\(statuses)")
         #expect(statuses[503, default: 0] > 0 && statuses[200, default: 0] > 0)
         #expect(slowest < 3, "a request took \(slowest) s while the database was down")
@@ -148,32 +152,5 @@ import TestSupport
             #expect(body.count == prefix + size && body.count == identitySize)
             #expect(body[prefix...].allSatisfy { $0 == fill })
         }
-    }
-}
-
-final class Outcomes: @unchecked Sendable {
-    // @unchecked: fields are guarded by `lock`.
-    private let lock = NSLock()
-    private var statuses: [Int: Int] = [:]
-    private var slowest = 0.0
-
-    func add(_ status: Int, seconds: Double) {
-        lock.withLock {
-            statuses[status, default: 0] += 1
-            slowest = max(slowest, seconds)
-        }
-    }
-
-    var summary: ([Int: Int], Double) { lock.withLock { (statuses, slowest) } }
-}
-
-final class Flag: @unchecked Sendable {
-    // @unchecked: `stored` is guarded by `lock`.
-    private let lock = NSLock()
-    private var stored: Bool
-    init(_ value: Bool) { stored = value }
-    var value: Bool {
-        get { lock.withLock { stored } }
-        set { lock.withLock { stored = newValue } }
     }
 }

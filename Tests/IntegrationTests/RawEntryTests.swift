@@ -137,21 +137,21 @@ import TestSupport
 
     @Test func createOnlyRaceYieldsExactlyOneCreated() throws {
         let path = entryPath(namespace, "race-create")
-        let statuses = Statuses()
+        let statuses = Locked<[Int]>([])
         DispatchQueue.concurrentPerform(iterations: 16) { index in
             let response = try? service.request("PUT", path, token: token, headers: [("If-None-Match", "*")],
                                                 body: [UInt8(index)])
-            statuses.add(response?.status ?? 0)
+            statuses.update { $0.append(response?.status ?? 0) }
         }
-        #expect(statuses.values.filter { $0 == 201 }.count == 1)
-        #expect(statuses.values.filter { $0 == 412 }.count == 15)
+        #expect(statuses.value.filter { $0 == 201 }.count == 1)
+        #expect(statuses.value.filter { $0 == 412 }.count == 15)
     }
 
     @Test func racingWritersNeverProduceATornBody() throws {
         let keys = ["r0", "r1", "r2"]
         // Each body is one byte value repeated: a torn or mixed body would hold two values.
         let bodies = (0..<8).map { value in [UInt8](repeating: UInt8(value), count: 200_000 + value * 1000) }
-        let failures = Statuses()
+        let failures = Locked<[Int]>([])
         DispatchQueue.concurrentPerform(iterations: 16) { worker in
             for round in 0..<12 {
                 let key = keys[(worker + round) % keys.count]
@@ -159,17 +159,17 @@ import TestSupport
                     let body = bodies[(worker + round) % bodies.count]
                     let status = (try? service.request("PUT", entryPath(namespace, key), token: token, body: body))?
                         .status ?? 0
-                    if status != 200 && status != 201 { failures.add(status) }
+                    if status != 200 && status != 201 { failures.update { $0.append(status) } }
                 } else if let get = try? service.request("GET", entryPath(namespace, key), token: token),
                           get.status == 200 {
                     let value = get.body.first ?? 0
                     if get.body.count != 200_000 + Int(value) * 1000 || get.body.contains(where: { $0 != value }) {
-                        failures.add(-1)
+                        failures.update { $0.append(-1) }
                     }
                 }
             }
         }
-        #expect(failures.values.isEmpty)
+        #expect(failures.value.isEmpty)
     }
 
     @Test func requestCacheControlDirectives() throws {
@@ -209,14 +209,6 @@ import TestSupport
         let ttl = Int(get.header("Cache-Status")?.split(separator: "=").last ?? "") ?? 0
         #expect((115...120).contains(ttl))
     }
-}
-
-final class Statuses: @unchecked Sendable {
-    // @unchecked: `stored` is guarded by `lock`.
-    private let lock = NSLock()
-    private var stored: [Int] = []
-    func add(_ value: Int) { lock.withLock { stored.append(value) } }
-    var values: [Int] { lock.withLock { stored } }
 }
 
 func Timestamp(_ text: String?) -> Date? {

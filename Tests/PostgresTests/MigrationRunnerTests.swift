@@ -53,20 +53,21 @@ import TestSupport
         // A slow first file widens the race window.
         let slow = [Migration(version: 1, name: "slow", sql: "SELECT pg_sleep(0.3); CREATE TABLE once (id int);")]
             + [Migration(version: 2, name: "count", sql: "CREATE TABLE twice (id int);")]
-        let results = ResultBox()
+        let results = Locked<[Int]>([])
         let group = DispatchGroup()
         for _ in 0..<3 {
             DispatchQueue.global().async(group: group) {
                 do {
                     let connection = try TestDatabase.shared.connect(database: database)
-                    results.add(try MigrationRunner(migrations: slow).apply(on: connection).count)
+                    let applied = try MigrationRunner(migrations: slow).apply(on: connection).count
+                    results.update { $0.append(applied) }
                 } catch {
-                    results.add(-1)
+                    results.update { $0.append(-1) }
                 }
             }
         }
         group.wait()
-        #expect(results.values.sorted() == [0, 0, 2])
+        #expect(results.value.sorted() == [0, 0, 2])
         let connection = try TestDatabase.shared.connect(database: database)
         #expect(try connection.query("SELECT count(*)::int AS n FROM schema_migrations").first?.int("n") == 2)
     }
@@ -77,12 +78,4 @@ import TestSupport
         #expect(try runner.apply(on: connection).count == runner.migrations.count)
         try runner.requireCurrent(on: connection)
     }
-}
-
-final class ResultBox: @unchecked Sendable {
-    // @unchecked: `values` is guarded by `lock`.
-    private let lock = NSLock()
-    private var stored: [Int] = []
-    func add(_ value: Int) { lock.withLock { stored.append(value) } }
-    var values: [Int] { lock.withLock { stored } }
 }
