@@ -68,11 +68,18 @@ extension JSONValue {
     /// (`"`, `\`, and U+0000–U+001F; everything else as raw UTF-8).
     public var canonical: String {
         var out = ""
-        writeCanonical(into: &out)
+        write(into: &out, sortingMembers: true)
         return out
     }
 
-    private func writeCanonical(into out: inout String) {
+    /// JSON text for responses: members in the order given (not sorted).
+    public var serialized: String {
+        var out = ""
+        write(into: &out, sortingMembers: false)
+        return out
+    }
+
+    private func write(into out: inout String, sortingMembers: Bool) {
         switch self {
         case .null: out += "null"
         case .bool(let flag): out += flag ? "true" : "false"
@@ -82,49 +89,19 @@ extension JSONValue {
             out += "["
             for (index, item) in items.enumerated() {
                 if index > 0 { out += "," }
-                item.writeCanonical(into: &out)
+                item.write(into: &out, sortingMembers: sortingMembers)
             }
             out += "]"
         case .object(let members):
             out += "{"
-            let sorted = members.sorted { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }
-            for (index, (name, value)) in sorted.enumerated() {
+            let ordered = sortingMembers ? members.sorted { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) } : members
+            for (index, (name, value)) in ordered.enumerated() {
                 if index > 0 { out += "," }
                 Self.writeString(name, into: &out)
                 out += ":"
-                value.writeCanonical(into: &out)
+                value.write(into: &out, sortingMembers: sortingMembers)
             }
             out += "}"
-        }
-    }
-
-    /// JSON text for responses: members in the order given (not sorted).
-    public var serialized: String {
-        var out = ""
-        writeSerialized(into: &out)
-        return out
-    }
-
-    private func writeSerialized(into out: inout String) {
-        switch self {
-        case .array(let items):
-            out += "["
-            for (index, item) in items.enumerated() {
-                if index > 0 { out += "," }
-                item.writeSerialized(into: &out)
-            }
-            out += "]"
-        case .object(let members):
-            out += "{"
-            for (index, (name, value)) in members.enumerated() {
-                if index > 0 { out += "," }
-                Self.writeString(name, into: &out)
-                out += ":"
-                value.writeSerialized(into: &out)
-            }
-            out += "}"
-        default:
-            writeCanonical(into: &out)
         }
     }
 
