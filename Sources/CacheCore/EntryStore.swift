@@ -4,11 +4,12 @@ import Postgres
 /// Entries in PostgreSQL: lookup, upsert and delete by key. Every write is one statement
 /// (autocommit), so a returned outcome means the row is committed.
 public final class EntryStore: Sendable {
-    static let selectEntry = """
-        SELECT id, namespace, key, body, encoding, content_type, identity_size, etag, model, metadata::text AS metadata,
-               input_tokens, output_tokens, updated_at, expires_at
-        FROM entries WHERE namespace = $1 AND key = $2
+    /// What a read returns of an entry (decoded by `entry(_:)`).
+    static let entryColumns = """
+        id, namespace, key, body, encoding, content_type, identity_size, etag, model, metadata::text AS metadata,
+        input_tokens, output_tokens, updated_at, expires_at
         """
+    static let selectEntry = "SELECT \(entryColumns) FROM entries WHERE namespace = $1 AND key = $2"
     static let putEntry = """
         SELECT outcome, entry_id, expires_at FROM tc_put_entry($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
             $12::jsonb, $13, $14, $15, $16::bigint, $17, $18::bigint, $19, $20, $21, $22)

@@ -117,20 +117,14 @@ final class Connection: @unchecked Sendable {
             request.routeTemplate = route.template
             request.routeID = route.id
             request.pathParameters = parameters
-            switch route.execution {
-            case .inline:
-                complete(context.run(route, request), for: request, started: started)
-            case .worker:
-                let loop = self.loop
-                let accepted = context.workers.submit { [self] in
-                    let response = context.run(route, request)
-                    loop.execute { self.complete(response, for: request, started: started) }
-                }
-                if !accepted {
-                    let busy = HTTPError(503, "The server is overloaded; retry shortly.",
-                                         headers: HTTPHeaders([("Retry-After", "1")]))
-                    complete(busy.response(requestID: request.requestID), for: request, started: started)
-                }
+            switch route.work {
+            case .sync(let handler) where route.execution == .inline:
+                complete(context.run(route, request) { try handler(request) }, for: request, started: started)
+            case .sync(let handler):
+                Responder(connection: self, loop: loop, route: route, request: request, started: started)
+                    .offload { try handler(request) }
+            case .async(let handler):
+                handler(request, Responder(connection: self, loop: loop, route: route, request: request, started: started))
             }
         case .methodNotAllowed(let methods):
             let error = HTTPError(405, "\(request.method) is not allowed here.",

@@ -9,14 +9,21 @@ import Observability
 /// Everything but `pending` is touched only by the loop's thread. Other threads (workers
 /// finishing a handler, shutdown) hand closures over with `execute`, which wakes the loop
 /// through an eventfd.
-final class EventLoop: @unchecked Sendable {
+///
+/// Code above the HTTP layer can watch descriptors of its own here (`watch`) and run work
+/// at the end of each iteration (`onEachIteration`): that is how a database client sends a
+/// batch of reads per iteration and picks up the answers without a thread of its own.
+public final class EventLoop: @unchecked Sendable {
     // @unchecked: loop-confined state as described above; `pending` is guarded by `pendingLock`.
     let context: ServerContext
-    let index: Int
+    /// The loop's position among the server's loops (0-based).
+    public let index: Int
     private let epoll: Int32
     private let wakeFD: Int32
     private var listener: Int32
     private var connections: [Int32: Connection] = [:]
+    private var watchers: [Int32: () -> Void] = [:]
+    private var iterationHooks: [() -> Void] = []
     private let pendingLock = NSLock()
     private var pending: [@Sendable () -> Void] = []
     private var draining = false
@@ -40,6 +47,8 @@ final class EventLoop: @unchecked Sendable {
     private static let tcpNoDelay: Int32 = 1
     private static let listenerTag: UInt64 = UInt64.max
     private static let wakeTag: UInt64 = UInt64.max - 1
+    /// Set in the epoll tag of a watched descriptor (connections carry their bare fd).
+    private static let watchedBit: UInt64 = 1 << 40
 
     init(index: Int, listener: Int32, context: ServerContext) throws {
         self.index = index
@@ -59,7 +68,7 @@ final class EventLoop: @unchecked Sendable {
     }
 
     /// Runs `task` on the loop's thread.
-    func execute(_ task: @escaping @Sendable () -> Void) {
+    public func execute(_ task: @escaping @Sendable () -> Void) {
         let wasEmpty = pendingLock.withLock {
             pending.append(task)
             return pending.count == 1
@@ -82,6 +91,7 @@ final class EventLoop: @unchecked Sendable {
                 for event in events[0..<Int(count)] { handle(event) }
             }
             if now >= nextSweep { sweep() }
+            for hook in iterationHooks { hook() }
         }
         flushAccessLog()
         finished.signal()
@@ -92,6 +102,8 @@ final class EventLoop: @unchecked Sendable {
         switch tag {
         case Self.listenerTag: acceptConnections()
         case Self.wakeTag: runPending()
+        case _ where tag & Self.watchedBit != 0:
+            watchers[Int32(truncatingIfNeeded: tag & ~Self.watchedBit)]?()
         default:
             guard let connection = connections[Int32(truncatingIfNeeded: tag)] else { return }
             if event.events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue | EPOLLRDHUP.rawValue) != 0 {
@@ -163,6 +175,37 @@ final class EventLoop: @unchecked Sendable {
         event.data.u64 = UInt64(fd)
         _ = epoll_ctl(epoll, EPOLL_CTL_MOD, fd, &event)
     }
+
+    // MARK: Descriptors and hooks of other layers (loop thread only)
+
+    /// Calls `callback` whenever `fd` is readable (or, with `writable`, writable), or has
+    /// an error or hang-up. Watching a watched descriptor again changes its interest.
+    public func watch(_ fd: Int32, writable: Bool, _ callback: @escaping () -> Void) {
+        let events = EPOLLIN.rawValue | (writable ? EPOLLOUT.rawValue : 0)
+        var event = epoll_event()
+        event.events = events
+        event.data.u64 = Self.watchedBit | UInt64(UInt32(bitPattern: fd))
+        let operation = watchers[fd] == nil ? EPOLL_CTL_ADD : EPOLL_CTL_MOD
+        watchers[fd] = callback
+        if epoll_ctl(epoll, operation, fd, &event) != 0 {
+            context.logger.warn("epoll_ctl failed for a watched descriptor", [("errno", .int(Int(errno)))])
+        }
+    }
+
+    /// Stops watching `fd`; call before closing it.
+    public func unwatch(_ fd: Int32) {
+        guard watchers.removeValue(forKey: fd) != nil else { return }
+        _ = epoll_ctl(epoll, EPOLL_CTL_DEL, fd, nil)
+    }
+
+    /// Runs `hook` at the end of every iteration, after the iteration's events (and at
+    /// least every 250 ms when idle).
+    public func onEachIteration(_ hook: @escaping () -> Void) {
+        iterationHooks.append(hook)
+    }
+
+    /// Monotonic nanoseconds at the start of the current iteration.
+    public var nanoseconds: UInt64 { now }
 
     /// Forgets a closed connection (its fd was already removed from epoll by close()).
     func forget(_ connection: Connection) {

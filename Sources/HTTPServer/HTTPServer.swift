@@ -11,9 +11,14 @@ public final class HTTPServer: @unchecked Sendable {
     private let context: ServerContext
     private var loops: [EventLoop] = []
     private var boundPort = 0
+    private let onLoopStart: (@Sendable (EventLoop) -> Void)?
 
-    public init(configuration: HTTPServerConfiguration, routes: [Route], metrics: MetricsRegistry? = nil) {
+    /// `onLoopStart` runs on each loop's thread before it serves: the place to attach
+    /// per-loop state (watched descriptors, iteration hooks).
+    public init(configuration: HTTPServerConfiguration, routes: [Route], metrics: MetricsRegistry? = nil,
+                onLoopStart: (@Sendable (EventLoop) -> Void)? = nil) {
         self.configuration = configuration
+        self.onLoopStart = onLoopStart
         self.context = ServerContext(configuration: configuration, router: Router(routes), metrics: metrics)
         if let metrics {
             let connections = metrics.gauge("teamcache_http_connections", "Open client connections.")
@@ -26,6 +31,9 @@ public final class HTTPServer: @unchecked Sendable {
         }
     }
 
+    /// How many event loops `start` runs (their `index` is below this).
+    public var eventLoopCount: Int { max(1, configuration.eventLoops) }
+
     /// The port actually listened on (useful with port 0).
     public var port: Int { boundPort }
 
@@ -34,14 +42,17 @@ public final class HTTPServer: @unchecked Sendable {
         signal(SIGPIPE, SIG_IGN)
         ListeningSocket.raiseFileLimit()
         var port = try ListeningSocket.claim(host: configuration.host, port: configuration.port)
-        for index in 0..<max(1, configuration.eventLoops) {
+        for index in 0..<eventLoopCount {
             let (fd, bound) = try ListeningSocket.open(host: configuration.host, port: port)
             port = bound
             loops.append(try EventLoop(index: index, listener: fd, context: context))
         }
         boundPort = port
         for loop in loops {
-            let thread = Thread { loop.run() }
+            let thread = Thread { [onLoopStart] in
+                onLoopStart?(loop)
+                loop.run()
+            }
             thread.name = "event-loop-\(loop.index)"
             thread.start()
         }

@@ -1,6 +1,11 @@
 /// Handles one request; runs on an event loop (`inline`) or on a worker thread.
 public typealias HTTPHandler = @Sendable (HTTPRequest) throws -> HTTPResponse
 
+/// Starts handling one request on its event loop and answers later through the responder,
+/// from the same loop (after waiting on something the loop watches) or from a worker.
+/// Must not block: this is how reads reach the database without a thread hand-off.
+public typealias AsyncHTTPHandler = @Sendable (HTTPRequest, Responder) -> Void
+
 /// A method and path template (`/v1/caches/{ns}/entries/{key}`) with its handler.
 /// Immutable; a class so a match hands out one reference, not a copy of every field.
 public final class Route: Sendable {
@@ -9,12 +14,19 @@ public final class Route: Sendable {
         case inline
         /// May block (database, compression of large bodies): runs on the worker pool.
         case worker
+        /// Starts on the event loop and answers through a `Responder` when ready.
+        case async
+    }
+
+    enum Work: Sendable {
+        case sync(HTTPHandler)
+        case async(AsyncHTTPHandler)
     }
 
     public let method: String
     public let template: String
     public let execution: Execution
-    public let handler: HTTPHandler
+    let work: Work
     let segments: [Segment]
     /// The route's position in its router (a metrics key).
     public let id: Int
@@ -26,14 +38,19 @@ public final class Route: Sendable {
 
     public convenience init(_ method: String, _ template: String, _ execution: Execution = .worker,
                             handler: @escaping HTTPHandler) {
-        self.init(method, template, execution, handler: handler, id: -1)
+        precondition(execution != .async, "an async route takes an AsyncHTTPHandler")
+        self.init(method, template, execution, work: .sync(handler), id: -1)
     }
 
-    init(_ method: String, _ template: String, _ execution: Execution, handler: @escaping HTTPHandler, id: Int) {
+    public convenience init(_ method: String, _ template: String, responder handler: @escaping AsyncHTTPHandler) {
+        self.init(method, template, .async, work: .async(handler), id: -1)
+    }
+
+    init(_ method: String, _ template: String, _ execution: Execution, work: Work, id: Int) {
         self.method = method
         self.template = template
         self.execution = execution
-        self.handler = handler
+        self.work = work
         self.id = id
         self.segments = template.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map {
             $0.hasPrefix("{") && $0.hasSuffix("}") ? .parameter(String($0.dropFirst().dropLast())) : .literal(String($0))
@@ -62,7 +79,7 @@ public struct Router: Sendable {
 
     public init(_ routes: [Route]) {
         self.routes = routes.enumerated().map { index, route in
-            Route(route.method, route.template, route.execution, handler: route.handler, id: index)
+            Route(route.method, route.template, route.execution, work: route.work, id: index)
         }
         var exact: [String: [Route]] = [:]
         for route in self.routes where !route.segments.contains(where: { if case .parameter = $0 { true } else { false } }) {

@@ -45,9 +45,9 @@ final class ServerContext: @unchecked Sendable {
 
     /// Runs a handler, turning thrown errors into problem responses. Unexpected errors
     /// become a generic 500; their text goes to the log only (it may quote data).
-    func run(_ route: Route, _ request: HTTPRequest) -> HTTPResponse {
+    func run(_ route: Route, _ request: HTTPRequest, _ body: () throws -> HTTPResponse) -> HTTPResponse {
         do {
-            return try route.handler(request)
+            return try body()
         } catch let error as HTTPError {
             return error.response(requestID: request.requestID)
         } catch {

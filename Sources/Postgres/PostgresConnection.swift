@@ -7,7 +7,7 @@ import Foundation
 public final class PostgresConnection: @unchecked Sendable {
     // @unchecked: the pool hands a connection to exactly one caller at a time; nothing
     // else touches `handle` or `prepared` concurrently.
-    private let handle: OpaquePointer
+    let handle: OpaquePointer
     private var prepared: [String: String] = [:]
 
     /// Connects with a `postgres://` URL or a key/value conninfo string.
@@ -59,10 +59,21 @@ public final class PostgresConnection: @unchecked Sendable {
     @discardableResult
     public func query(_ sql: String, _ parameters: [PostgresValue] = []) throws -> PostgresResult {
         let name = try preparedName(for: sql, parameters)
+        let result = Self.withBinaryParameters(parameters) { count, values, lengths, formats in
+            PQexecPrepared(handle, name, count, values, lengths, formats, 1)
+        }
+        return try check(result)
+    }
+
+    /// Calls `body` with libpq's parameter arrays (binary format), valid only during the call.
+    static func withBinaryParameters<T>(
+        _ parameters: [PostgresValue],
+        _ body: (Int32, UnsafePointer<UnsafePointer<CChar>?>?, [Int32], [Int32]) -> T
+    ) -> T {
         let encoded = parameters.map(\.binary)
         let lengths = encoded.map { Int32($0?.count ?? 0) }
         let formats = [Int32](repeating: 1, count: parameters.count)
-        // Copies keep every parameter buffer valid for the whole PQexecPrepared call.
+        // Copies keep every parameter buffer valid for the whole call.
         let buffers: [UnsafeMutablePointer<CChar>?] = encoded.map { bytes in
             guard let bytes else { return nil }
             let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: max(bytes.count, 1))
@@ -72,10 +83,9 @@ public final class PostgresConnection: @unchecked Sendable {
             return buffer
         }
         defer { buffers.forEach { $0?.deallocate() } }
-        let result = buffers.map { UnsafePointer($0) }.withUnsafeBufferPointer { values in
-            PQexecPrepared(handle, name, Int32(parameters.count), values.baseAddress, lengths, formats, 1)
+        return buffers.map { UnsafePointer($0) }.withUnsafeBufferPointer { values in
+            body(Int32(parameters.count), values.baseAddress, lengths, formats)
         }
-        return try check(result)
     }
 
     /// Runs SQL text without parameters (several statements allowed), e.g. a migration file.
@@ -96,6 +106,15 @@ public final class PostgresConnection: @unchecked Sendable {
         }
     }
 
+    /// Prepares `sql` now (parameter types taken from `parameters`) and returns its name;
+    /// a connection about to go non-blocking prepares its statements this way first.
+    public func prepare(_ sql: String, like parameters: [PostgresValue]) throws -> String {
+        try preparedName(for: sql, parameters)
+    }
+
+    /// The name of `sql` if it was prepared on this connection.
+    func preparedName(_ sql: String) -> String? { prepared[sql] }
+
     private func preparedName(for sql: String, _ parameters: [PostgresValue]) throws -> String {
         if let name = prepared[sql] { return name }
         let name = "tc\(prepared.count + 1)"
@@ -105,7 +124,7 @@ public final class PostgresConnection: @unchecked Sendable {
         return name
     }
 
-    private func check(_ result: OpaquePointer?) throws -> PostgresResult {
+    func check(_ result: OpaquePointer?) throws -> PostgresResult {
         guard let result else {
             throw PostgresError(isBroken ? .connectionLost : .query,
                                 serverMessage: String(cString: PQerrorMessage(handle)))

@@ -4,6 +4,10 @@ import HTTPServer
 import Observability
 import Postgres
 
+/// The HTTP server's loops drive the database's non-blocking connections (the two modules
+/// know nothing of each other; this is where they meet).
+extension EventLoop: Reactor {}
+
 /// The running service: database, pool, store, access tracker, eviction job and HTTP
 /// server, started and stopped in order.
 public final class Application: Sendable {
@@ -16,6 +20,8 @@ public final class Application: Sendable {
     public let metrics: MetricsRegistry
     public let server: HTTPServer
     public let eviction: EvictionJob
+    /// The event loops' read batchers (empty when TEAMCACHE_READ_BATCH is 0).
+    private let readers: [EntryReadBatcher]
     private let group: ServiceGroup
     private let logger = Logger(component: "teamcache")
 
@@ -48,12 +54,28 @@ public final class Application: Sendable {
         // handlers enforce the exact entry limit (413 with nothing stored).
         var http = configuration.http
         http.limits.maxBodyBytes = configuration.cache.maxBodyBytes + 64 * 1024
+        let readers = Self.readers(configuration: configuration, url: database.url, metrics: metrics)
+        self.readers = readers
+        let reads = LoopReads(api: api, auth: auth, readers: readers)
         server = HTTPServer(configuration: http,
-                            routes: Self.routes(api: api, operations: operations, auth: auth,
+                            routes: Self.routes(api: api, operations: operations, auth: auth, reads: reads,
                                                 metricsNeedAuth: configuration.metricsRequireAuth),
-                            metrics: metrics)
+                            metrics: metrics,
+                            onLoopStart: { loop in if !readers.isEmpty { readers[loop.index].attach(to: loop) } })
         group = ServiceGroup(Self.services(configuration: configuration, store: store, tracker: tracker,
                                            eviction: eviction, server: server, metrics: metrics, flusher: flusher))
+    }
+
+    /// One read batcher per event loop, each with its own database connection (beside the pool).
+    private static func readers(configuration: Configuration, url: String, metrics: MetricsRegistry)
+        -> [EntryReadBatcher] {
+        guard configuration.readBatch > 0 else { return [] }
+        let sizes = metrics.histogram("teamcache_db_read_batch_size", "Entry reads per batched statement.",
+                                      bounds: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+        return (0..<max(1, configuration.http.eventLoops)).map { _ in
+            EntryReadBatcher(url: url, maxBatch: configuration.readBatch, timeout: configuration.readTimeout,
+                             batchSizes: sizes)
+        }
     }
 
     private static func services(configuration: Configuration, store: EntryStore, tracker: AccessTracker,
@@ -96,6 +118,8 @@ public final class Application: Sendable {
     }
 
     private func finish() {
+        // The loops have stopped: their batchers' connections can close from here.
+        for reader in readers { reader.close() }
         pool.closeIdle()
         database.close()
         LogSink.shared.flush()

@@ -9,7 +9,8 @@ extension CacheAPI {
     static let lookupMembers = descriptorMembers.union(["max_stale", "refresh"])
     static let upsertMembers = descriptorMembers.union(["response", "metadata", "ttl", "tags"])
 
-    func lookup(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
+    /// A descriptor lookup: parsed here; answered by `answerLookup` once the entry is read.
+    func planLookup(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> ReadPlan {
         let namespace = try RequestParsing.namespace(request)
         let json = try RequestParsing.jsonObject(request)
         try RequestParsing.rejectUnknownMembers(json, allowed: Self.lookupMembers)
@@ -19,35 +20,44 @@ extension CacheAPI {
             throw HTTPError(422, "`refresh` must be a boolean.")
         }
         let key = descriptor.key
-        let miss = JSONValue.object([("hit", .bool(false)), ("key", .string(key))])
-        return try guarded(request) {
-            let now = clock.now()
-            if json["refresh"]?.boolValue == true {
-                tracker.record(.bypass, namespace: namespace.name, at: now)
-                return .json(200, miss.serialized)
-            }
-            // The model must match exactly: a defence against collisions and mix-ups.
-            guard let entry = try store.fetch(namespace, EntryKey(Array(key.utf8))!), entry.model == descriptor.model
-            else {
-                tracker.record(.miss, namespace: namespace.name, at: now)
-                return .json(200, miss.serialized)
-            }
-            let freshness = Freshness.of(entry, now: now, maxStale: maxStale)
-            if freshness == .expired {
-                tracker.record(.miss, namespace: namespace.name, at: now)
-                return .json(200, miss.serialized)
-            }
-            var stale = false
-            if case .stale = freshness { stale = true }
-            tracker.record(stale ? .stale : .hit, namespace: namespace.name, entry: entry, at: now)
-            let text = String(decoding: try identityBody(entry), as: UTF8.self)
-            let metadata = try entry.metadata.map { try JSONParser.parse($0) } ?? .null
-            let answer = JSONValue.object([
-                ("hit", .bool(true)), ("key", .string(key)), ("response", .string(text)), ("metadata", metadata),
-                ("age", .int(max(0, Freshness.wholeSeconds(now.timeIntervalSince(entry.updatedAt), up: false)))), ("stale", .bool(stale)),
-            ])
-            return .json(200, answer.serialized)
+        if json["refresh"]?.boolValue == true {
+            tracker.record(.bypass, namespace: namespace.name, at: clock.now())
+            return .answer(Self.lookupMiss(key))
         }
+        let model = descriptor.model
+        return .read(namespace, EntryKey(Array(key.utf8))!) { [self] entry in
+            try answerLookup(entry, key: key, model: model, namespace: namespace, maxStale: maxStale)
+        }
+    }
+
+    private static func lookupMiss(_ key: String) -> HTTPResponse {
+        .json(200, JSONValue.object([("hit", .bool(false)), ("key", .string(key))]).serialized)
+    }
+
+    private func answerLookup(_ entry: StoredEntry?, key: String, model: String, namespace: Namespace,
+                              maxStale: Int?) throws -> HTTPResponse {
+        let now = clock.now()
+        // The model must match exactly: a defence against collisions and mix-ups.
+        guard let entry, entry.model == model else {
+            tracker.record(.miss, namespace: namespace.name, at: now)
+            return Self.lookupMiss(key)
+        }
+        let freshness = Freshness.of(entry, now: now, maxStale: maxStale)
+        if freshness == .expired {
+            tracker.record(.miss, namespace: namespace.name, at: now)
+            return Self.lookupMiss(key)
+        }
+        var stale = false
+        if case .stale = freshness { stale = true }
+        tracker.record(stale ? .stale : .hit, namespace: namespace.name, entry: entry, at: now)
+        let text = String(decoding: try identityBody(entry), as: UTF8.self)
+        let metadata = try entry.metadata.map { try JSONParser.parse($0) } ?? .null
+        let answer = JSONValue.object([
+            ("hit", .bool(true)), ("key", .string(key)), ("response", .string(text)), ("metadata", metadata),
+            ("age", .int(max(0, Freshness.wholeSeconds(now.timeIntervalSince(entry.updatedAt), up: false)))),
+            ("stale", .bool(stale)),
+        ])
+        return .json(200, answer.serialized)
     }
 
     func upsert(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {

@@ -4,32 +4,38 @@ import HTTPServer
 
 /// `GET | HEAD | PUT | DELETE /v1/caches/{ns}/entries/{key}`.
 extension CacheAPI {
-    func getEntry(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
+    /// GET and HEAD: parsed here; answered by `answerGet` once the entry is read.
+    func planGet(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> ReadPlan {
         let namespace = try RequestParsing.namespace(request)
         let key = try RequestParsing.key(request)
-        return try guarded(request) {
-            let control = RequestCacheControl(request.headers)
-            let now = clock.now()
-            if control.noCache {
-                tracker.record(.bypass, namespace: namespace.name, at: now)
-                return miss("fwd=request", detail: "Bypassed at the client's request (no-cache).", request)
-            }
-            guard let entry = try store.fetch(namespace, key) else {
-                tracker.record(.miss, namespace: namespace.name, at: now)
-                return miss(control.onlyIfCached, request)
-            }
-            let freshness = Freshness.of(entry, now: now, maxStale: control.maxStale)
-            if freshness == .expired {
-                tracker.record(.miss, namespace: namespace.name, at: now)
-                return miss(control.onlyIfCached, request)
-            }
-            if case .stale = freshness {
-                tracker.record(.stale, namespace: namespace.name, entry: entry, at: now)
-            } else {
-                tracker.record(.hit, namespace: namespace.name, entry: entry, at: now)
-            }
-            return try hit(entry, freshness: freshness, now: now, request: request)
+        let control = RequestCacheControl(request.headers)
+        if control.noCache {
+            tracker.record(.bypass, namespace: namespace.name, at: clock.now())
+            return .answer(miss("fwd=request", detail: "Bypassed at the client's request (no-cache).", request))
         }
+        return .read(namespace, key) { [self] entry in
+            try answerGet(entry, namespace: namespace, control: control, request: request)
+        }
+    }
+
+    private func answerGet(_ entry: StoredEntry?, namespace: Namespace, control: RequestCacheControl,
+                           request: HTTPRequest) throws -> HTTPResponse {
+        let now = clock.now()
+        guard let entry else {
+            tracker.record(.miss, namespace: namespace.name, at: now)
+            return miss(control.onlyIfCached, request)
+        }
+        let freshness = Freshness.of(entry, now: now, maxStale: control.maxStale)
+        if freshness == .expired {
+            tracker.record(.miss, namespace: namespace.name, at: now)
+            return miss(control.onlyIfCached, request)
+        }
+        if case .stale = freshness {
+            tracker.record(.stale, namespace: namespace.name, entry: entry, at: now)
+        } else {
+            tracker.record(.hit, namespace: namespace.name, entry: entry, at: now)
+        }
+        return try hit(entry, freshness: freshness, now: now, request: request)
     }
 
     private func miss(_ onlyIfCached: Bool, _ request: HTTPRequest) -> HTTPResponse {

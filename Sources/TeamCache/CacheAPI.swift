@@ -27,7 +27,7 @@ public final class CacheAPI: Sendable {
     /// Runs a handler body, turning database failures into problems: unreachable or busy →
     /// 503 with Retry-After (the client retries, nothing hangs); anything else → 500. The
     /// database's own message is logged at debug only: it can quote row data.
-    func guarded(_ request: HTTPRequest, _ body: () throws -> HTTPResponse) throws -> HTTPResponse {
+    func guarded<T>(_ request: HTTPRequest, _ body: () throws -> T) throws -> T {
         do {
             return try body()
         } catch let error as PostgresError {

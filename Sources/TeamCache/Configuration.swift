@@ -16,6 +16,10 @@ public struct Configuration: Sendable {
     public var authEnabled = true
     public var poolSize = 16
     public var acquireTimeout: TimeInterval = 2
+    /// Most reads per batched statement from an event loop; 0 sends every read through the pool.
+    public var readBatch = 256
+    /// Longest wait for a batched read's answer.
+    public var readTimeout: TimeInterval = 2
     public var evictionInterval: TimeInterval = 60
     public var accessFlushInterval: TimeInterval = 2
     public var accessFlushBatch = 5000
@@ -72,6 +76,8 @@ struct SettingReader {
         config.poolSize = try integer("TEAMCACHE_DB_POOL_SIZE", 1...500, default: 16)
         config.acquireTimeout = try duration("TEAMCACHE_DB_ACQUIRE_TIMEOUT", 0.01...60, default: 2)
         // A worker without a database connection only waits for one: match the pool by default.
+        config.readBatch = try integer("TEAMCACHE_READ_BATCH", 0...10_000, default: 256)
+        config.readTimeout = try duration("TEAMCACHE_DB_READ_TIMEOUT", 0.01...60, default: 2)
         config.http.workerThreads = try integer("TEAMCACHE_WORKERS", 1...1024, default: config.poolSize)
         config.http.eventLoops = try integer("TEAMCACHE_EVENT_LOOPS", 1...64,
                                              default: ProcessInfo.processInfo.activeProcessorCount)

@@ -2,7 +2,7 @@ import Foundation
 import HTTPServer
 
 /// The request directives of `Cache-Control` (RFC 9111 §5.2.1) the cache honours.
-struct RequestCacheControl {
+struct RequestCacheControl: Sendable {
     var noCache = false
     var onlyIfCached = false
     /// nil: no stale answer; `Int.max`: any staleness (`max-stale` without a value).

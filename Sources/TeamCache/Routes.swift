@@ -5,7 +5,7 @@ import HTTPServer
 extension Application {
     typealias SecuredHandler = @Sendable (HTTPRequest, Authenticator.Principal) throws -> HTTPResponse
 
-    static func routes(api: CacheAPI, operations: OperationalRoutes, auth: Authenticator,
+    static func routes(api: CacheAPI, operations: OperationalRoutes, auth: Authenticator, reads: LoopReads,
                        metricsNeedAuth: Bool) -> [Route] {
         func secured(_ method: String, _ template: String, _ scope: Scope,
                      _ handler: @escaping SecuredHandler) -> Route {
@@ -22,10 +22,10 @@ extension Application {
             Route("GET", "/healthz", .inline, handler: operations.health),
             Route("GET", "/readyz", .worker, handler: operations.ready),
             Route("GET", "/openapi.yaml", .inline, handler: operations.specification),
-            secured("GET", entry, .read, api.getEntry),
+            reads.route("GET", entry, .read, api.planGet),
             secured("PUT", entry, .write, api.putEntry),
             secured("DELETE", entry, .write, api.deleteEntry),
-            secured("POST", "/v1/caches/{ns}/lookup", .read, api.lookup),
+            reads.route("POST", "/v1/caches/{ns}/lookup", .read, api.planLookup),
             secured("POST", "/v1/caches/{ns}/upsert", .write, api.upsert),
             secured("POST", "/v1/caches/{ns}/evict", .write, api.evict),
             secured("GET", "/v1/caches/{ns}/stats", .read, api.namespaceStats),

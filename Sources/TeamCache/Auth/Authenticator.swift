@@ -39,6 +39,19 @@ public final class Authenticator: @unchecked Sendable {
 
     /// The principal allowed `scope` on `namespace` (nil namespace: a store-wide route).
     public func authorize(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?) throws -> Principal {
+        // Without `cachedOnly` a principal or an error always comes back.
+        try authorize(request, scope, namespace: namespace, cachedOnly: false)!
+    }
+
+    /// Like `authorize`, but never reads the database (for event loops): nil when the token
+    /// is not in the cache and the caller has to authorize on a worker.
+    public func authorizeWithoutBlocking(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?) throws
+        -> Principal? {
+        try authorize(request, scope, namespace: namespace, cachedOnly: true)
+    }
+
+    private func authorize(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?, cachedOnly: Bool) throws
+        -> Principal? {
         guard enabled else { return Principal(token: nil) }
         guard let header = request.headers["Authorization"] else {
             throw Self.unauthorized("A bearer token is required.", error: nil)
@@ -47,7 +60,9 @@ public final class Authenticator: @unchecked Sendable {
         guard parts.count == 2, parts[0].lowercased() == "bearer", !parts[1].isEmpty, parts[1].utf8.count <= 256 else {
             throw Self.unauthorized("Use `Authorization: Bearer <token>`.", error: "invalid_request")
         }
-        guard let token = try lookup(String(parts[1])), token.isUsable(at: clock.now()) else {
+        let hash = APIToken.hash(secret: String(parts[1]))
+        guard let found = try lookup(hash, cachedOnly: cachedOnly) else { return nil }
+        guard let token = found, token.isUsable(at: clock.now()) else {
             throw Self.unauthorized("The token is unknown, expired or revoked.", error: "invalid_token")
         }
         guard token.allows(scope, namespace: namespace) else {
@@ -61,16 +76,18 @@ public final class Authenticator: @unchecked Sendable {
         return Principal(token: token)
     }
 
-    private func lookup(_ secret: String) throws -> APIToken? {
-        let hash = APIToken.hash(secret: secret)
+    /// The token with this secret hash (inner nil: none); outer nil when `cachedOnly` and
+    /// the answer is not cached.
+    private func lookup(_ hash: [UInt8], cachedOnly: Bool) throws -> APIToken?? {
         let now = ProcessInfo.processInfo.systemUptime
-        if let cached = lock.withLock({ cache[hash] }), now - cached.fetched < cacheTTL { return cached.token }
+        if let cached = lock.withLock({ cache[hash] }), now - cached.fetched < cacheTTL { return .some(cached.token) }
+        if cachedOnly { return nil }
         let token = try store.find(hash: hash)
         lock.withLock {
             if cache.count >= Self.maxCached { cache.removeAll() }
             cache[hash] = Cached(token: token, fetched: now)
         }
-        return token
+        return .some(token)
     }
 
     static func unauthorized(_ detail: String, error: String?) -> HTTPError {

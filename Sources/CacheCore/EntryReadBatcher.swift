@@ -1,0 +1,111 @@
+import Foundation
+import Observability
+import Postgres
+
+/// Reads entries for one event loop: every read queued during a loop iteration goes to
+/// PostgreSQL as one statement over the loop's own non-blocking connection, and each
+/// answer comes back on the loop. No worker thread and no context switch per read, and
+/// PostgreSQL plans and executes once per batch rather than once per key.
+///
+/// Batches grow with load on their own: while one is in flight, new reads queue, and
+/// all of them leave together when it returns. When the connection is down, `read`
+/// refuses and the caller reads through the pool (which knows how to answer 503).
+/// Loop-confined.
+public final class EntryReadBatcher: @unchecked Sendable {
+    // @unchecked: used on its loop's thread only, except `close` after the loop stopped.
+    public typealias Completion = (Result<StoredEntry?, PostgresError>) -> Void
+
+    /// One index probe per requested key (LIMIT 1 keeps the planner from turning the
+    /// lateral join into a scan of the table); `ordinal` says which request a row answers.
+    static let selectBatch = """
+        SELECT q.ordinal, e.* FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS q(namespace, key, ordinal)
+        CROSS JOIN LATERAL (SELECT \(EntryStore.entryColumns) FROM entries
+                            WHERE namespace = q.namespace AND key = q.key LIMIT 1) e
+        """
+
+    private struct Read {
+        let namespace: Namespace
+        let key: EntryKey
+        let completion: Completion
+    }
+
+    private let connection: LoopConnection
+    private let maxBatch: Int
+    private let batchSizes: HistogramFamily?
+    private var waiting: [Read] = []
+
+    public init(url: String, maxBatch: Int, timeout: TimeInterval, batchSizes: HistogramFamily?) {
+        connection = LoopConnection(.init(url: url, statements: [(Self.selectBatch, [.textArray([]), .bytesArray([])])],
+                                          timeout: timeout))
+        self.maxBatch = max(1, maxBatch)
+        self.batchSizes = batchSizes
+    }
+
+    /// Starts connecting and hooks the batch sender into the loop. Call on the loop's thread.
+    public func attach(to reactor: any Reactor) {
+        connection.attach(to: reactor)
+        reactor.onEachIteration { [unowned self] in sendWaiting() }
+    }
+
+    /// Queues a read; `completion` runs on the loop with the entry (nil when absent). False
+    /// when there is no connection: the caller reads through the pool instead.
+    public func read(_ namespace: Namespace, _ key: EntryKey, completion: @escaping Completion) -> Bool {
+        guard connection.isOpen else {
+            connection.connectIfDue()
+            return false
+        }
+        waiting.append(Read(namespace: namespace, key: key, completion: completion))
+        return true
+    }
+
+    /// Closes the connection (at shutdown, after the loop stopped).
+    public func close() {
+        connection.close()
+    }
+
+    /// Runs at the end of each loop iteration: sends what queued up if nothing is in flight.
+    private func sendWaiting() {
+        connection.checkDeadline()
+        guard !waiting.isEmpty else { return }
+        guard connection.isOpen else {
+            // The connection broke with reads queued behind the one in flight.
+            let reads = waiting
+            waiting.removeAll()
+            for read in reads { read.completion(.failure(PostgresError(.connectionLost))) }
+            return
+        }
+        guard connection.isIdle else { return }
+        let batch: [Read]
+        if waiting.count <= maxBatch {
+            batch = waiting
+            waiting.removeAll(keepingCapacity: true)
+        } else {
+            batch = Array(waiting.prefix(maxBatch))
+            waiting.removeFirst(maxBatch)
+        }
+        batchSizes?.observe([], Double(batch.count))
+        let parameters: [PostgresValue] = [.textArray(batch.map(\.namespace.name)), .bytesArray(batch.map(\.key.bytes))]
+        connection.send(Self.selectBatch, parameters) { result in
+            Self.deliver(result, to: batch)
+        }
+    }
+
+    private static func deliver(_ result: Result<PostgresResult, PostgresError>, to batch: [Read]) {
+        let entries: [StoredEntry?]
+        do {
+            var found = [StoredEntry?](repeating: nil, count: batch.count)
+            for row in try result.get().rows {
+                guard let ordinal = try row.int("ordinal"), (1...batch.count).contains(ordinal) else {
+                    throw PostgresError(.decoding, serverMessage: "batch row without a valid ordinal")
+                }
+                found[ordinal - 1] = try EntryStore.entry(row)
+            }
+            entries = found
+        } catch {
+            let failure = error as? PostgresError ?? PostgresError(.decoding, serverMessage: "\(error)")
+            for read in batch { read.completion(.failure(failure)) }
+            return
+        }
+        for (read, entry) in zip(batch, entries) { read.completion(.success(entry)) }
+    }
+}

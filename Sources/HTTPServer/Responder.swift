@@ -1,0 +1,50 @@
+/// How an async handler answers its request: exactly once, on the request's event loop,
+/// either there (after waiting on a file descriptor the loop watches) or by handing the
+/// rest of the work to the worker pool.
+///
+/// Loop-confined like the connection it answers for; only `offload` crosses threads.
+public final class Responder: @unchecked Sendable {
+    // @unchecked: used on `loop`'s thread only; a worker's answer comes back through
+    // `EventLoop.execute` before it touches anything here.
+    /// The loop the request arrived on: where its answer must be given.
+    public let loop: EventLoop
+    private let connection: Connection
+    private let route: Route
+    private let request: HTTPRequest
+    private let started: UInt64
+    private var answered = false
+
+    init(connection: Connection, loop: EventLoop, route: Route, request: HTTPRequest, started: UInt64) {
+        self.connection = connection
+        self.loop = loop
+        self.route = route
+        self.request = request
+        self.started = started
+    }
+
+    /// Answers with `response`. Only the first answer counts.
+    public func respond(_ response: HTTPResponse) {
+        guard !answered else { return }
+        answered = true
+        connection.complete(response, for: request, started: started)
+    }
+
+    /// Answers with what `body` returns, or with the problem it throws (as handlers do).
+    public func respond(_ body: () throws -> HTTPResponse) {
+        respond(loop.context.run(route, request, body))
+    }
+
+    /// Runs `body` on the worker pool (it may block) and answers with its result; answers
+    /// 503 at once when the pool's queue is full.
+    public func offload(_ body: @escaping @Sendable () throws -> HTTPResponse) {
+        let context = loop.context, loop = self.loop, route = self.route, request = self.request
+        let accepted = context.workers.submit { [self] in
+            let response = context.run(route, request, body)
+            loop.execute { self.respond(response) }
+        }
+        if !accepted {
+            respond(HTTPError(503, "The server is overloaded; retry shortly.",
+                              headers: HTTPHeaders([("Retry-After", "1")])).response(requestID: request.requestID))
+        }
+    }
+}

@@ -1,0 +1,221 @@
+import CLibPQ
+import Foundation
+
+/// What drives a `LoopConnection`: an event loop that watches descriptors, runs hooks at the
+/// end of each iteration and accepts tasks from other threads. Only the loop's thread calls
+/// `watch`, `unwatch` and `onEachIteration`.
+public protocol Reactor: AnyObject, Sendable {
+    func watch(_ fd: Int32, writable: Bool, _ callback: @escaping () -> Void)
+    func unwatch(_ fd: Int32)
+    func onEachIteration(_ hook: @escaping () -> Void)
+    func execute(_ task: @escaping @Sendable () -> Void)
+    /// Monotonic nanoseconds at the start of the current iteration.
+    var nanoseconds: UInt64 { get }
+}
+
+/// One PostgreSQL connection in libpq's non-blocking mode, driven by an event loop: one
+/// statement at a time, sent and answered without a thread waiting on the socket.
+///
+/// Connecting (which blocks in libpq) happens on a short-lived thread; the connection is
+/// handed to the loop when ready. A statement that gets no answer within `timeout`, or a
+/// broken socket, fails with `connectionLost` and drops the connection; a new one is tried
+/// after `reconnectDelay`. Loop-confined, like the reactor's other users.
+public final class LoopConnection: @unchecked Sendable {
+    // @unchecked: touched only on the reactor's thread; the connecting thread hands its
+    // result over through `Reactor.execute`.
+    public typealias Completion = (Result<PostgresResult, PostgresError>) -> Void
+
+    public struct Configuration: Sendable {
+        public var url: String
+        public var overrides: [String: String] = [:]
+        /// Statements prepared right after connecting, with sample parameters for their types.
+        public var statements: [(sql: String, like: [PostgresValue])]
+        /// Longest wait for a statement's answer.
+        public var timeout: TimeInterval = 2
+        /// Pause after a failed connect or a dropped connection before trying again.
+        public var reconnectDelay: TimeInterval = 0.5
+
+        public init(url: String, overrides: [String: String] = [:], statements: [(sql: String, like: [PostgresValue])],
+                    timeout: TimeInterval = 2) {
+            self.url = url
+            self.overrides = overrides
+            self.statements = statements
+            self.timeout = timeout
+        }
+    }
+
+    private struct Statement {
+        let completion: Completion
+        let deadline: UInt64
+        var result: Result<PostgresResult, PostgresError>?
+    }
+
+    private enum State {
+        case closed(retryAt: UInt64)
+        case connecting
+        case open(PostgresConnection)
+    }
+
+    private let configuration: Configuration
+    private weak var reactor: (any Reactor)?
+    private var state = State.closed(retryAt: 0)
+    private var statement: Statement?
+    private var flushing = false
+    private var stopped = false
+
+    public init(_ configuration: Configuration) {
+        self.configuration = configuration
+    }
+
+    /// Binds the connection to `reactor` and starts connecting. Call on the reactor's thread.
+    public func attach(to reactor: any Reactor) {
+        self.reactor = reactor
+        connectIfDue()
+    }
+
+    /// Connected, whether or not a statement is in flight.
+    public var isOpen: Bool {
+        if case .open = state { return true }
+        return false
+    }
+
+    /// Connected with no statement in flight: `send` may be called.
+    public var isIdle: Bool { isOpen && statement == nil }
+
+    /// Starts a connect when closed and the reconnect delay has passed.
+    public func connectIfDue() {
+        guard !stopped, let reactor, case .closed(let retryAt) = state, reactor.nanoseconds >= retryAt else { return }
+        state = .connecting
+        let configuration = self.configuration
+        Thread.detachNewThread { [self] in
+            let connection = Self.open(configuration)
+            reactor.execute { [self] in self.connected(connection) }
+        }
+    }
+
+    /// Sends one prepared statement (from the configuration) with binary parameters and
+    /// results; `completion` runs on the reactor's thread. Requires `isIdle`.
+    public func send(_ sql: String, _ parameters: [PostgresValue], completion: @escaping Completion) {
+        precondition(isIdle, "send requires an idle connection")
+        guard let reactor, case .open(let connection) = state, let name = connection.preparedName(sql) else {
+            completion(.failure(PostgresError(.query, serverMessage: "statement not prepared")))
+            return
+        }
+        let sent = PostgresConnection.withBinaryParameters(parameters) { count, values, lengths, formats in
+            PQsendQueryPrepared(connection.handle, name, count, values, lengths, formats, 1)
+        }
+        guard sent == 1 else {
+            drop(connection)
+            completion(.failure(PostgresError(.connectionLost, serverMessage: String(cString: PQerrorMessage(connection.handle)))))
+            return
+        }
+        let deadline = reactor.nanoseconds + UInt64(configuration.timeout * 1e9)
+        statement = Statement(completion: completion, deadline: deadline)
+        flushing = true
+        flush(connection)
+    }
+
+    /// Fails a statement past its deadline (the server is stalled or the network gone).
+    public func checkDeadline() {
+        guard let reactor, let statement, reactor.nanoseconds > statement.deadline, case .open(let connection) = state
+        else { return }
+        fail(connection, PostgresError(.connectionLost, serverMessage: "no answer within \(configuration.timeout) s"))
+    }
+
+    /// Closes the connection for good (at shutdown, once the loop has stopped).
+    public func close() {
+        stopped = true
+        if case .open(let connection) = state { drop(connection) }
+    }
+
+    // MARK: Connection life
+
+    private static func open(_ configuration: Configuration) -> PostgresConnection? {
+        do {
+            let connection = try PostgresConnection(url: configuration.url, overrides: configuration.overrides)
+            for statement in configuration.statements {
+                _ = try connection.prepare(statement.sql, like: statement.like)
+            }
+            guard PQsetnonblocking(connection.handle, 1) == 0 else { return nil }
+            return connection
+        } catch {
+            return nil
+        }
+    }
+
+    private func connected(_ connection: PostgresConnection?) {
+        guard let reactor, let connection, !stopped else {
+            state = .closed(retryAt: (reactor?.nanoseconds ?? 0) + UInt64(configuration.reconnectDelay * 1e9))
+            return
+        }
+        state = .open(connection)
+        reactor.watch(PQsocket(connection.handle), writable: false) { [unowned self] in onSocketEvent(connection) }
+    }
+
+    /// Forgets the connection (closing its socket) and schedules a reconnect.
+    private func drop(_ connection: PostgresConnection) {
+        reactor?.unwatch(PQsocket(connection.handle))
+        state = .closed(retryAt: (reactor?.nanoseconds ?? 0) + UInt64(configuration.reconnectDelay * 1e9))
+        flushing = false
+    }
+
+    private func fail(_ connection: PostgresConnection, _ error: PostgresError) {
+        drop(connection)
+        finish(.failure(error))
+    }
+
+    private func finish(_ result: Result<PostgresResult, PostgresError>) {
+        guard let statement else { return }
+        self.statement = nil
+        statement.completion(result)
+    }
+
+    // MARK: Socket events
+
+    private func flush(_ connection: PostgresConnection) {
+        switch PQflush(connection.handle) {
+        case 0:
+            if flushing {
+                flushing = false
+                reactor?.watch(PQsocket(connection.handle), writable: false) { [unowned self] in onSocketEvent(connection) }
+            }
+        case 1:
+            reactor?.watch(PQsocket(connection.handle), writable: true) { [unowned self] in onSocketEvent(connection) }
+        default:
+            fail(connection, PostgresError(.connectionLost, serverMessage: String(cString: PQerrorMessage(connection.handle))))
+        }
+    }
+
+    private func onSocketEvent(_ connection: PostgresConnection) {
+        guard case .open(let current) = state, current === connection else { return }
+        if flushing {
+            flush(connection)
+            guard isOpen else { return }
+        }
+        // Idle input is a notice or the server saying goodbye; either way it is consumed here.
+        guard PQconsumeInput(connection.handle) == 1, !connection.isBroken else {
+            let error = PostgresError(.connectionLost, serverMessage: String(cString: PQerrorMessage(connection.handle)))
+            fail(connection, error)
+            return
+        }
+        guard statement != nil else { return }
+        while PQisBusy(connection.handle) == 0 {
+            guard let next = PQgetResult(connection.handle) else {
+                finish(statement?.result ?? .failure(PostgresError(.decoding, serverMessage: "no result")))
+                return
+            }
+            // The first result is the statement's; later ones (none expected) are cleared.
+            guard statement?.result == nil else {
+                PQclear(next)
+                continue
+            }
+            do {
+                statement?.result = .success(try connection.check(next))
+            } catch let error as PostgresError {
+                statement?.result = .failure(error)
+            } catch {
+                statement?.result = .failure(PostgresError(.query, serverMessage: "\(error)"))
+            }
+        }
+    }
+}
