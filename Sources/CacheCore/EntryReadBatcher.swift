@@ -23,6 +23,8 @@ public final class EntryReadBatcher: @unchecked Sendable {
                             WHERE namespace = q.namespace AND key = q.key LIMIT 1) e
         """
 
+    public static let applicationName = "teamcache-reads"
+
     private struct Read {
         let namespace: Namespace
         let key: EntryKey
@@ -35,7 +37,9 @@ public final class EntryReadBatcher: @unchecked Sendable {
     private var waiting: [Read] = []
 
     public init(url: String, maxBatch: Int, timeout: TimeInterval, batchSizes: HistogramFamily?) {
-        connection = LoopConnection(.init(url: url, statements: [(Self.selectBatch, [.textArray([]), .bytesArray([])])],
+        // Named apart from the pool's connections, for pg_stat_activity.
+        connection = LoopConnection(.init(url: url, overrides: ["application_name": Self.applicationName],
+                                          statements: [(Self.selectBatch, [.textArray([]), .bytesArray([])])],
                                           timeout: timeout))
         self.maxBatch = max(1, maxBatch)
         self.batchSizes = batchSizes
@@ -50,10 +54,7 @@ public final class EntryReadBatcher: @unchecked Sendable {
     /// Queues a read; `completion` runs on the loop with the entry (nil when absent). False
     /// when there is no connection: the caller reads through the pool instead.
     public func read(_ namespace: Namespace, _ key: EntryKey, completion: @escaping Completion) -> Bool {
-        guard connection.isOpen else {
-            connection.connectIfDue()
-            return false
-        }
+        guard connection.isOpen else { return false }
         waiting.append(Read(namespace: namespace, key: key, completion: completion))
         return true
     }
@@ -66,6 +67,8 @@ public final class EntryReadBatcher: @unchecked Sendable {
     /// Runs at the end of each loop iteration: sends what queued up if nothing is in flight.
     private func sendWaiting() {
         connection.checkDeadline()
+        // Reconnect without waiting for a read to ask: reads go to the pool meanwhile.
+        connection.connectIfDue()
         guard !waiting.isEmpty else { return }
         guard connection.isOpen else {
             // The connection broke with reads queued behind the one in flight.
