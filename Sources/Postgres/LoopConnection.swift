@@ -201,6 +201,8 @@ public final class LoopConnection: @unchecked Sendable {
         guard statement != nil else { return }
         while PQisBusy(connection.handle) == 0 {
             guard let next = PQgetResult(connection.handle) else {
+                // An error can end the session too (an administrator's terminate, say).
+                if connection.isBroken { drop(connection) }
                 finish(statement?.result ?? .failure(PostgresError(.decoding, serverMessage: "no result")))
                 return
             }
