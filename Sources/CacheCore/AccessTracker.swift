@@ -8,7 +8,9 @@ import Postgres
 /// A crash loses at most one flush interval of counts; a graceful stop flushes first.
 public final class AccessTracker: @unchecked Sendable {
     // @unchecked: `entries`, `namespaces` are guarded by `lock`.
-    public enum Lookup: Sendable {
+    /// String raw values: the metric label without reflection (`"\(lookup)"` costs a
+    /// dynamic cast per request).
+    public enum Lookup: String, Sendable {
         case hit, stale, miss, bypass
     }
 
@@ -77,7 +79,7 @@ public final class AccessTracker: @unchecked Sendable {
 
     /// Records a lookup's result; for a hit or stale answer, the entry and its tokens.
     public func record(_ lookup: Lookup, namespace: String, entry: StoredEntry? = nil, at now: Date) {
-        lookups?.inc([namespace, "\(lookup)"])
+        lookups?.inc([namespace, lookup.rawValue])
         if let entry, entry.inputTokens + entry.outputTokens > 0 {
             tokensSaved?.inc([namespace, "input"], by: Double(entry.inputTokens))
             tokensSaved?.inc([namespace, "output"], by: Double(entry.outputTokens))

@@ -38,7 +38,8 @@ public enum Gzip {
         guard czlib_inflate_init2(stream.pointer, 15 + 16) == Z_OK else { throw Failure.malformed }
         defer { inflateEnd(stream.pointer) }
         var output: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        // No larger than the limit needs: a 2 KB answer should not zero 64 KiB on every hit.
+        var chunk = [UInt8](repeating: 0, count: min(64 * 1024, limit + 1))
         var status: Int32 = Z_OK
         try bytes.withUnsafeBufferPointer { input in
             stream.pointer.pointee.next_in = UnsafeMutablePointer(mutating: input.baseAddress)

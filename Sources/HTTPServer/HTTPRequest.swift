@@ -63,9 +63,14 @@ public enum HTTPVersion: Sendable, Equatable {
 /// Percent-decoding into raw bytes (a decoded `/` stays a byte inside its segment).
 public enum PercentDecoding {
     public static func decode<S: StringProtocol>(_ text: S) -> [UInt8]? {
+        decode(bytes: text.utf8)
+    }
+
+    /// Decodes percent-escapes in raw bytes; nil on a malformed escape.
+    public static func decode<C: Collection<UInt8>>(bytes: C) -> [UInt8]? {
         var out: [UInt8] = []
-        out.reserveCapacity(text.utf8.count)
-        var iterator = text.utf8.makeIterator()
+        out.reserveCapacity(bytes.count)
+        var iterator = bytes.makeIterator()
         while let byte = iterator.next() {
             guard byte == UInt8(ascii: "%") else {
                 out.append(byte)

@@ -99,11 +99,12 @@ public struct Router: Sendable {
                 return .found(route, [:])
             }
         }
-        let raw = path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        // Split on bytes: splitting the string would walk grapheme clusters.
+        let raw = path.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).dropFirst()
         var decoded: [[UInt8]] = []
         decoded.reserveCapacity(raw.count)
         for segment in raw {
-            guard let bytes = PercentDecoding.decode(segment) else { return .badPath }
+            guard let bytes = PercentDecoding.decode(bytes: segment) else { return .badPath }
             decoded.append(bytes)
         }
         var allowed: [String] = []

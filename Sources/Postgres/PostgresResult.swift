@@ -23,9 +23,16 @@ public final class PostgresResult {
     func isNull(_ row: Int, _ column: Int) -> Bool { PQgetisnull(handle, Int32(row), Int32(column)) == 1 }
     func type(_ column: Int) -> UInt32 { UInt32(PQftype(handle, Int32(column))) }
 
+    /// Column positions by name, filled on first use: PQfnumber copies and case-folds the
+    /// name on every call, which adds up over the columns of every row of a batch.
+    private var columnIndexes: [String: Int] = [:]
+
     func columnIndex(_ name: String) -> Int? {
+        if let index = columnIndexes[name] { return index }
         let index = Int(PQfnumber(handle, name))
-        return index >= 0 ? index : nil
+        guard index >= 0 else { return nil }
+        columnIndexes[name] = index
+        return index
     }
 
     func withValue<T>(_ row: Int, _ column: Int, _ body: (UnsafeRawBufferPointer) -> T) -> T {
