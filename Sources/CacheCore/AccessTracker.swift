@@ -63,7 +63,7 @@ public final class AccessTracker: @unchecked Sendable {
 
     /// `batchFull` is called (outside the lock) when `batchSize` entries have pending hits,
     /// so the flusher can run early instead of letting memory grow until its next tick.
-    public init(pool: ConnectionPool, metrics: MetricsRegistry? = nil, enabled: Bool = true, batchSize: Int = 5000,
+    public init(pool: ConnectionPool, metrics: MetricsRegistry? = nil, enabled: Bool = true, batchSize: Int = 100_000,
                 batchFull: @escaping @Sendable () -> Void = {}) {
         self.pool = pool
         self.enabled = enabled

@@ -22,7 +22,7 @@ public struct Configuration: Sendable {
     public var readTimeout: TimeInterval = 2
     public var evictionInterval: TimeInterval = 60
     public var accessFlushInterval: TimeInterval = 2
-    public var accessFlushBatch = 5000
+    public var accessFlushBatch = 100_000
     public var accessTracking = true
     public var metricsRequireAuth = false
     public var tokenCacheTTL: TimeInterval = 10
@@ -98,7 +98,7 @@ struct SettingReader {
         config.evictionInterval = try duration("TEAMCACHE_EVICTION_INTERVAL", 1...86400, default: 60)
         config.accessFlushInterval = try duration("TEAMCACHE_ACCESS_FLUSH_INTERVAL", 0.05...3600, default: 2)
         config.accessTracking = try flag("TEAMCACHE_ACCESS_TRACKING", default: true)
-        config.accessFlushBatch = try integer("TEAMCACHE_ACCESS_FLUSH_BATCH", 1...1_000_000, default: 5000)
+        config.accessFlushBatch = try integer("TEAMCACHE_ACCESS_FLUSH_BATCH", 1...1_000_000, default: 100_000)
         config.tokenCacheTTL = try duration("TEAMCACHE_TOKEN_CACHE_TTL", 0...3600, default: 10)
         config.rateLimit = try number("TEAMCACHE_RATE_LIMIT", 0...1_000_000, default: 0)
         return config
