@@ -1,4 +1,5 @@
 import Foundation
+import Observability
 import Postgres
 
 /// Entries in PostgreSQL: lookup, upsert and delete by key. Every write is one statement
@@ -19,11 +20,16 @@ public final class EntryStore: Sendable {
     public let pool: ConnectionPool
     public let policy: CachePolicy
     public let clock: any Clock
+    private let writes: EntryWriteBatcher
 
-    public init(pool: ConnectionPool, policy: CachePolicy, clock: any Clock = SystemClock()) {
+    /// `concurrentWriteBatches`: how many write transactions may run at once (each carries
+    /// every write that queued while the others ran).
+    public init(pool: ConnectionPool, policy: CachePolicy, clock: any Clock = SystemClock(),
+                concurrentWriteBatches: Int = 4, writeBatchSizes: HistogramFamily? = nil) {
         self.pool = pool
         self.policy = policy
         self.clock = clock
+        writes = EntryWriteBatcher(concurrent: concurrentWriteBatches, maxBatch: 64, batchSizes: writeBatchSizes)
     }
 
     /// The entry under `key`, whatever its freshness; nil when absent.
@@ -33,14 +39,16 @@ public final class EntryStore: Sendable {
         }
     }
 
-    /// Inserts or replaces an entry, honouring its condition and the hard caps.
+    /// Inserts or replaces an entry, honouring its condition and the hard caps. Concurrent
+    /// calls share transactions (see `EntryWriteBatcher`); the outcome is returned once the
+    /// entry is committed.
     public func put(_ write: EntryWrite) throws -> WriteOutcome {
-        let condition: String, ifMatch: [String]
-        switch write.condition {
-        case .none: (condition, ifMatch) = ("none", [])
-        case .absent: (condition, ifMatch) = ("absent", [])
-        case .match(let tags): (condition, ifMatch) = ("match", tags)
-        }
+        try writes.put(write, into: self)
+    }
+
+    /// One write in a statement (and a transaction) of its own.
+    func putOne(_ write: EntryWrite) throws -> WriteOutcome {
+        let condition = Self.condition(write.condition)
         let parameters: [PostgresValue] = [
             .text(write.namespace.name), .bytes(write.key.bytes), .bytes(write.body.bytes),
             .text(write.body.encoding.rawValue), .text(write.contentType), .int(write.body.identitySize),
@@ -48,14 +56,28 @@ public final class EntryStore: Sendable {
             .optionalText(write.promptDigest), .textArray(write.tags), write.metadata.map { .jsonb($0) } ?? .null,
             .int(write.inputTokens), .int(write.outputTokens), .timestamp(clock.now()),
             write.ttlSeconds.map { .int($0) } ?? .null, .int(policy.defaultTTL),
-            write.writerTokenID.map { .int($0) } ?? .null, .text(condition), .textArray(ifMatch),
+            write.writerTokenID.map { .int($0) } ?? .null, .text(condition.name), .textArray(condition.tags),
             .int(policy.storeHardCap), .double(policy.hardCapRatio),
         ]
         let row = try pool.withConnection { connection in
             try connection.query(Self.putEntry, parameters).first
         }
-        guard let row, let outcome = try row.string("outcome") else {
-            throw PostgresError(.decoding, serverMessage: "tc_put_entry returned no row")
+        guard let row else { throw PostgresError(.decoding, serverMessage: "tc_put_entry returned no row") }
+        return try outcome(row)
+    }
+
+    /// The condition as tc_put_entry takes it: a name and the If-Match tags.
+    static func condition(_ condition: WriteCondition) -> (name: String, tags: [String]) {
+        switch condition {
+        case .none: ("none", [])
+        case .absent: ("absent", [])
+        case .match(let tags): ("match", tags)
+        }
+    }
+
+    func outcome(_ row: PostgresRow) throws -> WriteOutcome {
+        guard let outcome = try row.string("outcome") else {
+            throw PostgresError(.decoding, serverMessage: "tc_put_entry returned no outcome")
         }
         switch outcome {
         case "created": return .created(expiresAt: try row.date("expires_at") ?? clock.now())

@@ -15,6 +15,9 @@ public enum PostgresValue: Sendable {
     case bytesArray([[UInt8]])
     case intArray([Int64])
     case timestampArray([Date])
+    /// Arrays whose elements may be SQL NULL (one column of a batch of rows).
+    case optionalTextArray([String?])
+    case optionalIntArray([Int64?])
 
     public static func int(_ value: Int) -> PostgresValue { .int(Int64(value)) }
     public static func optionalText(_ value: String?) -> PostgresValue { value.map { .text($0) } ?? .null }
@@ -34,6 +37,8 @@ public enum PostgresValue: Sendable {
         case .bytesArray: PostgresType.byteaArray
         case .intArray: PostgresType.int8Array
         case .timestampArray: PostgresType.timestamptzArray
+        case .optionalTextArray: PostgresType.textArray
+        case .optionalIntArray: PostgresType.int8Array
         }
     }
 
@@ -58,6 +63,10 @@ public enum PostgresValue: Sendable {
             return BinaryCoding.array(
                 elementType: PostgresType.timestamptz,
                 items.map { BinaryCoding.int64(BinaryCoding.postgresMicros($0)) })
+        case .optionalTextArray(let items):
+            return BinaryCoding.array(elementType: PostgresType.text, items.map { $0.map { Array($0.utf8) } })
+        case .optionalIntArray(let items):
+            return BinaryCoding.array(elementType: PostgresType.int8, items.map { $0.map(BinaryCoding.int64) })
         }
     }
 }
@@ -107,9 +116,19 @@ enum BinaryCoding {
     }
 
     static func array(elementType: UInt32, _ items: [[UInt8]]) -> [UInt8] {
-        var out = int32(1) + int32(0) + int32(Int32(bitPattern: elementType))
+        array(elementType: elementType, items.map { Optional($0) })
+    }
+
+    /// One dimension, lower bound 1; a nil element is SQL NULL (length -1).
+    static func array(elementType: UInt32, _ items: [[UInt8]?]) -> [UInt8] {
+        let hasNull: Int32 = items.contains { $0 == nil } ? 1 : 0
+        var out = int32(1) + int32(hasNull) + int32(Int32(bitPattern: elementType))
         out += int32(Int32(items.count)) + int32(1)
         for item in items {
+            guard let item else {
+                out += int32(-1)
+                continue
+            }
             out += int32(Int32(item.count))
             out += item
         }

@@ -32,7 +32,12 @@ public final class Application: Sendable {
         database = try Database(configuration: configuration, requireCurrent: true)
         pool = ConnectionPool(.init(url: database.url, maxConnections: configuration.poolSize,
                                     acquireTimeout: configuration.acquireTimeout), metrics: metrics)
-        store = EntryStore(pool: pool, policy: configuration.cache, clock: clock)
+        // A quarter of the pool commits writes; the rest stays free for reads, flushes and eviction.
+        store = EntryStore(pool: pool, policy: configuration.cache, clock: clock,
+                           concurrentWriteBatches: max(1, configuration.poolSize / 4),
+                           writeBatchSizes: metrics.histogram("teamcache_db_write_batch_size",
+                                                              "Entry writes per committed transaction.",
+                                                              bounds: [1, 2, 4, 8, 16, 32, 64]))
         let flusher = FlushTrigger()
         tracker = AccessTracker(pool: pool, metrics: metrics, enabled: configuration.accessTracking,
                                 batchSize: configuration.accessFlushBatch, batchFull: { flusher.fire() })

@@ -1,0 +1,117 @@
+import CacheCore
+import Foundation
+import Observability
+import Postgres
+import Testing
+import TestSupport
+
+/// Upserts that arrive together share a transaction: each still gets its own outcome,
+/// committed before its answer, and one failing write never fails its neighbours.
+@Suite struct BatchedWriteTests {
+    /// 48 PUTs sent at once over separate connections: every one is created with its own
+    /// body, and the commits carried more than one write each.
+    @Test func concurrentUpsertsShareCommitsAndEachKeepsItsOwnBody() throws {
+        let service = try TestService { $0.authEnabled = false }
+        defer { service.stop() }
+        let namespace = TestService.namespace("wbatch")
+        var bodies: [String: [UInt8]] = [:]
+        var writes = 0
+        for round in 0..<4 {
+            let paths = (0..<48).map { entryPath(namespace, "r\(round)-k\($0)") }
+            for path in paths { bodies[path] = randomBytes(100 + bodies.count) }
+            let clients = try paths.map { _ in try RawClient(port: service.port, timeout: 10) }
+            for (client, path) in zip(clients, paths) {
+                let body = bodies[path]!
+                try client.send(Array("PUT \(path) HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
+            }
+            for client in clients { #expect(try client.readResponse().status == 201) }
+            writes += paths.count
+        }
+        for (path, body) in bodies { #expect(try service.request("GET", path).body == body, "\(path)") }
+        let metrics = try service.request("GET", "/metrics").text
+        let commits = sample(metrics, "teamcache_db_write_batch_size_count")
+        #expect(sample(metrics, "teamcache_db_write_batch_size_sum") == Double(writes))
+        #expect(commits > 0 && commits < Double(writes), "every write had a transaction of its own")
+    }
+
+    /// Writes to one key racing inside one batch: exactly one create-only write wins, and
+    /// the entry holds one of the bodies whole.
+    @Test func createOnlyWritesToOneKeyInOneBatchYieldOneCreate() throws {
+        let (store, metrics) = oneCommitAtATime()
+        let namespace = Namespace(TestService.namespace("wrace"))!
+        let key = EntryKey(Array("same".utf8))!
+        let outcomes = Locked<[WriteOutcome]>([])
+        onThreads(16) { index in
+            var write = EntryWrite(namespace: namespace, key: key,
+                                   body: StoredBody.fromIdentity([UInt8](repeating: UInt8(index), count: 300),
+                                                                 contentType: "application/octet-stream",
+                                                                 policy: store.policy),
+                                   contentType: "application/octet-stream")
+            write.condition = .absent
+            if let outcome = try? store.put(write) { outcomes.update { $0.append(outcome) } }
+        }
+        let created = outcomes.value.filter { if case .created = $0 { true } else { false } }
+        #expect(outcomes.value.count == 16 && created.count == 1)
+        #expect(outcomes.value.filter { $0 == .preconditionFailed }.count == 15)
+        let entry = try #require(try store.fetch(namespace, key))
+        let body = entry.encoding == .gzip ? try gunzip(entry.body) : entry.body
+        #expect(Set(body).count == 1 && body.count == 300)
+        #expect(sample(metrics.render(), "teamcache_db_write_batch_size_count") < 16)
+    }
+
+    /// A write PostgreSQL rejects (metadata that is not JSON, which the HTTP layer would have
+    /// refused) fails alone; the writes batched with it are committed.
+    @Test func aRejectedWriteFailsAloneAndItsNeighboursCommit() throws {
+        let (store, metrics) = oneCommitAtATime()
+        let namespace = Namespace(TestService.namespace("wbad"))!
+        let results = Locked<[Int: Bool]>([:])
+        onThreads(12) { index in
+            var write = EntryWrite(namespace: namespace, key: EntryKey(Array("k\(index)".utf8))!,
+                                   body: StoredBody.fromIdentity(Array("v\(index)".utf8), contentType: "text/plain",
+                                                                 policy: store.policy),
+                                   contentType: "text/plain")
+            write.metadata = index == 5 ? "{not json" : "{\"n\": \(index)}"
+            let stored = (try? store.put(write)) != nil
+            results.update { $0[index] = stored }
+        }
+        for index in 0..<12 {
+            #expect(results.value[index] == (index != 5), "write \(index)")
+            let entry = try store.fetch(namespace, EntryKey(Array("k\(index)".utf8))!)
+            #expect((entry != nil) == (index != 5))
+        }
+        #expect(sample(metrics.render(), "teamcache_db_write_batch_size_count") < 12, "no write was batched")
+    }
+
+    /// A store on the shared pool committing one batch at a time, so writers that arrive
+    /// together must share a batch; and the registry holding its batch sizes.
+    private func oneCommitAtATime() -> (EntryStore, MetricsRegistry) {
+        let shared = TestService.shared.app.store
+        let metrics = MetricsRegistry()
+        let sizes = metrics.histogram("teamcache_db_write_batch_size", "", bounds: [1, 4, 16])
+        return (EntryStore(pool: shared.pool, policy: shared.policy, concurrentWriteBatches: 1, writeBatchSizes: sizes),
+                metrics)
+    }
+
+    /// Runs `body(index)` on `count` threads started together; returns when all are done.
+    private func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+        let group = DispatchGroup()
+        let start = DispatchSemaphore(value: 0)
+        for index in 0..<count {
+            group.enter()
+            Thread {
+                start.wait()
+                body(index)
+                group.leave()
+            }.start()
+        }
+        for _ in 0..<count { start.signal() }
+        group.wait()
+    }
+
+    private func sample(_ text: String, _ name: String) -> Double {
+        for line in text.split(separator: "\n") where line.hasPrefix(name + " ") {
+            return Double(line.split(separator: " ")[1]) ?? -1
+        }
+        return -1
+    }
+}
