@@ -15,7 +15,7 @@ items = [{"id": j, "name": f"item {j}", "score": j * 7 % 1000, "tags": ["alpha",
 identity = json.dumps(items).encode()
 stored = gzip.compress(identity, 6)
 upsert = f"""\\set k random(0, 99999)
-SELECT outcome FROM tc_put_entry('bench', convert_to('pgup-' || :k, 'UTF8'), '\\\\x{stored.hex()}'::bytea, 'gzip',
+SELECT outcome FROM tc_put_entry('bench', convert_to('pgup-' || :k, 'UTF8'), '\\x{stored.hex()}'::bytea, 'gzip',
     'application/json', {len(identity)}, '"etag"', NULL, NULL, NULL, '{{}}'::text[], NULL, 0, 0, now(), NULL, 604800, NULL,
     'none', '{{}}'::text[], 0, 1.1);
 """

@@ -26,18 +26,20 @@ public final class AccessTracker: @unchecked Sendable {
 
     /// One statement: bump the entries' access rows and add the namespace counters (with the
     /// store-wide row through the empty grouping set). Data-modifying CTEs always run.
-    static let flushStatement = """
-        WITH bumped AS (
-            UPDATE entry_access a
-               SET hit_count = a.hit_count + v.hits, last_accessed_at = greatest(a.last_accessed_at, v.at)
-              FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS v(entry_id, hits, at)
-             WHERE a.entry_id = v.entry_id
-            RETURNING 1)
+    /// Hit counts and last-access times of one chunk of entries (its own transaction).
+    static let flushAccessStatement = """
+        UPDATE entry_access a
+           SET hit_count = a.hit_count + v.hits, last_accessed_at = greatest(a.last_accessed_at, v.at)
+          FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS v(entry_id, hits, at)
+         WHERE a.entry_id = v.entry_id
+        """
+    /// Lookup counts by namespace, and the store-wide row through the empty grouping set.
+    static let flushCountersStatement = """
         INSERT INTO namespace_counters AS c (namespace, shard, hits, misses, stale, bypass, input_tokens_saved,
                                              output_tokens_saved)
         SELECT coalesce(n.namespace, ''), (pg_backend_pid() % 16)::smallint, sum(n.hits), sum(n.misses),
                sum(n.stale), sum(n.bypass), sum(n.tin), sum(n.tout)
-        FROM unnest($4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+        FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
              AS n(namespace, hits, misses, stale, bypass, tin, tout)
         GROUP BY GROUPING SETS ((n.namespace), ())
         HAVING count(*) > 0
@@ -47,6 +49,9 @@ public final class AccessTracker: @unchecked Sendable {
                input_tokens_saved = c.input_tokens_saved + excluded.input_tokens_saved,
                output_tokens_saved = c.output_tokens_saved + excluded.output_tokens_saved
         """
+    /// Entries per flush transaction: row locks are held only this long, so writers that
+    /// replace a hot entry never wait behind a flush of the whole batch.
+    public static let flushChunk = 500
 
     private let pool: ConnectionPool
     /// Off: lookups are only counted in metrics (for measuring what tracking costs).
@@ -118,25 +123,38 @@ public final class AccessTracker: @unchecked Sendable {
         guard !pendingEntries.isEmpty || !pendingNamespaces.isEmpty else { return }
         // A fixed order of row locks keeps concurrent flushes of several replicas from deadlocking.
         let sortedEntries = pendingEntries.sorted { $0.key < $1.key }
-        let sortedNamespaces = pendingNamespaces.sorted { $0.key < $1.key }
-        let parameters: [PostgresValue] = [
-            .intArray(sortedEntries.map(\.key)), .intArray(sortedEntries.map { Int64($0.value.hits) }),
-            .timestampArray(sortedEntries.map(\.value.lastAccess)),
-            .textArray(sortedNamespaces.map(\.key)), .intArray(sortedNamespaces.map { Int64($0.value.hits) }),
-            .intArray(sortedNamespaces.map { Int64($0.value.misses) }),
-            .intArray(sortedNamespaces.map { Int64($0.value.stale) }),
-            .intArray(sortedNamespaces.map { Int64($0.value.bypass) }),
-            .intArray(sortedNamespaces.map { Int64($0.value.inputTokens) }),
-            .intArray(sortedNamespaces.map { Int64($0.value.outputTokens) }),
-        ]
+        var flushed = 0
         do {
-            try pool.withConnection { _ = try $0.query(Self.flushStatement, parameters) }
+            try pool.withConnection { connection in
+                while flushed < sortedEntries.count {
+                    let chunk = sortedEntries[flushed..<min(flushed + Self.flushChunk, sortedEntries.count)]
+                    try connection.query(Self.flushAccessStatement, [
+                        .intArray(chunk.map(\.key)), .intArray(chunk.map { Int64($0.value.hits) }),
+                        .timestampArray(chunk.map(\.value.lastAccess)),
+                    ])
+                    flushed += chunk.count
+                }
+                try flushCounters(pendingNamespaces, on: connection)
+            }
             flushes?.inc(["ok"])
         } catch {
+            // What was committed stays committed; the rest waits for the next flush.
             flushes?.inc(["error"])
-            restore(pendingEntries, pendingNamespaces)
+            restore(Dictionary(uniqueKeysWithValues: sortedEntries[flushed...].map { ($0.key, $0.value) }),
+                    pendingNamespaces)
             throw error
         }
+    }
+
+    private func flushCounters(_ pending: [String: NamespaceCounts], on connection: PostgresConnection) throws {
+        guard !pending.isEmpty else { return }
+        let sorted = pending.sorted { $0.key < $1.key }
+        try connection.query(Self.flushCountersStatement, [
+            .textArray(sorted.map(\.key)), .intArray(sorted.map { Int64($0.value.hits) }),
+            .intArray(sorted.map { Int64($0.value.misses) }), .intArray(sorted.map { Int64($0.value.stale) }),
+            .intArray(sorted.map { Int64($0.value.bypass) }), .intArray(sorted.map { Int64($0.value.inputTokens) }),
+            .intArray(sorted.map { Int64($0.value.outputTokens) }),
+        ])
     }
 
     private func restore(_ pendingEntries: [Int64: EntryAccess], _ pendingNamespaces: [String: NamespaceCounts]) {

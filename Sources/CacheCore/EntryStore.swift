@@ -59,11 +59,19 @@ public final class EntryStore: Sendable {
             write.writerTokenID.map { .int($0) } ?? .null, .text(condition.name), .textArray(condition.tags),
             .int(policy.storeHardCap), .double(policy.hardCapRatio),
         ]
-        let row = try pool.withConnection { connection in
-            try connection.query(Self.putEntry, parameters).first
+        // A deadlock or serialization failure rolled the write back whole: run it again.
+        for attempt in 1... {
+            do {
+                let row = try pool.withConnection { connection in
+                    try connection.query(Self.putEntry, parameters).first
+                }
+                guard let row else { throw PostgresError(.decoding, serverMessage: "tc_put_entry returned no row") }
+                return try outcome(row)
+            } catch let error as PostgresError where attempt < 3 && error.isRetryableConflict {
+                continue
+            }
         }
-        guard let row else { throw PostgresError(.decoding, serverMessage: "tc_put_entry returned no row") }
-        return try outcome(row)
+        fatalError("unreachable: the loop returns or throws")
     }
 
     /// The condition as tc_put_entry takes it: a name and the If-Match tags.

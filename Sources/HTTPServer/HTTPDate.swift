@@ -4,15 +4,50 @@ import Glibc
 public enum HTTPDate {
     private static let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
     private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+    private static let dayBytes = days.map { Array($0.utf8) }
+    private static let monthBytes = months.map { Array($0.utf8) }
 
     /// `Sun, 06 Nov 1994 08:49:37 GMT` for Unix time `seconds`.
+    ///
+    /// Written byte by byte into one fixed-size buffer: two of these go out with every
+    /// cache hit, and interpolation cost a dozen small strings each.
     public static func format(unixSeconds seconds: Int) -> String {
         var time = time_t(seconds)
         var parts = tm()
         gmtime_r(&time, &parts)
-        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
-        return "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) "
-            + "\(parts.tm_year + 1900) \(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
+        let year = Int(parts.tm_year) + 1900
+        guard (0...9999).contains(year) else { return "Thu, 01 Jan 1970 00:00:00 GMT" }
+        return String(unsafeUninitializedCapacity: 29) { buffer in
+            var index = 0
+            func put(_ byte: UInt8) {
+                buffer[index] = byte
+                index += 1
+            }
+            func digits(_ value: Int, _ count: Int) {
+                var divisor = 1
+                for _ in 1..<count { divisor *= 10 }
+                while divisor > 0 {
+                    put(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+                    divisor /= 10
+                }
+            }
+            for byte in dayBytes[Int(parts.tm_wday)] { put(byte) }
+            put(UInt8(ascii: ","))
+            put(UInt8(ascii: " "))
+            digits(Int(parts.tm_mday), 2)
+            put(UInt8(ascii: " "))
+            for byte in monthBytes[Int(parts.tm_mon)] { put(byte) }
+            put(UInt8(ascii: " "))
+            digits(year, 4)
+            put(UInt8(ascii: " "))
+            digits(Int(parts.tm_hour), 2)
+            put(UInt8(ascii: ":"))
+            digits(Int(parts.tm_min), 2)
+            put(UInt8(ascii: ":"))
+            digits(Int(parts.tm_sec), 2)
+            for byte in " GMT".utf8 { put(byte) }
+            return index
+        }
     }
 
     /// Parses IMF-fixdate; nil for anything else.

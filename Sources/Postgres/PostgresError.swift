@@ -59,6 +59,12 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
         }
     }
 
+    /// A deadlock or serialization failure: the transaction was rolled back whole and
+    /// running it again can succeed.
+    public var isRetryableConflict: Bool {
+        kind == .query && (sqlState == .deadlockDetected || sqlState == .serializationFailure)
+    }
+
     public var description: String {
         if let state = sqlState { return "PostgreSQL \(kind.rawValue) error, SQLSTATE \(state.code)" }
         return "PostgreSQL \(kind.rawValue) error"

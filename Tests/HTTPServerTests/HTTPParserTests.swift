@@ -40,6 +40,16 @@ func run(_ pieces: [[UInt8]], limits: HTTPParserLimits) -> [Outcome] {
 }
 
 @Suite struct HTTPParserTests {
+    /// RFC 9110's own example, single-digit fields padded, and a round trip through parse.
+    @Test func imfFixdateFormatting() {
+        #expect(HTTPDate.format(unixSeconds: 784_111_777) == "Sun, 06 Nov 1994 08:49:37 GMT")
+        #expect(HTTPDate.format(unixSeconds: 0) == "Thu, 01 Jan 1970 00:00:00 GMT")
+        #expect(HTTPDate.format(unixSeconds: 4_102_444_799) == "Thu, 31 Dec 2099 23:59:59 GMT")
+        for seconds in [1, 951_782_400, 1_795_000_000, 2_000_000_000] {
+            #expect(HTTPDate.parse(HTTPDate.format(unixSeconds: seconds)) == seconds)
+        }
+    }
+
     @Test func simpleGet() {
         #expect(parse("GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
             == [.request(method: "GET", target: "/healthz", body: [], keepAlive: true)])

@@ -115,3 +115,28 @@ import TestSupport
         return -1
     }
 }
+
+/// The access tracker's flush commits in chunks (short row locks): more entries than one
+/// chunk still all get their hits, and the namespace its lookup counts.
+@Suite struct ChunkedFlushTests {
+    @Test func hitsOnMoreEntriesThanAChunkAllArrive() throws {
+        let service = try TestService { $0.authEnabled = false }
+        defer { service.stop() }
+        let namespace = TestService.namespace("chunks")
+        let count = AccessTracker.flushChunk * 2 + 37
+        DispatchQueue.concurrentPerform(iterations: 8) { worker in
+            for index in stride(from: worker, to: count, by: 8) {
+                _ = try? service.request("PUT", entryPath(namespace, "k\(index)"), body: [UInt8(index % 256)])
+                _ = try? service.request("GET", entryPath(namespace, "k\(index)"))
+            }
+        }
+        try service.app.tracker.flush()
+        let row = try service.app.pool.withConnection {
+            try $0.query("SELECT count(*) AS entries, sum(hit_count)::bigint AS hits FROM entry_access WHERE namespace = $1",
+                         [.text(namespace)]).first
+        }
+        #expect(try row?.int("entries") == count && row?.int("hits") == count)
+        let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats"))
+        #expect((stats["lookups"] as? [String: Int])?["hit"] == count)
+    }
+}
