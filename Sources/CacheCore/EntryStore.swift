@@ -60,7 +60,8 @@ public final class EntryStore: Sendable {
             .int(policy.storeHardCap), .double(policy.hardCapRatio),
         ]
         // A deadlock or serialization failure rolled the write back whole: run it again.
-        for attempt in 1... {
+        var attempt = 1
+        while true {
             do {
                 let row = try pool.withConnection { connection in
                     try connection.query(Self.putEntry, parameters).first
@@ -68,10 +69,9 @@ public final class EntryStore: Sendable {
                 guard let row else { throw PostgresError(.decoding, serverMessage: "tc_put_entry returned no row") }
                 return try outcome(row)
             } catch let error as PostgresError where attempt < 3 && error.isRetryableConflict {
-                continue
+                attempt += 1
             }
         }
-        fatalError("unreachable: the loop returns or throws")
     }
 
     /// The condition as tc_put_entry takes it: a name and the If-Match tags.

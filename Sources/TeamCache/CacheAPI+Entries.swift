@@ -78,7 +78,7 @@ extension CacheAPI {
     func identityBody(_ entry: StoredEntry) throws -> [UInt8] {
         guard entry.encoding == .gzip else { return entry.body }
         do {
-            return try Gzip.decompress(entry.body, limit: max(entry.identitySize, 1))
+            return try inflated.identity(of: entry)
         } catch {
             logger.error("stored gzip body failed to inflate", [("namespace", .string(entry.namespace))])
             throw HTTPError(500, "A stored body is corrupt.")

@@ -11,13 +11,16 @@ public final class CacheAPI: Sendable {
     let tracker: AccessTracker
     let eviction: EvictionJob
     let upserts: CounterFamily?
+    let inflated: InflatedBodies
     let logger = Logger(component: "cache")
 
     var policy: CachePolicy { store.policy }
     var clock: any Clock { store.clock }
 
-    init(store: EntryStore, tracker: AccessTracker, eviction: EvictionJob, metrics: MetricsRegistry?) {
+    init(store: EntryStore, tracker: AccessTracker, eviction: EvictionJob, metrics: MetricsRegistry?,
+         inflated: InflatedBodies = InflatedBodies(budget: 0)) {
         self.store = store
+        self.inflated = inflated
         self.tracker = tracker
         self.eviction = eviction
         upserts = metrics?.counter("teamcache_upserts_total", "Writes by namespace and outcome.",

@@ -20,6 +20,8 @@ public struct Configuration: Sendable {
     public var readBatch = 256
     /// Longest wait for a batched read's answer.
     public var readTimeout: TimeInterval = 2
+    /// Memory for inflated bodies of gzip entries served to identity clients (0: none).
+    public var inflateCacheBytes = 32 * 1024 * 1024
     public var evictionInterval: TimeInterval = 60
     public var accessFlushInterval: TimeInterval = 2
     public var accessFlushBatch = 100_000
@@ -78,6 +80,8 @@ struct SettingReader {
         // A worker without a database connection only waits for one: match the pool by default.
         config.readBatch = try integer("TEAMCACHE_READ_BATCH", 0...10_000, default: 256)
         config.readTimeout = try duration("TEAMCACHE_DB_READ_TIMEOUT", 0.01...60, default: 2)
+        config.inflateCacheBytes = try integer("TEAMCACHE_INFLATE_CACHE_BYTES", 0...Int(Int32.max),
+                                               default: 32 * 1024 * 1024)
         config.http.workerThreads = try integer("TEAMCACHE_WORKERS", 1...1024, default: config.poolSize)
         config.http.eventLoops = try integer("TEAMCACHE_EVENT_LOOPS", 1...64,
                                              default: ProcessInfo.processInfo.activeProcessorCount)

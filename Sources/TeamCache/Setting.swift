@@ -28,6 +28,8 @@ public struct Setting: Sendable {
                 help: "Longest wait for the answer to a batch of reads before answering 503."),
         Setting(variable: "TEAMCACHE_READ_BATCH", flag: nil, defaultValue: "256",
                 help: "Most cache reads sent as one statement from an event loop (0: each read through the pool)."),
+        Setting(variable: "TEAMCACHE_INFLATE_CACHE_BYTES", flag: nil, defaultValue: "33554432",
+                help: "Memory for inflated copies of hot gzip entries served to clients without gzip (0: none)."),
         Setting(variable: "TEAMCACHE_WORKERS", flag: nil, defaultValue: "(pool size)",
                 help: "Threads for handlers that block (database, compression) (1-1024); more than the pool only queue."),
         Setting(variable: "TEAMCACHE_EVENT_LOOPS", flag: nil, defaultValue: "(cores)",

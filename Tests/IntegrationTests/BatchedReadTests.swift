@@ -1,4 +1,4 @@
-import CacheCore
+@testable import CacheCore
 import Foundation
 import Glibc
 import Postgres
@@ -67,13 +67,9 @@ import TestSupport
     /// within the read timeout (no hang), later reads go through the pool, and the loop
     /// reconnects once the backend is gone. A killed read connection is replaced the same way.
     @Test func stalledOrKilledReadConnectionFailsFastAndIsReplaced() throws {
-        let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("tc-reads-\(getpid())")
-        defer { try? FileManager.default.removeItem(at: root) }
-        let cluster = EmbeddedPostgres(root: root, options: .init(durable: false))
-        let url = try cluster.start()
-        defer { cluster.stop() }
-        try MigrationRunner(migrations: try Migration.load(from: TestPaths.migrations))
-            .apply(on: try PostgresConnection(url: url))
+        let database = try PrivateCluster("tc-reads")
+        defer { database.remove() }
+        let url = database.url
         let service = try TestService { configuration in
             configuration.databaseURL = url
             configuration.authEnabled = false
@@ -129,5 +125,43 @@ import TestSupport
             return Double(line.split(separator: " ")[1]) ?? -1
         }
         return -1
+    }
+}
+
+/// Identity clients of a gzip entry get its inflated bytes from memory after the first
+/// hit; a replaced body is never answered from the old copy.
+@Suite struct InflatedBodiesTests {
+    @Test func aReplacedBodyIsNeverServedFromTheOldInflatedCopy() throws {
+        let service = TestService.shared
+        let namespace = TestService.namespace("inflate")
+        let token = try writer(namespace)
+        let path = entryPath(namespace, "doc")
+        let first = Array(String(repeating: "first answer, compressible. ", count: 200).utf8)
+        let second = Array(String(repeating: "second answer, also compressible! ", count: 150).utf8)
+        #expect(try service.request("PUT", path, token: token, headers: [("Content-Type", "text/plain")],
+                                    body: first).status == 201)
+        for _ in 0..<3 { #expect(try service.request("GET", path, token: token).body == first) }
+        #expect(try service.request("PUT", path, token: token, headers: [("Content-Type", "text/plain")],
+                                    body: second).status == 200)
+        #expect(try service.request("GET", path, token: token).body == second)
+        let gzip = try service.request("GET", path, token: token, headers: [("Accept-Encoding", "gzip")])
+        let unpacked = try gunzip(gzip.body)
+        #expect(gzip.header("Content-Encoding") == "gzip" && unpacked == second)
+    }
+
+    @Test func theCacheKeepsToItsBudget() throws {
+        let bodies = InflatedBodies(budget: 10_000)
+        for id in 0..<50 {
+            let identity = [UInt8](repeating: UInt8(id), count: 1_000)
+            let stored = StoredBody.fromIdentity(identity, contentType: "application/octet-stream", policy: CachePolicy())
+            #expect(stored.encoding == .gzip)
+            let entry = StoredEntry(id: Int64(id), namespace: "n", key: [1], body: stored.bytes, encoding: stored.encoding,
+                                    contentType: "application/octet-stream", identitySize: stored.identitySize,
+                                    etag: stored.etag, model: nil, metadata: nil, inputTokens: 0, outputTokens: 0,
+                                    updatedAt: Date(), expiresAt: Date())
+            #expect(try bodies.identity(of: entry) == identity)
+            #expect(try bodies.identity(of: entry) == identity)
+        }
+        #expect(bodies.heldBytes > 0 && bodies.heldBytes <= 10_000)
     }
 }

@@ -10,13 +10,9 @@ import TestSupport
     /// PostgreSQL stopped under load: every request answers (503 within the pool deadline,
     /// none hangs), the process survives, and service returns by itself once PostgreSQL does.
     @Test func databaseStoppedUnderLoadFailsFastAndRecovers() throws {
-        let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("tc-fault-\(getpid())")
-        defer { try? FileManager.default.removeItem(at: root) }
-        let cluster = EmbeddedPostgres(root: root, options: .init(durable: false))
-        let url = try cluster.start()
-        defer { cluster.stop() }
-        try MigrationRunner(migrations: try Migration.load(from: TestPaths.migrations))
-            .apply(on: try PostgresConnection(url: url))
+        let database = try PrivateCluster("tc-fault")
+        defer { database.remove() }
+        let (cluster, url) = (database.cluster, database.url)
         let service = try TestService { configuration in
             configuration.databaseURL = url
             configuration.authEnabled = false

@@ -25,11 +25,9 @@ import TestSupport
     }
 
     @Test func poolRecoversAfterPostgresRestarts() throws {
-        let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("tc-restart-\(getpid())")
-        defer { try? FileManager.default.removeItem(at: root) }
-        let cluster = EmbeddedPostgres(root: root, options: .init(durable: false))
-        let url = try cluster.start()
-        defer { cluster.stop() }
+        let database = try PrivateCluster("tc-restart", migrated: false)
+        defer { database.remove() }
+        let (cluster, url) = (database.cluster, database.url)
         let pool = ConnectionPool(.init(url: url, maxConnections: 4, acquireTimeout: 0.5))
         #expect(try pool.withConnection { try $0.query("SELECT 1 AS one").first?.int("one") } == 1)
 
