@@ -44,8 +44,8 @@ import TestSupport
             reads += paths.count
         }
         let metrics = try service.request("GET", "/metrics").text
-        let statements = metric(metrics, "teamcache_db_read_batch_size_count")
-        #expect(metric(metrics, "teamcache_db_read_batch_size_sum") >= Double(reads))
+        let statements = metricSample(metrics, "teamcache_db_read_batch_size_count")
+        #expect(metricSample(metrics, "teamcache_db_read_batch_size_sum") >= Double(reads))
         #expect(statements > 0 && statements < Double(reads), "every read had a statement of its own")
     }
 
@@ -117,14 +117,6 @@ import TestSupport
             Thread.sleep(forTimeInterval: 0.05)
         }
         throw CocoaError(.fileReadUnknown)
-    }
-
-    /// The value of an unlabelled sample in Prometheus text.
-    private func metric(_ text: String, _ name: String) -> Double {
-        for line in text.split(separator: "\n") where line.hasPrefix(name + " ") {
-            return Double(line.split(separator: " ")[1]) ?? -1
-        }
-        return -1
     }
 }
 

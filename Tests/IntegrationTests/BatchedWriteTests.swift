@@ -29,8 +29,8 @@ import TestSupport
         }
         for (path, body) in bodies { #expect(try service.request("GET", path).body == body, "\(path)") }
         let metrics = try service.request("GET", "/metrics").text
-        let commits = sample(metrics, "teamcache_db_write_batch_size_count")
-        #expect(sample(metrics, "teamcache_db_write_batch_size_sum") == Double(writes))
+        let commits = metricSample(metrics, "teamcache_db_write_batch_size_count")
+        #expect(metricSample(metrics, "teamcache_db_write_batch_size_sum") == Double(writes))
         #expect(commits > 0 && commits < Double(writes), "every write had a transaction of its own")
     }
 
@@ -56,7 +56,7 @@ import TestSupport
         let entry = try #require(try store.fetch(namespace, key))
         let body = entry.encoding == .gzip ? try gunzip(entry.body) : entry.body
         #expect(Set(body).count == 1 && body.count == 300)
-        #expect(sample(metrics.render(), "teamcache_db_write_batch_size_count") < 16)
+        #expect(metricSample(metrics.render(), "teamcache_db_write_batch_size_count") < 16)
     }
 
     /// A write PostgreSQL rejects (metadata that is not JSON, which the HTTP layer would have
@@ -79,7 +79,7 @@ import TestSupport
             let entry = try store.fetch(namespace, EntryKey(Array("k\(index)".utf8))!)
             #expect((entry != nil) == (index != 5))
         }
-        #expect(sample(metrics.render(), "teamcache_db_write_batch_size_count") < 12, "no write was batched")
+        #expect(metricSample(metrics.render(), "teamcache_db_write_batch_size_count") < 12, "no write was batched")
     }
 
     /// A store on the shared pool committing one batch at a time, so writers that arrive
@@ -106,13 +106,6 @@ import TestSupport
         }
         for _ in 0..<count { start.signal() }
         group.wait()
-    }
-
-    private func sample(_ text: String, _ name: String) -> Double {
-        for line in text.split(separator: "\n") where line.hasPrefix(name + " ") {
-            return Double(line.split(separator: " ")[1]) ?? -1
-        }
-        return -1
     }
 }
 

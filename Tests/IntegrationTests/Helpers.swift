@@ -34,3 +34,11 @@ func entryPath(_ namespace: String, _ key: String) -> String {
 func gunzip(_ bytes: [UInt8]) throws -> [UInt8] {
     try Gzip.decompress(bytes, limit: 64 * 1024 * 1024)
 }
+
+/// The value of an unlabelled sample in Prometheus text; -1 when it is absent.
+func metricSample(_ text: String, _ name: String) -> Double {
+    for line in text.split(separator: "\n") where line.hasPrefix(name + " ") {
+        return Double(line.split(separator: " ")[1]) ?? -1
+    }
+    return -1
+}
