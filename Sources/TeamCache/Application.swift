@@ -45,8 +45,11 @@ public final class Application: Sendable {
         eviction = EvictionJob(store: store, metrics: metrics)
         let auth = Authenticator(enabled: configuration.authEnabled, store: tokens,
                                  cacheTTL: configuration.tokenCacheTTL, rateLimit: configuration.rateLimit, clock: clock)
-        let api = CacheAPI(store: store, tracker: tracker, eviction: eviction, metrics: metrics,
-                           inflated: InflatedBodies(budget: configuration.inflateCacheBytes))
+        let inflated = InflatedBodies(budget: configuration.inflateCacheBytes)
+        let inflatedBytes = metrics.gauge("teamcache_inflate_cache_bytes",
+                                          "Inflated bodies held for clients without gzip, in bytes.")
+        metrics.addCollector { inflatedBytes.set([], Double(inflated.heldBytes)) }
+        let api = CacheAPI(store: store, tracker: tracker, eviction: eviction, metrics: metrics, inflated: inflated)
         guard let specURL = ResourceLocator.find("openapi.yaml"), let spec = FileManager.default.contents(atPath: specURL.path)
         else { throw ConfigurationError(variable: "openapi.yaml", value: "", allowed: "the file beside the binary") }
         let operations = OperationalRoutes(pool: pool, migrations: database.migrations, metrics: metrics,

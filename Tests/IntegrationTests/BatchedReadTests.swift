@@ -139,6 +139,8 @@ import TestSupport
         let gzip = try service.request("GET", path, token: token, headers: [("Accept-Encoding", "gzip")])
         let unpacked = try gunzip(gzip.body)
         #expect(gzip.header("Content-Encoding") == "gzip" && unpacked == second)
+        let metrics = try service.request("GET", "/metrics").text
+        #expect(metricSample(metrics, "teamcache_inflate_cache_bytes") >= Double(first.count + second.count))
     }
 
     @Test func theCacheKeepsToItsBudget() throws {
