@@ -2,8 +2,9 @@ import Foundation
 import Observability
 import Postgres
 
-/// Entries in PostgreSQL: lookup, upsert and delete by key. Every write is one statement
-/// (autocommit), so a returned outcome means the row is committed.
+/// Entries in PostgreSQL: lookup, upsert and delete by key. Every write runs in a single
+/// autocommit statement (alone or with a group of others), so a returned outcome means
+/// the row is committed.
 public final class EntryStore: Sendable {
     /// What a read returns of an entry (decoded by `entry(_:)`).
     static let entryColumns = """

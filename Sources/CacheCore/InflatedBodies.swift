@@ -15,7 +15,7 @@ public final class InflatedBodies: @unchecked Sendable {
     }
 
     public let budget: Int
-    /// Larger bodies are not kept (they are inflated on a worker anyway).
+    /// Larger bodies are not kept: they are rare, and one would push out many hot ones.
     public let maxBodyBytes: Int
     private let lock = NSLock()
     private var bodies: [Key: [UInt8]] = [:]
@@ -23,7 +23,7 @@ public final class InflatedBodies: @unchecked Sendable {
     private var oldest = 0
     private var bytes = 0
 
-    public init(budget: Int, maxBodyBytes: Int = 64 * 1024) {
+    public init(budget: Int, maxBodyBytes: Int) {
         self.budget = budget
         self.maxBodyBytes = maxBodyBytes
     }

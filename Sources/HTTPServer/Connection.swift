@@ -118,9 +118,9 @@ final class Connection: @unchecked Sendable {
             request.routeID = route.id
             request.pathParameters = parameters
             switch route.work {
-            case .sync(let handler) where route.execution == .inline:
+            case .inline(let handler):
                 complete(context.run(route, request) { try handler(request) }, for: request, started: started)
-            case .sync(let handler):
+            case .worker(let handler):
                 Responder(connection: self, loop: loop, route: route, request: request, started: started)
                     .offload { try handler(request) }
             case .async(let handler):

@@ -9,23 +9,23 @@ public typealias AsyncHTTPHandler = @Sendable (HTTPRequest, Responder) -> Void
 /// A method and path template (`/v1/caches/{ns}/entries/{key}`) with its handler.
 /// Immutable; a class so a match hands out one reference, not a copy of every field.
 public final class Route: Sendable {
+    /// Where a synchronous handler runs.
     public enum Execution: Sendable {
         /// Cheap and non-blocking: runs on the event loop, no hand-off.
         case inline
         /// May block (database, compression of large bodies): runs on the worker pool.
         case worker
-        /// Starts on the event loop and answers through a `Responder` when ready.
-        case async
     }
 
     enum Work: Sendable {
-        case sync(HTTPHandler)
+        case inline(HTTPHandler)
+        case worker(HTTPHandler)
+        /// Starts on the event loop and answers through a `Responder` when ready.
         case async(AsyncHTTPHandler)
     }
 
     public let method: String
     public let template: String
-    public let execution: Execution
     let work: Work
     let segments: [Segment]
     /// The route's position in its router (a metrics key).
@@ -38,18 +38,16 @@ public final class Route: Sendable {
 
     public convenience init(_ method: String, _ template: String, _ execution: Execution = .worker,
                             handler: @escaping HTTPHandler) {
-        precondition(execution != .async, "an async route takes an AsyncHTTPHandler")
-        self.init(method, template, execution, work: .sync(handler), id: -1)
+        self.init(method, template, execution == .inline ? .inline(handler) : .worker(handler), id: -1)
     }
 
     public convenience init(_ method: String, _ template: String, responder handler: @escaping AsyncHTTPHandler) {
-        self.init(method, template, .async, work: .async(handler), id: -1)
+        self.init(method, template, .async(handler), id: -1)
     }
 
-    init(_ method: String, _ template: String, _ execution: Execution, work: Work, id: Int) {
+    init(_ method: String, _ template: String, _ work: Work, id: Int) {
         self.method = method
         self.template = template
-        self.execution = execution
         self.work = work
         self.id = id
         self.segments = template.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map {
@@ -79,7 +77,7 @@ public struct Router: Sendable {
 
     public init(_ routes: [Route]) {
         self.routes = routes.enumerated().map { index, route in
-            Route(route.method, route.template, route.execution, work: route.work, id: index)
+            Route(route.method, route.template, route.work, id: index)
         }
         var exact: [String: [Route]] = [:]
         for route in self.routes where !route.segments.contains(where: { if case .parameter = $0 { true } else { false } }) {

@@ -45,7 +45,7 @@ public final class Application: Sendable {
         eviction = EvictionJob(store: store, metrics: metrics)
         let auth = Authenticator(enabled: configuration.authEnabled, store: tokens,
                                  cacheTTL: configuration.tokenCacheTTL, rateLimit: configuration.rateLimit, clock: clock)
-        let inflated = InflatedBodies(budget: configuration.inflateCacheBytes)
+        let inflated = InflatedBodies(budget: configuration.inflateCacheBytes, maxBodyBytes: LoopReads.inlineEntryLimit)
         let inflatedBytes = metrics.gauge("teamcache_inflate_cache_bytes",
                                           "Inflated bodies held for clients without gzip, in bytes.")
         metrics.addCollector { inflatedBytes.set([], Double(inflated.heldBytes)) }

@@ -18,7 +18,7 @@ public final class CacheAPI: Sendable {
     var clock: any Clock { store.clock }
 
     init(store: EntryStore, tracker: AccessTracker, eviction: EvictionJob, metrics: MetricsRegistry?,
-         inflated: InflatedBodies = InflatedBodies(budget: 0)) {
+         inflated: InflatedBodies) {
         self.store = store
         self.inflated = inflated
         self.tracker = tracker

@@ -40,17 +40,15 @@ struct LoopReads: Sendable {
 
     /// Request bodies parsed on the loop at most (a lookup's JSON); larger go to a worker.
     static let inlineBodyLimit = 16 * 1024
-    /// Entries answered on the loop at most (identity size); larger go to a worker.
+    /// Entries answered on the loop at most (identity size); larger go to a worker (and are
+    /// not worth keeping inflated either).
     static let inlineEntryLimit = 64 * 1024
 
     func route(_ method: String, _ template: String, _ scope: Scope, _ planner: @escaping CacheAPI.ReadPlanner)
         -> Route {
-        let api = self.api, auth = self.auth
-        let blocking: HTTPHandler = { request in
-            try api.guarded(request) {
-                let principal = try auth.authorize(request, scope, namespace: try RequestParsing.namespace(request))
-                return try api.perform(try planner(request, principal), request)
-            }
+        let api = self.api
+        let blocking = Application.secured(api, auth, scope) { request, principal in
+            try api.perform(try planner(request, principal), request)
         }
         guard !readers.isEmpty else { return Route(method, template, .worker, handler: blocking) }
         return Route(method, template) { request, responder in

@@ -5,17 +5,24 @@ import HTTPServer
 extension Application {
     typealias SecuredHandler = @Sendable (HTTPRequest, Authenticator.Principal) throws -> HTTPResponse
 
+    /// A handler that authorizes `scope` (on the path's namespace, if any) before `handler`;
+    /// blocking (the token may be read from the database), so for workers.
+    static func secured(_ api: CacheAPI, _ auth: Authenticator, _ scope: Scope,
+                        _ handler: @escaping SecuredHandler) -> HTTPHandler {
+        { request in
+            try api.guarded(request) {
+                let namespace = try request.pathParameters["ns"] == nil ? nil : RequestParsing.namespace(request)
+                let principal = try auth.authorize(request, scope, namespace: namespace)
+                return try handler(request, principal)
+            }
+        }
+    }
+
     static func routes(api: CacheAPI, operations: OperationalRoutes, auth: Authenticator, reads: LoopReads,
                        metricsNeedAuth: Bool) -> [Route] {
         func secured(_ method: String, _ template: String, _ scope: Scope,
                      _ handler: @escaping SecuredHandler) -> Route {
-            Route(method, template, .worker) { request in
-                try api.guarded(request) {
-                    let namespace = try request.pathParameters["ns"] == nil ? nil : RequestParsing.namespace(request)
-                    let principal = try auth.authorize(request, scope, namespace: namespace)
-                    return try handler(request, principal)
-                }
-            }
+            Route(method, template, .worker, handler: Self.secured(api, auth, scope, handler))
         }
         let entry = "/v1/caches/{ns}/entries/{key}"
         var routes = [

@@ -144,7 +144,7 @@ import TestSupport
     }
 
     @Test func theCacheKeepsToItsBudget() throws {
-        let bodies = InflatedBodies(budget: 10_000)
+        let bodies = InflatedBodies(budget: 10_000, maxBodyBytes: 64 * 1024)
         for id in 0..<50 {
             let identity = [UInt8](repeating: UInt8(id), count: 1_000)
             let stored = StoredBody.fromIdentity(identity, contentType: "application/octet-stream", policy: CachePolicy())
