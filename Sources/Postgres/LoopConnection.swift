@@ -62,6 +62,10 @@ public final class LoopConnection: @unchecked Sendable {
     private var statement: Statement?
     private var flushing = false
     private var stopped = false
+    /// The socket registered with the reactor. Kept apart from `PQsocket`, which answers -1
+    /// once libpq has closed a broken socket itself: unwatching that would leave a stale
+    /// registration behind for the next socket that reuses the descriptor number.
+    private var watchedSocket: Int32 = -1
 
     public init(_ configuration: Configuration) {
         self.configuration = configuration
@@ -144,17 +148,23 @@ public final class LoopConnection: @unchecked Sendable {
     }
 
     private func connected(_ connection: PostgresConnection?) {
-        guard let reactor, let connection, !stopped else {
+        guard reactor != nil, let connection, !stopped else {
             state = .closed(retryAt: (reactor?.nanoseconds ?? 0) + UInt64(configuration.reconnectDelay * 1e9))
             return
         }
         state = .open(connection)
-        reactor.watch(PQsocket(connection.handle), writable: false) { [unowned self] in onSocketEvent(connection) }
+        watchedSocket = PQsocket(connection.handle)
+        watch(connection, writable: false)
+    }
+
+    private func watch(_ connection: PostgresConnection, writable: Bool) {
+        reactor?.watch(watchedSocket, writable: writable) { [unowned self] in onSocketEvent(connection) }
     }
 
     /// Forgets the connection (closing its socket) and schedules a reconnect.
     private func drop(_ connection: PostgresConnection) {
-        reactor?.unwatch(PQsocket(connection.handle))
+        reactor?.unwatch(watchedSocket)
+        watchedSocket = -1
         state = .closed(retryAt: (reactor?.nanoseconds ?? 0) + UInt64(configuration.reconnectDelay * 1e9))
         flushing = false
     }
@@ -177,10 +187,10 @@ public final class LoopConnection: @unchecked Sendable {
         case 0:
             if flushing {
                 flushing = false
-                reactor?.watch(PQsocket(connection.handle), writable: false) { [unowned self] in onSocketEvent(connection) }
+                watch(connection, writable: false)
             }
         case 1:
-            reactor?.watch(PQsocket(connection.handle), writable: true) { [unowned self] in onSocketEvent(connection) }
+            watch(connection, writable: true)
         default:
             fail(connection, PostgresError(.connectionLost, serverMessage: String(cString: PQerrorMessage(connection.handle))))
         }
