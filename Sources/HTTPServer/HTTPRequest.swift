@@ -18,7 +18,7 @@ public final class HTTPRequest: @unchecked Sendable {
     public internal(set) var routeTemplate: String = ""
     /// The matched route's id (a metrics key), or `Router.unmatchedID`.
     var routeID = Router.unmatchedID
-    public internal(set) var pathParameters: [String: [UInt8]] = [:]
+    public internal(set) var pathParameters: PathParameters = [:]
 
     public init(method: String, target: String, version: HTTPVersion, headers: HTTPHeaders, body: [UInt8] = [],
                 keepAlive: Bool = true) {

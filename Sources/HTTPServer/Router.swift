@@ -32,7 +32,7 @@ public final class Route: Sendable {
     public let id: Int
 
     enum Segment: Equatable {
-        case literal(String)
+        case literal([UInt8])
         case parameter(String)
     }
 
@@ -51,15 +51,31 @@ public final class Route: Sendable {
         self.work = work
         self.id = id
         self.segments = template.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map {
-            $0.hasPrefix("{") && $0.hasSuffix("}") ? .parameter(String($0.dropFirst().dropLast())) : .literal(String($0))
+            $0.hasPrefix("{") && $0.hasSuffix("}") ? .parameter(String($0.dropFirst().dropLast())) : .literal(Array($0.utf8))
         }
     }
+}
+
+/// A route's decoded path parameters, by name. Routes have one or two, so a short array
+/// beats a dictionary: no hashing and one allocation per request.
+public struct PathParameters: Sendable, ExpressibleByDictionaryLiteral {
+    private var pairs: [(name: String, value: [UInt8])] = []
+
+    public init(dictionaryLiteral elements: (String, [UInt8])...) {
+        pairs = elements.map { (name: $0.0, value: $0.1) }
+    }
+
+    init(reserving count: Int) { pairs.reserveCapacity(count) }
+
+    mutating func append(_ name: String, _ value: [UInt8]) { pairs.append((name: name, value: value)) }
+
+    public subscript(name: String) -> [UInt8]? { pairs.first(where: { $0.name == name })?.value }
 }
 
 /// A table of routes matched by method and path segments.
 public struct Router: Sendable {
     public enum Match {
-        case found(Route, [String: [UInt8]])
+        case found(Route, PathParameters)
         /// The path exists with other methods (for `405` and `Allow`).
         case methodNotAllowed([String])
         case notFound
@@ -72,16 +88,22 @@ public struct Router: Sendable {
     static let unparsedID = -2
 
     private let routes: [Route]
-    /// Routes without parameters by their exact path: most operational requests skip decoding.
-    private let exact: [String: [Route]]
+    /// Routes without parameters, grouped by template: most operational requests match one
+    /// by a byte comparison and skip splitting and decoding.
+    private let exact: [(template: [UInt8], routes: [Route])]
 
     public init(_ routes: [Route]) {
         self.routes = routes.enumerated().map { index, route in
             Route(route.method, route.template, route.work, id: index)
         }
-        var exact: [String: [Route]] = [:]
+        var exact: [(template: [UInt8], routes: [Route])] = []
         for route in self.routes where !route.segments.contains(where: { if case .parameter = $0 { true } else { false } }) {
-            exact[route.template, default: []].append(route)
+            let template = Array(route.template.utf8)
+            if let index = exact.firstIndex(where: { $0.template == template }) {
+                exact[index].routes.append(route)
+            } else {
+                exact.append((template, [route]))
+            }
         }
         self.exact = exact
     }
@@ -90,45 +112,67 @@ public struct Router: Sendable {
 
     /// Matches `path` (raw, before decoding); HEAD falls back to the GET route.
     public func match(method: String, path: Substring) -> Match {
-        guard path.hasPrefix("/") else { return .notFound }
-        if let candidates = exact[String(path)] {
-            if let route = candidates.first(where: { $0.method == method })
-                ?? (method == "HEAD" ? candidates.first(where: { $0.method == "GET" }) : nil) {
+        let bytes = path.utf8
+        guard bytes.first == UInt8(ascii: "/") else { return .notFound }
+        for candidates in exact where candidates.template.count == bytes.count
+            && candidates.template.elementsEqual(bytes) {
+            if let route = candidates.routes.first(where: { $0.method == method })
+                ?? (method == "HEAD" ? candidates.routes.first(where: { $0.method == "GET" }) : nil) {
                 return .found(route, [:])
             }
         }
-        // Split on bytes: splitting the string would walk grapheme clusters.
-        let raw = path.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).dropFirst()
-        var decoded: [[UInt8]] = []
-        decoded.reserveCapacity(raw.count)
-        for segment in raw {
-            guard let bytes = PercentDecoding.decode(bytes: segment) else { return .badPath }
-            decoded.append(bytes)
-        }
+        guard let segments = PathSegments(bytes) else { return .badPath }
         var allowed: [String] = []
-        var fallback: (Route, [String: [UInt8]])?
-        for route in routes {
-            guard let parameters = Self.bind(route.segments, decoded) else { continue }
-            if route.method == method { return .found(route, parameters) }
-            if method == "HEAD" && route.method == "GET" { fallback = (route, parameters) }
+        var fallback: Route?
+        for route in routes where segments.fit(route.segments) {
+            if route.method == method { return .found(route, segments.parameters(of: route.segments)) }
+            if method == "HEAD" && route.method == "GET" { fallback = route }
             allowed.append(route.method)
         }
-        if let (route, parameters) = fallback { return .found(route, parameters) }
+        if let route = fallback { return .found(route, segments.parameters(of: route.segments)) }
         if allowed.isEmpty { return .notFound }
         if allowed.contains("GET") && !allowed.contains("HEAD") { allowed.append("HEAD") }
         return .methodNotAllowed(allowed)
     }
+}
 
-    private static func bind(_ template: [Route.Segment], _ path: [[UInt8]]) -> [String: [UInt8]]? {
-        guard template.count == path.count else { return nil }
-        var parameters: [String: [UInt8]] = [:]
-        for (segment, bytes) in zip(template, path) {
-            switch segment {
-            case .literal(let text):
-                guard bytes.elementsEqual(text.utf8) else { return nil }
-            case .parameter(let name):
-                parameters[name] = bytes
-            }
+/// A request path split on `/` (split on bytes: splitting the string would walk grapheme
+/// clusters). Only segments holding a `%` are decoded; the rest compare as they are.
+private struct PathSegments {
+    let raw: [Substring.UTF8View.SubSequence]
+    /// Decoded segments by position; empty when no segment has an escape.
+    private var decoded: [[UInt8]?] = []
+
+    /// Nil when a segment has a malformed escape.
+    init?(_ path: Substring.UTF8View) {
+        var parts = path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+        parts.removeFirst()  // before the leading slash
+        raw = parts
+        for (index, segment) in raw.enumerated() where segment.contains(UInt8(ascii: "%")) {
+            guard let bytes = PercentDecoding.decode(bytes: segment) else { return nil }
+            if decoded.isEmpty { decoded = Array(repeating: nil, count: raw.count) }
+            decoded[index] = bytes
+        }
+    }
+
+    /// Whether the path has the template's shape and literals.
+    func fit(_ template: [Route.Segment]) -> Bool {
+        guard template.count == raw.count else { return false }
+        for (index, segment) in template.enumerated() {
+            guard case .literal(let literal) = segment else { continue }
+            let matches = decoded.isEmpty || decoded[index] == nil
+                ? raw[index].elementsEqual(literal) : decoded[index]!.elementsEqual(literal)
+            if !matches { return false }
+        }
+        return true
+    }
+
+    /// The parameters of a template the path fits.
+    func parameters(of template: [Route.Segment]) -> PathParameters {
+        var parameters = PathParameters(reserving: 2)
+        for (index, segment) in template.enumerated() {
+            guard case .parameter(let name) = segment else { continue }
+            parameters.append(name, (decoded.isEmpty ? nil : decoded[index]) ?? Array(raw[index]))
         }
         return parameters
     }

@@ -23,16 +23,25 @@ public final class PostgresResult {
     func isNull(_ row: Int, _ column: Int) -> Bool { PQgetisnull(handle, Int32(row), Int32(column)) == 1 }
     func type(_ column: Int) -> UInt32 { UInt32(PQftype(handle, Int32(column))) }
 
-    /// Column positions by name, filled on first use: PQfnumber copies and case-folds the
-    /// name on every call, which adds up over the columns of every row of a batch.
-    private var columnIndexes: [String: Int] = [:]
+    /// Column names, read once. A lookup starts where the previous one matched: decoders
+    /// ask for the columns of every row in the same order, so each lookup usually costs one
+    /// comparison (column names are short, and short strings compare by value in one step).
+    /// PQfnumber would copy and case-fold the name on every call; hashing costs more too.
+    private lazy var columnNames: [String] = (0..<columnCount).map { String(cString: PQfname(handle, Int32($0))) }
+    private var nextColumn = 0
 
     func columnIndex(_ name: String) -> Int? {
-        if let index = columnIndexes[name] { return index }
-        let index = Int(PQfnumber(handle, name))
-        guard index >= 0 else { return nil }
-        columnIndexes[name] = index
-        return index
+        let names = columnNames
+        var index = nextColumn
+        for _ in 0..<names.count {
+            if index == names.count { index = 0 }
+            if names[index] == name {
+                nextColumn = index + 1
+                return index
+            }
+            index += 1
+        }
+        return nil
     }
 
     func withValue<T>(_ row: Int, _ column: Int, _ body: (UnsafeRawBufferPointer) -> T) -> T {

@@ -26,7 +26,7 @@ public struct APIToken: Sendable, Equatable {
     }
 
     /// Only this is stored.
-    public static func hash(secret: String) -> [UInt8] {
+    public static func hash<Secret: StringProtocol>(secret: Secret) -> [UInt8] {
         SHA256.hash(secret)
     }
 
