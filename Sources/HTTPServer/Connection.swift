@@ -1,6 +1,7 @@
 import CLinux
 import Foundation
 import Glibc
+import Observability
 
 /// One client connection: reads into the parser, hands complete requests to handlers one
 /// at a time (so pipelined responses leave in order), and writes responses back.
@@ -160,39 +161,40 @@ final class Connection: @unchecked Sendable {
     private func respond(_ response: HTTPResponse, method: String, version: HTTPVersion, keepAlive: Bool,
                          requestID: String = "") -> Int {
         var head: [UInt8] = []
-        head.reserveCapacity(256 + response.headers.fields.count * 48)
-        head += Self.statusLine(response.status)
+        let sendsBody = method != "HEAD" && !response.forbidsBody && !response.body.isEmpty
+        // Small bodies join the head: one buffer, one write.
+        let inlineBody = sendsBody && response.body.count <= 4096
+        head.reserveCapacity(256 + response.headers.fields.count * 48 + (inlineBody ? response.body.count : 0))
+        head.append(contentsOf: Self.statusLine(response.status))
         for (name, value) in response.headers {
-            head += name.utf8
-            head += Self.colon
-            head += value.utf8
-            head += Self.crlf
+            head.appendUTF8(name)
+            head.appendASCII(": ")
+            head.appendUTF8(value)
+            head.appendASCII("\r\n")
         }
         if !requestID.isEmpty {
             // Written here rather than added to `response.headers`, which would copy the array.
-            head += Self.requestIDName
-            head += requestID.utf8
-            head += Self.crlf
+            head.appendASCII("X-Request-Id: ")
+            head.appendUTF8(requestID)
+            head.appendASCII("\r\n")
         }
-        head += Self.dateName
-        head += loop.date.utf8
-        head += Self.serverName
-        head += loop.context.configuration.serverName.utf8
-        head += Self.crlf
+        head.appendASCII("Date: ")
+        head.appendUTF8(loop.date)
+        head.appendASCII("\r\nServer: ")
+        head.appendUTF8(loop.context.configuration.serverName)
+        head.appendASCII("\r\n")
         if !response.forbidsBody {
-            head += Self.contentLength
-            head += String(response.body.count).utf8
-            head += Self.crlf
+            head.appendASCII("Content-Length: ")
+            head.appendUTF8(String(response.body.count))
+            head.appendASCII("\r\n")
         }
         if !keepAlive {
-            head += Self.connectionClose
+            head.appendASCII("Connection: close\r\n")
         } else if version == .http10 {
-            head += Self.connectionKeepAlive
+            head.appendASCII("Connection: keep-alive\r\n")
         }
-        head += Self.crlf
-        let sendsBody = method != "HEAD" && !response.forbidsBody && !response.body.isEmpty
-        if sendsBody && response.body.count <= 4096 {
-            // One buffer and one write for small responses; large bodies go out as their own iovec.
+        head.appendASCII("\r\n")
+        if inlineBody {
             head += response.body
             enqueue(head)
             return response.body.count
@@ -203,14 +205,6 @@ final class Connection: @unchecked Sendable {
         return response.body.count
     }
 
-    private static let colon = Array(": ".utf8)
-    private static let crlf = Array("\r\n".utf8)
-    private static let dateName = Array("Date: ".utf8)
-    private static let requestIDName = Array("X-Request-Id: ".utf8)
-    private static let serverName = Array("\r\nServer: ".utf8)
-    private static let contentLength = Array("Content-Length: ".utf8)
-    private static let connectionClose = Array("Connection: close\r\n".utf8)
-    private static let connectionKeepAlive = Array("Connection: keep-alive\r\n".utf8)
     private static let commonStatusLines: [Int: [UInt8]] = Dictionary(uniqueKeysWithValues:
         [200, 201, 204, 304, 400, 401, 403, 404, 412, 413, 422, 429, 500, 503, 504].map {
             ($0, Array("HTTP/1.1 \($0) \(HTTPStatus.reason($0))\r\n".utf8))
@@ -277,6 +271,12 @@ final class Connection: @unchecked Sendable {
     }
 
     private func writeQueued() -> Int {
+        if output.count == 1 {
+            // The common case, one buffer (a head with a small body): no iovec array to build.
+            return output[0].withUnsafeBytes { raw in
+                Glibc.write(fd, raw.baseAddress! + outputOffset, raw.count - outputOffset)
+            }
+        }
         var vectors: [iovec] = []
         vectors.reserveCapacity(min(output.count, 16))
         // The arrays stay alive (and unmoved) in `output` for the duration of writev.

@@ -8,6 +8,9 @@ public struct HTTPHeaders: Sendable, Sequence {
         self.fields = fields.map { (name: $0.0, value: $0.1) }
     }
 
+    /// Room for `capacity` fields, so building a response does not regrow the array.
+    public init(capacity: Int) { fields.reserveCapacity(capacity) }
+
     mutating func reserve(_ count: Int) { fields.reserveCapacity(count) }
 
     public mutating func add(_ name: String, _ value: String) {
@@ -29,13 +32,22 @@ public struct HTTPHeaders: Sendable, Sequence {
 
     public func contains(_ name: String) -> Bool { self[name] != nil }
 
+    /// How many fields named `name` there are.
+    public func count(of name: String) -> Int { fields.reduce(0) { $0 + (Self.same($1.name, name) ? 1 : 0) } }
+
     public func makeIterator() -> IndexingIterator<[(name: String, value: String)]> { fields.makeIterator() }
 
     /// ASCII case-insensitive comparison without allocating (header names are ASCII tokens).
     static func same(_ lhs: String, _ rhs: String) -> Bool {
-        lhs.utf8.count == rhs.utf8.count && lhs.utf8.elementsEqual(rhs.utf8) { a, b in
-            a == b || (a | 0x20 == b | 0x20 && (a | 0x20) >= 0x61 && (a | 0x20) <= 0x7a)
+        guard lhs.utf8.count == rhs.utf8.count else { return false }
+        // Clients mostly spell names as we do: short strings then compare in one step.
+        if lhs == rhs { return true }
+        var right = rhs.utf8.makeIterator()
+        for a in lhs.utf8 {
+            let b = right.next()!
+            if a != b && !(a | 0x20 == b | 0x20 && (a | 0x20) >= 0x61 && (a | 0x20) <= 0x7a) { return false }
         }
+        return true
     }
 }
 

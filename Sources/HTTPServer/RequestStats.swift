@@ -17,6 +17,12 @@ final class RequestStats: @unchecked Sendable {
         var count: UInt64 = 0
         var sum: Double = 0
         var buckets = [UInt64](repeating: 0, count: latencyBuckets.count + 1)
+
+        mutating func add(_ seconds: Double, bucket: Int) {
+            count += 1
+            sum += seconds
+            buckets[bucket] += 1
+        }
     }
 
     static let methods = ["GET", "HEAD", "PUT", "POST", "DELETE", "OTHER"]
@@ -39,11 +45,8 @@ final class RequestStats: @unchecked Sendable {
         let key = Key(route: route, method: Self.methodCode(method), statusClass: UInt8(clamping: status / 100))
         let bucket = latencyBuckets.firstIndex(where: { seconds <= $0 }) ?? latencyBuckets.count
         lock.withLock {
-            var entry = series[key] ?? Series()
-            entry.count += 1
-            entry.sum += seconds
-            entry.buckets[bucket] += 1
-            series[key] = entry
+            // Mutated in place: a copy taken out and stored back would copy the buckets.
+            series[key, default: Series()].add(seconds, bucket: bucket)
         }
     }
 

@@ -145,8 +145,15 @@ private struct PathSegments {
 
     /// Nil when a segment has a malformed escape.
     init?(_ path: Substring.UTF8View) {
-        var parts = path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
-        parts.removeFirst()  // before the leading slash
+        // Split by hand into a reserved array: `split` regrows its result 1, 2, 4, 8.
+        var parts: [Substring.UTF8View.SubSequence] = []
+        parts.reserveCapacity(8)
+        var start = path.index(after: path.startIndex)  // after the leading slash
+        while let slash = path[start...].firstIndex(of: UInt8(ascii: "/")) {
+            parts.append(path[start..<slash])
+            start = path.index(after: slash)
+        }
+        parts.append(path[start...])
         raw = parts
         for (index, segment) in raw.enumerated() where segment.contains(UInt8(ascii: "%")) {
             guard let bytes = PercentDecoding.decode(bytes: segment) else { return nil }

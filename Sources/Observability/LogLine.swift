@@ -31,11 +31,11 @@ public struct LogLine {
         bytes.append(UInt8(ascii: "0") + UInt8(millis / 100))
         bytes.append(UInt8(ascii: "0") + UInt8(millis / 10 % 10))
         bytes.append(UInt8(ascii: "0") + UInt8(millis % 10))
-        bytes += Self.levelPrefix
-        bytes += level.name.utf8
-        bytes += Self.componentPrefix
+        bytes.appendASCII("Z\",\"level\":\"")
+        bytes.appendUTF8(level.name)
+        bytes.appendASCII("\",\"component\":")
         appendEscaped(component)
-        bytes += Self.messagePrefix
+        bytes.appendASCII(",\"msg\":")
         appendEscaped(message)
     }
 
@@ -48,7 +48,7 @@ public struct LogLine {
     public mutating func field(_ key: String, token value: String) {
         appendKey(key)
         bytes.append(UInt8(ascii: "\""))
-        bytes += value.utf8
+        bytes.appendUTF8(value)
         bytes.append(UInt8(ascii: "\""))
     }
 
@@ -87,9 +87,8 @@ public struct LogLine {
     private mutating func appendKey(_ key: String) {
         bytes.append(UInt8(ascii: ","))
         bytes.append(UInt8(ascii: "\""))
-        bytes += key.utf8
-        bytes.append(UInt8(ascii: "\""))
-        bytes.append(UInt8(ascii: ":"))
+        bytes.appendUTF8(key)
+        bytes.appendASCII("\":")
     }
 
     private mutating func appendInteger(_ value: Int) {
@@ -122,14 +121,10 @@ public struct LogLine {
             JSONText.appendString(text, to: &escaped)
             bytes += escaped.utf8.dropFirst().dropLast()
         } else {
-            bytes += text.utf8
+            bytes.appendUTF8(text)
         }
         bytes.append(UInt8(ascii: "\""))
     }
-
-    private static let levelPrefix = Array("Z\",\"level\":\"".utf8)
-    private static let componentPrefix = Array("\",\"component\":".utf8)
-    private static let messagePrefix = Array(",\"msg\":".utf8)
 
     /// `YYYY-MM-DDTHH:MM:SS` in UTC, through strftime (much cheaper than a formatter).
     static func secondText(_ seconds: Int) -> String {

@@ -52,7 +52,7 @@ extension CacheAPI {
     }
 
     private func hit(_ entry: StoredEntry, freshness: Freshness, now: Date, request: HTTPRequest) throws -> HTTPResponse {
-        var headers = HTTPHeaders()
+        var headers = HTTPHeaders(capacity: 10)
         headers.add("Content-Type", entry.contentType)
         headers.add("ETag", entry.etag)
         headers.add("Last-Modified", HTTPDate.format(unixSeconds: Int(entry.updatedAt.timeIntervalSince1970)))

@@ -9,6 +9,8 @@ struct RequestCacheControl: Sendable {
     var maxStale: Int?
 
     init(_ headers: HTTPHeaders) {
+        // Most requests send neither header; skip the list building then.
+        guard headers.contains("Cache-Control") || headers.contains("Pragma") else { return }
         for directive in headers.list("Cache-Control") {
             let parts = directive.split(separator: "=", maxSplits: 1)
             let name = parts[0].lowercased()
@@ -28,6 +30,11 @@ struct RequestCacheControl: Sendable {
 /// `Accept-Encoding` (RFC 9110 §12.5.3): whether gzip is acceptable.
 enum AcceptEncoding {
     static func allowsGzip(_ headers: HTTPHeaders) -> Bool {
+        // The common cases answered without parsing: no header, or exactly `gzip` once.
+        guard let first = headers["Accept-Encoding"] else { return false }
+        if first == "gzip" && headers.count(of: "Accept-Encoding") == 1 {
+            return true
+        }
         var gzip: Double?, star: Double?
         for item in headers.list("Accept-Encoding") {
             let parts = item.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }

@@ -143,7 +143,11 @@ import TestSupport
         let namespace = TestService.namespace("g")
         let token = try writer(namespace)
         #expect(try service.request("PUT", entryPath(namespace, "k"), token: token, body: [1]).status == 201)
-        #expect(try service.request("GET", entryPath(namespace, "k"), token: token).status == 200)
+        // Hit more often than entries of other suites sharing the database, or ties at one
+        // hit (a suite makes a thousand of those) could keep it out of the top 1,000.
+        for _ in 0..<25 {
+            #expect(try service.request("GET", entryPath(namespace, "k"), token: token).status == 200)
+        }
         try service.app.tracker.flush()
         #expect(try service.request("GET", "/v1/stats", token: token).status == 403)
         let admin = try service.token([.admin], namespaces: "*")
