@@ -1,4 +1,5 @@
 import Foundation
+import Observability
 
 /// A bind parameter, sent in PostgreSQL's binary format so `bytea` with NUL bytes and
 /// numbers round-trip exactly.
@@ -54,19 +55,19 @@ public enum PostgresValue: Sendable {
         case .timestamp(let date): return BinaryCoding.int64(BinaryCoding.postgresMicros(date))
         case .jsonb(let json): return [1] + Array(json.utf8)
         case .textArray(let items):
-            return BinaryCoding.array(elementType: PostgresType.text, items.map { Array($0.utf8) })
+            return BinaryCoding.array(elementType: PostgresType.text, items) { $0.appendUTF8($1) }
         case .bytesArray(let items):
-            return BinaryCoding.array(elementType: PostgresType.bytea, items)
+            return BinaryCoding.array(elementType: PostgresType.bytea, items) { $0.append(contentsOf: $1) }
         case .intArray(let items):
-            return BinaryCoding.array(elementType: PostgresType.int8, items.map(BinaryCoding.int64))
+            return BinaryCoding.array(elementType: PostgresType.int8, items) { BinaryCoding.append($1, to: &$0) }
         case .timestampArray(let items):
-            return BinaryCoding.array(
-                elementType: PostgresType.timestamptz,
-                items.map { BinaryCoding.int64(BinaryCoding.postgresMicros($0)) })
+            return BinaryCoding.array(elementType: PostgresType.timestamptz, items) {
+                BinaryCoding.append(BinaryCoding.postgresMicros($1), to: &$0)
+            }
         case .optionalTextArray(let items):
-            return BinaryCoding.array(elementType: PostgresType.text, items.map { $0.map { Array($0.utf8) } })
+            return BinaryCoding.array(elementType: PostgresType.text, items) { $0.appendUTF8($1) }
         case .optionalIntArray(let items):
-            return BinaryCoding.array(elementType: PostgresType.int8, items.map { $0.map(BinaryCoding.int64) })
+            return BinaryCoding.array(elementType: PostgresType.int8, items) { BinaryCoding.append($1, to: &$0) }
         }
     }
 }
@@ -111,26 +112,48 @@ enum BinaryCoding {
         withUnsafeBytes(of: value.bigEndian) { Array($0) }
     }
 
-    static func int32(_ value: Int32) -> [UInt8] {
-        withUnsafeBytes(of: value.bigEndian) { Array($0) }
+    static func append(_ value: Int64, to out: inout [UInt8]) {
+        withUnsafeBytes(of: value.bigEndian) { out.append(contentsOf: $0) }
     }
 
-    static func array(elementType: UInt32, _ items: [[UInt8]]) -> [UInt8] {
-        array(elementType: elementType, items.map { Optional($0) })
+    static func append(_ value: Int32, to out: inout [UInt8]) {
+        withUnsafeBytes(of: value.bigEndian) { out.append(contentsOf: $0) }
     }
 
-    /// One dimension, lower bound 1; a nil element is SQL NULL (length -1).
-    static func array(elementType: UInt32, _ items: [[UInt8]?]) -> [UInt8] {
-        let hasNull: Int32 = items.contains { $0 == nil } ? 1 : 0
-        var out = int32(1) + int32(hasNull) + int32(Int32(bitPattern: elementType))
-        out += int32(Int32(items.count)) + int32(1)
+    /// One dimension, lower bound 1. Each element is written by `write` straight into the
+    /// one buffer after a length placeholder that is filled in afterwards: a batch of reads
+    /// sends hundreds of keys, and an array per element would cost an allocation each.
+    static func array<Item>(elementType: UInt32, _ items: [Item],
+                            _ write: (inout [UInt8], Item) -> Void) -> [UInt8] {
+        array(elementType: elementType, items.lazy.map(Optional.some), hasNull: false, write)
+    }
+
+    /// The same with SQL NULL (length -1) for nil elements.
+    static func array<Item>(elementType: UInt32, _ items: [Item?],
+                            _ write: (inout [UInt8], Item) -> Void) -> [UInt8] {
+        array(elementType: elementType, items, hasNull: items.contains { $0 == nil }, write)
+    }
+
+    private static func array<Items: Collection, Item>(elementType: UInt32, _ items: Items, hasNull: Bool,
+                                                     _ write: (inout [UInt8], Item) -> Void) -> [UInt8]
+        where Items.Element == Item? {
+        var out: [UInt8] = []
+        out.reserveCapacity(20 + items.count * 24)
+        for header in [1, hasNull ? 1 : 0, Int32(bitPattern: elementType), Int32(items.count), 1] as [Int32] {
+            append(header, to: &out)
+        }
         for item in items {
             guard let item else {
-                out += int32(-1)
+                append(Int32(-1), to: &out)
                 continue
             }
-            out += int32(Int32(item.count))
-            out += item
+            let lengthAt = out.count
+            append(Int32(0), to: &out)
+            write(&out, item)
+            let length = Int32(out.count - lengthAt - 4).bigEndian
+            withUnsafeBytes(of: length) { bytes in
+                for offset in 0..<4 { out[lengthAt + offset] = bytes[offset] }
+            }
         }
         return out
     }
