@@ -112,7 +112,14 @@ public struct Router: Sendable {
 
     /// Matches `path` (raw, before decoding); HEAD falls back to the GET route.
     public func match(method: String, path: Substring) -> Match {
-        let bytes = path.utf8
+        // Matched over raw bytes: indexing a substring's UTF-8 view costs a call per byte.
+        if let match = path.utf8.withContiguousStorageIfAvailable({ match(method: method, bytes: $0) }) {
+            return match
+        }
+        return Array(path.utf8).withUnsafeBufferPointer { match(method: method, bytes: $0) }
+    }
+
+    private func match(method: String, bytes: UnsafeBufferPointer<UInt8>) -> Match {
         guard bytes.first == UInt8(ascii: "/") else { return .notFound }
         for candidates in exact where candidates.template.count == bytes.count
             && candidates.template.elementsEqual(bytes) {
@@ -136,40 +143,49 @@ public struct Router: Sendable {
     }
 }
 
-/// A request path split on `/` (split on bytes: splitting the string would walk grapheme
-/// clusters). Only segments holding a `%` are decoded; the rest compare as they are.
+/// A request path split on `/` into byte ranges (bytes, not characters: splitting the
+/// string would walk grapheme clusters). Only segments holding a `%` are decoded; the rest
+/// compare as they are. Valid only while the path's bytes are.
 private struct PathSegments {
-    let raw: [Substring.UTF8View.SubSequence]
+    let bytes: UnsafeBufferPointer<UInt8>
+    let ranges: [Range<Int>]
     /// Decoded segments by position; empty when no segment has an escape.
     private var decoded: [[UInt8]?] = []
 
     /// Nil when a segment has a malformed escape.
-    init?(_ path: Substring.UTF8View) {
-        // Split by hand into a reserved array: `split` regrows its result 1, 2, 4, 8.
-        var parts: [Substring.UTF8View.SubSequence] = []
-        parts.reserveCapacity(8)
-        var start = path.index(after: path.startIndex)  // after the leading slash
-        while let slash = path[start...].firstIndex(of: UInt8(ascii: "/")) {
-            parts.append(path[start..<slash])
-            start = path.index(after: slash)
+    init?(_ bytes: UnsafeBufferPointer<UInt8>) {
+        self.bytes = bytes
+        var ranges: [Range<Int>] = []
+        ranges.reserveCapacity(8)
+        var start = 1  // after the leading slash
+        var escaped = false
+        for index in 1..<bytes.count + 1 where index == bytes.count || bytes[index] == UInt8(ascii: "/") {
+            ranges.append(start..<index)
+            start = index + 1
         }
-        parts.append(path[start...])
-        raw = parts
-        for (index, segment) in raw.enumerated() where segment.contains(UInt8(ascii: "%")) {
-            guard let bytes = PercentDecoding.decode(bytes: segment) else { return nil }
-            if decoded.isEmpty { decoded = Array(repeating: nil, count: raw.count) }
-            decoded[index] = bytes
+        for index in 1..<bytes.count where bytes[index] == UInt8(ascii: "%") {
+            escaped = true
+            break
+        }
+        self.ranges = ranges
+        guard escaped else { return }
+        decoded = Array(repeating: nil, count: ranges.count)
+        for (position, range) in ranges.enumerated() where bytes[range].contains(UInt8(ascii: "%")) {
+            guard let segment = PercentDecoding.decode(bytes: bytes[range]) else { return nil }
+            decoded[position] = segment
         }
     }
 
     /// Whether the path has the template's shape and literals.
     func fit(_ template: [Route.Segment]) -> Bool {
-        guard template.count == raw.count else { return false }
-        for (index, segment) in template.enumerated() {
+        guard template.count == ranges.count else { return false }
+        for (position, segment) in template.enumerated() {
             guard case .literal(let literal) = segment else { continue }
-            let matches = decoded.isEmpty || decoded[index] == nil
-                ? raw[index].elementsEqual(literal) : decoded[index]!.elementsEqual(literal)
-            if !matches { return false }
+            if let segment = decoded.isEmpty ? nil : decoded[position] {
+                if segment != literal { return false }
+            } else if !UnsafeBufferPointer(rebasing: bytes[ranges[position]]).elementsEqual(literal) {
+                return false
+            }
         }
         return true
     }
@@ -177,9 +193,10 @@ private struct PathSegments {
     /// The parameters of a template the path fits.
     func parameters(of template: [Route.Segment]) -> PathParameters {
         var parameters = PathParameters(reserving: 2)
-        for (index, segment) in template.enumerated() {
+        for (position, segment) in template.enumerated() {
             guard case .parameter(let name) = segment else { continue }
-            parameters.append(name, (decoded.isEmpty ? nil : decoded[index]) ?? Array(raw[index]))
+            parameters.append(name, (decoded.isEmpty ? nil : decoded[position])
+                              ?? Array(UnsafeBufferPointer(rebasing: bytes[ranges[position]])))
         }
         return parameters
     }

@@ -1,0 +1,54 @@
+import HTTPServer
+import Testing
+
+/// Route matching over raw path bytes: literals, parameters, escapes, HEAD and 405.
+@Suite struct RouterTests {
+    let router = Router([
+        Route("GET", "/healthz", .inline) { _ in HTTPResponse(status: 200) },
+        Route("GET", "/v1/caches/{ns}/entries/{key}", .inline) { _ in HTTPResponse(status: 200) },
+        Route("PUT", "/v1/caches/{ns}/entries/{key}", .inline) { _ in HTTPResponse(status: 201) },
+        Route("POST", "/v1/caches/{ns}/lookup", .inline) { _ in HTTPResponse(status: 200) },
+    ])
+
+    private func found(_ method: String, _ path: String) -> (String, PathParameters)? {
+        guard case .found(let route, let parameters) = router.match(method: method, path: Substring(path)) else {
+            return nil
+        }
+        return (route.template, parameters)
+    }
+
+    @Test func parametersAreDecodedBytesAndLiteralsMayBeEscaped() throws {
+        let (template, parameters) = try #require(found("GET", "/v1/caches/team-a/entries/k%2F1%FF"))
+        #expect(template == "/v1/caches/{ns}/entries/{key}")
+        #expect(parameters["ns"] == Array("team-a".utf8))
+        #expect(parameters["key"] == Array("k/1".utf8) + [0xFF])
+        // An escaped literal segment names the same route; an escaped slash is not a separator.
+        #expect(found("POST", "/v1/%63aches/a/lookup")?.0 == "/v1/caches/{ns}/lookup")
+        #expect(found("POST", "/v1/caches/a%2Flookup") == nil)
+        #expect(found("GET", "/healthz")?.0 == "/healthz")
+        #expect(found("GET", "/heal%74hz")?.0 == "/healthz")
+    }
+
+    @Test func emptySegmentsBadEscapesAndOtherMethods() {
+        #expect(found("GET", "/v1/caches//entries/k")?.1["ns"] == [])
+        guard case .badPath = router.match(method: "GET", path: "/v1/caches/a/entries/%G1") else {
+            Issue.record("a malformed escape is a bad path")
+            return
+        }
+        guard case .methodNotAllowed(let allowed) = router.match(method: "DELETE", path: "/v1/caches/a/entries/k")
+        else {
+            Issue.record("DELETE on an entry path is 405")
+            return
+        }
+        #expect(Set(allowed) == ["GET", "PUT", "HEAD"])
+        #expect(found("HEAD", "/v1/caches/a/entries/k")?.0 == "/v1/caches/{ns}/entries/{key}")
+        guard case .notFound = router.match(method: "GET", path: "/v1/caches/a/entries/k/extra") else {
+            Issue.record("a longer path matches nothing")
+            return
+        }
+        guard case .notFound = router.match(method: "GET", path: "healthz") else {
+            Issue.record("a path without a leading slash matches nothing")
+            return
+        }
+    }
+}
