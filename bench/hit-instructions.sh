@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Instructions the service executes per cache hit, counted by callgrind: unlike req/s this
+# repeats to within a few percent on a busy machine, so it shows what a change to the hit
+# path saves before a noisy throughput run can. Counts every thread of the server (the
+# access-tracker flush included), not the kernel's work nor PostgreSQL's.
+#   GZIP=1 bash bench/hit-instructions.sh      gzip clients (default: identity clients)
+#   SECONDS_MEASURED=15 CONNECTIONS=16         the measured wrk run under callgrind
+source "$(dirname "$0")/lib.sh"
+need_tools
+command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
+build_release
+measured=${SECONDS_MEASURED:-15}
+connections=${CONNECTIONS:-16}
+
+# Populate with a normal server, then restart the same data folder under callgrind.
+start_server
+python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >/dev/null
+stop_server
+TEAMCACHE_LOG_LEVEL=info valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out.%p" \
+  "$BIN" serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/data" </dev/null >"$WORK/serve.out" 2>"$WORK/serve.log" &
+SERVER_PID=$!
+for _ in $(seq 1 480); do
+  grep -q "listening on" "$WORK/serve.out" 2>/dev/null && break
+  kill -0 "$SERVER_PID" 2>/dev/null || { tail -n 20 "$WORK/serve.log"; exit 1; }
+  sleep 0.25
+done
+
+requests_total() {
+  curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^teamcache_http_requests_total/ {s += $2} END {print s + 0}'
+}
+# Warm up (token cache, read connections, inflated bodies), then count from zero.
+KEYS=10000 wrk -t1 -c8 -d5s -s "$BENCH_DIR/lua/get.lua" "http://127.0.0.1:$PORT" >/dev/null
+callgrind_control -z "$SERVER_PID" >/dev/null
+before=$(requests_total)
+out=$(KEYS=10000 wrk -t1 -c"$connections" -d"${measured}s" -s "$BENCH_DIR/lua/get.lua" "http://127.0.0.1:$PORT")
+callgrind_control -d "$SERVER_PID" >/dev/null
+after=$(requests_total)
+stop_server
+echo "$out" | grep -q "Non-2xx" && { echo "$out"; echo "some hits failed"; exit 1; }
+
+# The metrics request between the two readings counts once; it is not a hit.
+hits=$((after - before - 1))
+dump=$(ls "$WORK"/callgrind.out.*.1 | head -n 1)
+total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+echo "| clients | hits counted | instructions | per hit |"
+echo "| --- | --- | --- | --- |"
+echo "| $([ "${GZIP:-}" = 1 ] && echo gzip || echo identity) | $hits | $total | $((total / hits)) |"
+echo
+echo "Inclusive instructions per hit of the largest parts:"
+callgrind_annotate --inclusive=yes --threshold=100 --auto=no "$dump" 2>/dev/null | sed -E 's/ \[[^]]*\]$//' |
+  awk -v n="$hits" '$1 ~ /^[0-9,]+$/ && match($0, /Sources\/[^ ]*/) {
+    name = substr($0, RSTART, RLENGTH); gsub(",", "", $1)
+    if ($1 / n >= 2000 && !seen[name]++) printf "%8d  %s\n", $1 / n, name }' |
+  head -n 30 | swift demangle --simplified --compact | cut -c1-160
