@@ -19,11 +19,7 @@ stop_server
 TEAMCACHE_LOG_LEVEL=info valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out.%p" \
   "$BIN" serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/data" </dev/null >"$WORK/serve.out" 2>"$WORK/serve.log" &
 SERVER_PID=$!
-for _ in $(seq 1 480); do
-  grep -q "listening on" "$WORK/serve.out" 2>/dev/null && break
-  kill -0 "$SERVER_PID" 2>/dev/null || { tail -n 20 "$WORK/serve.log"; exit 1; }
-  sleep 0.25
-done
+wait_listening 480  # callgrind starts slowly
 
 requests_total() {
   curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^teamcache_http_requests_total/ {s += $2} END {print s + 0}'

@@ -43,13 +43,20 @@ start_server() {
   env "$@" TEAMCACHE_LOG_LEVEL="${BENCH_LOG_LEVEL:-info}" "$BIN" serve --listen "127.0.0.1:$PORT" \
     --data-dir "$WORK/data" </dev/null >"$WORK/serve.out" 2>"$WORK/serve.log" &
   SERVER_PID=$!
-  for _ in $(seq 1 240); do
-    grep -q "listening on" "$WORK/serve.out" 2>/dev/null && break
+  wait_listening 240
+  TOKEN=$("$BIN" tokens create --name bench --namespaces '*' --scopes read,write,admin --data-dir "$WORK/data" | tail -n 1)
+  export TOKEN
+}
+
+# wait_listening TRIES: until the server started as $SERVER_PID says it listens (0.25 s a try).
+wait_listening() {
+  for _ in $(seq 1 "$1"); do
+    grep -q "listening on" "$WORK/serve.out" 2>/dev/null && return 0
     kill -0 "$SERVER_PID" 2>/dev/null || { tail -n 20 "$WORK/serve.log"; return 1; }
     sleep 0.25
   done
-  TOKEN=$("$BIN" tokens create --name bench --namespaces '*' --scopes read,write,admin --data-dir "$WORK/data" | tail -n 1)
-  export TOKEN
+  echo "the server did not start listening" >&2
+  return 1
 }
 
 stop_server() {
