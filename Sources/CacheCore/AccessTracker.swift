@@ -18,10 +18,50 @@ public final class AccessTracker: @unchecked Sendable {
         var namespace: String
         var hits = 0
         var lastAccess: Date
+
+        mutating func add(at now: Date) {
+            hits += 1
+            lastAccess = max(lastAccess, now)
+        }
     }
 
     struct NamespaceCounts {
         var hits = 0, misses = 0, stale = 0, bypass = 0, inputTokens = 0, outputTokens = 0
+
+        var isEmpty: Bool { hits == 0 && misses == 0 && stale == 0 && bypass == 0 }
+
+        mutating func add(_ lookup: Lookup, _ entry: StoredEntry?) {
+            switch lookup {
+            case .hit: hits += 1
+            case .stale: stale += 1
+            case .miss: misses += 1
+            case .bypass: bypass += 1
+            }
+            inputTokens += entry?.inputTokens ?? 0
+            outputTokens += entry?.outputTokens ?? 0
+        }
+
+        mutating func add(_ other: NamespaceCounts) {
+            hits += other.hits
+            misses += other.misses
+            stale += other.stale
+            bypass += other.bypass
+            inputTokens += other.inputTokens
+            outputTokens += other.outputTokens
+        }
+    }
+
+    /// A namespace's counts not yet written, and its running totals since start (the
+    /// lookup and token metrics, published at scrape time). One dictionary entry for both,
+    /// so a lookup costs one lock and one hash, not one per metric series it touches.
+    struct NamespaceState {
+        var pending = NamespaceCounts()
+        var total = NamespaceCounts()
+
+        mutating func record(_ lookup: Lookup, _ entry: StoredEntry?, pending isPending: Bool) {
+            total.add(lookup, entry)
+            if isPending { pending.add(lookup, entry) }
+        }
     }
 
     /// One statement: bump the entries' access rows and add the namespace counters (with the
@@ -60,9 +100,8 @@ public final class AccessTracker: @unchecked Sendable {
     private let batchSize: Int
     private let lock = NSLock()
     private var entries: [Int64: EntryAccess] = [:]
-    private var namespaces: [String: NamespaceCounts] = [:]
-    private let lookups: CounterFamily?
-    private let tokensSaved: CounterFamily?
+    /// Never emptied: one per namespace seen, as the metrics' label values are.
+    private var namespaces: [String: NamespaceState] = [:]
     private let flushes: CounterFamily?
     private let logger = Logger(component: "access-tracker")
 
@@ -74,39 +113,43 @@ public final class AccessTracker: @unchecked Sendable {
         self.enabled = enabled
         self.batchSize = batchSize
         self.batchFull = batchFull
-        lookups = metrics?.counter("teamcache_lookups_total", "Cache lookups by namespace and result.",
-                                   labels: ["namespace", "result"])
-        tokensSaved = metrics?.counter("teamcache_tokens_saved_total",
-                                       "Model tokens not paid for thanks to hits.", labels: ["namespace", "kind"])
         flushes = metrics?.counter("teamcache_access_flushes_total", "Access-tracker flushes by outcome.",
                                    labels: ["outcome"])
+        guard let metrics else { return }
+        let lookups = metrics.counter("teamcache_lookups_total", "Cache lookups by namespace and result.",
+                                      labels: ["namespace", "result"])
+        let tokensSaved = metrics.counter("teamcache_tokens_saved_total", "Model tokens not paid for thanks to hits.",
+                                          labels: ["namespace", "kind"])
+        metrics.addCollector { [weak self] in
+            guard let totals = self?.totals() else { return }
+            var lookupValues: [[String]: Double] = [:], tokenValues: [[String]: Double] = [:]
+            for (namespace, total) in totals {
+                for (result, count) in [("hit", total.hits), ("miss", total.misses), ("stale", total.stale),
+                                        ("bypass", total.bypass)] where count > 0 {
+                    lookupValues[[namespace, result]] = Double(count)
+                }
+                for (kind, count) in [("input", total.inputTokens), ("output", total.outputTokens)] where count > 0 {
+                    tokenValues[[namespace, kind]] = Double(count)
+                }
+            }
+            lookups.replaceAll(lookupValues)
+            tokensSaved.replaceAll(tokenValues)
+        }
+    }
+
+    /// Every namespace's running totals since start.
+    func totals() -> [String: NamespaceCounts] {
+        lock.withLock { namespaces.mapValues(\.total) }
     }
 
     /// Records a lookup's result; for a hit or stale answer, the entry and its tokens.
     public func record(_ lookup: Lookup, namespace: String, entry: StoredEntry? = nil, at now: Date) {
-        lookups?.inc([namespace, lookup.rawValue])
-        if let entry, entry.inputTokens + entry.outputTokens > 0 {
-            tokensSaved?.inc([namespace, "input"], by: Double(entry.inputTokens))
-            tokensSaved?.inc([namespace, "output"], by: Double(entry.outputTokens))
-        }
-        guard enabled else { return }
+        let enabled = self.enabled
         let full = lock.withLock {
-            var counts = namespaces[namespace] ?? NamespaceCounts()
-            switch lookup {
-            case .hit: counts.hits += 1
-            case .stale: counts.stale += 1
-            case .miss: counts.misses += 1
-            case .bypass: counts.bypass += 1
-            }
-            if let entry {
-                counts.inputTokens += entry.inputTokens
-                counts.outputTokens += entry.outputTokens
-                var access = entries[entry.id] ?? EntryAccess(namespace: namespace, lastAccess: now)
-                access.hits += 1
-                access.lastAccess = max(access.lastAccess, now)
-                entries[entry.id] = access
-            }
-            namespaces[namespace] = counts
+            // Changed in place through the default subscript: no copy out and back.
+            namespaces[namespace, default: NamespaceState()].record(lookup, entry, pending: enabled)
+            guard enabled, let entry else { return false }
+            entries[entry.id, default: EntryAccess(namespace: namespace, lastAccess: now)].add(at: now)
             return entries.count == batchSize
         }
         if full { batchFull() }
@@ -115,9 +158,9 @@ public final class AccessTracker: @unchecked Sendable {
     /// Writes what was counted since the last flush. On failure the counts are kept for the next one.
     public func flush() throws {
         let (pendingEntries, pendingNamespaces) = lock.withLock {
-            let taken = (entries, namespaces)
+            let taken = (entries, namespaces.compactMapValues { $0.pending.isEmpty ? nil : $0.pending })
             entries = [:]
-            namespaces = [:]
+            for name in taken.1.keys { namespaces[name]?.pending = NamespaceCounts() }
             return taken
         }
         guard !pendingEntries.isEmpty || !pendingNamespaces.isEmpty else { return }
@@ -165,16 +208,8 @@ public final class AccessTracker: @unchecked Sendable {
                 merged.lastAccess = max(merged.lastAccess, access.lastAccess)
                 entries[id] = merged
             }
-            for (name, counts) in pendingNamespaces {
-                var merged = namespaces[name] ?? NamespaceCounts()
-                merged.hits += counts.hits
-                merged.misses += counts.misses
-                merged.stale += counts.stale
-                merged.bypass += counts.bypass
-                merged.inputTokens += counts.inputTokens
-                merged.outputTokens += counts.outputTokens
-                namespaces[name] = merged
-            }
+            // Back into pending only: the running totals counted them already.
+            for (name, counts) in pendingNamespaces { namespaces[name, default: NamespaceState()].pending.add(counts) }
         }
     }
 

@@ -95,6 +95,15 @@ import TestSupport
         let top = try #require((stats["top"] as? [[String: Any]])?.first)
         #expect(top["hit_count"] as? Int == 100 && top["prompt_digest"] as? String == "the prompt text")
         #expect(top["model"] as? String == "m" && top["writer_token_id"] as? Int != nil)
+        // The same counts as Prometheus series, which run on from start (not reset by a flush).
+        let metrics = try service.request("GET", "/metrics").text
+        for (series, value) in [("teamcache_lookups_total{namespace=\"\(namespace)\",result=\"hit\"}", 100),
+                                ("teamcache_lookups_total{namespace=\"\(namespace)\",result=\"miss\"}", 4),
+                                ("teamcache_tokens_saved_total{namespace=\"\(namespace)\",kind=\"input\"}", 1000),
+                                ("teamcache_tokens_saved_total{namespace=\"\(namespace)\",kind=\"output\"}", 300)] {
+            #expect(metrics.contains("\(series) \(value)\n"), "\(series)")
+        }
+        #expect(!metrics.contains("teamcache_lookups_total{namespace=\"\(namespace)\",result=\"stale\"}"))
     }
 
     @Test func countsSurviveAGracefulShutdown() throws {
