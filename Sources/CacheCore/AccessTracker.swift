@@ -3,7 +3,8 @@ import Observability
 import Postgres
 
 /// Counts hits, misses, stale answers and bypasses in memory and writes them to PostgreSQL
-/// in one statement per flush, so the hit path never writes to the database.
+/// at each flush (entries in chunks of `flushChunk`, then the namespace counters), so the
+/// hit path never writes to the database.
 ///
 /// A crash loses at most one flush interval of counts; a graceful stop flushes first.
 public final class AccessTracker: @unchecked Sendable {
@@ -64,8 +65,6 @@ public final class AccessTracker: @unchecked Sendable {
         }
     }
 
-    /// One statement: bump the entries' access rows and add the namespace counters (with the
-    /// store-wide row through the empty grouping set). Data-modifying CTEs always run.
     /// Hit counts and last-access times of one chunk of entries (its own transaction).
     static let flushAccessStatement = """
         UPDATE entry_access a

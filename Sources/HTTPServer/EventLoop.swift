@@ -187,13 +187,7 @@ public final class EventLoop: @unchecked Sendable {
         event.data.u64 = Self.watchedBit | UInt64(UInt32(bitPattern: fd))
         let operation = watchers[fd] == nil ? EPOLL_CTL_ADD : EPOLL_CTL_MOD
         watchers[fd] = callback
-        var result = epoll_ctl(epoll, operation, fd, &event)
-        // A descriptor closed without `unwatch` left epoll on its own; a new socket with the
-        // same number must still be watched, or its owner would wait for events forever.
-        if result != 0 && operation == EPOLL_CTL_MOD && errno == ENOENT {
-            result = epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event)
-        }
-        if result != 0 {
+        if epoll_ctl(epoll, operation, fd, &event) != 0 {
             context.logger.warn("epoll_ctl failed for a watched descriptor", [("errno", .int(Int(errno)))])
         }
     }

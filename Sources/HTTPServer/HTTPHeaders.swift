@@ -8,10 +8,8 @@ public struct HTTPHeaders: Sendable, Sequence {
         self.fields = fields.map { (name: $0.0, value: $0.1) }
     }
 
-    /// Room for `capacity` fields, so building a response does not regrow the array.
+    /// Room for `capacity` fields, so building a request or response does not regrow the array.
     public init(capacity: Int) { fields.reserveCapacity(capacity) }
-
-    mutating func reserve(_ count: Int) { fields.reserveCapacity(count) }
 
     public mutating func add(_ name: String, _ value: String) {
         fields.append((name: name, value: value))

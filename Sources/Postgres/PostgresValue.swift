@@ -65,9 +65,11 @@ public enum PostgresValue: Sendable {
                 BinaryCoding.append(BinaryCoding.postgresMicros($1), to: &$0)
             }
         case .optionalTextArray(let items):
-            return BinaryCoding.array(elementType: PostgresType.text, items) { $0.appendUTF8($1) }
+            return BinaryCoding.array(elementType: PostgresType.text, nullable: items) { $0.appendUTF8($1) }
         case .optionalIntArray(let items):
-            return BinaryCoding.array(elementType: PostgresType.int8, items) { BinaryCoding.append($1, to: &$0) }
+            return BinaryCoding.array(elementType: PostgresType.int8, nullable: items) {
+                BinaryCoding.append($1, to: &$0)
+            }
         }
     }
 }
@@ -129,7 +131,7 @@ enum BinaryCoding {
     }
 
     /// The same with SQL NULL (length -1) for nil elements.
-    static func array<Item>(elementType: UInt32, _ items: [Item?],
+    static func array<Item>(elementType: UInt32, nullable items: [Item?],
                             _ write: (inout [UInt8], Item) -> Void) -> [UInt8] {
         array(elementType: elementType, items, hasNull: items.contains { $0 == nil }, write)
     }

@@ -58,11 +58,9 @@ public final class Authenticator: @unchecked Sendable {
         }
         // Sliced, not split: this runs on every request, and slices allocate nothing.
         guard let space = header.utf8.firstIndex(of: UInt8(ascii: " ")),
-              header[..<space].lowercased() == "bearer" else {
-            throw Self.unauthorized("Use `Authorization: Bearer <token>`.", error: "invalid_request")
-        }
-        let secret = header[header.utf8.index(after: space)...]
-        guard !secret.isEmpty, secret.utf8.count <= 256 else {
+              header[..<space].lowercased() == "bearer",
+              case let secret = header[header.utf8.index(after: space)...], !secret.isEmpty, secret.utf8.count <= 256
+        else {
             throw Self.unauthorized("Use `Authorization: Bearer <token>`.", error: "invalid_request")
         }
         let hash = APIToken.hash(secret: secret)
