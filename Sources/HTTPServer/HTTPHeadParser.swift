@@ -94,14 +94,17 @@ enum HTTPHeadParser {
         var contentLength: [String] = []
         var hasTransferEncoding = false
         var hasContentLength = false
-        var expect: String?
+        var expect: [String] = []
+        var hasExpect = false
 
         init(_ headers: HTTPHeaders) {
             for (name, value) in headers {
                 // Dispatch on length first: most fields are none of these and cost one compare.
                 switch name.utf8.count {
                 case 4 where HTTPHeaders.same(name, "Host"): hosts += 1
-                case 6 where HTTPHeaders.same(name, "Expect"): expect = expect ?? value
+                case 6 where HTTPHeaders.same(name, "Expect"):
+                    hasExpect = true
+                    expect += Self.elements(value)
                 case 10 where HTTPHeaders.same(name, "Connection"): connection += Self.elements(value)
                 case 14 where HTTPHeaders.same(name, "Content-Length"):
                     hasContentLength = true
@@ -115,7 +118,7 @@ enum HTTPHeadParser {
         }
 
         static func elements(_ value: String) -> [String] {
-            value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+            HeaderList.split(value).map { $0.lowercased() }
         }
     }
 
@@ -143,8 +146,12 @@ enum HTTPHeadParser {
         }
 
         var expectsContinue = false
-        if let expectation = fields.expect {
-            guard expectation.lowercased() == "100-continue" else { return .failure(.expectationFailed) }
+        if fields.hasExpect {
+            // RFC 9110 §10.1.1: 100-continue is the only expectation; anything else (an
+            // empty value included) cannot be met.
+            guard !fields.expect.isEmpty, fields.expect.allSatisfy({ $0 == "100-continue" }) else {
+                return .failure(.expectationFailed)
+            }
             expectsContinue = version == .http11 && framing != .none
         }
         let request = HTTPRequest(method: method, target: target, version: version, headers: headers,

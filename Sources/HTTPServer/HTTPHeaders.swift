@@ -20,13 +20,8 @@ public struct HTTPHeaders: Sendable, Sequence {
         fields.first(where: { Self.same($0.name, name) })?.value
     }
 
-    /// Every value of `name`, with comma-separated list elements split and trimmed.
-    public func list(_ name: String) -> [String] {
-        fields.filter { Self.same($0.name, name) }
-            .flatMap { $0.value.split(separator: ",") }
-            .map { $0.trimmingCharacters(in: .whitespaces) }
-            .filter { !$0.isEmpty }
-    }
+    /// Every value of `name`, as list elements (RFC 9110 §5.6.1; see `HeaderList`).
+    public func list(_ name: String) -> [String] { HeaderList.split(self, name) }
 
     public func contains(_ name: String) -> Bool { self[name] != nil }
 
@@ -42,7 +37,7 @@ public struct HTTPHeaders: Sendable, Sequence {
         if lhs == rhs { return true }
         var right = rhs.utf8.makeIterator()
         for a in lhs.utf8 {
-            let b = right.next()!
+            guard let b = right.next() else { return false }
             if a != b && !(a | 0x20 == b | 0x20 && (a | 0x20) >= 0x61 && (a | 0x20) <= 0x7a) { return false }
         }
         return true

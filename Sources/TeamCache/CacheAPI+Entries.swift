@@ -64,7 +64,7 @@ extension CacheAPI {
         case .stale(let overdue): headers.add("Cache-Status", "teamcache; hit; ttl=-\(overdue)")
         case .expired: break
         }
-        if let condition = request.headers["If-None-Match"], ETag.matches(ifNoneMatch: condition, etag: entry.etag) {
+        if let condition = EntityTagList(request.headers, "If-None-Match"), condition.matchesWeakly(entry.etag) {
             return HTTPResponse(status: 304, headers: headers)
         }
         if entry.encoding == .gzip && AcceptEncoding.allowsGzip(request.headers) {
@@ -94,7 +94,7 @@ extension CacheAPI {
         let body = try storedBody(request, contentType: contentType)
         var write = EntryWrite(namespace: namespace, key: key, body: body, contentType: contentType)
         write.ttlSeconds = ttl
-        write.tags = try RequestParsing.tags(request.headers.list("Cache-Tag"))
+        write.tags = try RequestParsing.tags(HeaderList.split(request.headers, "Cache-Tag").map(HeaderList.unquote))
         write.condition = try Self.condition(request.headers)
         write.writerTokenID = principal.token?.id
         return try guarded(request) {
@@ -113,7 +113,8 @@ extension CacheAPI {
     }
 
     private func storedBody(_ request: HTTPRequest, contentType: String) throws -> StoredBody {
-        let coding = request.headers.list("Content-Encoding").map { $0.lowercased() }.filter { $0 != "identity" }
+        let coding = HeaderList.split(request.headers, "Content-Encoding").map { $0.lowercased() }
+            .filter { $0 != "identity" }
         switch coding {
         case []:
             guard request.body.count <= policy.maxBodyBytes else { throw tooLarge() }
@@ -145,13 +146,13 @@ extension CacheAPI {
     }
 
     static func condition(_ headers: HTTPHeaders) throws -> WriteCondition {
-        if let noneMatch = headers["If-None-Match"] {
-            guard noneMatch == "*" else { throw HTTPError(400, "On a write only `If-None-Match: *` is supported.") }
+        if let noneMatch = EntityTagList(headers, "If-None-Match") {
+            guard noneMatch == .any else { throw HTTPError(400, "On a write only `If-None-Match: *` is supported.") }
             return .absent
         }
-        if let match = headers["If-Match"] {
-            // An empty list (or only weak tags) matches nothing: the write answers 412.
-            return .match(ETag.list(ifMatch: match))
+        if let match = EntityTagList(headers, "If-Match") {
+            // An empty list (or only weak or malformed tags) matches nothing: the write answers 412.
+            return .match(match == .any ? ["*"] : match.strongTags)
         }
         return .none
     }

@@ -2,6 +2,13 @@ import Foundation
 import HTTPServer
 
 /// The request directives of `Cache-Control` (RFC 9111 §5.2.1) the cache honours.
+///
+/// Every value a client can send has one meaning, and none traps:
+/// - `max-stale` without a value: any staleness (bounded in practice by the stale retention);
+/// - `max-stale=N`: N seconds (a delta past 2^31 counts as 2^31, RFC 9111 §1.2.2);
+/// - `max-stale` with anything else (`abc`, `-5`, empty): ignored, so no stale answer is
+///   served; a cache told nonsense about staleness stays on the safe side (fresh only);
+/// - unknown directives, and directives given a value they do not take, are ignored.
 struct RequestCacheControl: Sendable {
     var noCache = false
     var onlyIfCached = false
@@ -11,19 +18,21 @@ struct RequestCacheControl: Sendable {
     init(_ headers: HTTPHeaders) {
         // Most requests send neither header; skip the list building then.
         guard headers.contains("Cache-Control") || headers.contains("Pragma") else { return }
-        for directive in headers.list("Cache-Control") {
-            let parts = directive.split(separator: "=", maxSplits: 1)
-            let name = parts[0].lowercased()
-            let value = parts.count > 1 ? String(parts[1]).trimmingCharacters(in: CharacterSet(charactersIn: "\"")) : nil
-            switch name {
+        for directive in HeaderList.elements(headers, "Cache-Control") {
+            switch directive.name {
             case "no-cache": noCache = true
             case "only-if-cached": onlyIfCached = true
-            case "max-stale": maxStale = value.map { Int($0) ?? 0 } ?? Int.max
+            case "max-stale":
+                guard let text = directive.value else {
+                    maxStale = Int.max
+                    continue
+                }
+                if let seconds = HeaderList.deltaSeconds(text) { maxStale = seconds }
             default: break
             }
         }
         // `Pragma: no-cache` is the HTTP/1.0 spelling of a forced refresh.
-        if headers.list("Pragma").contains(where: { $0.lowercased() == "no-cache" }) { noCache = true }
+        if HeaderList.elements(headers, "Pragma").contains(where: { $0.name == "no-cache" }) { noCache = true }
     }
 }
 
@@ -36,13 +45,16 @@ enum AcceptEncoding {
             return true
         }
         var gzip: Double?, star: Double?
-        for item in headers.list("Accept-Encoding") {
-            let parts = item.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
-            let quality = parts.dropFirst().compactMap { parameter -> Double? in
-                let pair = parameter.split(separator: "=")
-                return pair.count == 2 && pair[0].lowercased() == "q" ? Double(pair[1]) : nil
-            }.first ?? 1
-            switch parts[0].lowercased() {
+        for coding in HeaderList.elements(headers, "Accept-Encoding") {
+            // A weight that is not a qvalue makes the element unreadable: it is skipped.
+            let quality: Double
+            if let text = coding.parameter("q") {
+                guard let parsed = HeaderList.quality(text) else { continue }
+                quality = parsed
+            } else {
+                quality = 1
+            }
+            switch coding.name {
             case "gzip", "x-gzip": gzip = quality
             case "*": star = quality
             default: break
