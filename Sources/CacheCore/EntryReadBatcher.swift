@@ -36,11 +36,14 @@ public final class EntryReadBatcher: @unchecked Sendable {
     private let batchSizes: HistogramFamily?
     private var waiting: [Read] = []
 
-    public init(url: String, maxBatch: Int, timeout: TimeInterval, batchSizes: HistogramFamily?) {
+    public init(url: String, maxBatch: Int, timeout: TimeInterval, limits: SessionLimits = SessionLimits(),
+                batchSizes: HistogramFamily?) {
         // Named apart from the pool's connections, for pg_stat_activity.
-        connection = LoopConnection(.init(url: url, overrides: ["application_name": Self.applicationName],
-                                          statements: [(Self.selectBatch, [.textArray([]), .bytesArray([])])],
-                                          timeout: timeout))
+        var configuration = LoopConnection.Configuration(
+            url: url, overrides: ["application_name": Self.applicationName],
+            statements: [(Self.selectBatch, [.textArray([]), .bytesArray([])])], timeout: timeout)
+        configuration.limits = limits
+        connection = LoopConnection(configuration)
         self.maxBatch = max(1, maxBatch)
         self.batchSizes = batchSizes
     }

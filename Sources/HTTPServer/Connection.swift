@@ -23,6 +23,12 @@ final class Connection: @unchecked Sendable {
     private unowned(unsafe) let loop: EventLoop
     private var parser: HTTPParser
     private var output: [[UInt8]] = []
+    /// When each buffer of `output` was queued: a response must be read whole within the
+    /// write timeout of its queueing, however slowly the client trickles it out.
+    private var outputQueuedAt: [UInt64] = []
+    /// The request being handled; an answer for any other (one given up at its deadline)
+    /// is dropped.
+    private var current: HTTPRequest?
     private var outputOffset = 0
     private var outputBytes = 0
     private var inFlight = false
@@ -85,7 +91,9 @@ final class Connection: @unchecked Sendable {
             case .request(let request):
                 served += 1
                 inFlight = true
+                current = request
                 phase = .handling
+                phaseStart = loop.now
                 dispatch(request)
             case .failure(let error):
                 closeAfterFlush = true
@@ -142,8 +150,9 @@ final class Connection: @unchecked Sendable {
 
     /// Queues the response of the request in flight and moves on to the next one.
     func complete(_ response: HTTPResponse, for request: HTTPRequest, started: UInt64) {
-        guard !isClosed else { return }
+        guard !isClosed, current === request else { return }
         inFlight = false
+        current = nil
         let limit = loop.context.configuration.maxRequestsPerConnection
         let keepAlive = request.keepAlive && !loop.isDraining && (limit == 0 || served < limit) && !inputClosed
         if !keepAlive { closeAfterFlush = true }
@@ -218,6 +227,7 @@ final class Connection: @unchecked Sendable {
 
     private func enqueue(_ bytes: [UInt8]) {
         output.append(bytes)
+        outputQueuedAt.append(loop.now)
         outputBytes += bytes.count
     }
 
@@ -239,7 +249,6 @@ final class Connection: @unchecked Sendable {
                 close()
                 return
             }
-            phaseStart = loop.now
             advance(by: written)
         }
         guard closeAfterFlush else { return }
@@ -300,6 +309,7 @@ final class Connection: @unchecked Sendable {
             if remaining >= left {
                 remaining -= left
                 output.removeFirst()
+                outputQueuedAt.removeFirst()
                 outputOffset = 0
             } else {
                 outputOffset += remaining
@@ -347,15 +357,22 @@ final class Connection: @unchecked Sendable {
     func checkDeadline(now: UInt64) {
         let configuration = loop.context.configuration
         let limit: TimeInterval
+        var since = phaseStart
         switch phase {
-        case .handling: return
-        case .idle: limit = configuration.idleTimeout
+        case .handling:
+            if now > phaseStart + Self.nanoseconds(configuration.requestTimeout) { abandonRequest() }
+            return
+        // A connection that never sent a byte gets the head's allowance, not the idle one.
+        case .idle: limit = served == 0 ? min(configuration.headerTimeout, configuration.idleTimeout)
+                                        : configuration.idleTimeout
         case .head: limit = configuration.headerTimeout
         case .body: limit = configuration.bodyTimeout
-        case .writing: limit = configuration.writeTimeout
+        case .writing:
+            limit = configuration.writeTimeout
+            since = outputQueuedAt.first ?? phaseStart
         case .lingering: limit = Self.lingerSeconds
         }
-        guard now > phaseStart + UInt64(limit * 1e9) else { return }
+        guard now > since + Self.nanoseconds(limit) else { return }
         if (phase == .head || phase == .body) && !lingering {
             // Best effort: tell the client why, without waiting for it to read.
             closeAfterFlush = true
@@ -365,6 +382,32 @@ final class Connection: @unchecked Sendable {
         }
         close()
     }
+
+    /// The request outlived its deadline: the client gets 503 now and the connection closes
+    /// after it (a late answer cannot be put back in pipeline order); the handler's own
+    /// answer, if it ever comes, is dropped by `complete`.
+    private func abandonRequest() {
+        guard let request = current else { return }
+        let error = HTTPError(503, "The request did not complete within its deadline; retry shortly.",
+                              headers: HTTPHeaders([("Retry-After", "1")]))
+        current = nil
+        inFlight = false
+        closeAfterFlush = true
+        let seconds = Double(loop.now - phaseStart) / 1e9
+        let bytes = respond(error.response(requestID: request.requestID), method: request.method,
+                            version: request.version, keepAlive: false, requestID: request.requestID)
+        loop.record(method: request.method, routeID: request.routeID,
+                    route: request.routeTemplate.isEmpty ? "unmatched" : request.routeTemplate,
+                    status: 503, bytes: bytes, seconds: seconds, requestID: request.requestID)
+        loop.context.metrics?.deadlineExceeded.inc()
+        flush()
+        if !isClosed {
+            updatePhase()
+            updateInterest()
+        }
+    }
+
+    private static func nanoseconds(_ seconds: TimeInterval) -> UInt64 { UInt64(max(0, seconds) * 1e9) }
 
     /// At shutdown: close now if idle, otherwise after the current response.
     func drain() {
@@ -380,6 +423,8 @@ final class Connection: @unchecked Sendable {
         loop.remove(fd)
         Glibc.close(fd)
         output = []
+        outputQueuedAt = []
+        current = nil
         loop.forget(self)
     }
 

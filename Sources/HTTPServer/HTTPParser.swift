@@ -74,6 +74,7 @@ public struct HTTPParser: Sendable {
                 return nil
             case .head:
                 skipEmptyLinesBeforeRequest()
+                if let refusal = refuseNonHTTP1() { return refusal }
                 switch findHeadEnd() {
                 case .incomplete: return headLimitFailure()
                 case .bareLineFeed: return fail(.badRequest("Header lines must end with CRLF."))
@@ -144,6 +145,26 @@ public struct HTTPParser: Sendable {
     private mutating func skipEmptyLinesBeforeRequest() {
         while bufferedBytes >= 2 && buffer[start] == 13 && buffer[start + 1] == 10 { consume(2) }
     }
+
+    /// Bytes that cannot begin an HTTP/1.x request are refused as soon as they arrive, not
+    /// after the header timeout: a TLS ClientHello (0x16), an HTTP/2 connection preface, or
+    /// anything else whose first byte is not a method's token character.
+    private mutating func refuseNonHTTP1() -> Event? {
+        guard bufferedBytes > 0 else { return nil }
+        let first = buffer[start]
+        // CR and LF may be the start of an empty line before the request (RFC 9112 §2.2).
+        if first != 13 && first != 10 && !HTTPHeadParser.isTokenByte(first) {
+            return fail(.badRequest("This is not an HTTP/1.x request (TLS or a binary protocol?)."))
+        }
+        let preface = Self.http2Preface
+        let count = min(bufferedBytes, preface.count)
+        if count >= 4 && buffer[start..<start + count].elementsEqual(preface.prefix(count)) {
+            return fail(.badRequest("HTTP/2 is not served here; use HTTP/1.1."))
+        }
+        return nil
+    }
+
+    private static let http2Preface = Array("PRI * HTTP/2.0\r\n".utf8)
 
     private mutating func findHeadEnd() -> HeadScan {
         var index = max(start, scanned)

@@ -12,14 +12,20 @@ public struct HTTPServerConfiguration: Sendable {
     /// Handler jobs waiting for a worker before new ones are refused with 503.
     public var maxQueuedJobs = 4096
     public var limits = HTTPParserLimits()
-    /// From the first byte of a request until its head is complete (slowloris).
+    /// From the first byte of a request until its head is complete (slowloris); also how
+    /// long a new connection may stay silent before its first byte (well under the idle
+    /// timeout: a connection that never spoke is only a cost).
     public var headerTimeout: TimeInterval = 10
     /// From the end of the head until the body is complete.
     public var bodyTimeout: TimeInterval = 60
     /// An open keep-alive connection with no request.
     public var idleTimeout: TimeInterval = 75
-    /// A response the client does not read.
+    /// From the start of a response until the client has read all of it (a total: a client
+    /// reading a byte a minute does not restart it).
     public var writeTimeout: TimeInterval = 60
+    /// From the end of a request's head until its answer is queued, waiting for a worker
+    /// included; past it the client gets 503 and the handler's late answer is dropped.
+    public var requestTimeout: TimeInterval = 5
     public var maxConnections = 20_000
     /// Requests served on one connection before it is closed (0: no limit).
     public var maxRequestsPerConnection = 100_000

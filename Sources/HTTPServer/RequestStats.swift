@@ -58,6 +58,7 @@ struct HTTPServerMetrics {
     let requests: CounterFamily
     let duration: HistogramFamily
     let refused: CounterFamily
+    let deadlineExceeded: CounterFamily
 
     init(registry: MetricsRegistry) {
         requests = registry.counter("teamcache_http_requests_total", "HTTP requests answered.",
@@ -67,6 +68,8 @@ struct HTTPServerMetrics {
                                       labels: ["route", "method"], bounds: latencyBuckets)
         refused = registry.counter("teamcache_http_connections_refused_total",
                                    "Connections refused at the connection limit.")
+        deadlineExceeded = registry.counter("teamcache_http_deadline_exceeded_total",
+                                            "Requests answered 503 because they outlived TEAMCACHE_REQUEST_TIMEOUT.")
     }
 
     func publish(_ stats: [RequestStats], routeNames: [String]) {

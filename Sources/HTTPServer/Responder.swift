@@ -38,7 +38,10 @@ public final class Responder: @unchecked Sendable {
     /// 503 at once when the pool's queue is full.
     public func offload(_ body: @escaping @Sendable () throws -> HTTPResponse) {
         let context = loop.context, loop = self.loop, route = self.route, request = self.request
+        let deadline = started + UInt64(max(0, context.configuration.requestTimeout) * 1e9)
         let accepted = context.workers.submit { [self] in
+            // Queued past its deadline: the client has had its 503; do not start the work.
+            guard monotonicNanoseconds() < deadline else { return }
             let response = context.run(route, request, body)
             loop.execute { self.respond(response) }
         }

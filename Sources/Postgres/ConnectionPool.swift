@@ -17,6 +17,8 @@ public final class ConnectionPool: @unchecked Sendable {
         public var acquireTimeout: TimeInterval = 2
         /// After a failed connect, further connects fail at once for this long (no connect storm).
         public var reconnectBackoff: TimeInterval = 0.2
+        /// Server- and client-side waits of every pooled session.
+        public var limits = SessionLimits()
 
         public init(url: String, overrides: [String: String] = [:], maxConnections: Int = 16,
                     acquireTimeout: TimeInterval = 2) {
@@ -109,7 +111,8 @@ public final class ConnectionPool: @unchecked Sendable {
 
     private func connect() throws -> PostgresConnection {
         do {
-            let connection = try PostgresConnection(url: configuration.url, overrides: configuration.overrides)
+            let connection = try PostgresConnection(url: configuration.url, overrides: configuration.overrides,
+                                                limits: configuration.limits)
             condition.withLock { lastConnectFailure = nil }
             return connection
         } catch let error as PostgresError {

@@ -34,6 +34,8 @@ public final class LoopConnection: @unchecked Sendable {
         public var timeout: TimeInterval = 2
         /// Pause after a failed connect or a dropped connection before trying again.
         public var reconnectDelay: TimeInterval = 0.5
+        /// Server-side limits of the session (its own answers are bounded by `timeout`).
+        public var limits = SessionLimits()
 
         public init(url: String, overrides: [String: String] = [:], statements: [(sql: String, like: [PostgresValue])],
                     timeout: TimeInterval = 2) {
@@ -123,6 +125,8 @@ public final class LoopConnection: @unchecked Sendable {
     public func checkDeadline() {
         guard let reactor, let statement, reactor.nanoseconds > statement.deadline, case .open(let connection) = state
         else { return }
+        // The server may still be running it: ask it to stop, without waiting for the answer.
+        QueryCanceller.shared.cancel(connection.handle)
         fail(connection, PostgresError(.connectionLost, serverMessage: "no answer within \(configuration.timeout) s"))
     }
 
@@ -136,7 +140,8 @@ public final class LoopConnection: @unchecked Sendable {
 
     private static func open(_ configuration: Configuration) -> PostgresConnection? {
         do {
-            let connection = try PostgresConnection(url: configuration.url, overrides: configuration.overrides)
+            let connection = try PostgresConnection(url: configuration.url, overrides: configuration.overrides,
+                                                limits: configuration.limits)
             for statement in configuration.statements {
                 _ = try connection.prepare(statement.sql, like: statement.like)
             }

@@ -9,15 +9,21 @@ public final class PostgresConnection: @unchecked Sendable {
     // else touches `handle` or `prepared` concurrently.
     let handle: OpaquePointer
     private var prepared: [String: String] = [:]
+    /// Longest wait for any answer; nil: none (see `SessionLimits.clientDeadline`).
+    private let deadline: TimeInterval?
+    /// Set when a call gave up waiting: the session's state is unknown, so it is never reused.
+    private var abandoned = false
 
     /// Connects with a `postgres://` URL or a key/value conninfo string.
     ///
     /// The string goes to `PQconnectdbParams` as `dbname` with `expand_dbname`, so libpq
     /// itself parses it (sslmode and every other option honoured); `overrides` are passed
-    /// as separate keywords, never spliced into the string.
-    public init(url: String, overrides: [String: String] = [:]) throws {
-        var pairs: [(String, String)] = [("connect_timeout", "5"), ("application_name", "teamcache")]
+    /// as separate keywords, never spliced into the string. `limits` come after the URL, so
+    /// they hold whatever it says; `overrides` come last.
+    public init(url: String, overrides: [String: String] = [:], limits: SessionLimits = SessionLimits()) throws {
+        var pairs: [(String, String)] = [("application_name", "teamcache")]
         pairs.append(("dbname", url))
+        pairs += limits.keywords
         pairs += overrides.sorted(by: { $0.key < $1.key })
         let keys = pairs.map { strdup($0.0) } + [nil]
         let values = pairs.map { strdup($0.1) } + [nil]
@@ -35,6 +41,9 @@ public final class PostgresConnection: @unchecked Sendable {
             throw PostgresError(.connectionFailed, serverMessage: message)
         }
         handle = connection
+        deadline = limits.clientDeadline
+        // Every call sends without blocking and waits with a deadline (see `awaitResult`).
+        PQsetnonblocking(connection, 1)
         // libpq prints NOTICEs to stderr by default; they can quote data, so drop them.
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
     }
@@ -42,7 +51,7 @@ public final class PostgresConnection: @unchecked Sendable {
     deinit { PQfinish(handle) }
 
     /// True once libpq has seen the connection fail; such a connection is discarded.
-    public var isBroken: Bool { PQstatus(handle) != CONNECTION_OK }
+    public var isBroken: Bool { abandoned || PQstatus(handle) != CONNECTION_OK }
 
     /// Checks an idle connection without a round trip: PostgreSQL sends a FATAL message
     /// and closes the socket when it shuts down, so a readable idle socket means trouble.
@@ -59,10 +68,10 @@ public final class PostgresConnection: @unchecked Sendable {
     @discardableResult
     public func query(_ sql: String, _ parameters: [PostgresValue] = []) throws -> PostgresResult {
         let name = try preparedName(for: sql, parameters)
-        let result = Self.withBinaryParameters(parameters) { count, values, lengths, formats in
-            PQexecPrepared(handle, name, count, values, lengths, formats, 1)
+        let sent = Self.withBinaryParameters(parameters) { count, values, lengths, formats in
+            PQsendQueryPrepared(handle, name, count, values, lengths, formats, 1)
         }
-        return try check(result)
+        return try check(awaitResult(sent: sent))
     }
 
     /// Calls `body` with libpq's parameter arrays (binary format), valid only during the call.
@@ -90,7 +99,7 @@ public final class PostgresConnection: @unchecked Sendable {
 
     /// Runs SQL text without parameters (several statements allowed), e.g. a migration file.
     public func execute(_ sql: String) throws {
-        _ = try check(PQexec(handle, sql))
+        _ = try check(awaitResult(sent: PQsendQuery(handle, sql)))
     }
 
     /// Runs `body` in a transaction, committing when it returns and rolling back when it throws.
@@ -119,9 +128,69 @@ public final class PostgresConnection: @unchecked Sendable {
         if let name = prepared[sql] { return name }
         let name = "tc\(prepared.count + 1)"
         let types = parameters.map { Oid($0.typeOID) }
-        _ = try check(PQprepare(handle, name, sql, Int32(types.count), types))
+        _ = try check(awaitResult(sent: PQsendPrepare(handle, name, sql, Int32(types.count), types)))
         prepared[sql] = name
         return name
+    }
+
+    // MARK: Waiting with a deadline
+
+    /// Flushes what was sent and collects the answer (the last result, as `PQexec` would),
+    /// never waiting past the deadline. nil when libpq failed; `check` then reads its error.
+    private func awaitResult(sent: Int32) throws -> OpaquePointer? {
+        guard sent == 1 else { return nil }
+        let limit = deadline.map { monotonicNow() + $0 }
+        while true {
+            let flushed = PQflush(handle)
+            if flushed == 0 { break }
+            if flushed < 0 { return nil }
+            try waitForSocket(writable: true, until: limit)
+            // The server may answer (an error) before taking all input: read it too.
+            guard PQconsumeInput(handle) == 1 else { return nil }
+        }
+        var last: OpaquePointer?
+        while true {
+            while PQisBusy(handle) == 1 {
+                try waitForSocket(writable: false, until: limit)
+                guard PQconsumeInput(handle) == 1 else {
+                    if let last { PQclear(last) }
+                    return nil
+                }
+            }
+            guard let next = PQgetResult(handle) else { return last }
+            // An error result ends the statement; keep it over earlier ones.
+            if let last { PQclear(last) }
+            last = next
+        }
+    }
+
+    private func waitForSocket(writable: Bool, until limit: TimeInterval?) throws {
+        var descriptor = pollfd(fd: PQsocket(handle), events: Int16(POLLIN) | (writable ? Int16(POLLOUT) : 0),
+                                revents: 0)
+        guard descriptor.fd >= 0 else { throw PostgresError(.connectionLost, serverMessage: "socket closed") }
+        while true {
+            let timeout: Int32
+            if let limit {
+                let left = limit - monotonicNow()
+                if left <= 0 { throw abandon() }
+                timeout = Int32(min(left * 1000, 60_000).rounded(.up))
+            } else {
+                timeout = -1
+            }
+            let ready = poll(&descriptor, 1, timeout)
+            if ready > 0 { return }
+            if ready < 0 && errno != EINTR {
+                throw PostgresError(.connectionLost, serverMessage: "poll failed: errno \(errno)")
+            }
+        }
+    }
+
+    /// Gives up on a session that did not answer in time: it is never used again, and the
+    /// server is asked (in the background) to cancel what it may still be running.
+    private func abandon() -> PostgresError {
+        abandoned = true
+        QueryCanceller.shared.cancel(handle)
+        return PostgresError(.connectionLost, serverMessage: "no answer within \(deadline ?? 0) s; session abandoned")
     }
 
     func check(_ result: OpaquePointer?) throws -> PostgresResult {

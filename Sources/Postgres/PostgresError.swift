@@ -12,6 +12,10 @@ public struct SQLState: Hashable, Sendable, CustomStringConvertible {
     public static let serializationFailure = SQLState("40001")
     public static let deadlockDetected = SQLState("40P01")
     public static let queryCanceled = SQLState("57014")
+    /// `lock_timeout` passed.
+    public static let lockNotAvailable = SQLState("55P03")
+    /// `idle_in_transaction_session_timeout` passed.
+    public static let idleInTransactionTimeout = SQLState("25P03")
     public static let adminShutdown = SQLState("57P01")
     public static let cannotConnectNow = SQLState("57P03")
     public static let insufficientResources = SQLState("53000")
@@ -54,7 +58,10 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
         case .decoding: return false
         case .query:
             guard let state = sqlState else { return false }
-            return [.adminShutdown, .cannotConnectNow, .queryCanceled].contains(state)
+            // A statement or lock limit passed: the database is too slow or too contended
+            // right now, and the same request can succeed later.
+            return [.adminShutdown, .cannotConnectNow, .queryCanceled, .lockNotAvailable,
+                    .idleInTransactionTimeout].contains(state)
                 || state.code.hasPrefix("08")
         }
     }

@@ -22,6 +22,7 @@ public final class Application: Sendable {
     public let eviction: EvictionJob
     /// The event loops' read batchers (empty when TEAMCACHE_READ_BATCH is 0).
     private let readers: [EntryReadBatcher]
+    private let readiness: ReadinessProbe
     private let group: ServiceGroup
     private let logger = Logger(component: "teamcache")
 
@@ -30,8 +31,10 @@ public final class Application: Sendable {
         self.configuration = configuration
         metrics = MetricsRegistry()
         database = try Database(configuration: configuration, requireCurrent: true)
-        pool = ConnectionPool(.init(url: database.url, maxConnections: configuration.poolSize,
-                                    acquireTimeout: configuration.acquireTimeout), metrics: metrics)
+        var poolConfiguration = ConnectionPool.Configuration(url: database.url, maxConnections: configuration.poolSize,
+                                                             acquireTimeout: configuration.acquireTimeout)
+        poolConfiguration.limits = configuration.sessionLimits
+        pool = ConnectionPool(poolConfiguration, metrics: metrics)
         // A quarter of the pool commits writes; the rest stays free for reads, flushes and eviction.
         store = EntryStore(pool: pool, policy: configuration.cache, clock: clock,
                            concurrentWriteBatches: max(1, configuration.poolSize / 4),
@@ -52,8 +55,11 @@ public final class Application: Sendable {
         let api = CacheAPI(store: store, tracker: tracker, eviction: eviction, metrics: metrics, inflated: inflated)
         guard let specURL = ResourceLocator.find("openapi.yaml"), let spec = FileManager.default.contents(atPath: specURL.path)
         else { throw ConfigurationError(variable: "openapi.yaml", value: "", allowed: "the file beside the binary") }
-        let operations = OperationalRoutes(pool: pool, migrations: database.migrations, metrics: metrics,
-                                           openAPI: Array(spec))
+        let readiness = ReadinessProbe(url: database.url, migrations: database.migrations)
+        // Probed once now, so the service is ready from its first request.
+        readiness.probe()
+        self.readiness = readiness
+        let operations = OperationalRoutes(readiness: readiness, metrics: metrics, openAPI: Array(spec))
         ProcessMetrics.register(in: metrics)
         metrics.gauge("teamcache_store_max_bytes", "Configured soft cap of the store in stored bytes (0: none).")
             .set([], Double(configuration.cache.storeMaxBytes))
@@ -72,7 +78,8 @@ public final class Application: Sendable {
                             metrics: metrics,
                             onLoopStart: { loop in if !readers.isEmpty { readers[loop.index].attach(to: loop) } })
         group = ServiceGroup(Self.services(configuration: configuration, store: store, tracker: tracker,
-                                           eviction: eviction, server: server, metrics: metrics, flusher: flusher))
+                                           eviction: eviction, server: server, metrics: metrics, flusher: flusher)
+            + [PeriodicService(name: "readiness", interval: ReadinessProbe.interval) { readiness.probe() }])
     }
 
     /// One read batcher per event loop, each with its own database connection (beside the pool).
@@ -83,7 +90,7 @@ public final class Application: Sendable {
                                       bounds: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
         return (0..<max(1, configuration.http.eventLoops)).map { _ in
             EntryReadBatcher(url: url, maxBatch: configuration.readBatch, timeout: configuration.readTimeout,
-                             batchSizes: sizes)
+                             limits: configuration.sessionLimits, batchSizes: sizes)
         }
     }
 
@@ -129,6 +136,7 @@ public final class Application: Sendable {
     private func finish() {
         // The loops have stopped: their batchers' connections can close from here.
         for reader in readers { reader.close() }
+        readiness.close()
         pool.closeIdle()
         database.close()
         LogSink.shared.flush()

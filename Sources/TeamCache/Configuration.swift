@@ -2,6 +2,7 @@ import CacheCore
 import Foundation
 import HTTPServer
 import Observability
+import Postgres
 
 /// The whole service's configuration, read once at start from `TEAMCACHE_*` variables and
 /// flags (flags win) and validated then.
@@ -16,6 +17,8 @@ public struct Configuration: Sendable {
     public var authEnabled = true
     public var poolSize = 16
     public var acquireTimeout: TimeInterval = 2
+    /// Statement, lock and idle-transaction limits of every serving connection.
+    public var sessionLimits = SessionLimits()
     /// Most reads per batched statement from an event loop; 0 sends every read through the pool.
     public var readBatch = 256
     /// Longest wait for a batched read's answer.
@@ -80,6 +83,11 @@ struct SettingReader {
         // A worker without a database connection only waits for one: match the pool by default.
         config.readBatch = try integer("TEAMCACHE_READ_BATCH", 0...10_000, default: 256)
         config.readTimeout = try duration("TEAMCACHE_DB_READ_TIMEOUT", 0.01...60, default: 2)
+        config.sessionLimits.statementTimeout = try duration("TEAMCACHE_DB_STATEMENT_TIMEOUT", 0.01...3600, default: 4)
+        config.sessionLimits.lockTimeout = try duration("TEAMCACHE_DB_LOCK_TIMEOUT", 0.01...3600, default: 2)
+        config.sessionLimits.idleInTransactionTimeout = try duration("TEAMCACHE_DB_IDLE_IN_TRANSACTION_TIMEOUT",
+                                                                     0.01...3600, default: 10)
+        config.http.requestTimeout = try duration("TEAMCACHE_REQUEST_TIMEOUT", 0.1...3600, default: 5)
         config.inflateCacheBytes = try integer("TEAMCACHE_INFLATE_CACHE_BYTES", 0...Int(Int32.max),
                                                default: 32 * 1024 * 1024)
         config.http.workerThreads = try integer("TEAMCACHE_WORKERS", 1...1024, default: config.poolSize)
@@ -90,6 +98,7 @@ struct SettingReader {
         config.http.headerTimeout = try duration("TEAMCACHE_HEADER_TIMEOUT", 0.1...3600, default: 10)
         config.http.bodyTimeout = try duration("TEAMCACHE_BODY_TIMEOUT", 0.1...3600, default: 60)
         config.http.idleTimeout = try duration("TEAMCACHE_IDLE_TIMEOUT", 0.1...86400, default: 75)
+        config.http.writeTimeout = try duration("TEAMCACHE_WRITE_TIMEOUT", 0.1...3600, default: 60)
         config.cache.maxTTL = Int(try duration("TEAMCACHE_MAX_TTL", 1...3_153_600_000, default: 365 * 86400))
         config.cache.defaultTTL = Int(try duration("TEAMCACHE_DEFAULT_TTL", 1...Double(config.cache.maxTTL),
                                                    default: 7 * 86400))

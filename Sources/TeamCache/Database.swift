@@ -27,7 +27,8 @@ public final class Database: Sendable {
             embedded = cluster
             logger.info("using embedded PostgreSQL", [("data", .string(cluster.clusterDirectory.path))])
             if requireCurrent {
-                let applied = try migrations.apply(on: try PostgresConnection(url: url))
+                // A migration may build an index for minutes: no statement limit on its session.
+                let applied = try migrations.apply(on: try PostgresConnection(url: url, limits: .unbounded))
                 if !applied.isEmpty {
                     logger.info("migrated embedded database", [("applied", .int(applied.count))])
                 }

@@ -27,7 +27,7 @@ extension Application {
         let entry = "/v1/caches/{ns}/entries/{key}"
         var routes = [
             Route("GET", "/healthz", .inline, handler: operations.health),
-            Route("GET", "/readyz", .worker, handler: operations.ready),
+            Route("GET", "/readyz", .inline, handler: operations.ready),
             Route("GET", "/openapi.yaml", .inline, handler: operations.specification),
             reads.route("GET", entry, .read, api.planGet),
             secured("PUT", entry, .write, api.putEntry),

@@ -17,7 +17,12 @@ enum DatabaseSession {
             database.close()
             LogSink.shared.flush()
         }
-        let pool = ConnectionPool(.init(url: database.url, maxConnections: 2, acquireTimeout: 10))
+        var session = ConnectionPool.Configuration(url: database.url, maxConnections: 2, acquireTimeout: 10)
+        // A command may rightly run long (a migration building an index, a large evict), but
+        // it never waits without end for a lock a live server holds.
+        session.limits = .unbounded
+        session.limits.lockTimeout = 60
+        let pool = ConnectionPool(session)
         return try body(database, pool, configuration)
     }
 }

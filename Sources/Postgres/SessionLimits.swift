@@ -1,0 +1,63 @@
+import Foundation
+
+/// How long a database session may wait, on the server and on the client.
+///
+/// Server side, PostgreSQL itself ends what runs too long (`statement_timeout`), waits
+/// too long for a lock (`lock_timeout`) or sits idle inside a transaction
+/// (`idle_in_transaction_session_timeout`): the backend cancels its own work and drops its
+/// locks, whatever happened to the client. Client side, no call waits past `clientDeadline`
+/// for an answer (a server frozen or partitioned away never answers at all); the
+/// connection is then abandoned, and a cancel request is sent in the background.
+public struct SessionLimits: Sendable, Equatable {
+    /// 0 disables each limit (migrations: an index build may take long).
+    public var statementTimeout: TimeInterval = 4
+    public var lockTimeout: TimeInterval = 2
+    public var idleInTransactionTimeout: TimeInterval = 10
+    /// libpq's minimum is 2 s.
+    public var connectTimeout: TimeInterval = 2
+    /// TCP only: unacknowledged data or silent peers end the connection after this long.
+    public var tcpUserTimeout: TimeInterval = 10
+    public var keepalivesIdle: Int = 5
+    public var keepalivesInterval: Int = 2
+    public var keepalivesCount: Int = 3
+
+    public init() {}
+
+    /// No statement or lock limit; the connect and TCP limits stay.
+    public static var unbounded: SessionLimits {
+        var limits = SessionLimits()
+        limits.statementTimeout = 0
+        limits.lockTimeout = 0
+        limits.idleInTransactionTimeout = 0
+        return limits
+    }
+
+    /// How long a client call waits for an answer: past the server's own statement limit,
+    /// so a live server always answers first (with its own error). nil: no limit.
+    public var clientDeadline: TimeInterval? {
+        statementTimeout > 0 ? statementTimeout + 1 : nil
+    }
+
+    /// libpq keywords. `options` carries the server settings to the backend at start-up,
+    /// so they hold from the first statement without a round trip of their own.
+    var keywords: [(String, String)] {
+        let settings = [
+            ("statement_timeout", statementTimeout), ("lock_timeout", lockTimeout),
+            ("idle_in_transaction_session_timeout", idleInTransactionTimeout),
+        ].map { "-c \($0.0)=\(Self.milliseconds($0.1))" }
+        return [
+            ("connect_timeout", String(max(2, Int(connectTimeout.rounded(.up))))),
+            ("options", settings.joined(separator: " ")),
+            ("keepalives", "1"),
+            ("keepalives_idle", String(keepalivesIdle)),
+            ("keepalives_interval", String(keepalivesInterval)),
+            ("keepalives_count", String(keepalivesCount)),
+            ("tcp_user_timeout", String(Self.milliseconds(tcpUserTimeout))),
+        ]
+    }
+
+    private static func milliseconds(_ seconds: TimeInterval) -> Int {
+        // Configuration bounds these to hours; clamp anyway so no value can trap here.
+        Int(min(max(seconds, 0), 86_400 * 7) * 1000)
+    }
+}

@@ -1,0 +1,84 @@
+import Foundation
+import Observability
+import Postgres
+
+/// Whether the service can serve, kept up to date in the background so `/readyz` answers
+/// from memory: a probe cannot be turned into database load, and a stalled database makes
+/// the service unready within `staleAfter` even though the probe itself is stuck.
+///
+/// Every `interval` the probe runs `SELECT 1` on a session of its own (beside the pool, so
+/// a busy pool does not read as a dead database), with a one-second statement limit, and
+/// checks the migrations every `migrationCheckEvery` probes.
+final class ReadinessProbe: @unchecked Sendable {
+    // @unchecked: `lastSuccess` and `migrationProblem` are guarded by `lock`; `connection`
+    // and `probes` are touched only by the one thread that runs `probe` (the periodic
+    // service's, or start-up before that service starts).
+    enum State: Equatable {
+        case ready
+        case unreachable
+        case schema(String)
+    }
+
+    static let interval: TimeInterval = 0.5
+    static let staleAfter: TimeInterval = 1
+    private static let migrationCheckEvery = 20
+
+    private let url: String
+    private let migrations: MigrationRunner
+    private let lock = NSLock()
+    private var lastSuccess: TimeInterval?
+    private var migrationProblem: String?
+    private var probes = 0
+    private var connection: PostgresConnection?
+    private let logger = Logger(component: "readiness")
+
+    init(url: String, migrations: MigrationRunner) {
+        self.url = url
+        self.migrations = migrations
+    }
+
+    var state: State {
+        lock.withLock {
+            if let problem = migrationProblem { return .schema(problem) }
+            guard let lastSuccess, monotonicSeconds() - lastSuccess <= Self.staleAfter else { return .unreachable }
+            return .ready
+        }
+    }
+
+    /// One probe (the periodic service's work); never throws, never waits past its limits.
+    func probe() {
+        let started = monotonicSeconds()
+        do {
+            let session = try connection ?? Self.open(url)
+            connection = session
+            try session.query("SELECT 1")
+            if probes % Self.migrationCheckEvery == 0 { try checkMigrations(on: session) }
+            probes += 1
+            lock.withLock { lastSuccess = started }
+        } catch let error as MigrationError {
+            lock.withLock { migrationProblem = error.description }
+        } catch {
+            if connection?.isBroken ?? true { connection = nil }
+        }
+    }
+
+    private func checkMigrations(on session: PostgresConnection) throws {
+        try migrations.requireCurrent(on: session)
+        lock.withLock { migrationProblem = nil }
+    }
+
+    func close() { connection = nil }
+
+    private static func open(_ url: String) throws -> PostgresConnection {
+        var limits = SessionLimits()
+        limits.statementTimeout = 1
+        limits.lockTimeout = 1
+        return try PostgresConnection(url: url, overrides: ["application_name": "teamcache-readiness"], limits: limits)
+    }
+
+    private func monotonicSeconds() -> TimeInterval {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return TimeInterval(time.tv_sec) + TimeInterval(time.tv_nsec) / 1e9
+    }
+}

@@ -1,0 +1,157 @@
+import Foundation
+import Glibc
+import Postgres
+import Testing
+import TeamCache
+import TestSupport
+
+/// Nothing waits without a deadline: a table lock held by another session, and a
+/// PostgreSQL that stops answering without closing its sockets (SIGSTOP), each give 503
+/// within the documented deadlines, and the service recovers by itself.
+@Suite(.serialized) struct DeadlineTests {
+    /// Short limits, so the test runs in seconds; the defaults are the same shape, longer.
+    static func tune(_ configuration: inout Configuration, url: String) {
+        configuration.databaseURL = url
+        configuration.sessionLimits.statementTimeout = 1.5
+        configuration.sessionLimits.lockTimeout = 0.5
+        configuration.readTimeout = 1
+        configuration.acquireTimeout = 0.5
+        configuration.http.requestTimeout = 3
+        configuration.tokenCacheTTL = 0
+    }
+
+    /// One timed request on a new connection; -1 when nothing came back within 20 s.
+    static func timed(_ service: TestService, _ method: String, _ path: String, token: String?,
+                      body: [UInt8] = []) -> (status: Int, seconds: Double) {
+        let started = Date()
+        let status = (try? service.request(method, path, token: token, body: body).status) ?? -1
+        return (status, Date().timeIntervalSince(started))
+    }
+
+    @Test func aHeldTableLockGives503WithinTheDeadlineAndLeavesNoOrphanedBackend() throws {
+        let database = try PrivateCluster("tc-lock")
+        defer { database.remove() }
+        let service = try TestService { Self.tune(&$0, url: database.url) }
+        defer { service.stop() }
+        let token = try service.token([.read, .write, .admin], namespaces: "*")
+        let path = entryPath("locked", "k")
+        #expect(try service.request("PUT", path, token: token, body: [1]).status == 201)
+
+        // Never presented before the lock: checking it needs the database.
+        let freshToken = try service.token([.read, .write], namespaces: "*")
+        // Another session holds both tables, as `LOCK TABLE` in psql would.
+        let holder = try PostgresConnection(url: database.url, limits: .unbounded)
+        try holder.execute("BEGIN; LOCK TABLE entries, api_tokens IN ACCESS EXCLUSIVE MODE")
+        let requests: [(String, String, String)] = [
+            ("PUT", path, token), ("DELETE", path, token), ("GET", "/v1/caches/locked/stats", token),
+            ("GET", path, freshToken), ("GET", path, token),
+        ]
+        for (method, target, secret) in requests {
+            let (status, seconds) = Self.timed(service, method, target, token: secret, body: method == "PUT" ? [2] : [])
+            #expect(status == 503, "\(method) \(target) answered \(status) under the lock")
+            #expect(seconds < 3 + 1, "\(method) \(target) took \(seconds) s")
+        }
+        try holder.execute("ROLLBACK")
+
+        // Recovery by itself, once the lock is gone.
+        #expect(Self.timed(service, "PUT", path, token: token, body: [3]).status == 200)
+        #expect(Self.timed(service, "GET", path, token: freshToken).status == 200)
+        #expect(Self.timed(service, "DELETE", path, token: token).status == 204)
+        // No backend of the service is left waiting on a lock or idle inside a transaction.
+        let observer = try PostgresConnection(url: database.url)
+        let stuck = try observer.query("""
+            SELECT count(*)::int8 AS n FROM pg_stat_activity
+            WHERE application_name LIKE 'teamcache%' AND pid <> pg_backend_pid()
+              AND (wait_event_type = 'Lock' OR state LIKE 'idle in transaction%')
+            """)
+        #expect(try stuck.rows.first?.int("n") == 0)
+    }
+
+    @Test func aFrozenDatabaseGives503WithinTheDeadlineAndServiceReturnsAfterIt() throws {
+        let database = try PrivateCluster("tc-freeze")
+        defer { database.remove() }
+        let service = try TestService { Self.tune(&$0, url: database.url) }
+        defer { service.stop() }
+        let token = try service.token([.read, .write], namespaces: "*")
+        for index in 0..<20 {
+            #expect(try service.request("PUT", entryPath("frozen", "k\(index)"), token: token, body: [1]).status == 201)
+        }
+        let outcomes = Locked<(statuses: [Int: Int], slowest: Double)>(([:], 0))
+        let running = Locked(true)
+        let load = DispatchGroup()
+        for worker in 0..<8 {
+            DispatchQueue.global().async(group: load) {
+                var round = 0
+                while running.value {
+                    round += 1
+                    let path = entryPath("frozen", "k\(round % 20)")
+                    let (status, seconds) = worker % 2 == 0
+                        ? Self.timed(service, "GET", path, token: token)
+                        : Self.timed(service, "PUT", path, token: token, body: [UInt8(truncatingIfNeeded: round)])
+                    outcomes.update {
+                        $0.statuses[status, default: 0] += 1
+                        $0.slowest = max($0.slowest, seconds)
+                    }
+                }
+            }
+        }
+        Thread.sleep(forTimeInterval: 0.5)
+        let frozen = try PostgresProcesses(database.cluster.clusterDirectory)
+        frozen.signal(SIGSTOP)
+        let stoppedAt = Date()
+        var unreadyAfter: Double?
+        while Date().timeIntervalSince(stoppedAt) < 10 {
+            if unreadyAfter == nil, (try? service.request("GET", "/readyz").status) == 503 {
+                unreadyAfter = Date().timeIntervalSince(stoppedAt)
+            }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        frozen.signal(SIGCONT)
+        let resumedAt = Date()
+        var recovered: Double?
+        while recovered == nil && Date().timeIntervalSince(resumedAt) < 15 {
+            let put = Self.timed(service, "PUT", entryPath("frozen", "after"), token: token, body: [9]).status
+            if [200, 201].contains(put), Self.timed(service, "GET", entryPath("frozen", "after"), token: token).status == 200,
+               (try? service.request("GET", "/readyz").status) == 200 {
+                recovered = Date().timeIntervalSince(resumedAt)
+            } else {
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+        }
+        running.update { $0 = false }
+        load.wait()
+        let (statuses, slowest) = outcomes.value
+        #expect(statuses.keys.allSatisfy { [200, 201, 503].contains($0) }, "\(statuses)")
+        #expect(statuses[503, default: 0] > 0, "\(statuses)")
+        #expect(slowest < 3 + 1, "a request took \(slowest) s (deadline 3 s)")
+        #expect(unreadyAfter.map { $0 < 1.5 } == true, "readyz unready after \(String(describing: unreadyAfter)) s")
+        #expect(recovered != nil, "no recovery within 15 s of SIGCONT")
+        #expect(try service.request("GET", "/healthz").status == 200)
+    }
+}
+
+/// The processes of one cluster (the postmaster and its children), to freeze and thaw them.
+struct PostgresProcesses {
+    let pids: [pid_t]
+
+    init(_ dataDirectory: URL) throws {
+        let pidFile = try String(contentsOf: dataDirectory.appendingPathComponent("postmaster.pid"), encoding: .utf8)
+        guard let first = pidFile.split(separator: "\n").first, let postmaster = pid_t(first) else {
+            throw CocoaError(.fileReadCorruptFile)
+        }
+        var pids = [postmaster]
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+            guard let pid = pid_t(entry),
+                  let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { continue }
+            // Fields after the command name: state, then the parent's pid.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            if fields.count > 1, pid_t(fields[1]) == postmaster { pids.append(pid) }
+        }
+        self.pids = pids
+    }
+
+    func signal(_ signal: Int32) {
+        for pid in pids { kill(pid, signal) }
+    }
+}
