@@ -38,8 +38,9 @@ public final class AccessTracker: @unchecked Sendable {
             case .miss: misses += 1
             case .bypass: bypass += 1
             }
-            inputTokens += entry?.inputTokens ?? 0
-            outputTokens += entry?.outputTokens ?? 0
+            // Wrapping, not trapping: token counts come from the database (bigint columns).
+            inputTokens &+= entry?.inputTokens ?? 0
+            outputTokens &+= entry?.outputTokens ?? 0
         }
 
         mutating func add(_ other: NamespaceCounts) {

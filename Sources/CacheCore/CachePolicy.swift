@@ -21,5 +21,9 @@ public struct CachePolicy: Sendable {
 
     public init() {}
 
-    public var storeHardCap: Int64 { storeMaxBytes > 0 ? Int64(Double(storeMaxBytes) * hardCapRatio) : 0 }
+    /// Saturates at Int64.max rather than trapping on a huge configured cap.
+    public var storeHardCap: Int64 {
+        guard storeMaxBytes > 0 else { return 0 }
+        return Int64(exactly: (Double(storeMaxBytes) * hardCapRatio).rounded(.down)) ?? Int64.max
+    }
 }

@@ -17,7 +17,8 @@ public struct CacheStats: Sendable, Equatable {
 
     /// Hits over hits and misses; stale answers and bypasses are in neither.
     public var hitRatio: Double {
-        hits + misses == 0 ? 0 : Double(hits) / Double(hits + misses)
+        let lookups = Double(hits) + Double(misses)
+        return lookups == 0 ? 0 : Double(hits) / lookups
     }
 }
 

@@ -62,8 +62,7 @@ final class EntryWriteBatcher: @unchecked Sendable {
                 condition.wait()
                 continue
             }
-            let batch = Array(queue.prefix(maxBatch))
-            queue.removeFirst(batch.count)
+            let batch = takeBatch()
             running += 1
             condition.unlock()
             let results = Self.run(batch.map(\.write), store: store)
@@ -75,6 +74,24 @@ final class EntryWriteBatcher: @unchecked Sendable {
         }
         condition.unlock()
         return try slot.result!.get()
+    }
+
+    /// Bodies in one statement at most (its `bytea[]` parameter must stay far below libpq's
+    /// 2 GiB limit, and one statement should not hold hundreds of MiB at once).
+    static let maxBatchBytes = 64 * 1024 * 1024
+
+    /// The front of the queue, up to `maxBatch` writes and `maxBatchBytes` of bodies (at
+    /// least one write, however large). Called with the lock held.
+    private func takeBatch() -> [Slot] {
+        var count = 0, bytes = 0
+        for slot in queue.prefix(maxBatch) {
+            bytes += slot.write.body.bytes.count
+            if count > 0 && bytes > Self.maxBatchBytes { break }
+            count += 1
+        }
+        let batch = Array(queue.prefix(count))
+        queue.removeFirst(count)
+        return batch
     }
 
     private static func run(_ writes: [EntryWrite], store: EntryStore) -> [Result<WriteOutcome, any Error>] {

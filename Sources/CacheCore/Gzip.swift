@@ -39,7 +39,7 @@ public enum Gzip {
         defer { inflateEnd(stream.pointer) }
         var output: [UInt8] = []
         // No larger than the limit needs: a 2 KB answer should not zero 64 KiB on every hit.
-        var chunk = [UInt8](repeating: 0, count: min(64 * 1024, limit + 1))
+        var chunk = [UInt8](repeating: 0, count: min(64 * 1024, max(limit, 0)) + 1)
         var status: Int32 = Z_OK
         try bytes.withUnsafeBufferPointer { input in
             stream.pointer.pointee.next_in = UnsafeMutablePointer(mutating: input.baseAddress)

@@ -56,7 +56,8 @@ public enum HTTPDate {
         guard parts.count == 6, parts[5] == "GMT", let day = Int(parts[1]),
               let month = months.firstIndex(of: String(parts[2])), let year = Int(parts[3]) else { return nil }
         let clock = parts[4].split(separator: ":").compactMap { Int($0) }
-        guard clock.count == 3 else { return nil }
+        guard clock.count == 3, (1...9999).contains(year), (1...31).contains(day), (0...23).contains(clock[0]),
+              (0...59).contains(clock[1]), (0...60).contains(clock[2]) else { return nil }
         var fields = tm()
         fields.tm_year = Int32(year - 1900)
         fields.tm_mon = Int32(month)

@@ -80,7 +80,9 @@ public final class PostgresConnection: @unchecked Sendable {
         _ body: (Int32, UnsafePointer<UnsafePointer<CChar>?>?, [Int32], [Int32]) -> T
     ) -> T {
         let encoded = parameters.map(\.binary)
-        let lengths = encoded.map { Int32($0?.count ?? 0) }
+        // Callers keep each parameter far below 2 GiB (bodies are capped, write batches bounded
+        // by bytes); clamping keeps even a mistake from trapping: the server would refuse it.
+        let lengths = encoded.map { Int32(clamping: $0?.count ?? 0) }
         let formats = [Int32](repeating: 1, count: parameters.count)
         // Copies keep every parameter buffer valid for the whole call.
         let buffers: [UnsafeMutablePointer<CChar>?] = encoded.map { bytes in

@@ -123,16 +123,17 @@ public struct PostgresRow {
         if result.isNull(index, column) { return nil }
         guard result.type(column) == PostgresType.textArray else { throw mismatch(name, "text[]") }
         return result.withValue(index, column) { raw -> [String] in
-            let dimensions = BinaryCoding.readInt(raw, at: 0, size: 4)
-            guard dimensions == 1 else { return [] }
+            // Every length is checked against the buffer: a malformed value ends the array.
+            guard raw.count >= 20, BinaryCoding.readInt(raw, at: 0, size: 4) == 1 else { return [] }
             let count = Int(BinaryCoding.readInt(raw, at: 12, size: 4))
             var offset = 20
             var out: [String] = []
-            out.reserveCapacity(count)
-            for _ in 0..<count {
+            out.reserveCapacity(min(max(count, 0), raw.count / 4))
+            while out.count < count && offset + 4 <= raw.count {
                 let length = Int(BinaryCoding.readInt(raw, at: offset, size: 4))
                 offset += 4
                 guard length >= 0 else { continue }
+                guard length <= raw.count - offset else { break }
                 out.append(String(decoding: UnsafeRawBufferPointer(rebasing: raw[offset..<offset + length]),
                                   as: UTF8.self))
                 offset += length

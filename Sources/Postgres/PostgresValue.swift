@@ -102,8 +102,12 @@ enum BinaryCoding {
     /// PostgreSQL's epoch (2000-01-01) in Unix seconds.
     static let postgresEpoch: Int64 = 946_684_800
 
+    /// Total: dates past ±292,000 years (which no caller should send, but a parser might
+    /// let through) clamp to PostgreSQL's `infinity` / `-infinity`, never trap.
     static func postgresMicros(_ date: Date) -> Int64 {
-        Int64(((date.timeIntervalSince1970 - Double(postgresEpoch)) * 1_000_000).rounded())
+        let micros = ((date.timeIntervalSince1970 - Double(postgresEpoch)) * 1_000_000).rounded()
+        if micros.isNaN { return 0 }
+        return Int64(exactly: micros) ?? (micros > 0 ? Int64.max : Int64.min)
     }
 
     static func date(fromPostgresMicros micros: Int64) -> Date {
@@ -160,9 +164,15 @@ enum BinaryCoding {
         return out
     }
 
+    /// A big-endian integer of `size` bytes at `offset`; bytes past the buffer read as 0 (a
+    /// value shorter than its type says is a server fault, and must not read out of bounds).
     static func readInt(_ bytes: UnsafeRawBufferPointer, at offset: Int, size: Int) -> Int64 {
         var value: Int64 = 0
-        for index in 0..<size { value = value << 8 | Int64(bytes[offset + index]) }
+        for index in 0..<size {
+            let position = offset + index
+            let byte = position >= 0 && position < bytes.count ? bytes[position] : 0
+            value = value << 8 | Int64(byte)
+        }
         // Sign-extend values narrower than 64 bits.
         let shift = Int64(64 - size * 8)
         return shift == 0 ? value : (value << shift) >> shift

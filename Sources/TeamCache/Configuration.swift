@@ -105,7 +105,7 @@ struct SettingReader {
         config.cache.staleRetention = Int(try duration("TEAMCACHE_STALE_RETENTION", 0...3_153_600_000,
                                                        default: 86400))
         config.cache.compressionLevel = Int32(try integer("TEAMCACHE_COMPRESSION_LEVEL", 1...9, default: 6))
-        config.cache.storeMaxBytes = Int64(try integer("TEAMCACHE_MAX_BYTES", 0...Int.max, default: 0))
+        config.cache.storeMaxBytes = Int64(try integer("TEAMCACHE_MAX_BYTES", 0...(1 << 60), default: 0))
         config.cache.hardCapRatio = try number("TEAMCACHE_HARD_CAP_RATIO", 1...10, default: 1.1)
         config.cache.idleTTL = Int(try duration("TEAMCACHE_IDLE_TTL", 60...3_153_600_000, default: 30 * 86400))
         config.evictionInterval = try duration("TEAMCACHE_EVICTION_INTERVAL", 1...86400, default: 60)

@@ -30,7 +30,7 @@ enum NamespacesCommand {
             if arguments.positional[0] == "set" {
                 let ttl = try arguments.values["--default-ttl"].map { text -> Int in
                     guard let seconds = Duration.seconds(text) else {
-                        throw Arguments.Failure(description: "--default-ttl takes a duration such as 1h or 7d")
+                        throw Arguments.Failure(description: "--default-ttl takes a duration such as 1h or 7d (at most 100 years)")
                     }
                     return Int(seconds)
                 }

@@ -114,11 +114,16 @@ enum TokensCommand {
 
 enum Duration {
     /// `90d`, `12h`, `30m`, `45s`, or plain seconds.
+    /// Finite and at most 100 years: `inf`, `1e300d` and the like are refused, not trapped on.
     static func seconds(_ text: String) -> Double? {
         let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86400]
-        if let last = text.last, let scale = units[last], let value = Double(text.dropLast()), value > 0 {
-            return value * scale
+        var seconds = Double(text)
+        if seconds == nil, let last = text.last, let scale = units[last], let value = Double(text.dropLast()) {
+            seconds = value * scale
         }
-        return Double(text).flatMap { $0 > 0 ? $0 : nil }
+        guard let seconds, seconds.isFinite, seconds > 0, seconds <= maximum else { return nil }
+        return seconds
     }
+
+    static let maximum: Double = 3_153_600_000
 }

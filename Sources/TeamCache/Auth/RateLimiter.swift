@@ -30,7 +30,8 @@ final class RateLimiter: @unchecked Sendable {
                 bucket.tokens -= 1
                 return nil
             }
-            return max(1, Int(((1 - bucket.tokens) / rate).rounded(.up)))
+            // Clamped: a tiny configured rate must not turn into an Int overflow here.
+            return Int(min(max(1, ((1 - bucket.tokens) / rate).rounded(.up)), 86_400))
         }
     }
 }
