@@ -28,6 +28,8 @@ let package = Package(
         .executableTarget(name: "teamcache", dependencies: ["TeamCache"]),
         // libFuzzer target for the HTTP parser (see scripts/fuzz.sh).
         .executableTarget(name: "HTTPParserFuzz", dependencies: ["HTTPServer"]),
+        // libFuzzer target for the whole request path: parse, route, headers, query, JSON, handlers.
+        .executableTarget(name: "RequestFuzz", dependencies: ["HTTPServer", "TeamCache"]),
         .target(name: "TeamCacheClient", dependencies: ["CacheKeys"]),
         .target(name: "TestSupport", dependencies: ["Postgres", "TeamCache", "HTTPServer"], path: "Sources/TestSupport"),
 

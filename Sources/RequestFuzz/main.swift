@@ -1,0 +1,63 @@
+import HTTPServer
+import Observability
+import TeamCache
+
+/// Drives the whole request path: bytes → parser → router → the real handlers (header,
+/// query and JSON parsers included) over a database that cannot be reached. Traps when a
+/// request gets a 500 (an unexpected error: every store failure is a 503 here) or when a
+/// list-header helper breaks its own contract.
+let router = RequestHarness.router()
+// Each failed store call warns; millions of them would only slow the fuzzer down.
+LogSink.shared.configure(level: .error)
+
+func check(_ bytes: [UInt8]) {
+    var limits = HTTPParserLimits()
+    limits.maxBodyBytes = 64 * 1024
+    var parser = HTTPParser(limits: limits)
+    parser.feed(bytes)
+    while let event = parser.next() {
+        guard case .request(let request) = event else { continue }
+        for (_, value) in request.headers { checkListHelpers(value) }
+        guard let response = router.respondSynchronously(to: request) else { continue }
+        precondition(response.status != 500, "500 for \(request.method) \(request.target)")
+        precondition((100...599).contains(response.status), "status \(response.status)")
+    }
+}
+
+/// The helpers' promises: elements are trimmed and never empty; parsed numbers are in range.
+func checkListHelpers(_ value: String) {
+    for element in HeaderList.split(value) {
+        precondition(!element.isEmpty && element.first != " " && element.last != " ", "untrimmed element")
+        let parsed = HeaderElement(parsing: element)
+        if let seconds = parsed.value.flatMap(HeaderList.deltaSeconds) {
+            precondition((0...HeaderList.deltaSecondsCap).contains(seconds), "delta-seconds out of range")
+        }
+        if let quality = parsed.parameter("q").flatMap(HeaderList.quality) {
+            precondition((0...1).contains(quality), "q out of range")
+        }
+    }
+    let headers = HTTPHeaders([("If-None-Match", value)])
+    _ = EntityTagList(headers, "If-None-Match")?.matchesWeakly("\"a\"")
+}
+
+#if FUZZING
+@_silgen_name("LLVMFuzzerRunDriver")
+func runDriver(_ argc: UnsafeMutablePointer<Int32>,
+               _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+               _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> Int32) -> Int32
+
+var argc = CommandLine.argc
+var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
+_ = runDriver(&argc, &argv) { data, size in
+    check(size == 0 ? [] : Array(UnsafeBufferPointer(start: data, count: size)))
+    return 0
+}
+#else
+// Without the fuzzer: replay inputs given as files (to reproduce a finding).
+import Foundation
+for path in CommandLine.arguments.dropFirst() {
+    guard let data = FileManager.default.contents(atPath: path) else { continue }
+    check(Array(data))
+    print("ok \(path)")
+}
+#endif
