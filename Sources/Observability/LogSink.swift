@@ -3,65 +3,114 @@ import Synchronization
 
 /// The process-wide destination of log lines.
 ///
-/// Lines are buffered and written by a background flusher every 100 ms (or at once past
-/// 64 KiB, or for warnings and errors), so an access log line does not cost a syscall
-/// per request on the event loops.
+/// Callers (event loops among them) only append to a bounded buffer under a lock; a
+/// background writer thread does every write, every 100 ms or at once for warnings and
+/// errors. If the output stops draining (a stuck pipe, a full disk behind a terminal), the
+/// writer waits, the buffer fills to `maxBufferedBytes`, and further lines are dropped and
+/// counted (`droppedLines`, published as `teamcache_log_lines_dropped_total`): requests go
+/// on, and memory stays bounded.
 public final class LogSink: @unchecked Sendable {
-    // @unchecked: `buffer`, `fd` and `flusherStarted` are guarded by `lock`; `minimum` is atomic.
+    // @unchecked: `buffer`, `fd`, `writerStarted` and `wakeUp` are guarded by `condition`;
+    // `minimum` and `dropped` are atomic.
     public static let shared = LogSink()
 
-    private let lock = NSLock()
+    /// Past this many buffered bytes new lines are dropped.
+    public static let maxBufferedBytes = 4 * 1024 * 1024
+    /// A write of at most PIPE_BUF bytes to a pipe with that much room never blocks.
+    private static let chunk = 4096
+
+    private let condition = NSCondition()
     private var buffer: [UInt8] = []
     private var fd: Int32 = 2
     /// Read on every log call (and every request, for the access log): atomic, not locked.
     private let minimum = Atomic<Int>(LogLevel.info.rawValue)
-    private var flusherStarted = false
+    private let dropped = Atomic<Int>(0)
+    private var writerStarted = false
+    private var wakeUp = false
 
     public var level: LogLevel { LogLevel(rawValue: minimum.load(ordering: .relaxed)) ?? .info }
+
+    /// Lines dropped because the output did not drain.
+    public var droppedLines: Int { dropped.load(ordering: .relaxed) }
 
     /// Sets the minimum level and the output descriptor (2 = standard error).
     public func configure(level: LogLevel, fd: Int32 = 2) {
         minimum.store(level.rawValue, ordering: .relaxed)
-        lock.withLock { self.fd = fd }
+        condition.withLock { self.fd = fd }
     }
 
-    /// Appends complete lines (one or many, each ending in a newline).
+    /// Appends complete lines (one or many, each ending in a newline); never blocks on I/O.
     public func write(_ lines: [UInt8], urgent: Bool = false) {
-        lock.withLock {
+        let kept = condition.withLock {
+            guard buffer.count + lines.count <= Self.maxBufferedBytes else { return false }
             buffer.append(contentsOf: lines)
-            if urgent || buffer.count > 64 * 1024 { flushLocked() }
-            startFlusherLocked()
+            if urgent || buffer.count > 64 * 1024 {
+                wakeUp = true
+                condition.signal()
+            }
+            startWriterLocked()
+            return true
+        }
+        if !kept {
+            let count = lines.reduce(0) { $0 + ($1 == 10 ? 1 : 0) }
+            dropped.add(max(count, 1), ordering: .relaxed)
         }
     }
 
-    /// Writes out everything buffered (call at shutdown).
-    public func flush() {
-        lock.withLock { flushLocked() }
+    /// Writes out everything buffered, waiting at most `timeout` for the output to drain
+    /// (at shutdown: a stuck output must not hold the process).
+    public func flush(timeout: TimeInterval = 2) {
+        let (bytes, target) = condition.withLock { () -> ([UInt8], Int32) in
+            defer { buffer.removeAll(keepingCapacity: true) }
+            return (buffer, fd)
+        }
+        Self.output(bytes, to: target, deadline: Date().addingTimeInterval(timeout))
     }
 
-    private func flushLocked() {
+    private func startWriterLocked() {
+        guard !writerStarted else { return }
+        writerStarted = true
+        let thread = Thread { [self] in
+            while true {
+                let (bytes, target) = condition.withLock { () -> ([UInt8], Int32) in
+                    let until = Date().addingTimeInterval(0.1)
+                    while !wakeUp && condition.wait(until: until) {}
+                    wakeUp = false
+                    defer { buffer.removeAll(keepingCapacity: true) }
+                    return (buffer, fd)
+                }
+                // No deadline here: this thread may wait; callers do not wait for it.
+                Self.output(bytes, to: target, deadline: nil)
+            }
+        }
+        thread.name = "log-writer"
+        thread.start()
+    }
+
+    /// Writes `bytes` in pipe-sized pieces, each after the descriptor says it has room;
+    /// with a deadline, what could not be written by then is dropped (and counted).
+    private static func output(_ bytes: [UInt8], to fd: Int32, deadline: Date?) {
         var offset = 0
-        buffer.withUnsafeBytes { raw in
+        bytes.withUnsafeBytes { raw in
             while offset < raw.count {
-                let written = Foundation.write(fd, raw.baseAddress! + offset, raw.count - offset)
-                if written < 0 && errno == EINTR { continue }
+                var descriptor = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                let wait = deadline.map { Int32(max(0, min($0.timeIntervalSinceNow * 1000, 1000))) } ?? 1000
+                let ready = poll(&descriptor, 1, wait)
+                if ready == 0 {
+                    if let deadline, Date() >= deadline { break }
+                    continue
+                }
+                if ready < 0 && errno == EINTR { continue }
+                let base = raw.baseAddress.map { $0 + offset }
+                let written = Foundation.write(fd, base, min(Self.chunk, raw.count - offset))
+                if written < 0 && (errno == EINTR || errno == EAGAIN) { continue }
                 if written <= 0 { break }
                 offset += written
             }
         }
-        buffer.removeAll(keepingCapacity: true)
-    }
-
-    private func startFlusherLocked() {
-        guard !flusherStarted else { return }
-        flusherStarted = true
-        let thread = Thread { [self] in
-            while true {
-                usleep(100_000)
-                flush()
-            }
+        if offset < bytes.count {
+            let lost = bytes[offset...].reduce(0) { $0 + ($1 == 10 ? 1 : 0) }
+            LogSink.shared.dropped.add(max(lost, 1), ordering: .relaxed)
         }
-        thread.name = "log-flusher"
-        thread.start()
     }
 }

@@ -61,6 +61,9 @@ public final class Application: Sendable {
         self.readiness = readiness
         let operations = OperationalRoutes(readiness: readiness, metrics: metrics, openAPI: Array(spec))
         ProcessMetrics.register(in: metrics)
+        let droppedLogLines = metrics.counter("teamcache_log_lines_dropped_total",
+                                              "Log lines dropped because the log output did not drain.")
+        metrics.addCollector { droppedLogLines.replaceAll([[]: Double(LogSink.shared.droppedLines)]) }
         metrics.gauge("teamcache_store_max_bytes", "Configured soft cap of the store in stored bytes (0: none).")
             .set([], Double(configuration.cache.storeMaxBytes))
         metrics.gauge("teamcache_store_hard_cap_bytes", "Writes past this many stored bytes get 507 (0: none).")

@@ -105,30 +105,9 @@ import TestSupport
     /// SIGKILL in the middle of upserts: no partial entry is ever visible afterwards. Each
     /// body states its own length and fill byte, so a torn or truncated row would show.
     @Test func killedInTheMiddleOfUpsertsLeavesNoPartialEntry() throws {
-        let binary = TestPaths.repository.appendingPathComponent(".build/debug/teamcache").path
-        try #require(FileManager.default.isExecutableFile(atPath: binary), "build the teamcache binary first")
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "kill")
-        let port = 20000 + Int(getpid() % 10000)
-        var environment = ProcessInfo.processInfo.environment
-        environment["TEAMCACHE_AUTH"] = "off"
-        environment["TEAMCACHE_LOG_LEVEL"] = "error"
-        // A dbname query parameter makes libpq use this test's database under the suite's server.
-        let base = TestDatabase.shared.url
-        let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(database)"
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["serve", "--listen", "127.0.0.1:\(port)", "--database-url", url]
-        process.environment = environment
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
-        var ready = false
-        for _ in 0..<100 where !ready {
-            ready = (try? RawClient(port: port, timeout: 1)) != nil
-            if !ready { Thread.sleep(forTimeInterval: 0.1) }
-        }
-        try #require(ready)
+        let server = try ServeProcess(prefix: "kill")
+        let (port, database) = (server.port, server.database)
+        try #require(server.waitUntilListening())
         let writers = DispatchGroup()
         for worker in 0..<6 {
             DispatchQueue.global().async(group: writers) {
@@ -145,7 +124,7 @@ import TestSupport
             }
         }
         Thread.sleep(forTimeInterval: 1.0)
-        kill(process.processIdentifier, SIGKILL)
+        server.kill()
         writers.wait()
         let connection = try TestDatabase.shared.connect(database: database)
         let rows = try connection.query("SELECT body, encoding, identity_size FROM entries WHERE namespace = 'kill'")
@@ -160,5 +139,31 @@ import TestSupport
             #expect(body.count == prefix + size && body.count == identitySize)
             #expect(body[prefix...].allSatisfy { $0 == fill })
         }
+    }
+}
+
+/// Logging never blocks an event loop: with standard error a pipe nobody reads, requests go
+/// on at full speed, and the lines that did not fit are dropped and counted.
+@Suite struct LogBackpressureTests {
+    @Test func aStuckLogOutputDropsLinesInsteadOfBlockingRequests() throws {
+        let pipe = Pipe()
+        let server = try ServeProcess(prefix: "logjam", environment: ["TEAMCACHE_LOG_LEVEL": "info"],
+                                      stderr: pipe.fileHandleForWriting)
+        try #require(server.waitUntilListening())
+        // 40,000 access-log lines (~8 MB) against a 64 KiB pipe and a 4 MiB buffer.
+        let client = try RawClient(port: server.port, timeout: 10)
+        let started = Date()
+        let batch = String(repeating: "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n", count: 100)
+        for _ in 0..<400 {
+            try client.send(batch)
+            for _ in 0..<100 { #expect(try client.readResponse().status == 200) }
+        }
+        let seconds = Date().timeIntervalSince(started)
+        #expect(seconds < 20, "40,000 requests took \(seconds) s with a stuck log")
+        let metrics = try RawClient(port: server.port, timeout: 5)
+        try metrics.send("GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        let dropped = metricSample(try metrics.readResponse().text, "teamcache_log_lines_dropped_total")
+        #expect(dropped > 1000, "\(dropped) lines counted as dropped")
+        withExtendedLifetime(pipe) {}
     }
 }
