@@ -134,7 +134,7 @@ public final class EventLoop: @unchecked Sendable {
                 default:
                     // EMFILE and friends: stop accepting until the next sweep, or the
                     // level-triggered listener would spin the loop.
-                    context.logger.warn("accept failed", [("errno", .int(Int(errno)))])
+                    context.failures.log(.warn, "accept failed", kind: "accept \(errno)", [("errno", .int(Int(errno)))])
                     pauseAccepting()
                     return
                 }

@@ -13,6 +13,8 @@ final class ServerContext: @unchecked Sendable {
     /// Route templates by route id, for metric labels.
     let routeNames: [String]
     let logger = Logger(component: "http")
+    /// Unexpected handler errors, summarised when they repeat.
+    let failures = LogThrottle(Logger(component: "http"))
     /// Random per process, so generated request ids do not repeat across restarts.
     let requestIDPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 16)
     private let lock = NSLock()
@@ -51,9 +53,9 @@ final class ServerContext: @unchecked Sendable {
         } catch let error as HTTPError {
             return error.response(requestID: request.requestID)
         } catch {
-            logger.error("handler failed", [("request_id", .string(request.requestID)),
-                                            ("route", .string(route.template)),
-                                            ("error", .string(String(describing: error)))])
+            failures.log(.error, "handler failed", kind: route.template,
+                         [("request_id", .string(request.requestID)), ("route", .string(route.template)),
+                          ("error", .string(String(describing: error)))])
             return HTTPError(500, "An unexpected error occurred; quote the request id when reporting it.")
                 .response(requestID: request.requestID)
         }

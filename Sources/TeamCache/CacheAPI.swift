@@ -13,6 +13,8 @@ public final class CacheAPI: Sendable {
     let upserts: CounterFamily?
     let inflated: InflatedBodies
     let logger = Logger(component: "cache")
+    /// Database failures during an outage repeat per request: one line per kind per 10 s.
+    let failures = LogThrottle(Logger(component: "cache"))
 
     var policy: CachePolicy { store.policy }
     var clock: any Clock { store.clock }
@@ -34,8 +36,8 @@ public final class CacheAPI: Sendable {
         do {
             return try body()
         } catch let error as PostgresError {
-            logger.warn("database error", [("request_id", .string(request.requestID)),
-                                           ("error", .string(error.description))])
+            failures.log(.warn, "database error", kind: error.description,
+                         [("request_id", .string(request.requestID)), ("error", .string(error.description))])
             logger.debug("database error detail", [("request_id", .string(request.requestID)),
                                                    ("detail", .string(error.serverMessage))])
             if error.isUnavailable {
