@@ -16,6 +16,14 @@ final class Connection: @unchecked Sendable {
 
     /// How long input is read and dropped after an error response before closing.
     static let lingerSeconds: TimeInterval = 2
+    /// Pipelined requests answered per connection per loop turn: one client cannot hold its
+    /// loop while the other connections on it wait.
+    static let requestsPerTurn = 32
+    /// Output queued for a client that is not reading; past it no request is answered (and
+    /// no input read) until it drains.
+    static let maxQueuedOutput = 1 << 20
+    /// Unparsed input held at most; reading pauses past it until the parser has caught up.
+    static let maxBufferedInput = 64 * 1024
 
     let fd: Int32
     /// unowned(unsafe): the loop owns its connections and outlives them; a checked unowned
@@ -58,7 +66,7 @@ final class Connection: @unchecked Sendable {
             discardInput()
             return
         }
-        while !inputClosed {
+        while !inputClosed && parser.bufferedBytes < Self.maxBufferedInput {
             let count = read(fd, loop.scratch.baseAddress, loop.scratch.count)
             if count > 0 {
                 parser.feed(UnsafeRawBufferPointer(start: loop.scratch.baseAddress, count: count))
@@ -83,13 +91,20 @@ final class Connection: @unchecked Sendable {
         guard !processing else { return }
         processing = true
         defer { processing = false }
-        while !inFlight && !isClosed && !closeAfterFlush {
+        var answered = 0
+        var yielded = false
+        while !inFlight && !isClosed && !closeAfterFlush && outputBytes < Self.maxQueuedOutput {
+            if answered >= Self.requestsPerTurn {
+                yielded = true
+                break
+            }
             guard let event = parser.next() else { break }
             switch event {
             case .continueExpected:
                 enqueue(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
             case .request(let request):
                 served += 1
+                answered += 1
                 inFlight = true
                 current = request
                 phase = .handling
@@ -107,7 +122,10 @@ final class Connection: @unchecked Sendable {
         if isClosed { return }
         flush()
         if isClosed { return }
-        if inputClosed && !inFlight && output.isEmpty {
+        // The turn's budget is spent: the rest waits for the next loop turn, after the
+        // loop's other connections have had theirs.
+        if yielded { loop.execute { [self] in if !isClosed { processBuffered() } } }
+        if inputClosed && !inFlight && output.isEmpty && !yielded {
             close()
             return
         }
@@ -232,11 +250,16 @@ final class Connection: @unchecked Sendable {
     }
 
     func onWritable() {
+        let wasFull = outputBytes >= Self.maxQueuedOutput
         flush()
-        if !isClosed {
-            updatePhase()
-            updateInterest()
+        if isClosed { return }
+        // The client read enough: answer the requests that waited for room.
+        if wasFull && outputBytes < Self.maxQueuedOutput && !inFlight {
+            processBuffered()
+            return
         }
+        updatePhase()
+        updateInterest()
     }
 
     /// Writes queued output until done or the socket is full (then EPOLLOUT resumes it).
@@ -344,8 +367,10 @@ final class Connection: @unchecked Sendable {
     /// is not reading its responses (backpressure); writes are watched while output waits.
     private func updateInterest() {
         var wanted: UInt32 = 0
-        let pipelineFull = inFlight && parser.bufferedBytes > 64 * 1024
-        if !inputClosed && !pipelineFull && outputBytes < 1 << 20 { wanted |= EPOLLIN.rawValue | EPOLLRDHUP.rawValue }
+        let backlog = parser.bufferedBytes >= Self.maxBufferedInput
+        if !inputClosed && !backlog && outputBytes < Self.maxQueuedOutput {
+            wanted |= EPOLLIN.rawValue | EPOLLRDHUP.rawValue
+        }
         if !output.isEmpty { wanted |= EPOLLOUT.rawValue }
         if wanted != interest {
             interest = wanted
@@ -379,6 +404,12 @@ final class Connection: @unchecked Sendable {
             respond(HTTPError(408, "The request was not received in time.").response(requestID: ""),
                     method: "", version: .http11, keepAlive: false)
             _ = writeQueued()
+        }
+        if phase == .writing {
+            // Reset rather than close: a plain close would leave the kernel trickling out the
+            // megabytes already in the socket buffer to the very client that was too slow.
+            var abort = linger(l_onoff: 1, l_linger: 0)
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, socklen_t(MemoryLayout<linger>.size))
         }
         close()
     }
