@@ -7,3 +7,6 @@
 struct sockaddr;
 // Glibc's Swift module hides accept4 (declared only under _GNU_SOURCE); socklen_t is unsigned int.
 extern int accept4(int sockfd, struct sockaddr *addr, unsigned int *addrlen, int flags);
+
+// Returning freed memory to the kernel (malloc_trim) and bounding glibc's arenas (mallopt).
+#include <malloc.h>

@@ -13,13 +13,30 @@ import Postgres
 /// Loop-confined.
 public final class EntryReadBatcher: @unchecked Sendable {
     // @unchecked: used on its loop's thread only, except `close` after the loop stopped.
-    public typealias Completion = (Result<StoredEntry?, PostgresError>) -> Void
+    public typealias Completion = (Outcome) -> Void
+
+    public enum Outcome {
+        case found(StoredEntry)
+        case absent
+        /// The entry's stored body is over `inlineBodyLimit`: it was not sent, and the
+        /// caller reads the entry through the pool, off the loop.
+        case oversized
+        case failed(PostgresError)
+    }
+
+    /// Stored bodies sent over a loop's connection at most. libpq keeps its input buffer at
+    /// the largest answer it ever received, and a batch of 256 large entries would make
+    /// that gigabytes on a connection that lives as long as the process.
+    public static let inlineBodyLimit = 64 * 1024
 
     /// One index probe per requested key (LIMIT 1 keeps the planner from turning the
     /// lateral join into a scan of the table); `ordinal` says which request a row answers.
     static let selectBatch = """
         SELECT q.ordinal, e.* FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS q(namespace, key, ordinal)
-        CROSS JOIN LATERAL (SELECT \(EntryStore.entryColumns) FROM entries
+        CROSS JOIN LATERAL (SELECT \(EntryStore.entryColumns.replacingOccurrences(of: " body,", with: """
+             CASE WHEN octet_length(body) <= \(inlineBodyLimit) THEN body END AS body,
+             octet_length(body) > \(inlineBodyLimit) AS oversized,
+            """)) FROM entries
                             WHERE namespace = q.namespace AND key = q.key LIMIT 1) e
         """
 
@@ -77,7 +94,7 @@ public final class EntryReadBatcher: @unchecked Sendable {
             // The connection broke with reads queued behind the one in flight.
             let reads = waiting
             waiting.removeAll()
-            for read in reads { read.completion(.failure(PostgresError(.connectionLost))) }
+            for read in reads { read.completion(.failed(PostgresError(.connectionLost))) }
             return
         }
         guard connection.isIdle else { return }
@@ -97,21 +114,21 @@ public final class EntryReadBatcher: @unchecked Sendable {
     }
 
     private static func deliver(_ result: Result<PostgresResult, PostgresError>, to batch: [Read]) {
-        let entries: [StoredEntry?]
+        let outcomes: [Outcome]
         do {
-            var found = [StoredEntry?](repeating: nil, count: batch.count)
+            var found = [Outcome](repeating: .absent, count: batch.count)
             for row in try result.get().rows {
                 guard let ordinal = try row.int("ordinal"), (1...batch.count).contains(ordinal) else {
                     throw PostgresError(.decoding, serverMessage: "batch row without a valid ordinal")
                 }
-                found[ordinal - 1] = try EntryStore.entry(row)
+                found[ordinal - 1] = try row.bool("oversized") == true ? .oversized : .found(try EntryStore.entry(row))
             }
-            entries = found
+            outcomes = found
         } catch {
             let failure = error as? PostgresError ?? PostgresError(.decoding, serverMessage: "\(error)")
-            for read in batch { read.completion(.failure(failure)) }
+            for read in batch { read.completion(.failed(failure)) }
             return
         }
-        for (read, entry) in zip(batch, entries) { read.completion(.success(entry)) }
+        for (read, outcome) in zip(batch, outcomes) { read.completion(outcome) }
     }
 }

@@ -37,6 +37,8 @@ final class Connection: @unchecked Sendable {
     /// The request being handled; an answer for any other (one given up at its deadline)
     /// is dropped.
     private var current: HTTPRequest?
+    /// This connection's share of the server's body budget (`ServerContext.holdBodyBytes`).
+    private var heldBodyBytes = 0
     private var outputOffset = 0
     private var outputBytes = 0
     private var inFlight = false
@@ -100,8 +102,14 @@ final class Connection: @unchecked Sendable {
             }
             guard let event = parser.next() else { break }
             switch event {
-            case .continueExpected:
-                enqueue(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
+            case .head(let request, let continueExpected):
+                if let refusal = refusal(beforeBody: request) {
+                    answered += 1
+                    refuse(request, with: refusal)
+                } else if continueExpected {
+                    // Only now: a client that waits for it sends no byte of a refused body.
+                    enqueue(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
+                }
             case .request(let request):
                 served += 1
                 answered += 1
@@ -120,6 +128,7 @@ final class Connection: @unchecked Sendable {
             }
         }
         if isClosed { return }
+        accountBodyBytes()
         flush()
         if isClosed { return }
         // The turn's budget is spent: the rest waits for the next loop turn, after the
@@ -135,8 +144,67 @@ final class Connection: @unchecked Sendable {
 
     // MARK: Requests
 
-    private func dispatch(_ request: HTTPRequest) {
+    /// Why a request with a body is refused on its head alone (no route, a precheck such as
+    /// a missing or known-bad token), or nil to read the body.
+    private func refusal(beforeBody request: HTTPRequest) -> HTTPResponse? {
         request.requestID = loop.requestID(for: request)
+        let error: HTTPError
+        switch loop.context.router.match(method: request.method, path: request.path) {
+        case .found(let route, let parameters):
+            guard let precheck = route.precheck else { return nil }
+            request.routeTemplate = route.template
+            request.routeID = route.id
+            request.pathParameters = parameters
+            do {
+                try precheck(request)
+                return nil
+            } catch let refused as HTTPError {
+                error = refused
+            } catch {
+                return nil
+            }
+        case .methodNotAllowed(let methods):
+            error = HTTPError(405, "\(request.method) is not allowed here.",
+                              headers: HTTPHeaders([("Allow", methods.joined(separator: ", "))]))
+        case .notFound: error = HTTPError(404, "No route matches this path.")
+        case .badPath: error = HTTPError(400, "The path has a malformed percent-escape.")
+        }
+        return error.response(requestID: request.requestID)
+    }
+
+    /// Answers `request` with `response` before its body is read, then closes (lingering,
+    /// so the client reads the answer rather than a reset).
+    private func refuse(_ request: HTTPRequest, with response: HTTPResponse) {
+        served += 1
+        closeAfterFlush = true
+        lingerOnClose = true
+        // The body that follows is dropped unread; the parser's memory goes with it.
+        parser = HTTPParser(limits: loop.context.configuration.limits)
+        accountBodyBytes()
+        let bytes = respond(response, method: request.method, version: request.version, keepAlive: false,
+                            requestID: request.requestID)
+        loop.record(method: request.method, routeID: request.routeID,
+                    route: request.routeTemplate.isEmpty ? "unmatched" : request.routeTemplate,
+                    status: response.status, bytes: bytes, seconds: 0, requestID: request.requestID)
+    }
+
+    /// Keeps the server-wide count of body bytes being received up to date; past the
+    /// budget, the request whose body pushed it over is refused with 503.
+    private func accountBodyBytes() {
+        let holding = parser.bodyBytesReceived
+        let delta = holding - heldBodyBytes
+        guard delta != 0 else { return }
+        heldBodyBytes = holding
+        guard !loop.context.holdBodyBytes(delta), delta > 0, parser.isReadingBody else { return }
+        loop.context.metrics?.bodyBudgetRefusals.inc()
+        let refusal = HTTPError(503, "The server is receiving too many request bodies at once; retry shortly.",
+                                headers: HTTPHeaders([("Retry-After", "1")]))
+        let request = HTTPRequest(method: "-", target: "/", version: .http11, headers: HTTPHeaders(), keepAlive: false)
+        refuse(request, with: refusal.response(requestID: ""))
+    }
+
+    private func dispatch(_ request: HTTPRequest) {
+        if request.requestID.isEmpty { request.requestID = loop.requestID(for: request) }
         let started = loop.now
         let context = loop.context
         switch context.router.match(method: request.method, path: request.path) {
@@ -176,6 +244,9 @@ final class Connection: @unchecked Sendable {
         if !keepAlive { closeAfterFlush = true }
         let bytes = respond(response, method: request.method, version: request.version, keepAlive: keepAlive,
                             requestID: request.requestID)
+        if request.body.count >= MemoryReturn.largeBody || response.body.count >= MemoryReturn.largeBody {
+            MemoryReturn.noteLargeBody()
+        }
         let seconds = Double(monotonicNanoseconds() - started) / 1e9
         loop.record(method: request.method, routeID: request.routeID,
                     route: request.routeTemplate.isEmpty ? "unmatched" : request.routeTemplate,
@@ -456,6 +527,8 @@ final class Connection: @unchecked Sendable {
         output = []
         outputQueuedAt = []
         current = nil
+        if heldBodyBytes > 0 { _ = loop.context.holdBodyBytes(-heldBodyBytes) }
+        heldBodyBytes = 0
         loop.forget(self)
     }
 

@@ -262,6 +262,7 @@ public final class EventLoop: @unchecked Sendable {
     private func sweep() {
         nextSweep = now + 250_000_000
         flushAccessLog()
+        MemoryReturn.trimIfDue(now: now)
         if acceptPaused && listener >= 0 {
             acceptPaused = false
             try? register(listener, tag: Self.listenerTag, events: EPOLLIN.rawValue)

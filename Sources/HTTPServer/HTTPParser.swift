@@ -5,8 +5,10 @@
 /// parser stays failed: the connection must be closed, since the message framing is lost.
 public struct HTTPParser: Sendable {
     public enum Event: Sendable {
-        /// The head of a request with `Expect: 100-continue` is in and its body is awaited.
-        case continueExpected
+        /// The head of a request with a body is in, before any of the body is consumed: the
+        /// connection routes and authenticates on it (and refuses before reading a byte of
+        /// the body). `continueExpected`: the client sent `Expect: 100-continue` and waits.
+        case head(HTTPRequest, continueExpected: Bool)
         case request(HTTPRequest)
         case failure(HTTPParseError)
     }
@@ -57,6 +59,10 @@ public struct HTTPParser: Sendable {
     public var isFailed: Bool { state == .failed }
     /// Bytes received and not yet consumed.
     public var bufferedBytes: Int { buffer.count - start }
+    /// Body bytes of the request being received, held until it is complete.
+    public var bodyBytesReceived: Int { body.count }
+    /// True while a request's body is being received.
+    public var isReadingBody: Bool { state != .head && state != .failed }
 
     public mutating func feed<Bytes: Collection>(_ bytes: Bytes) where Bytes.Element == UInt8 {
         buffer.append(contentsOf: bytes)
@@ -83,7 +89,7 @@ public struct HTTPParser: Sendable {
                     case .failure(let error): return fail(error)
                     case .success(let (request, framing, expectsContinue)):
                         if let event = beginBody(request, framing) { return event }
-                        if expectsContinue && bufferedBytes == 0 { return .continueExpected }
+                        return .head(request, continueExpected: expectsContinue && bufferedBytes == 0)
                     }
                 }
             case .body(let remaining):
@@ -208,7 +214,7 @@ public struct HTTPParser: Sendable {
         case .length(let length):
             if length > limits.maxBodyBytes { return fail(.bodyTooLarge) }
             if length == 0 { return finish() }
-            body.reserveCapacity(length)
+            // No reservation from the declared length: memory follows the bytes that arrive.
             state = .body(remaining: length)
         case .chunked:
             state = .chunkSize

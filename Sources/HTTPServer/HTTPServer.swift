@@ -40,6 +40,7 @@ public final class HTTPServer: @unchecked Sendable {
     /// Binds the listeners and starts the loops; returns once the server accepts connections.
     public func start() throws {
         signal(SIGPIPE, SIG_IGN)
+        MemoryReturn.boundArenas()
         ListeningSocket.raiseFileLimit()
         var port = try ListeningSocket.claim(host: configuration.host, port: configuration.port)
         for index in 0..<eventLoopCount {

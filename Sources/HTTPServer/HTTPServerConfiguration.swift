@@ -12,6 +12,9 @@ public struct HTTPServerConfiguration: Sendable {
     /// Handler jobs waiting for a worker before new ones are refused with 503.
     public var maxQueuedJobs = 4096
     public var limits = HTTPParserLimits()
+    /// Request bodies being received at once, over every connection, in bytes; a body that
+    /// would pass it is refused with 503 (memory stays bounded whatever clients send).
+    public var bodyBudgetBytes = 256 * 1024 * 1024
     /// From the first byte of a request until its head is complete (slowloris); also how
     /// long a new connection may stay silent before its first byte (well under the idle
     /// timeout: a connection that never spoke is only a cost).

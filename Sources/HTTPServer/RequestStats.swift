@@ -59,6 +59,7 @@ struct HTTPServerMetrics {
     let duration: HistogramFamily
     let refused: CounterFamily
     let deadlineExceeded: CounterFamily
+    let bodyBudgetRefusals: CounterFamily
 
     init(registry: MetricsRegistry) {
         requests = registry.counter("teamcache_http_requests_total", "HTTP requests answered.",
@@ -70,6 +71,8 @@ struct HTTPServerMetrics {
                                    "Connections refused at the connection limit.")
         deadlineExceeded = registry.counter("teamcache_http_deadline_exceeded_total",
                                             "Requests answered 503 because they outlived TEAMCACHE_REQUEST_TIMEOUT.")
+        bodyBudgetRefusals = registry.counter("teamcache_http_body_budget_refusals_total",
+                                              "Requests refused 503 because bodies in flight passed TEAMCACHE_BODY_BUDGET_BYTES.")
     }
 
     func publish(_ stats: [RequestStats], routeNames: [String]) {

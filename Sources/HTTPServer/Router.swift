@@ -24,9 +24,15 @@ public final class Route: Sendable {
         case async(AsyncHTTPHandler)
     }
 
+    /// Checks a request on its head alone, before its body is read (authentication from
+    /// cached state, say): throwing an `HTTPError` refuses it without reading the body.
+    /// Must not block: it runs on the event loop.
+    public typealias Precheck = @Sendable (HTTPRequest) throws -> Void
+
     public let method: String
     public let template: String
     let work: Work
+    let precheck: Precheck?
     let segments: [Segment]
     /// The route's position in its router (a metrics key).
     public let id: Int
@@ -37,18 +43,21 @@ public final class Route: Sendable {
     }
 
     public convenience init(_ method: String, _ template: String, _ execution: Execution = .worker,
-                            handler: @escaping HTTPHandler) {
-        self.init(method, template, execution == .inline ? .inline(handler) : .worker(handler), id: -1)
+                            precheck: Precheck? = nil, handler: @escaping HTTPHandler) {
+        self.init(method, template, execution == .inline ? .inline(handler) : .worker(handler), precheck: precheck,
+                  id: -1)
     }
 
-    public convenience init(_ method: String, _ template: String, responder handler: @escaping AsyncHTTPHandler) {
-        self.init(method, template, .async(handler), id: -1)
+    public convenience init(_ method: String, _ template: String, precheck: Precheck? = nil,
+                            responder handler: @escaping AsyncHTTPHandler) {
+        self.init(method, template, .async(handler), precheck: precheck, id: -1)
     }
 
-    init(_ method: String, _ template: String, _ work: Work, id: Int) {
+    init(_ method: String, _ template: String, _ work: Work, precheck: Precheck?, id: Int) {
         self.method = method
         self.template = template
         self.work = work
+        self.precheck = precheck
         self.id = id
         self.segments = template.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map {
             $0.hasPrefix("{") && $0.hasSuffix("}") ? .parameter(String($0.dropFirst().dropLast())) : .literal(Array($0.utf8))
@@ -94,7 +103,7 @@ public struct Router: Sendable {
 
     public init(_ routes: [Route]) {
         self.routes = routes.enumerated().map { index, route in
-            Route(route.method, route.template, route.work, id: index)
+            Route(route.method, route.template, route.work, precheck: route.precheck, id: index)
         }
         var exact: [(template: [UInt8], routes: [Route])] = []
         for route in self.routes where !route.segments.contains(where: { if case .parameter = $0 { true } else { false } }) {

@@ -19,6 +19,8 @@ final class ServerContext: @unchecked Sendable {
     let requestIDPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 16)
     private let lock = NSLock()
     private var openConnections = 0
+    /// Bytes of request bodies being received right now, over every connection.
+    private var bodyBytes = 0
 
     init(configuration: HTTPServerConfiguration, router: Router, metrics: MetricsRegistry?) {
         self.routeNames = router.templates
@@ -40,6 +42,16 @@ final class ServerContext: @unchecked Sendable {
         if !admitted { metrics?.refused.inc() }
         return admitted
     }
+
+    /// Adds `delta` to the body bytes held; false when the total is now past the budget.
+    func holdBodyBytes(_ delta: Int) -> Bool {
+        lock.withLock {
+            bodyBytes += delta
+            return bodyBytes <= configuration.bodyBudgetBytes
+        }
+    }
+
+    var bodyBytesHeld: Int { lock.withLock { bodyBytes } }
 
     func connectionClosed() {
         lock.withLock { openConnections -= 1 }

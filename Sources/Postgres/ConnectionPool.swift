@@ -127,7 +127,7 @@ public final class ConnectionPool: @unchecked Sendable {
 
     private func release(_ connection: PostgresConnection) {
         condition.withLock {
-            if connection.isBroken {
+            if connection.isBroken || connection.carriedLargeMessage {
                 open -= 1
             } else {
                 idle.append(connection)

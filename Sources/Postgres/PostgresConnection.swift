@@ -13,6 +13,11 @@ public final class PostgresConnection: @unchecked Sendable {
     private let deadline: TimeInterval?
     /// Set when a call gave up waiting: the session's state is unknown, so it is never reused.
     private var abandoned = false
+    /// True once a message of `largeMessage` bytes or more went either way. libpq grows its
+    /// buffers to the largest message and never shrinks them, so a pool closes such a
+    /// connection rather than keep megabytes per idle session.
+    public private(set) var carriedLargeMessage = false
+    public static let largeMessage = 1 << 20
 
     /// Connects with a `postgres://` URL or a key/value conninfo string.
     ///
@@ -69,9 +74,12 @@ public final class PostgresConnection: @unchecked Sendable {
     public func query(_ sql: String, _ parameters: [PostgresValue] = []) throws -> PostgresResult {
         let name = try preparedName(for: sql, parameters)
         let sent = Self.withBinaryParameters(parameters) { count, values, lengths, formats in
-            PQsendQueryPrepared(handle, name, count, values, lengths, formats, 1)
+            if lengths.reduce(0, { $0 + Int($1) }) >= Self.largeMessage { carriedLargeMessage = true }
+            return PQsendQueryPrepared(handle, name, count, values, lengths, formats, 1)
         }
-        return try check(awaitResult(sent: sent))
+        let result = try check(awaitResult(sent: sent))
+        if !carriedLargeMessage && result.holdsLargeValues(Self.largeMessage) { carriedLargeMessage = true }
+        return result
     }
 
     /// Calls `body` with libpq's parameter arrays (binary format), valid only during the call.

@@ -21,6 +21,18 @@ public final class PostgresResult {
     public var first: PostgresRow? { rowCount > 0 ? self[0] : nil }
 
     func isNull(_ row: Int, _ column: Int) -> Bool { PQgetisnull(handle, Int32(row), Int32(column)) == 1 }
+
+    /// Whether the values add up to `limit` bytes or more. Only small results are measured
+    /// (a few rows: one large entry); a long batch of rows is left unmeasured, cheaply.
+    func holdsLargeValues(_ limit: Int) -> Bool {
+        let rows = PQntuples(handle), columns = PQnfields(handle)
+        guard rows > 0, rows <= 8 else { return false }
+        var total = 0
+        for row in 0..<rows {
+            for column in 0..<columns { total += Int(PQgetlength(handle, row, column)) }
+        }
+        return total >= limit
+    }
     func type(_ column: Int) -> UInt32 { UInt32(PQftype(handle, Int32(column))) }
 
     /// Column names, read once. A lookup starts where the previous one matched: decoders

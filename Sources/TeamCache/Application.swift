@@ -61,6 +61,13 @@ public final class Application: Sendable {
         self.readiness = readiness
         let operations = OperationalRoutes(readiness: readiness, metrics: metrics, openAPI: Array(spec))
         ProcessMetrics.register(in: metrics)
+        let heapInUse = metrics.gauge("teamcache_heap_in_use_bytes", "Heap bytes in use (glibc mallinfo2).")
+        let heapFree = metrics.gauge("teamcache_heap_free_bytes", "Heap bytes free but still held by glibc's arenas.")
+        metrics.addCollector {
+            let heap = MemoryReturn.heap()
+            heapInUse.set([], Double(heap.inUse))
+            heapFree.set([], Double(heap.free))
+        }
         let droppedLogLines = metrics.counter("teamcache_log_lines_dropped_total",
                                               "Log lines dropped because the log output did not drain.")
         metrics.addCollector { droppedLogLines.replaceAll([[]: Double(LogSink.shared.droppedLines)]) }

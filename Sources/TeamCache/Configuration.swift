@@ -95,6 +95,8 @@ struct SettingReader {
                                              default: ProcessInfo.processInfo.activeProcessorCount)
         config.http.maxConnections = try integer("TEAMCACHE_MAX_CONNECTIONS", 1...1_000_000, default: 20_000)
         config.cache.maxBodyBytes = try integer("TEAMCACHE_MAX_BODY_BYTES", 1...1_073_741_824, default: 8 * 1024 * 1024)
+        config.http.bodyBudgetBytes = try integer("TEAMCACHE_BODY_BUDGET_BYTES", 1...(1 << 40),
+                                                  default: max(256 * 1024 * 1024, 4 * config.cache.maxBodyBytes))
         config.http.headerTimeout = try duration("TEAMCACHE_HEADER_TIMEOUT", 0.1...3600, default: 10)
         config.http.bodyTimeout = try duration("TEAMCACHE_BODY_TIMEOUT", 0.1...3600, default: 60)
         config.http.idleTimeout = try duration("TEAMCACHE_IDLE_TIMEOUT", 0.1...86400, default: 75)

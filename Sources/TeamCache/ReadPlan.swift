@@ -50,8 +50,9 @@ struct LoopReads: Sendable {
         let blocking = Application.secured(api, auth, scope) { request, principal in
             try api.perform(try planner(request, principal), request)
         }
-        guard !readers.isEmpty else { return Route(method, template, .worker, handler: blocking) }
-        return Route(method, template) { request, responder in
+        let precheck = Application.precheck(auth, scope)
+        guard !readers.isEmpty else { return Route(method, template, .worker, precheck: precheck, handler: blocking) }
+        return Route(method, template, precheck: precheck) { request, responder in
             serve(request, responder, scope: scope, planner: planner, blocking: blocking)
         }
     }
@@ -79,14 +80,19 @@ struct LoopReads: Sendable {
             responder.respond { try api.perform(plan, request) }
             return
         }
-        let queued = readers[responder.loop.index].read(namespace, key) { result in
-            switch result {
-            case .failure(let error):
+        let queued = readers[responder.loop.index].read(namespace, key) { outcome in
+            switch outcome {
+            case .failed(let error):
                 responder.respond { try api.guarded(request) { throw error } }
-            case .success(let entry?) where entry.identitySize > Self.inlineEntryLimit:
+            case .oversized:
+                // A large body is read and answered on a worker, through the pool.
+                responder.offload { try api.perform(plan, request) }
+            case .found(let entry) where entry.identitySize > Self.inlineEntryLimit:
                 responder.offload { try finish(entry) }
-            case .success(let entry):
+            case .found(let entry):
                 responder.respond { try finish(entry) }
+            case .absent:
+                responder.respond { try finish(nil) }
             }
         }
         if !queued { responder.offload { try api.perform(plan, request) } }

@@ -18,11 +18,20 @@ extension Application {
         }
     }
 
+    /// The head-only check of a secured route: a request without a usable token, or with
+    /// one known to lack the scope, is refused before a byte of its body is read.
+    static func precheck(_ auth: Authenticator, _ scope: Scope) -> Route.Precheck {
+        { request in
+            let namespace = try request.pathParameters["ns"] == nil ? nil : RequestParsing.namespace(request)
+            try auth.precheck(request, scope, namespace: namespace)
+        }
+    }
+
     static func routes(api: CacheAPI, operations: OperationalRoutes, auth: Authenticator, reads: LoopReads,
                        metricsNeedAuth: Bool) -> [Route] {
         func secured(_ method: String, _ template: String, _ scope: Scope,
                      _ handler: @escaping SecuredHandler) -> Route {
-            Route(method, template, .worker, handler: Self.secured(api, auth, scope, handler))
+            Route(method, template, .worker, precheck: precheck(auth, scope), handler: Self.secured(api, auth, scope, handler))
         }
         let entry = "/v1/caches/{ns}/entries/{key}"
         var routes = [

@@ -46,6 +46,8 @@ public struct Setting: Sendable {
                 help: "Open client connections; past it new ones get 503 and are closed."),
         Setting(variable: "TEAMCACHE_MAX_BODY_BYTES", flag: nil, defaultValue: "8388608",
                 help: "Largest entry body, after inflating gzip uploads (413 past it)."),
+        Setting(variable: "TEAMCACHE_BODY_BUDGET_BYTES", flag: nil, defaultValue: "268435456",
+                help: "Request bodies being received at once, all connections together (503 past it); at least 4 bodies."),
         Setting(variable: "TEAMCACHE_HEADER_TIMEOUT", flag: nil, defaultValue: "10s",
                 help: "Time allowed to send a request head."),
         Setting(variable: "TEAMCACHE_BODY_TIMEOUT", flag: nil, defaultValue: "60s",

@@ -50,8 +50,15 @@ public final class Authenticator: @unchecked Sendable {
         try authorize(request, scope, namespace: namespace, cachedOnly: true)
     }
 
-    private func authorize(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?, cachedOnly: Bool) throws
-        -> Principal? {
+    /// The check made on a request's head, before its body is read: throws when the token
+    /// is missing, malformed, known to be bad or lacks the scope; passes a token it has not
+    /// seen yet (the handler checks it). Never blocks, never counts toward the rate limit.
+    public func precheck(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?) throws {
+        _ = try authorize(request, scope, namespace: namespace, cachedOnly: true, counted: false)
+    }
+
+    private func authorize(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?, cachedOnly: Bool,
+                           counted: Bool = true) throws -> Principal? {
         guard enabled else { return Principal(token: nil) }
         guard let header = request.headers["Authorization"] else {
             throw Self.unauthorized("A bearer token is required.", error: nil)
@@ -72,7 +79,7 @@ public final class Authenticator: @unchecked Sendable {
             let target = namespace.map { "namespace \($0.name)" } ?? "store-wide routes"
             throw HTTPError(403, "This token lacks the \(scope.rawValue) scope for \(target).")
         }
-        if let limiter, let wait = limiter.admit(token.id) {
+        if counted, let limiter, let wait = limiter.admit(token.id) {
             throw HTTPError(429, "This token is over its request rate; retry later.",
                             headers: HTTPHeaders([("Retry-After", String(wait))]))
         }
