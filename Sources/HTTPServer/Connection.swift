@@ -54,9 +54,13 @@ final class Connection: @unchecked Sendable {
     private var interest: UInt32 = EPOLLIN.rawValue | EPOLLRDHUP.rawValue
     private(set) var isClosed = false
 
-    init(fd: Int32, loop: EventLoop) {
+    /// The client's address, for limits per client (never logged with a request).
+    let peer: String
+
+    init(fd: Int32, loop: EventLoop, peer: String = "") {
         self.fd = fd
         self.loop = loop
+        self.peer = peer
         self.parser = HTTPParser(limits: loop.context.configuration.limits)
         self.phaseStart = loop.now
     }
@@ -148,6 +152,7 @@ final class Connection: @unchecked Sendable {
     /// a missing or known-bad token), or nil to read the body.
     private func refusal(beforeBody request: HTTPRequest) -> HTTPResponse? {
         request.requestID = loop.requestID(for: request)
+        request.remoteAddress = peer
         let error: HTTPError
         switch loop.context.router.match(method: request.method, path: request.path) {
         case .found(let route, let parameters):
@@ -205,6 +210,7 @@ final class Connection: @unchecked Sendable {
 
     private func dispatch(_ request: HTTPRequest) {
         if request.requestID.isEmpty { request.requestID = loop.requestID(for: request) }
+        request.remoteAddress = peer
         let started = loop.now
         let context = loop.context
         switch context.router.match(method: request.method, path: request.path) {

@@ -126,7 +126,13 @@ public final class EventLoop: @unchecked Sendable {
 
     private func acceptConnections() {
         while listener >= 0 {
-            let fd = accept4(listener, nil, nil, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
+            var address = sockaddr_in()
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let fd = withUnsafeMutablePointer(to: &address) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    accept4(listener, $0, &length, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
+                }
+            }
             if fd < 0 {
                 switch errno {
                 case EINTR, ECONNABORTED: continue
@@ -145,7 +151,7 @@ public final class EventLoop: @unchecked Sendable {
             }
             var one: Int32 = 1
             setsockopt(fd, Int32(IPPROTO_TCP), Self.tcpNoDelay, &one, socklen_t(MemoryLayout<Int32>.size))
-            let connection = Connection(fd: fd, loop: self)
+            let connection = Connection(fd: fd, loop: self, peer: Self.peerAddress(address))
             do {
                 try register(fd, tag: UInt64(fd), events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue)
                 connections[fd] = connection
@@ -154,6 +160,14 @@ public final class EventLoop: @unchecked Sendable {
                 context.connectionClosed()
             }
         }
+    }
+
+    /// The client's IPv4 address as text (the listeners are IPv4), for per-client limits.
+    private static func peerAddress(_ address: sockaddr_in) -> String {
+        var text = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN))
+        var raw = address.sin_addr
+        guard inet_ntop(AF_INET, &raw, &text, socklen_t(text.count)) != nil else { return "" }
+        return String(cString: text)
     }
 
     private func pauseAccepting() {

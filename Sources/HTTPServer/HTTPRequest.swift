@@ -15,6 +15,8 @@ public final class HTTPRequest: @unchecked Sendable {
 
     /// Set by the server: the request id, the matched route and its decoded path parameters.
     public internal(set) var requestID: String = ""
+    /// The client's address (IPv4 text; empty when unknown), for limits per client.
+    public internal(set) var remoteAddress: String = ""
     public internal(set) var routeTemplate: String = ""
     /// The matched route's id (a metrics key), or `Router.unmatchedID`.
     var routeID = Router.unmatchedID

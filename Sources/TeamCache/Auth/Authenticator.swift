@@ -8,6 +8,11 @@ import Hashing
 /// Verified tokens (and unknown hashes) are cached in memory for `cacheTTL`, so the hot
 /// path makes no extra database query; a revocation takes effect within that TTL. The cache
 /// is keyed by the secret's SHA-256, never by the secret.
+///
+/// Unknown tokens cost a database query each, so they are limited per client address
+/// before the query (`unknownPerSecond`, bursts of `unknownBurst`): past it, 429. Known
+/// and unknown hashes live in separate bounded caches, so a flood of made-up tokens can
+/// neither grow memory nor push the team's real tokens out of the cache.
 public final class Authenticator: @unchecked Sendable {
     // @unchecked: `cache` is guarded by `lock`; the rest is immutable or thread-safe.
     /// Who made a request: the token (nil when auth is off).
@@ -26,8 +31,11 @@ public final class Authenticator: @unchecked Sendable {
     private let limiter: RateLimiter?
     private let clock: any Clock
     private let lock = NSLock()
-    private var cache: [[UInt8]: Cached] = [:]
-    private static let maxCached = 10_000
+    private var known = GenerationalCache<[UInt8], Cached>(capacity: 10_000)
+    private var unknown = GenerationalCache<[UInt8], TimeInterval>(capacity: 10_000)
+    private var misses = GenerationalCache<String, (tokens: Double, updated: TimeInterval)>(capacity: 10_000)
+    static let unknownPerSecond = 5.0
+    static let unknownBurst = 20.0
 
     init(enabled: Bool, store: TokenStore, cacheTTL: TimeInterval, rateLimit: Double, clock: any Clock) {
         self.enabled = enabled
@@ -71,7 +79,7 @@ public final class Authenticator: @unchecked Sendable {
             throw Self.unauthorized("Use `Authorization: Bearer <token>`.", error: "invalid_request")
         }
         let hash = APIToken.hash(secret: secret)
-        guard let found = try lookup(hash, cachedOnly: cachedOnly) else { return nil }
+        guard let found = try lookup(hash, cachedOnly: cachedOnly, client: request.remoteAddress) else { return nil }
         guard let token = found, token.isUsable(at: clock.now()) else {
             throw Self.unauthorized("The token is unknown, expired or revoked.", error: "invalid_token")
         }
@@ -88,16 +96,47 @@ public final class Authenticator: @unchecked Sendable {
 
     /// The token with this secret hash (inner nil: none); outer nil when `cachedOnly` and
     /// the answer is not cached.
-    private func lookup(_ hash: [UInt8], cachedOnly: Bool) throws -> APIToken?? {
+    private func lookup(_ hash: [UInt8], cachedOnly: Bool, client: String) throws -> APIToken?? {
         let now = ProcessInfo.processInfo.systemUptime
-        if let cached = lock.withLock({ cache[hash] }), now - cached.fetched < cacheTTL { return .some(cached.token) }
+        let cached: APIToken?? = lock.withLock {
+            if let hit = known.value(hash), now - hit.fetched < cacheTTL { return .some(hit.token) }
+            if let seen = unknown.value(hash), now - seen < cacheTTL { return .some(nil) }
+            return nil
+        }
+        if let cached { return cached }
         if cachedOnly { return nil }
+        if let wait = unknownTokenWait(client, now: now) {
+            throw HTTPError(429, "Too many unknown tokens from this client; retry later.",
+                            headers: HTTPHeaders([("Retry-After", String(wait))]))
+        }
         let token = try store.find(hash: hash)
         lock.withLock {
-            if cache.count >= Self.maxCached { cache.removeAll() }
-            cache[hash] = Cached(token: token, fetched: now)
+            if let token {
+                known.insert(hash, Cached(token: token, fetched: now))
+                unknown.remove(hash)
+            } else {
+                unknown.insert(hash, now)
+                known.remove(hash)
+                chargeUnknownToken(client, now: now)
+            }
         }
         return .some(token)
+    }
+
+    /// Seconds until `client` may have another unknown token looked up; nil: now.
+    private func unknownTokenWait(_ client: String, now: TimeInterval) -> Int? {
+        lock.withLock {
+            guard let bucket = misses.value(client) else { return nil }
+            let tokens = min(Self.unknownBurst, bucket.tokens + (now - bucket.updated) * Self.unknownPerSecond)
+            return tokens >= 1 ? nil : Int(((1 - tokens) / Self.unknownPerSecond).rounded(.up))
+        }
+    }
+
+    /// Takes one unknown-token lookup from `client`'s bucket. Called with the lock held.
+    private func chargeUnknownToken(_ client: String, now: TimeInterval) {
+        let bucket = misses.value(client) ?? (tokens: Self.unknownBurst, updated: now)
+        let tokens = min(Self.unknownBurst, bucket.tokens + (now - bucket.updated) * Self.unknownPerSecond)
+        misses.insert(client, (tokens: max(0, tokens - 1), updated: now))
     }
 
     static func unauthorized(_ detail: String, error: String?) -> HTTPError {
