@@ -82,7 +82,7 @@ public final class AccessTracker: @unchecked Sendable {
         FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
              AS n(namespace, hits, misses, stale, bypass, tin, tout)
         GROUP BY GROUPING SETS ((n.namespace), ())
-        HAVING count(*) > 0
+        HAVING count(*) > 0 AND (GROUPING(n.namespace) = 1 OR n.namespace <> '\(NamespaceLabels.other)')
         ON CONFLICT (namespace, shard) DO UPDATE
            SET hits = c.hits + excluded.hits, misses = c.misses + excluded.misses, stale = c.stale + excluded.stale,
                bypass = c.bypass + excluded.bypass,
@@ -100,16 +100,19 @@ public final class AccessTracker: @unchecked Sendable {
     private let batchSize: Int
     private let lock = NSLock()
     private var entries: [Int64: EntryAccess] = [:]
-    /// Never emptied: one per namespace seen, as the metrics' label values are.
+    /// Never emptied: one per label (see `NamespaceLabels`), as the metrics' label values are.
     private var namespaces: [String: NamespaceState] = [:]
+    /// Folds namespaces that hold nothing into one label, so `namespaces` stays bounded.
+    private var labels: NamespaceLabels
     private let flushes: CounterFamily?
     private let logger = Logger(component: "access-tracker")
 
     /// `batchFull` is called (outside the lock) when `batchSize` entries have pending hits,
     /// so the flusher can run early instead of letting memory grow until its next tick.
     public init(pool: ConnectionPool, metrics: MetricsRegistry? = nil, enabled: Bool = true, batchSize: Int = 100_000,
-                batchFull: @escaping @Sendable () -> Void = {}) {
+                labels: NamespaceLabels = NamespaceLabels(), batchFull: @escaping @Sendable () -> Void = {}) {
         self.pool = pool
+        self.labels = labels
         self.enabled = enabled
         self.batchSize = batchSize
         self.batchFull = batchFull
@@ -146,13 +149,37 @@ public final class AccessTracker: @unchecked Sendable {
     public func record(_ lookup: Lookup, namespace: String, entry: StoredEntry? = nil, at now: Date) {
         let enabled = self.enabled
         let full = lock.withLock {
+            // The common case, a namespace already counted, costs one hash as before.
+            let label = namespaces[namespace] != nil ? namespace : newLabel(namespace, hit: entry != nil)
             // Changed in place through the default subscript: no copy out and back.
-            namespaces[namespace, default: NamespaceState()].record(lookup, entry, pending: enabled)
+            namespaces[label, default: NamespaceState()].record(lookup, entry, pending: enabled)
             guard enabled, let entry else { return false }
             entries[entry.id, default: EntryAccess(namespace: namespace, lastAccess: now)].add(at: now)
             return entries.count == batchSize
         }
         if full { batchFull() }
+    }
+
+    /// The label for a namespace not counted yet. Called with the lock held.
+    private func newLabel(_ namespace: String, hit: Bool) -> String {
+        if hit { labels.admit(namespace) }
+        // `_other` itself is always in `namespaces` once used, so it never comes here twice.
+        return labels.holds(namespace) && namespaces.count < labels.capacity ? namespace : NamespaceLabels.other
+    }
+
+    /// The metric label for `namespace` (itself, or `_other` when it holds nothing known).
+    public func label(for namespace: String) -> String {
+        lock.withLock { labels.holds(namespace) ? namespace : NamespaceLabels.other }
+    }
+
+    /// A namespace that now holds an entry or settings (this replica's own write).
+    public func admitNamespace(_ namespace: String) {
+        lock.withLock { labels.admit(namespace) }
+    }
+
+    /// The namespaces the store holds entries or settings for (from the periodic refresh).
+    public func learnNamespaces(_ held: Set<String>) {
+        lock.withLock { labels.learn(held) }
     }
 
     /// Writes what was counted since the last flush. On failure the counts are kept for the next one.

@@ -27,6 +27,8 @@ extension EntryStore {
                sum(stored_bytes)::bigint AS stored_bytes
         FROM namespace_counters WHERE namespace <> '' GROUP BY namespace
         """
+    /// Namespaces that have settings, for the namespace labels (bounded: labels are capped).
+    static let selectConfigured = "SELECT namespace FROM namespace_settings ORDER BY namespace LIMIT 10000"
     static let selectSettings = "SELECT default_ttl_seconds, max_bytes FROM namespace_settings WHERE namespace = $1"
     static let upsertSettings = """
         INSERT INTO namespace_settings (namespace, default_ttl_seconds, max_bytes, updated_at)
@@ -74,6 +76,13 @@ extension EntryStore {
                                 try row.int("stored_bytes") ?? 0)
             }
             return totals
+        }
+    }
+
+    /// Namespaces with settings (at most 10,000).
+    public func configuredNamespaces() throws -> Set<String> {
+        try pool.withConnection { connection in
+            Set(try connection.query(Self.selectConfigured).rows.compactMap { try $0.string("namespace") })
         }
     }
 

@@ -113,7 +113,7 @@ public final class Application: Sendable {
             do { try tracker.flush() } catch { logger.warn("flush failed", [("error", .string("\(error)"))]) }
         }
         trigger.connect(flusher)
-        let gauges = NamespaceGauges(store: store, metrics: metrics)
+        let gauges = NamespaceGauges(store: store, tracker: tracker, metrics: metrics)
         return [
             flusher,
             PeriodicService(name: "namespace-gauges", interval: 15) { gauges.refresh() },
@@ -168,18 +168,25 @@ final class HTTPService: Service, @unchecked Sendable {
 /// never touches the database.
 struct NamespaceGauges: Sendable {
     let store: EntryStore
+    let tracker: AccessTracker
     let entries: GaugeFamily
     let bytes: GaugeFamily
 
-    init(store: EntryStore, metrics: MetricsRegistry) {
+    init(store: EntryStore, tracker: AccessTracker, metrics: MetricsRegistry) {
         self.store = store
+        self.tracker = tracker
         entries = metrics.gauge("teamcache_entries", "Entries stored, by namespace.", labels: ["namespace"])
         bytes = metrics.gauge("teamcache_stored_bytes", "Bytes stored, by namespace and encoding basis.",
                               labels: ["namespace", "kind"])
     }
 
     func refresh() {
-        guard let totals = try? store.namespaceTotals() else { return }
+        guard var totals = try? store.namespaceTotals() else { return }
+        totals = totals.filter { $0.value.entries > 0 }
+        // The namespaces that may have series of their own: they hold entries or settings.
+        tracker.learnNamespaces(Set(totals.keys).union((try? store.configuredNamespaces()) ?? []))
+        // The gauges follow the same cap: the largest namespaces by bytes, the rest summed.
+        totals = Self.capped(totals, NamespaceLabels.defaultCapacity)
         entries.replaceAll(Dictionary(uniqueKeysWithValues: totals.map { ([$0.key], Double($0.value.entries)) }))
         var byKind: [[String]: Double] = [:]
         for (namespace, total) in totals {
@@ -187,6 +194,25 @@ struct NamespaceGauges: Sendable {
             byKind[[namespace, "stored"]] = Double(total.storedBytes)
         }
         bytes.replaceAll(byKind)
+    }
+}
+
+extension NamespaceGauges {
+    typealias Totals = [String: (entries: Int, identityBytes: Int, storedBytes: Int)]
+
+    /// At most `limit` namespaces by name (the largest by stored bytes), the rest summed
+    /// under `_other`.
+    static func capped(_ totals: Totals, _ limit: Int) -> Totals {
+        guard totals.count > limit else { return totals }
+        let ranked = totals.sorted { $0.value.storedBytes > $1.value.storedBytes }
+        var kept = Totals(uniqueKeysWithValues: ranked.prefix(limit - 1).map { ($0.key, $0.value) })
+        var rest = (entries: 0, identityBytes: 0, storedBytes: 0)
+        for (_, total) in ranked.dropFirst(limit - 1) {
+            rest = (rest.entries &+ total.entries, rest.identityBytes &+ total.identityBytes,
+                    rest.storedBytes &+ total.storedBytes)
+        }
+        kept[NamespaceLabels.other] = rest
+        return kept
     }
 }
 

@@ -21,6 +21,7 @@ extension CacheAPI {
             maxBytes: try Self.optionalInteger(json["max_bytes"], name: "max_bytes", 1...Int.max))
         return try guarded(request) {
             try store.setSettings(namespace, settings)
+            tracker.admitNamespace(namespace.name)
             return .json(200, Self.json(namespace, settings).serialized)
         }
     }

@@ -55,12 +55,13 @@ public final class CacheAPI: Sendable {
         case .created(let expiry): (status, expiresAt) = (201, expiry)
         case .replaced(let expiry): (status, expiresAt) = (200, expiry)
         case .preconditionFailed:
-            upserts?.inc([write.namespace.name, "precondition_failed"])
+            upserts?.inc([tracker.label(for: write.namespace.name), "precondition_failed"])
             throw HTTPError(412, "The entry's current state does not satisfy the request's precondition.")
         case .storeFull:
-            upserts?.inc([write.namespace.name, "store_full"])
+            upserts?.inc([tracker.label(for: write.namespace.name), "store_full"])
             throw HTTPError(507, "Storing this would pass a byte cap of the store or the namespace; nothing was stored.")
         }
+        tracker.admitNamespace(write.namespace.name)
         upserts?.inc([write.namespace.name, status == 201 ? "created" : "replaced"])
         let json = JSONValue.object([
             ("namespace", .string(write.namespace.name)), ("key", .string(write.key.display)),

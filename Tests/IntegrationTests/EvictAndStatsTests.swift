@@ -241,3 +241,44 @@ import TestSupport
         #expect(EvictionJob(store: store).runCycle()?.isEmpty == true)
     }
 }
+
+/// A token cannot grow `/metrics` or the server's memory by asking for namespaces that
+/// hold nothing: those lookups are counted under one `_other` series.
+@Suite(.serialized) struct NamespaceCardinalityTests {
+    @Test func tenThousandEmptyNamespacesLeaveMetricsBounded() throws {
+        let service = try TestService()
+        defer { service.stop() }
+        let token = try service.token([.read, .write], namespaces: "*")
+        let held = TestService.namespace("held")
+        #expect(try service.request("PUT", entryPath(held, "k"), token: token, body: [1]).status == 201)
+        // Every route's and status's series exist before the count starts.
+        #expect(try service.request("GET", entryPath(held, "k"), token: token).status == 200)
+        #expect(try service.request("GET", entryPath(held, "nope"), token: token).status == 404)
+        _ = try service.request("GET", "/metrics")
+        let before = try service.request("GET", "/metrics").text.split(separator: "\n").count
+        let client = try RawClient(port: service.port, timeout: 10)
+        let prefix = TestService.namespace("empty")
+        for batch in 0..<100 {
+            var requests = ""
+            for index in 0..<100 {
+                requests += "GET /v1/caches/\(prefix)-\(batch * 100 + index)/entries/k HTTP/1.1\r\nHost: t\r\n"
+                    + "Authorization: Bearer \(token)\r\n\r\n"
+            }
+            try client.send(requests)
+            for _ in 0..<100 { #expect(try client.readResponse().status == 404) }
+        }
+        let metrics = try service.request("GET", "/metrics").text
+        let after = metrics.split(separator: "\n").count
+        // One new line: the `_other` series.
+        #expect(after - before <= 2, "/metrics grew from \(before) to \(after) lines")
+        #expect(metrics.contains("teamcache_lookups_total{namespace=\"_other\",result=\"miss\"} 10000"))
+        #expect(metrics.contains("teamcache_lookups_total{namespace=\"\(held)\",result=\"miss\"} 1"))
+        #expect(metrics.contains("teamcache_lookups_total{namespace=\"\(held)\",result=\"hit\"} 1"))
+        // Nor do they get stats rows in the database; the store-wide totals still count them.
+        try service.app.tracker.flush()
+        let connection = try PostgresConnection(url: try TestDatabase.shared.migratedDefault())
+        let rows = try connection.query("SELECT count(*)::int8 AS n FROM namespace_counters WHERE namespace LIKE $1",
+                                        [.text(prefix + "%")])
+        #expect(try rows.rows.first?.int("n") == 0)
+    }
+}
