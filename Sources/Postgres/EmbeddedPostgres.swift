@@ -1,4 +1,5 @@
 import Foundation
+import Hashing
 import Observability
 
 /// A PostgreSQL cluster that TeamCache runs itself under a data folder: the zero-configuration
@@ -7,7 +8,14 @@ import Observability
 ///
 /// Layout under `root`: `postgres/` (the cluster), `postgres.log`, and a private socket folder.
 /// PostgreSQL refuses to run as root, so as root every command runs as the `postgres` user.
-/// The cluster listens on a Unix socket only; nothing is exposed on the network.
+///
+/// Private to the service's user: the cluster listens on a Unix socket only (nothing on
+/// the network), in a folder of mode 0700 with `unix_socket_permissions = 0700`, and
+/// `pg_hba.conf` admits only that socket. Trust authentication is therefore limited to
+/// processes that can already open the folder: the `postgres` user, and root. The log is
+/// 0600. Whoever starts the cluster records its pid in `run/owner.pid`; a process that
+/// finds the cluster running under a dead owner (a `serve` killed with SIGKILL) adopts it,
+/// so it is stopped at the end rather than left behind.
 public final class EmbeddedPostgres: @unchecked Sendable {
     // @unchecked: `startedHere` is written in start() and read in stop(), both called from
     // the single owner thread at start-up and shutdown.
@@ -43,11 +51,22 @@ public final class EmbeddedPostgres: @unchecked Sendable {
         }
         try writeSettings()
         if try isRunning() {
-            logger.info("embedded PostgreSQL already running", [("data", .string(clusterDirectory.path))])
+            if let owner = recordedOwner(), kill(owner, 0) != 0 && errno == ESRCH {
+                // Started by a process that died without stopping it: ours to stop now.
+                startedHere = true
+                recordOwner()
+                logger.info("adopted embedded PostgreSQL left by a process that died",
+                            [("data", .string(clusterDirectory.path)), ("previous_owner", .int(Int(owner)))])
+            } else {
+                logger.info("embedded PostgreSQL already running", [("data", .string(clusterDirectory.path))])
+            }
+            // Settings written above (socket permissions, pg_hba) apply to a running cluster too.
+            try run("pg_ctl", ["-D", clusterDirectory.path, "reload"], what: "reload PostgreSQL", tolerate: true)
         } else {
             try run("pg_ctl", ["-D", clusterDirectory.path, "-l", logFile.path, "-w", "-t", "60", "start"],
                     what: "start PostgreSQL (see \(logFile.path))")
             startedHere = true
+            recordOwner()
             logger.info("embedded PostgreSQL started", [("data", .string(clusterDirectory.path))])
         }
         try createDatabase()
@@ -59,16 +78,29 @@ public final class EmbeddedPostgres: @unchecked Sendable {
         guard startedHere else { return }
         startedHere = false
         _ = try? run("pg_ctl", ["-D", clusterDirectory.path, "-m", "fast", "-w", "stop"], what: "stop PostgreSQL")
+        try? FileManager.default.removeItem(at: ownerFile)
         logger.info("embedded PostgreSQL stopped", [("data", .string(clusterDirectory.path))])
     }
 
     /// The socket folder: inside the data folder when the path fits a Unix socket name
-    /// (108 bytes), otherwise a private folder under /tmp named after the data folder.
+    /// (108 bytes), otherwise a private folder under /tmp named by a digest of the data
+    /// folder's path: the same in every process (a server and a CLI command must agree).
     public var socketDirectory: URL {
         let inside = root.appendingPathComponent("run")
         if inside.path.utf8.count + 20 < 100 { return inside }
-        let tag = String(UInt64(bitPattern: Int64(root.path.hashValue)), radix: 16)
+        let tag = Bytes.hex(SHA256.hash(root.path).prefix(8))
         return URL(fileURLWithPath: "/tmp/teamcache-\(tag)")
+    }
+
+    /// Where the pid of the process that started the cluster is kept.
+    var ownerFile: URL { root.appendingPathComponent("owner.pid") }
+
+    private func recordOwner() {
+        try? String(getpid()).write(to: ownerFile, atomically: true, encoding: .utf8)
+    }
+
+    private func recordedOwner() -> pid_t? {
+        (try? String(contentsOf: ownerFile, encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
     }
 
     /// A `postgres://` URL that reaches `database` through the private socket.
@@ -83,7 +115,14 @@ public final class EmbeddedPostgres: @unchecked Sendable {
         let manager = FileManager.default
         try manager.createDirectory(at: root, withIntermediateDirectories: true)
         try manager.createDirectory(at: socketDirectory, withIntermediateDirectories: true)
-        guard runsAsRoot else { return }
+        if !manager.fileExists(atPath: logFile.path) { _ = manager.createFile(atPath: logFile.path, contents: nil) }
+        // Only the cluster's user (and root) may open the socket's folder or read the log.
+        chmod(socketDirectory.path, 0o700)
+        chmod(logFile.path, 0o600)
+        guard runsAsRoot else {
+            try requireOwned(socketDirectory, by: getuid())
+            return
+        }
         guard let account = getpwnam("postgres") else {
             throw EmbeddedPostgresError.noPostgresUser
         }
@@ -91,11 +130,20 @@ public final class EmbeddedPostgres: @unchecked Sendable {
         for path in [socketDirectory.path, clusterDirectory.path] where manager.fileExists(atPath: path) {
             chown(path, account.pointee.pw_uid, account.pointee.pw_gid)
         }
-        if !manager.fileExists(atPath: logFile.path) { _ = manager.createFile(atPath: logFile.path, contents: nil) }
         chown(logFile.path, account.pointee.pw_uid, account.pointee.pw_gid)
+        try requireOwned(socketDirectory, by: account.pointee.pw_uid)
         // postgres must be able to reach the folder: a data dir under /root is not reachable.
         let probe = try run("test", ["-w", root.path, "-o", "-x", root.path], what: "check access", tolerate: true)
         if probe != 0 { throw EmbeddedPostgresError.unreachable(root.path) }
+    }
+
+    /// A socket folder under /tmp has a name anyone can predict: refuse one that someone
+    /// else created (or left open), rather than put the cluster's socket in their hands.
+    private func requireOwned(_ folder: URL, by owner: uid_t) throws {
+        var info = stat()
+        guard stat(folder.path, &info) == 0, info.st_uid == owner, info.st_mode & 0o077 == 0 else {
+            throw EmbeddedPostgresError.unsafeSocketFolder(folder.path)
+        }
     }
 
     private func initialise() throws {
@@ -119,6 +167,8 @@ public final class EmbeddedPostgres: @unchecked Sendable {
             "listen_addresses = ''",
             "port = \(options.port)",
             "unix_socket_directories = '\(socketDirectory.path.replacingOccurrences(of: "'", with: "''"))'",
+            "unix_socket_permissions = 0700",
+            "hba_file = '\(hbaFile.path.replacingOccurrences(of: "'", with: "''"))'",
             "max_connections = 200",
             "shared_buffers = '256MB'",
         ]
@@ -127,10 +177,16 @@ public final class EmbeddedPostgres: @unchecked Sendable {
         }
         let file = clusterDirectory.appendingPathComponent("teamcache.conf")
         try (lines.joined(separator: "\n") + "\n").write(to: file, atomically: false, encoding: .utf8)
+        // The socket only: initdb's default also trusts TCP from 127.0.0.1 and ::1.
+        let hba = "# Written by TeamCache at each start: the private Unix socket only.\nlocal all all trust\n"
+        try hba.write(to: hbaFile, atomically: false, encoding: .utf8)
+        chmod(hbaFile.path, 0o600)
         if runsAsRoot, let account = getpwnam("postgres") {
-            chown(file.path, account.pointee.pw_uid, account.pointee.pw_gid)
+            for path in [file.path, hbaFile.path] { chown(path, account.pointee.pw_uid, account.pointee.pw_gid) }
         }
     }
+
+    private var hbaFile: URL { clusterDirectory.appendingPathComponent("teamcache_hba.conf") }
 
     private func isRunning() throws -> Bool {
         try run("pg_ctl", ["-D", clusterDirectory.path, "status"], what: "query PostgreSQL", tolerate: true) == 0
@@ -166,7 +222,7 @@ public final class EmbeddedPostgres: @unchecked Sendable {
     }
 
     /// Finds a PostgreSQL server binary on PATH or in Debian's versioned folders.
-    static func locate(_ tool: String) throws -> String {
+    public static func locate(_ tool: String) throws -> String {
         let manager = FileManager.default
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
         for folder in path.split(separator: ":") where manager.isExecutableFile(atPath: "\(folder)/\(tool)") {
@@ -186,6 +242,7 @@ public enum EmbeddedPostgresError: Error, CustomStringConvertible {
     case missingBinary(String)
     case noPostgresUser
     case unreachable(String)
+    case unsafeSocketFolder(String)
     case commandFailed(what: String, status: Int32, output: String)
 
     public var description: String {
@@ -196,6 +253,8 @@ public enum EmbeddedPostgresError: Error, CustomStringConvertible {
             "running as root needs a 'postgres' system user to own the embedded database (apt-get install postgresql)"
         case .unreachable(let path):
             "the postgres user cannot reach \(path); choose a --data-dir outside a private home folder"
+        case .unsafeSocketFolder(let path):
+            "the socket folder \(path) belongs to another user or is open to others; remove it or choose another --data-dir"
         case .commandFailed(let what, let status, let output):
             "could not \(what) (exit \(status)): \(output)"
         }

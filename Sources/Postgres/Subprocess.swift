@@ -4,10 +4,10 @@ import Foundation
 ///
 /// Foundation's `Process` was seen here to leave its child a zombie and never return from
 /// `waitUntilExit` when called off the main thread, so the launcher uses the plain calls.
-enum Subprocess {
+public enum Subprocess {
     /// Runs `arguments[0]` (an absolute path) from `/` with stdin from /dev/null and
     /// stdout/stderr to `output`; returns the exit status.
-    static func run(_ arguments: [String], output: URL) throws -> Int32 {
+    public static func run(_ arguments: [String], output: URL) throws -> Int32 {
         // `env -C /` starts the tool from `/`: PostgreSQL's tools fail in a folder their user cannot read.
         let argv = ["/usr/bin/env", "-C", "/"] + arguments
         var actions = posix_spawn_file_actions_t()

@@ -8,32 +8,44 @@ public final class ServeProcess {
     public let port: Int
     public let database: String
 
-    /// Starts the debug binary; `stderr` receives its log (nil: discarded).
-    public init(prefix: String, environment extra: [String: String] = [:], stderr: FileHandle? = nil) throws {
+    /// Starts the debug binary on a fresh database; `stderr` receives its log (nil: discarded).
+    public convenience init(prefix: String, environment extra: [String: String] = [:], stderr: FileHandle? = nil) throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: prefix)
+        // A dbname query parameter makes libpq use this test's database under the suite's server.
+        let base = TestDatabase.shared.url
+        let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(database)"
+        try self.init(arguments: ["--database-url", url], database: database, environment: extra, stderr: stderr)
+    }
+
+    /// Starts the debug binary with its embedded cluster under `dataDirectory`.
+    public convenience init(dataDirectory: URL, port: Int? = nil) throws {
+        try self.init(arguments: ["--data-dir", dataDirectory.path], database: "", environment: [:], stderr: nil,
+                      port: port)
+    }
+
+    init(arguments: [String], database: String, environment extra: [String: String], stderr: FileHandle?,
+         port chosen: Int? = nil) throws {
         let binary = TestPaths.repository.appendingPathComponent(".build/debug/teamcache").path
         guard FileManager.default.isExecutableFile(atPath: binary) else {
             throw RawClient.Failure.malformed("build the teamcache binary first")
         }
-        database = try TestDatabase.shared.migratedDatabase(prefix: prefix)
-        port = 20000 + Int(UInt16.random(in: 0...9999))
+        self.database = database
+        port = chosen ?? 20000 + Int(UInt16.random(in: 0...9999))
         var environment = ProcessInfo.processInfo.environment
         environment["TEAMCACHE_AUTH"] = "off"
         environment["TEAMCACHE_LOG_LEVEL"] = "error"
         environment.merge(extra) { $1 }
-        // A dbname query parameter makes libpq use this test's database under the suite's server.
-        let base = TestDatabase.shared.url
-        let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(database)"
         process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["serve", "--listen", "127.0.0.1:\(port)", "--database-url", url]
+        process.arguments = ["serve", "--listen", "127.0.0.1:\(port)"] + arguments
         process.environment = environment
         process.standardOutput = FileHandle.nullDevice
         process.standardError = stderr ?? FileHandle.nullDevice
         try process.run()
     }
 
-    /// Waits until the server accepts connections (10 s at most).
-    public func waitUntilListening() -> Bool {
-        for _ in 0..<100 {
+    /// Waits until the server accepts connections (`seconds` at most).
+    public func waitUntilListening(seconds: Int = 10) -> Bool {
+        for _ in 0..<seconds * 10 {
             if (try? RawClient(port: port, timeout: 1)) != nil { return true }
             Thread.sleep(forTimeInterval: 0.1)
         }
@@ -42,6 +54,15 @@ public final class ServeProcess {
 
     public func kill(_ signal: Int32 = SIGKILL) {
         if process.isRunning { Glibc.kill(process.processIdentifier, signal) }
+    }
+
+    /// Sends `signal` and reaps the process. `waitpid`, not `Process.waitUntilExit`, which
+    /// was seen here never to return for a child killed off the main thread.
+    public func stop(_ signal: Int32) {
+        let pid = process.processIdentifier
+        Glibc.kill(pid, signal)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
     }
 
     deinit { kill() }
