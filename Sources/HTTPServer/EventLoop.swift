@@ -167,7 +167,7 @@ public final class EventLoop: @unchecked Sendable {
         var text = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN))
         var raw = address.sin_addr
         guard inet_ntop(AF_INET, &raw, &text, socklen_t(text.count)) != nil else { return "" }
-        return String(cString: text)
+        return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     private func pauseAccepting() {
