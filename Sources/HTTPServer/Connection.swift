@@ -53,6 +53,8 @@ final class Connection: @unchecked Sendable {
     private var phaseStart: UInt64
     private var interest: UInt32 = EPOLLIN.rawValue | EPOLLRDHUP.rawValue
     private(set) var isClosed = false
+    /// Whether epoll is asked for input now.
+    var isReading: Bool { interest & EPOLLIN.rawValue != 0 }
 
     /// The client's address, for limits per client (never logged with a request).
     let peer: String
@@ -70,6 +72,11 @@ final class Connection: @unchecked Sendable {
     func onReadable() {
         if lingering {
             discardInput()
+            return
+        }
+        if closeAfterFlush {
+            // An answer that ends the connection is on its way: what follows is not parsed.
+            dropInput()
             return
         }
         while !inputClosed && parser.bufferedBytes < Self.maxBufferedInput {
@@ -92,58 +99,76 @@ final class Connection: @unchecked Sendable {
         processBuffered()
     }
 
-    /// Takes events from the parser until a request is in flight or more bytes are needed.
+    /// Whether the next buffered request may be taken now.
+    private var canTakeRequests: Bool {
+        !inFlight && !isClosed && !closeAfterFlush && outputBytes < Self.maxQueuedOutput
+    }
+
+    /// Takes events from the parser until a request is in flight, more bytes are needed,
+    /// the turn's budget is spent, or the client is not reading what it was sent.
     private func processBuffered() {
         guard !processing else { return }
         processing = true
         defer { processing = false }
         var answered = 0
         var yielded = false
-        while !inFlight && !isClosed && !closeAfterFlush && outputBytes < Self.maxQueuedOutput {
-            if answered >= Self.requestsPerTurn {
-                yielded = true
-                break
-            }
-            guard let event = parser.next() else { break }
-            switch event {
-            case .head(let request, let continueExpected):
-                if let refusal = refusal(beforeBody: request) {
-                    answered += 1
-                    refuse(request, with: refusal)
-                } else if continueExpected {
-                    // Only now: a client that waits for it sends no byte of a refused body.
-                    enqueue(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
+        var needsBytes = false
+        while true {
+            while canTakeRequests {
+                if answered >= Self.requestsPerTurn {
+                    yielded = true
+                    break
                 }
-            case .request(let request):
-                served += 1
-                answered += 1
-                inFlight = true
-                current = request
-                phase = .handling
-                phaseStart = loop.now
-                dispatch(request)
-            case .failure(let error):
-                closeAfterFlush = true
-                lingerOnClose = true
-                let problem = HTTPError(error.status, error.detail)
-                respond(problem.response(requestID: ""), method: "", version: .http11, keepAlive: false)
-                loop.record(method: "-", routeID: Router.unparsedID, route: "unparsed", status: error.status,
-                            bytes: 0, seconds: 0, requestID: "")
+                guard let event = parser.next() else {
+                    needsBytes = true
+                    break
+                }
+                take(event, answered: &answered)
             }
+            if isClosed { return }
+            accountBodyBytes()
+            flush()
+            if isClosed { return }
+            // The write made room for answers that waited for it: the turn goes on.
+            guard !yielded, !needsBytes, canTakeRequests else { break }
         }
-        if isClosed { return }
-        accountBodyBytes()
-        flush()
-        if isClosed { return }
         // The turn's budget is spent: the rest waits for the next loop turn, after the
         // loop's other connections have had theirs.
         if yielded { loop.execute { [self] in if !isClosed { processBuffered() } } }
-        if inputClosed && !inFlight && output.isEmpty && !yielded {
+        if inputClosed && !inFlight && output.isEmpty && needsBytes {
             close()
             return
         }
         updatePhase()
         updateInterest()
+    }
+
+    private func take(_ event: HTTPParser.Event, answered: inout Int) {
+        switch event {
+        case .head(let request, let continueExpected):
+            if let refusal = refusal(beforeBody: request) {
+                answered += 1
+                refuse(request, with: refusal)
+            } else if continueExpected {
+                // Only now: a client that waits for it sends no byte of a refused body.
+                enqueue(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
+            }
+        case .request(let request):
+            served += 1
+            answered += 1
+            inFlight = true
+            current = request
+            phase = .handling
+            phaseStart = loop.now
+            dispatch(request)
+        case .failure(let error):
+            closeAfterFlush = true
+            lingerOnClose = true
+            let problem = HTTPError(error.status, error.detail)
+            respond(problem.response(requestID: ""), method: "", version: .http11, keepAlive: false)
+            loop.record(method: "-", routeID: Router.unparsedID, route: "unparsed", status: error.status,
+                        bytes: 0, seconds: 0, requestID: "")
+        }
     }
 
     // MARK: Requests
@@ -196,7 +221,8 @@ final class Connection: @unchecked Sendable {
     /// Keeps the server-wide count of body bytes being received up to date; past the
     /// budget, the request whose body pushed it over is refused with 503.
     private func accountBodyBytes() {
-        let holding = parser.bodyBytesReceived
+        // Counted until answered: a body waiting for a worker or being handled holds memory too.
+        let holding = parser.bodyBytesReceived + (current?.body.count ?? 0)
         let delta = holding - heldBodyBytes
         guard delta != 0 else { return }
         heldBodyBytes = holding
@@ -245,8 +271,11 @@ final class Connection: @unchecked Sendable {
         guard !isClosed, current === request else { return }
         inFlight = false
         current = nil
+        accountBodyBytes()
         let limit = loop.context.configuration.maxRequestsPerConnection
-        let keepAlive = request.keepAlive && !loop.isDraining && (limit == 0 || served < limit) && !inputClosed
+        // A client that half-closed still gets an answer to every request it sent; the
+        // connection closes once the parser has none left (processBuffered).
+        let keepAlive = request.keepAlive && !loop.isDraining && (limit == 0 || served < limit)
         if !keepAlive { closeAfterFlush = true }
         let bytes = respond(response, method: request.method, version: request.version, keepAlive: keepAlive,
                             requestID: request.requestID)
@@ -327,11 +356,11 @@ final class Connection: @unchecked Sendable {
     }
 
     func onWritable() {
-        let wasFull = outputBytes >= Self.maxQueuedOutput
         flush()
         if isClosed { return }
-        // The client read enough: answer the requests that waited for room.
-        if wasFull && outputBytes < Self.maxQueuedOutput && !inFlight {
+        // The client read enough: answer the requests that waited for room (or, after its
+        // half-close, find that none is left and close).
+        if canTakeRequests && (parser.bufferedBytes > 0 || inputClosed) {
             processBuffered()
             return
         }
@@ -366,6 +395,18 @@ final class Connection: @unchecked Sendable {
         phaseStart = loop.now
         interest = EPOLLIN.rawValue | EPOLLRDHUP.rawValue
         loop.modify(fd, events: interest)
+    }
+
+    /// Reads and drops input while an answer that closes the connection is still queued.
+    private func dropInput() {
+        while true {
+            let count = read(fd, loop.scratch.baseAddress, loop.scratch.count)
+            if count > 0 { continue }
+            if count < 0 && errno == EINTR { continue }
+            if count == 0 { inputClosed = true }
+            if count < 0 && errno != EAGAIN { close() }
+            return
+        }
     }
 
     private func discardInput() {
@@ -443,6 +484,8 @@ final class Connection: @unchecked Sendable {
     /// Reads pause while a handler runs with a full pipeline behind it, or while the client
     /// is not reading its responses (backpressure); writes are watched while output waits.
     private func updateInterest() {
+        // A lingering close keeps reading (and dropping) until it ends.
+        if lingering { return }
         var wanted: UInt32 = 0
         let backlog = parser.bufferedBytes >= Self.maxBufferedInput
         if !inputClosed && !backlog && outputBytes < Self.maxQueuedOutput {
@@ -508,6 +551,7 @@ final class Connection: @unchecked Sendable {
                     route: request.routeTemplate.isEmpty ? "unmatched" : request.routeTemplate,
                     status: 503, bytes: bytes, seconds: seconds, requestID: request.requestID)
         loop.context.metrics?.deadlineExceeded.inc()
+        accountBodyBytes()
         flush()
         if !isClosed {
             updatePhase()

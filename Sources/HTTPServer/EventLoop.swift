@@ -106,6 +106,12 @@ public final class EventLoop: @unchecked Sendable {
             watchers[Int32(truncatingIfNeeded: tag & ~Self.watchedBit)]?()
         default:
             guard let connection = connections[Int32(truncatingIfNeeded: tag)] else { return }
+            // An error or hang-up is reported even while the connection is not read from (a
+            // backlog, a full pipeline): with nothing to read it would come back every turn.
+            if event.events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 && !connection.isReading {
+                connection.close()
+                return
+            }
             if event.events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue | EPOLLRDHUP.rawValue) != 0 {
                 connection.onReadable()
             }

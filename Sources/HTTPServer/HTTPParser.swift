@@ -281,6 +281,8 @@ public struct HTTPParser: Sendable {
 
     private mutating func fail(_ error: HTTPParseError) -> Event {
         state = .failed
+        body = []
+        head = nil
         buffer = []
         start = 0
         return .failure(error)

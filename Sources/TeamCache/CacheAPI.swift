@@ -62,7 +62,7 @@ public final class CacheAPI: Sendable {
             throw HTTPError(507, "Storing this would pass a byte cap of the store or the namespace; nothing was stored.")
         }
         tracker.admitNamespace(write.namespace.name)
-        upserts?.inc([write.namespace.name, status == 201 ? "created" : "replaced"])
+        upserts?.inc([tracker.label(for: write.namespace.name), status == 201 ? "created" : "replaced"])
         let json = JSONValue.object([
             ("namespace", .string(write.namespace.name)), ("key", .string(write.key.display)),
             ("etag", .string(write.body.etag)), ("size", .int(write.body.identitySize)),

@@ -20,11 +20,23 @@ import TestSupport
         configuration.tokenCacheTTL = 0
     }
 
-    /// One timed request on a new connection; -1 when nothing came back within 20 s.
+    /// One timed request on a new connection; a negative status when no answer came back
+    /// (-1 closed, -2 timed out, -3 could not connect, -4 malformed).
     static func timed(_ service: TestService, _ method: String, _ path: String, token: String?,
                       body: [UInt8] = []) -> (status: Int, seconds: Double) {
         let started = Date()
-        let status = (try? service.request(method, path, token: token, body: body).status) ?? -1
+        let status: Int
+        do {
+            status = try service.request(method, path, token: token, body: body).status
+        } catch RawClient.Failure.closed {
+            status = -1
+        } catch RawClient.Failure.timeout {
+            status = -2
+        } catch RawClient.Failure.connect {
+            status = -3
+        } catch {
+            status = -4
+        }
         return (status, Date().timeIntervalSince(started))
     }
 
