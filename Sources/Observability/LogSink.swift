@@ -27,6 +27,9 @@ public final class LogSink: @unchecked Sendable {
     private let dropped = Atomic<Int>(0)
     private var writerStarted = false
     private var wakeUp = false
+    /// True while a thread writes a batch it took: only one writes at a time (lines from two
+    /// writers would interleave), and `flush` waits for a batch already taken.
+    private var writing = false
 
     public var level: LogLevel { LogLevel(rawValue: minimum.load(ordering: .relaxed)) ?? .info }
 
@@ -46,7 +49,7 @@ public final class LogSink: @unchecked Sendable {
             buffer.append(contentsOf: lines)
             if urgent || buffer.count > 64 * 1024 {
                 wakeUp = true
-                condition.signal()
+                condition.broadcast()
             }
             startWriterLocked()
             return true
@@ -60,11 +63,20 @@ public final class LogSink: @unchecked Sendable {
     /// Writes out everything buffered, waiting at most `timeout` for the output to drain
     /// (at shutdown: a stuck output must not hold the process).
     public func flush(timeout: TimeInterval = 2) {
-        let (bytes, target) = condition.withLock { () -> ([UInt8], Int32) in
+        let deadline = Date().addingTimeInterval(timeout)
+        let taken = condition.withLock { () -> ([UInt8], Int32)? in
+            while writing && condition.wait(until: deadline) {}
+            guard !writing else { return nil }
+            writing = true
             defer { buffer.removeAll(keepingCapacity: true) }
             return (buffer, fd)
         }
-        Self.output(bytes, to: target, deadline: Date().addingTimeInterval(timeout))
+        guard let (bytes, target) = taken else { return }
+        Self.output(bytes, to: target, deadline: deadline)
+        condition.withLock {
+            writing = false
+            condition.broadcast()
+        }
     }
 
     private func startWriterLocked() {
@@ -74,13 +86,19 @@ public final class LogSink: @unchecked Sendable {
             while true {
                 let (bytes, target) = condition.withLock { () -> ([UInt8], Int32) in
                     let until = Date().addingTimeInterval(0.1)
-                    while !wakeUp && condition.wait(until: until) {}
+                    while (!wakeUp || writing) && condition.wait(until: until) {}
+                    while writing { condition.wait() }
                     wakeUp = false
+                    writing = true
                     defer { buffer.removeAll(keepingCapacity: true) }
                     return (buffer, fd)
                 }
                 // No deadline here: this thread may wait; callers do not wait for it.
                 Self.output(bytes, to: target, deadline: nil)
+                condition.withLock {
+                    writing = false
+                    condition.broadcast()
+                }
             }
         }
         thread.name = "log-writer"

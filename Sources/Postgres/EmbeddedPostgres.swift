@@ -60,7 +60,8 @@ public final class EmbeddedPostgres: @unchecked Sendable {
             } else {
                 logger.info("embedded PostgreSQL already running", [("data", .string(clusterDirectory.path))])
             }
-            // Settings written above (socket permissions, pg_hba) apply to a running cluster too.
+            // A reload picks up what a running cluster can change; the socket permissions and
+            // pg_hba file take effect at its next start (its socket folder is 0700 already).
             try run("pg_ctl", ["-D", clusterDirectory.path, "reload"], what: "reload PostgreSQL", tolerate: true)
         } else {
             try run("pg_ctl", ["-D", clusterDirectory.path, "-l", logFile.path, "-w", "-t", "60", "start"],
@@ -114,36 +115,44 @@ public final class EmbeddedPostgres: @unchecked Sendable {
     private func prepareDirectories() throws {
         let manager = FileManager.default
         try manager.createDirectory(at: root, withIntermediateDirectories: true)
-        try manager.createDirectory(at: socketDirectory, withIntermediateDirectories: true)
         if !manager.fileExists(atPath: logFile.path) { _ = manager.createFile(atPath: logFile.path, contents: nil) }
-        // Only the cluster's user (and root) may open the socket's folder or read the log.
-        chmod(socketDirectory.path, 0o700)
+        // Only the cluster's user (and root) may read the log.
         chmod(logFile.path, 0o600)
         guard runsAsRoot else {
-            try requireOwned(socketDirectory, by: getuid())
+            try prepareSocketFolder(owner: getuid(), group: nil)
             return
         }
         guard let account = getpwnam("postgres") else {
             throw EmbeddedPostgresError.noPostgresUser
         }
         chmod(root.path, 0o755)
-        for path in [socketDirectory.path, clusterDirectory.path] where manager.fileExists(atPath: path) {
-            chown(path, account.pointee.pw_uid, account.pointee.pw_gid)
+        try prepareSocketFolder(owner: account.pointee.pw_uid, group: account.pointee.pw_gid)
+        if manager.fileExists(atPath: clusterDirectory.path) {
+            chown(clusterDirectory.path, account.pointee.pw_uid, account.pointee.pw_gid)
         }
         chown(logFile.path, account.pointee.pw_uid, account.pointee.pw_gid)
-        try requireOwned(socketDirectory, by: account.pointee.pw_uid)
         // postgres must be able to reach the folder: a data dir under /root is not reachable.
         let probe = try run("test", ["-w", root.path, "-o", "-x", root.path], what: "check access", tolerate: true)
         if probe != 0 { throw EmbeddedPostgresError.unreachable(root.path) }
     }
 
-    /// A socket folder under /tmp has a name anyone can predict: refuse one that someone
-    /// else created (or left open), rather than put the cluster's socket in their hands.
-    private func requireOwned(_ folder: URL, by owner: uid_t) throws {
+    /// Creates the socket folder 0700, or takes an existing one only if it is a real folder
+    /// (not a symlink) that this process's user or the cluster's owns. A folder under /tmp
+    /// has a name anyone can predict: a planted symlink or folder is refused before anything
+    /// is changed through it, and the changes go through a descriptor that follows no link.
+    private func prepareSocketFolder(owner: uid_t, group: gid_t?) throws {
+        let path = socketDirectory.path
+        let unsafe = EmbeddedPostgresError.unsafeSocketFolder(path)
         var info = stat()
-        guard stat(folder.path, &info) == 0, info.st_uid == owner, info.st_mode & 0o077 == 0 else {
-            throw EmbeddedPostgresError.unsafeSocketFolder(folder.path)
+        if lstat(path, &info) != 0 {
+            guard mkdir(path, 0o700) == 0 || errno == EEXIST, lstat(path, &info) == 0 else { throw unsafe }
         }
+        guard info.st_mode & 0o170000 == 0o040000, info.st_uid == getuid() || info.st_uid == owner else { throw unsafe }
+        let folder = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+        guard folder >= 0 else { throw unsafe }
+        defer { close(folder) }
+        guard fchmod(folder, 0o700) == 0 else { throw unsafe }
+        if let group, fchown(folder, owner, group) != 0 { throw unsafe }
     }
 
     private func initialise() throws {

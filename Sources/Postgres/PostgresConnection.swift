@@ -28,7 +28,7 @@ public final class PostgresConnection: @unchecked Sendable {
     public init(url: String, overrides: [String: String] = [:], limits: SessionLimits = SessionLimits()) throws {
         var pairs: [(String, String)] = [("application_name", "teamcache")]
         pairs.append(("dbname", url))
-        pairs += limits.keywords
+        pairs += limits.keywords(besides: Self.keywords(in: url))
         pairs += overrides.sorted(by: { $0.key < $1.key })
         let keys = pairs.map { strdup($0.0) } + [nil]
         let values = pairs.map { strdup($0.1) } + [nil]
@@ -54,6 +54,24 @@ public final class PostgresConnection: @unchecked Sendable {
     }
 
     deinit { PQfinish(handle) }
+
+    /// The keywords a URL or conninfo string sets, as libpq itself reads them (empty when
+    /// it cannot be parsed; connecting then reports why).
+    static func keywords(in url: String) -> [String: String] {
+        var error: UnsafeMutablePointer<CChar>?
+        guard let options = PQconninfoParse(url, &error) else {
+            if let error { PQfreemem(error) }
+            return [:]
+        }
+        defer { PQconninfoFree(options) }
+        var found: [String: String] = [:]
+        var option = options
+        while let keyword = option.pointee.keyword {
+            if let value = option.pointee.val { found[String(cString: keyword)] = String(cString: value) }
+            option += 1
+        }
+        return found
+    }
 
     /// True once libpq has seen the connection fail; such a connection is discarded.
     public var isBroken: Bool { abandoned || PQstatus(handle) != CONNECTION_OK }
@@ -171,6 +189,9 @@ public final class PostgresConnection: @unchecked Sendable {
             // An error result ends the statement; keep it over earlier ones.
             if let last { PQclear(last) }
             last = next
+            // COPY hands the connection over to a data exchange; like PQexec, stop here.
+            let status = PQresultStatus(next)
+            if status == PGRES_COPY_IN || status == PGRES_COPY_OUT || status == PGRES_COPY_BOTH { return last }
         }
     }
 

@@ -38,22 +38,25 @@ public struct SessionLimits: Sendable, Equatable {
         statementTimeout > 0 ? statementTimeout + 1 : nil
     }
 
-    /// libpq keywords. `options` carries the server settings to the backend at start-up,
-    /// so they hold from the first statement without a round trip of their own.
-    var keywords: [(String, String)] {
+    /// libpq keywords, given those the URL sets already (`url`): a setting the operator
+    /// put in the URL wins, and `options` of the URL are kept, with the server settings
+    /// appended. `options` carries them to the backend at start-up, so they hold from the
+    /// first statement without a round trip of their own.
+    func keywords(besides url: [String: String]) -> [(String, String)] {
         let settings = [
             ("statement_timeout", statementTimeout), ("lock_timeout", lockTimeout),
             ("idle_in_transaction_session_timeout", idleInTransactionTimeout),
-        ].map { "-c \($0.0)=\(Self.milliseconds($0.1))" }
-        return [
+        ].map { "-c \($0.0)=\(Self.milliseconds($0.1))" }.joined(separator: " ")
+        let ours = [
             ("connect_timeout", String(max(2, Int(connectTimeout.rounded(.up))))),
-            ("options", settings.joined(separator: " ")),
             ("keepalives", "1"),
             ("keepalives_idle", String(keepalivesIdle)),
             ("keepalives_interval", String(keepalivesInterval)),
             ("keepalives_count", String(keepalivesCount)),
             ("tcp_user_timeout", String(Self.milliseconds(tcpUserTimeout))),
-        ]
+        ].filter { url[$0.0] == nil }
+        let options = url["options"].map { $0.isEmpty ? settings : $0 + " " + settings } ?? settings
+        return ours + [("options", options)]
     }
 
     private static func milliseconds(_ seconds: TimeInterval) -> Int {

@@ -46,15 +46,15 @@ final class ReadinessProbe: @unchecked Sendable {
     }
 
     /// One probe (the periodic service's work); never throws, never waits past its limits.
+    /// Success is stamped when the answer arrives, before the (slower) migration check.
     func probe() {
-        let started = monotonicSeconds()
         do {
             let session = try connection ?? Self.open(url)
             connection = session
             try session.query("SELECT 1")
+            lock.withLock { lastSuccess = monotonicSeconds() }
             if probes % Self.migrationCheckEvery == 0 { try checkMigrations(on: session) }
             probes += 1
-            lock.withLock { lastSuccess = started }
         } catch let error as MigrationError {
             lock.withLock { migrationProblem = error.description }
         } catch {

@@ -35,6 +35,29 @@ import TestSupport
         #expect(tcp != 0 || !FileManager.default.fileExists(atPath: cluster.clusterDirectory.path))
     }
 
+    @Test func aPlantedSymlinkForTheSocketFolderIsRefused() throws {
+        // A long data path puts the socket folder under /tmp, at a name anyone can compute.
+        let root = URL(fileURLWithPath: "/tmp").appendingPathComponent("tc-plant-" + String(repeating: "y", count: 90)
+            + "-\(getpid())")
+        let cluster = EmbeddedPostgres(root: root, options: .init(durable: false))
+        let target = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("tc-target-\(getpid())")
+        try FileManager.default.createDirectory(at: target, withIntermediateDirectories: true)
+        chmod(target.path, 0o755)
+        defer {
+            try? FileManager.default.removeItem(atPath: cluster.socketDirectory.path)
+            try? FileManager.default.removeItem(at: target)
+            try? FileManager.default.removeItem(at: root)
+        }
+        #expect(cluster.socketDirectory.path.hasPrefix("/tmp/teamcache-"))
+        try FileManager.default.createSymbolicLink(atPath: cluster.socketDirectory.path,
+                                                   withDestinationPath: target.path)
+        #expect(throws: EmbeddedPostgresError.self) { _ = try cluster.start() }
+        // Nothing was changed through the link.
+        #expect(mode(target.path) == 0o755)
+        var info = stat()
+        #expect(stat(target.path, &info) == 0 && info.st_uid == getuid())
+    }
+
     @Test func serveKilledThenServedAgainOnTheSameDataFolderWorks() throws {
         let binary = TestPaths.repository.appendingPathComponent(".build/debug/teamcache").path
         try #require(FileManager.default.isExecutableFile(atPath: binary))

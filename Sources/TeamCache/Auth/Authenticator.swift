@@ -98,14 +98,20 @@ public final class Authenticator: @unchecked Sendable {
     /// the answer is not cached.
     private func lookup(_ hash: [UInt8], cachedOnly: Bool, client: String) throws -> APIToken?? {
         let now = ProcessInfo.processInfo.systemUptime
-        let cached: APIToken?? = lock.withLock {
-            if let hit = known.value(hash), now - hit.fetched < cacheTTL { return .some(hit.token) }
-            if let seen = unknown.value(hash), now - seen < cacheTTL { return .some(nil) }
-            return nil
+        // `wasKnown`: a token this replica has verified before (its entry may have expired):
+        // refreshing it is never limited, so a neighbour behind the same address sending
+        // made-up tokens cannot lock the team's real ones out.
+        let (cached, wasKnown): (APIToken??, Bool) = lock.withLock {
+            let hit = known.value(hash)
+            if let hit, now - hit.fetched < cacheTTL { return (.some(hit.token), true) }
+            if let seen = unknown.value(hash), now - seen < cacheTTL { return (.some(nil), false) }
+            return (nil, hit != nil)
         }
         if let cached { return cached }
         if cachedOnly { return nil }
-        if let wait = unknownTokenWait(client, now: now) {
+        // The lookup is paid for before it runs (concurrent ones cannot all slip through
+        // one remaining allowance) and refunded if the token turns out to be real.
+        if !wasKnown, let wait = reserveUnknownLookup(client, now: now) {
             throw HTTPError(429, "Too many unknown tokens from this client; retry later.",
                             headers: HTTPHeaders([("Retry-After", String(wait))]))
         }
@@ -114,29 +120,34 @@ public final class Authenticator: @unchecked Sendable {
             if let token {
                 known.insert(hash, Cached(token: token, fetched: now))
                 unknown.remove(hash)
+                if !wasKnown { refundUnknownLookup(client) }
             } else {
                 unknown.insert(hash, now)
                 known.remove(hash)
-                chargeUnknownToken(client, now: now)
             }
         }
         return .some(token)
     }
 
-    /// Seconds until `client` may have another unknown token looked up; nil: now.
-    private func unknownTokenWait(_ client: String, now: TimeInterval) -> Int? {
+    /// Takes one lookup from `client`'s allowance for unknown tokens; when it is spent,
+    /// the seconds until the next one and nothing taken.
+    private func reserveUnknownLookup(_ client: String, now: TimeInterval) -> Int? {
         lock.withLock {
-            guard let bucket = misses.value(client) else { return nil }
+            let bucket = misses.value(client) ?? (tokens: Self.unknownBurst, updated: now)
             let tokens = min(Self.unknownBurst, bucket.tokens + (now - bucket.updated) * Self.unknownPerSecond)
-            return tokens >= 1 ? nil : Int(((1 - tokens) / Self.unknownPerSecond).rounded(.up))
+            guard tokens >= 1 else {
+                misses.insert(client, (tokens: tokens, updated: now))
+                return Int(((1 - tokens) / Self.unknownPerSecond).rounded(.up))
+            }
+            misses.insert(client, (tokens: tokens - 1, updated: now))
+            return nil
         }
     }
 
-    /// Takes one unknown-token lookup from `client`'s bucket. Called with the lock held.
-    private func chargeUnknownToken(_ client: String, now: TimeInterval) {
-        let bucket = misses.value(client) ?? (tokens: Self.unknownBurst, updated: now)
-        let tokens = min(Self.unknownBurst, bucket.tokens + (now - bucket.updated) * Self.unknownPerSecond)
-        misses.insert(client, (tokens: max(0, tokens - 1), updated: now))
+    /// Gives back a reserved lookup. Called with the lock held.
+    private func refundUnknownLookup(_ client: String) {
+        guard let bucket = misses.value(client) else { return }
+        misses.insert(client, (tokens: min(Self.unknownBurst, bucket.tokens + 1), updated: bucket.updated))
     }
 
     static func unauthorized(_ detail: String, error: String?) -> HTTPError {
