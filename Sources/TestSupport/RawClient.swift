@@ -73,6 +73,8 @@ public final class RawClient {
         var offset = 0
         while offset < bytes.count {
             let written = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            // A signal (SIGCHLD from another test's child process) interrupts, it does not close.
+            if written < 0 && errno == EINTR { continue }
             guard written > 0 else { throw Failure.closed }
             offset += written
         }
@@ -108,7 +110,8 @@ public final class RawClient {
     /// True when the server has closed the connection (EOF within the timeout).
     public func isClosedByPeer() -> Bool {
         var byte: UInt8 = 0
-        let count = recv(fd, &byte, 1, 0)
+        var count = recv(fd, &byte, 1, 0)
+        while count < 0 && errno == EINTR { count = recv(fd, &byte, 1, 0) }
         return count == 0 || (count < 0 && errno == ECONNRESET)
     }
 
@@ -128,7 +131,9 @@ public final class RawClient {
 
     private func fill() throws {
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        let count = recv(fd, &chunk, chunk.count, 0)
+        var count = recv(fd, &chunk, chunk.count, 0)
+        // A signal (SIGCHLD from another test's child process) interrupts, it does not close.
+        while count < 0 && errno == EINTR { count = recv(fd, &chunk, chunk.count, 0) }
         if count == 0 { throw Failure.closed }
         if count < 0 { throw errno == EAGAIN ? Failure.timeout : Failure.closed }
         buffer.append(contentsOf: chunk[..<count])
