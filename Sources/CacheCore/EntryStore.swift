@@ -16,7 +16,9 @@ public final class EntryStore: Sendable {
         SELECT outcome, entry_id, expires_at FROM tc_put_entry($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
             $12::jsonb, $13, $14, $15, $16::bigint, $17, $18::bigint, $19, $20, $21, $22)
         """
-    static let deleteEntry = "DELETE FROM entries WHERE namespace = $1 AND key = $2"
+    /// An expired entry is absent to DELETE (404) as to every write; it stays for `max-stale`
+    /// reads until the eviction job removes it.
+    static let deleteEntry = "DELETE FROM entries WHERE namespace = $1 AND key = $2 AND expires_at > $3"
 
     public let pool: ConnectionPool
     public let policy: CachePolicy
@@ -99,7 +101,8 @@ public final class EntryStore: Sendable {
     /// Deletes one entry; false when it was absent.
     public func delete(_ namespace: Namespace, _ key: EntryKey) throws -> Bool {
         try pool.withConnection { connection in
-            try connection.query(Self.deleteEntry, [.text(namespace.name), .bytes(key.bytes)]).affectedRows > 0
+            try connection.query(Self.deleteEntry, [.text(namespace.name), .bytes(key.bytes), .timestamp(clock.now())])
+                .affectedRows > 0
         }
     }
 
