@@ -3,7 +3,10 @@ import Postgres
 
 extension EntryStore {
     /// One batch of a predicate eviction: every optional condition is skipped when its
-    /// parameter is NULL, so one prepared statement serves every combination.
+    /// parameter is NULL, so one prepared statement serves every combination. The conditions
+    /// on the entry are repeated on the row deleted (see `EvictionJob`: a row rewritten
+    /// after selection is rechecked in its new version), and an entry written after the
+    /// eviction began (`$9`) is newer than the request: it stays.
     static let evictBatch = """
         WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
             SELECT e.id FROM entries e JOIN entry_access a ON a.entry_id = e.id
@@ -14,7 +17,14 @@ extension EntryStore {
               AND ($5::text IS NULL OR e.version = $5::text)
               AND ($6::timestamptz IS NULL OR e.created_at < $6::timestamptz)
               AND ($7::timestamptz IS NULL OR a.last_accessed_at < $7::timestamptz)
-            LIMIT $8)) RETURNING stored_size)
+            LIMIT $8))
+              AND namespace = $1 AND updated_at <= $9
+              AND ($2::bytea[] IS NULL OR key = ANY($2::bytea[]))
+              AND ($3::text IS NULL OR tags @> ARRAY[$3::text])
+              AND ($4::text IS NULL OR model = $4::text)
+              AND ($5::text IS NULL OR version = $5::text)
+              AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
+            RETURNING stored_size)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
 
@@ -40,7 +50,7 @@ extension EntryStore {
             .text(namespace.name), predicate.keys.map { .bytesArray($0) } ?? .null, .optionalText(predicate.tag),
             .optionalText(predicate.model), .optionalText(predicate.version),
             createdBefore.map { .timestamp($0) } ?? .null, accessedBefore.map { .timestamp($0) } ?? .null,
-            .int(Self.evictionBatchSize),
+            .int(Self.evictionBatchSize), .timestamp(now),
         ]
         var total = (entries: 0, bytes: 0)
         while true {

@@ -5,8 +5,11 @@ import Postgres
 /// The scheduled eviction: expired entries past the stale allowance, idle entries, and
 /// least-recently-used entries while a namespace or the store is over its byte cap.
 ///
-/// One replica at a time holds `pg_try_advisory_lock`; the others skip the cycle. Deletes go
-/// in short batches until one comes back short.
+/// Scheduled cycles are coordinated by time: every replica asks each tick, and only the one
+/// that claims the current slot of `interval` seconds runs (`claimSlot`), so N replicas
+/// together run one cycle per interval. Any cycle (scheduled or `teamcache evict`) also
+/// holds `pg_try_advisory_lock`, so two never overlap. Deletes go in short batches until
+/// one comes back short.
 public final class EvictionJob: Sendable {
     public enum Reason: String, Sendable, CaseIterable {
         case expired, idle, size, manual
@@ -21,19 +24,29 @@ public final class EvictionJob: Sendable {
 
     static let lockKey: Int64 = 0x7463_6576_6963  // "tcevic"
     static let batchSize = 1000
+    // Every DELETE below picks ids first, then repeats its condition on the row it deletes:
+    // under READ COMMITTED a row a writer replaced meanwhile is re-read in its new version
+    // (PostgreSQL's EvalPlanQual recheck) once the writer commits, and a rewritten entry
+    // (new TTL, new body) no longer matches, so it survives instead of being deleted after
+    // its writer got 200. Conditions on joined tables are not rechecked that way, so each
+    // statement states one on the entry row itself (`updated_at`).
     static let deleteExpired = """
         WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
-            SELECT id FROM entries WHERE expires_at < $1 LIMIT $2)) RETURNING stored_size)
+            SELECT id FROM entries WHERE expires_at < $1 LIMIT $2)) AND expires_at < $1 RETURNING stored_size)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
+    /// Idle: not read since the cutoff (entry_access); an entry written after the cycle
+    /// began (`$3`) is anything but idle, whatever its access row said when it was picked.
     static let deleteIdle = """
         WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
             SELECT entry_id FROM entry_access WHERE last_accessed_at < $1 ORDER BY last_accessed_at LIMIT $2))
+            AND updated_at <= $3
             RETURNING stored_size)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
     /// The least recently used entries of a namespace ('' = the whole store) until `excess`
     /// bytes are covered: each row is taken while the bytes before it are still short of it.
+    /// An entry written after the cycle began (`$4`) is the most recent of all: it stays.
     static let deleteLeastRecent = """
         WITH ranked AS (
             SELECT e.id, e.stored_size,
@@ -41,7 +54,8 @@ public final class EvictionJob: Sendable {
             FROM entry_access a JOIN entries e ON e.id = a.entry_id
             WHERE ($1 = '' OR a.namespace = $1)
             ORDER BY a.last_accessed_at, e.id LIMIT $3),
-        gone AS (DELETE FROM entries WHERE id IN (SELECT id FROM ranked WHERE before < $2) RETURNING stored_size)
+        gone AS (DELETE FROM entries WHERE id IN (SELECT id FROM ranked WHERE before < $2) AND updated_at <= $4
+                 RETURNING stored_size)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
     static let overQuota = """
@@ -49,6 +63,12 @@ public final class EvictionJob: Sendable {
         FROM namespace_settings s JOIN namespace_counters c ON c.namespace = s.namespace
         WHERE s.max_bytes IS NOT NULL GROUP BY s.namespace, s.max_bytes
         HAVING coalesce(sum(c.stored_bytes), 0) > s.max_bytes
+        """
+    /// Claims the slot `now` falls in, on the database's clock; one row back for one claimer.
+    static let claimSlot = """
+        UPDATE eviction_schedule SET last_slot = floor(extract(epoch FROM now()) / $1)::bigint
+        WHERE id = 1 AND last_slot < floor(extract(epoch FROM now()) / $1)::bigint
+        RETURNING last_slot
         """
     static let storeBytes = "SELECT coalesce(sum(stored_bytes), 0)::bigint AS stored FROM namespace_counters WHERE namespace = ''"
 
@@ -61,7 +81,28 @@ public final class EvictionJob: Sendable {
         metrics = registry.map(EvictionMetrics.init)
     }
 
-    /// Runs one cycle; nil when another replica holds the lock (or the database is down).
+    /// The scheduled cycle: runs only if this replica claims the current slot of `interval`
+    /// seconds; nil when another replica has it (or the database is down).
+    @discardableResult
+    public func runScheduledCycle(interval: TimeInterval) -> Report? {
+        do {
+            let claimed = try store.pool.withConnection { connection in
+                try connection.query(Self.claimSlot, [.double(max(interval, 0.001))]).rowCount == 1
+            }
+            guard claimed else {
+                metrics?.runs.inc(["skipped"])
+                return nil
+            }
+        } catch {
+            metrics?.runs.inc(["error"])
+            logger.warn("eviction slot claim failed", [("error", .string("\(error)"))])
+            return nil
+        }
+        return runCycle()
+    }
+
+    /// Runs one cycle now (the CLI's `evict`, tests); nil when another cycle is running
+    /// (or the database is down).
     @discardableResult
     public func runCycle() -> Report? {
         let started = Date()
@@ -99,27 +140,27 @@ public final class EvictionJob: Sendable {
         }
         let idleBefore = now.addingTimeInterval(-Double(policy.idleTTL))
         try drain(.idle, into: &report) {
-            try connection.query(Self.deleteIdle, [.timestamp(idleBefore), .int(Self.batchSize)])
+            try connection.query(Self.deleteIdle, [.timestamp(idleBefore), .int(Self.batchSize), .timestamp(now)])
         }
         for row in try connection.query(Self.overQuota).rows {
             guard let namespace = try row.string("namespace"), let quota = try row.int("max_bytes"),
                   let stored = try row.int("stored") else { continue }
-            try shrink(namespace, excess: stored - quota, on: connection, into: &report)
+            try shrink(namespace, excess: stored - quota, started: now, on: connection, into: &report)
         }
         if policy.storeMaxBytes > 0, let stored = try connection.query(Self.storeBytes).first?.int("stored"),
            stored > Int(policy.storeMaxBytes) {
-            try shrink("", excess: stored - Int(policy.storeMaxBytes), on: connection, into: &report)
+            try shrink("", excess: stored - Int(policy.storeMaxBytes), started: now, on: connection, into: &report)
         }
         return report
     }
 
     /// Deletes least-recently-used entries until `excess` bytes are gone.
-    private func shrink(_ namespace: String, excess: Int, on connection: PostgresConnection,
+    private func shrink(_ namespace: String, excess: Int, started: Date, on connection: PostgresConnection,
                         into report: inout Report) throws {
         var remaining = excess
         while remaining > 0 {
             let result = try connection.query(Self.deleteLeastRecent,
-                                              [.text(namespace), .int(remaining), .int(Self.batchSize)])
+                                              [.text(namespace), .int(remaining), .int(Self.batchSize), .timestamp(started)])
             let count = try result.first?.int("n") ?? 0, bytes = try result.first?.int("bytes") ?? 0
             report.entries[.size, default: 0] += count
             report.bytes[.size, default: 0] += bytes

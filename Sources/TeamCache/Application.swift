@@ -117,8 +117,9 @@ public final class Application: Sendable {
         return [
             flusher,
             PeriodicService(name: "namespace-gauges", interval: 15) { gauges.refresh() },
-            PeriodicService(name: "eviction", interval: configuration.evictionInterval, jitter: 0.1) {
-                eviction.runCycle()
+            // Every replica asks four times an interval; one per interval gets the slot and runs.
+            PeriodicService(name: "eviction", interval: configuration.evictionInterval / 4, jitter: 0.1) {
+                eviction.runScheduledCycle(interval: configuration.evictionInterval)
             },
             HTTPService(server: server),
         ]

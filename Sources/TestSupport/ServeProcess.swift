@@ -10,7 +10,14 @@ public final class ServeProcess {
 
     /// Starts the debug binary on a fresh database; `stderr` receives its log (nil: discarded).
     public convenience init(prefix: String, environment extra: [String: String] = [:], stderr: FileHandle? = nil) throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: prefix)
+        try self.init(database: try TestDatabase.shared.migratedDatabase(prefix: prefix), environment: extra,
+                      stderr: stderr)
+    }
+
+    /// Starts the debug binary on `database` (under the suite's server): several replicas
+    /// of one service share it.
+    public convenience init(database: String, environment extra: [String: String] = [:], stderr: FileHandle? = nil)
+        throws {
         // A dbname query parameter makes libpq use this test's database under the suite's server.
         let base = TestDatabase.shared.url
         let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(database)"
@@ -30,7 +37,7 @@ public final class ServeProcess {
             throw RawClient.Failure.malformed("build the teamcache binary first")
         }
         self.database = database
-        port = chosen ?? 20000 + Int(UInt16.random(in: 0...9999))
+        port = try chosen ?? Self.freePort()
         var environment = ProcessInfo.processInfo.environment
         environment["TEAMCACHE_AUTH"] = "off"
         environment["TEAMCACHE_LOG_LEVEL"] = "error"
@@ -41,6 +48,23 @@ public final class ServeProcess {
         process.standardOutput = FileHandle.nullDevice
         process.standardError = stderr ?? FileHandle.nullDevice
         try process.run()
+    }
+
+    /// A port free on loopback right now (the kernel's pick), for a child to listen on.
+    public static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { Glibc.close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+            }
+        }
+        guard bound else { throw RawClient.Failure.connect(errno) }
+        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     /// Waits until the server accepts connections (`seconds` at most).

@@ -76,7 +76,7 @@ import TestSupport
             try? FileManager.default.removeItem(at: folder)
         }
         let data = folder.appendingPathComponent("data")
-        let port = 21000 + Int(getpid() % 5000)
+        let port = try ServeProcess.freePort()
         func request(_ method: String, _ body: [UInt8] = []) throws -> Int {
             let client = try RawClient(port: port, timeout: 10)
             try client.send(Array("\(method) /v1/caches/kill/entries/k HTTP/1.1\r\nHost: t\r\n".utf8)

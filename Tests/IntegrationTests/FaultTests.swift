@@ -109,6 +109,7 @@ import TestSupport
         let (port, database) = (server.port, server.database)
         try #require(server.waitUntilListening())
         let writers = DispatchGroup()
+        let acknowledged = Locked(0)
         for worker in 0..<6 {
             DispatchQueue.global().async(group: writers) {
                 for round in 0..<400 {
@@ -119,11 +120,16 @@ import TestSupport
                     let head = "PUT /v1/caches/kill/entries/k\(round % 20) HTTP/1.1\r\nHost: t\r\n"
                         + "Content-Length: \(body.count)\r\n\r\n"
                     guard (try? client.send(Array(head.utf8) + body)) != nil,
-                          (try? client.readResponse()) != nil else { return }
+                          let response = try? client.readResponse() else { return }
+                    if (200...299).contains(response.status) { acknowledged.update { $0 += 1 } }
                 }
             }
         }
-        Thread.sleep(forTimeInterval: 1.0)
+        // Killed in the middle: after some writes were acknowledged (on a loaded machine the
+        // first can take a while), while others are in flight.
+        let deadline = Date().addingTimeInterval(15)
+        while acknowledged.value < 20 && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        Thread.sleep(forTimeInterval: 0.3)
         server.kill()
         writers.wait()
         let connection = try TestDatabase.shared.connect(database: database)

@@ -1,0 +1,114 @@
+import CacheCore
+import Foundation
+import Postgres
+import Testing
+import TeamCache
+import TestSupport
+
+/// An eviction that selected an entry, then waits for the row while a writer rewrites it,
+/// must recheck on the new version: the rewritten entry survives and is not counted.
+@Suite(.serialized) struct EvictionRaceTests {
+    /// Holds `key`'s row in an open transaction that rewrites it (new body, TTL and write
+    /// time), runs `evict` on another thread meanwhile, commits, and returns evict's result.
+    private func rewrite<T: Sendable>(_ namespace: String, _ key: String, expiresAt: Date, writtenAt: Date,
+                                      url: String? = nil, while evict: @escaping @Sendable () -> T) throws -> T {
+        let writer = try PostgresConnection(url: try url ?? TestDatabase.shared.migratedDefault(), limits: .unbounded)
+        try writer.execute("BEGIN")
+        let updated = try writer.query("""
+            UPDATE entries SET body = '\\x0202'::bytea, stored_size = 2, identity_size = 2, expires_at = $1,
+                   updated_at = $2 WHERE namespace = $3 AND key = $4
+            """, [.timestamp(expiresAt), .timestamp(writtenAt), .text(namespace), .bytes(Array(key.utf8))])
+        #expect(updated.affectedRows == 1)
+        let result = Locked<T?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            result.update { $0 = evict() }
+            done.signal()
+        }
+        // The eviction's DELETE has picked the row by now and waits for its lock.
+        Thread.sleep(forTimeInterval: 0.5)
+        try writer.execute("COMMIT")
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        return try #require(result.value)
+    }
+
+    @Test func anExpiredEntryRewrittenDuringTheCycleSurvives() throws {
+        // A cluster of its own: the cycle is store-wide, and its report must count only this.
+        let database = try PrivateCluster("tc-race")
+        defer { database.remove() }
+        let clock = ManualClock()
+        let service = try TestService(clock: clock) {
+            $0.databaseURL = database.url
+            $0.authEnabled = false
+            $0.cache.staleRetention = 0
+        }
+        defer { service.stop() }
+        let namespace = TestService.namespace("race")
+        #expect(try service.request("PUT", entryPath(namespace, "k") + "?ttl=10", body: [1]).status == 201)
+        clock.advance(by: 20)
+        let now = clock.now()
+        let eviction = service.app.eviction
+        let report = try rewrite(namespace, "k", expiresAt: now.addingTimeInterval(3600), writtenAt: now,
+                                 url: database.url) {
+            eviction.runCycle()
+        }
+        #expect(report?.entries[.expired, default: 0] == 0, "\(String(describing: report))")
+        let after = try service.request("GET", entryPath(namespace, "k"))
+        #expect(after.status == 200 && after.body == [2, 2])
+    }
+
+    @Test func anEntryRewrittenDuringAnEvictByTagSurvives() throws {
+        let clock = ManualClock()
+        let service = try TestService(clock: clock) { $0.authEnabled = false }
+        defer { service.stop() }
+        let namespace = TestService.namespace("race-tag")
+        for key in ["k", "other"] {
+            #expect(try service.request("PUT", entryPath(namespace, key), headers: [("Cache-Tag", "user:42")],
+                                        body: [1]).status == 201)
+        }
+        let now = clock.now()
+        let port = service.port
+        let evicted = try rewrite(namespace, "k", expiresAt: now.addingTimeInterval(3600),
+                                  writtenAt: now.addingTimeInterval(1)) { () -> Int in
+            let client = try? RawClient(port: port, timeout: 10)
+            let body = "{\"tag\":\"user:42\"}"
+            try? client?.send("POST /v1/caches/\(namespace)/evict HTTP/1.1\r\nHost: t\r\nContent-Length: \(body.utf8.count)\r\n\r\n"
+                + body)
+            guard let response = try? client?.readResponse(), response.status == 200,
+                  let json = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any] else { return -1 }
+            return json["evicted"] as? Int ?? -1
+        }
+        // The untouched entry went; the one rewritten after the eviction began stayed.
+        #expect(evicted == 1)
+        #expect(try service.request("GET", entryPath(namespace, "k")).status == 200)
+        #expect(try service.request("GET", entryPath(namespace, "other")).status == 404)
+    }
+}
+
+/// N replicas together run one eviction cycle per interval, not one each.
+@Suite struct EvictionScheduleTests {
+    private func okRuns(_ port: Int) -> Double {
+        guard let client = try? RawClient(port: port, timeout: 5),
+              (try? client.send("GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")) != nil,
+              let text = try? client.readResponse().text else { return -1 }
+        for line in text.split(separator: "\n") where line.hasPrefix("teamcache_eviction_runs_total{outcome=\"ok\"} ") {
+            return Double(line.split(separator: " ")[1]) ?? -1
+        }
+        return 0
+    }
+
+    @Test func twoReplicasRunOneCyclePerInterval() throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "sched")
+        let environment = ["TEAMCACHE_EVICTION_INTERVAL": "1s"]
+        let replicas = try (0..<2).map { _ in try ServeProcess(database: database, environment: environment) }
+        for replica in replicas { try #require(replica.waitUntilListening()) }
+        Thread.sleep(forTimeInterval: 1.5)
+        let startRuns = replicas.map { okRuns($0.port) }.reduce(0, +)
+        let start = Date().timeIntervalSince1970
+        Thread.sleep(forTimeInterval: 10)
+        let endRuns = replicas.map { okRuns($0.port) }.reduce(0, +)
+        let end = Date().timeIntervalSince1970
+        let slots = floor(end) - floor(start)
+        #expect(abs((endRuns - startRuns) - slots) <= 1, "\(endRuns - startRuns) cycles in \(slots) intervals")
+    }
+}
