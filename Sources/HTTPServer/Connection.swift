@@ -39,6 +39,8 @@ final class Connection: @unchecked Sendable {
     private var current: HTTPRequest?
     /// This connection's share of the server's body budget (`ServerContext.holdBodyBytes`).
     private var heldBodyBytes = 0
+    /// Whether any byte arrived (for the debug line of a connection closed unanswered).
+    private var receivedAny = false
     private var outputOffset = 0
     private var outputBytes = 0
     private var inFlight = false
@@ -82,6 +84,7 @@ final class Connection: @unchecked Sendable {
         while !inputClosed && parser.bufferedBytes < Self.maxBufferedInput {
             let count = read(fd, loop.scratch.baseAddress, loop.scratch.count)
             if count > 0 {
+                receivedAny = true
                 parser.feed(UnsafeRawBufferPointer(start: loop.scratch.baseAddress, count: count))
                 if count < loop.scratch.count { break }
             } else if count == 0 {
@@ -92,7 +95,7 @@ final class Connection: @unchecked Sendable {
             } else if errno == EAGAIN {
                 break
             } else {
-                close()
+                close(reason: "read error")
                 return
             }
         }
@@ -136,7 +139,7 @@ final class Connection: @unchecked Sendable {
         // loop's other connections have had theirs.
         if yielded { loop.execute { [self] in if !isClosed { processBuffered() } } }
         if inputClosed && !inFlight && output.isEmpty && needsBytes {
-            close()
+            close(reason: "client closed")
             return
         }
         updatePhase()
@@ -375,13 +378,13 @@ final class Connection: @unchecked Sendable {
             if written < 0 {
                 if errno == EINTR { continue }
                 if errno == EAGAIN { return }
-                close()
+                close(reason: "write error")
                 return
             }
             advance(by: written)
         }
         guard closeAfterFlush else { return }
-        if lingerOnClose && !inputClosed { startLingering() } else { close() }
+        if lingerOnClose && !inputClosed { startLingering() } else { close(reason: "answered") }
     }
 
     /// Like nginx's lingering close: after an error answer, stop writing but keep reading
@@ -404,7 +407,7 @@ final class Connection: @unchecked Sendable {
             if count > 0 { continue }
             if count < 0 && errno == EINTR { continue }
             if count == 0 { inputClosed = true }
-            if count < 0 && errno != EAGAIN { close() }
+            if count < 0 && errno != EAGAIN { close(reason: "read error after answer") }
             return
         }
     }
@@ -415,7 +418,7 @@ final class Connection: @unchecked Sendable {
             if count > 0 { continue }
             if count < 0 && errno == EINTR { continue }
             if count < 0 && errno == EAGAIN { return }
-            close()
+            close(reason: "lingering over")
             return
         }
     }
@@ -531,7 +534,7 @@ final class Connection: @unchecked Sendable {
             var abort = linger(l_onoff: 1, l_linger: 0)
             setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, socklen_t(MemoryLayout<linger>.size))
         }
-        close()
+        close(reason: "deadline")
     }
 
     /// The request outlived its deadline: the client gets 503 now and the connection closes
@@ -566,11 +569,17 @@ final class Connection: @unchecked Sendable {
         // A request being read or handled finishes: complete() sees the loop draining and
         // answers with `Connection: close`.
         if inFlight || !parser.isIdle { return }
-        if output.isEmpty { close() } else { closeAfterFlush = true }
+        if output.isEmpty { close(reason: "draining") } else { closeAfterFlush = true }
     }
 
-    func close() {
+    func close(reason: StaticString = "closed") {
         guard !isClosed else { return }
+        if inFlight || (receivedAny && served == 0 && !lingerOnClose) {
+            // A client that sent something gets no answer: worth a line when debugging.
+            loop.context.logger.debug("connection closed without an answer",
+                                      [("reason", .string("\(reason)")), ("phase", .string("\(phase)")),
+                                       ("served", .int(served)), ("in_flight", .bool(inFlight))])
+        }
         isClosed = true
         loop.remove(fd)
         Glibc.close(fd)

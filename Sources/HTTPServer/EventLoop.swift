@@ -109,7 +109,7 @@ public final class EventLoop: @unchecked Sendable {
             // An error or hang-up is reported even while the connection is not read from (a
             // backlog, a full pipeline): with nothing to read it would come back every turn.
             if event.events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 && !connection.isReading {
-                connection.close()
+                connection.close(reason: "hang-up while not reading")
                 return
             }
             if event.events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue | EPOLLRDHUP.rawValue) != 0 {
@@ -306,7 +306,7 @@ public final class EventLoop: @unchecked Sendable {
     /// Closes every connection now (the grace period is over).
     func closeAll() {
         draining = true
-        for connection in Array(connections.values) { connection.close() }
+        for connection in Array(connections.values) { connection.close(reason: "shutdown") }
     }
 
     func remove(_ fd: Int32) {
