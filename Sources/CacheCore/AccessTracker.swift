@@ -149,10 +149,14 @@ public final class AccessTracker: @unchecked Sendable {
     public func record(_ lookup: Lookup, namespace: String, entry: StoredEntry? = nil, at now: Date) {
         let enabled = self.enabled
         let full = lock.withLock {
-            // The common case, a namespace already counted, costs one hash as before.
-            let label = namespaces[namespace] != nil ? namespace : newLabel(namespace, hit: entry != nil)
-            // Changed in place through the default subscript: no copy out and back.
-            namespaces[label, default: NamespaceState()].record(lookup, entry, pending: enabled)
+            // The common case, a namespace already counted, costs one hash and changes the
+            // state in place (no copy out and back).
+            if let index = namespaces.index(forKey: namespace) {
+                namespaces.values[index].record(lookup, entry, pending: enabled)
+            } else {
+                namespaces[newLabel(namespace, hit: entry != nil), default: NamespaceState()]
+                    .record(lookup, entry, pending: enabled)
+            }
             guard enabled, let entry else { return false }
             entries[entry.id, default: EntryAccess(namespace: namespace, lastAccess: now)].add(at: now)
             return entries.count == batchSize
