@@ -27,9 +27,11 @@ let package = Package(
                                                   "Observability"]),
         .executableTarget(name: "teamcache", dependencies: ["TeamCache"]),
         // libFuzzer target for the HTTP parser (see scripts/fuzz.sh).
-        .executableTarget(name: "HTTPParserFuzz", dependencies: ["HTTPServer"]),
+        // The libFuzzer entry point of the fuzz targets (or a replay of files without it).
+        .target(name: "FuzzSupport"),
+        .executableTarget(name: "HTTPParserFuzz", dependencies: ["FuzzSupport", "HTTPServer"]),
         // libFuzzer target for the whole request path: parse, route, headers, query, JSON, handlers.
-        .executableTarget(name: "RequestFuzz", dependencies: ["HTTPServer", "TeamCache"]),
+        .executableTarget(name: "RequestFuzz", dependencies: ["FuzzSupport", "HTTPServer", "TeamCache"]),
         .target(name: "TeamCacheClient", dependencies: ["CacheKeys"]),
         .target(name: "TestSupport", dependencies: ["Postgres", "TeamCache", "HTTPServer"], path: "Sources/TestSupport"),
 

@@ -1,3 +1,4 @@
+import FuzzSupport
 import HTTPServer
 
 /// Feeds one input to the parser whole and split at a point chosen by its first byte, and
@@ -32,24 +33,4 @@ func outcomes(_ pieces: [[UInt8]], _ limits: HTTPParserLimits) -> [String] {
     return seen
 }
 
-#if FUZZING
-@_silgen_name("LLVMFuzzerRunDriver")
-func runDriver(_ argc: UnsafeMutablePointer<Int32>,
-               _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
-               _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> Int32) -> Int32
-
-var argc = CommandLine.argc
-var argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>? = CommandLine.unsafeArgv
-_ = runDriver(&argc, &argv) { data, size in
-    check(size == 0 ? [] : Array(UnsafeBufferPointer(start: data, count: size)))
-    return 0
-}
-#else
-// Without the fuzzer: replay inputs given as files (to reproduce a finding).
-import Foundation
-for path in CommandLine.arguments.dropFirst() {
-    guard let data = FileManager.default.contents(atPath: path) else { continue }
-    check(Array(data))
-    print("ok \(path)")
-}
-#endif
+FuzzDriver.run(check)

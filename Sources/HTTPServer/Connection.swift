@@ -30,10 +30,7 @@ final class Connection: @unchecked Sendable {
     /// reference would cost two atomic operations on each of the ~15 uses per request.
     private unowned(unsafe) let loop: EventLoop
     private var parser: HTTPParser
-    private var output: [[UInt8]] = []
-    /// When each buffer of `output` was queued: a response must be read whole within the
-    /// write timeout of its queueing, however slowly the client trickles it out.
-    private var outputQueuedAt: [UInt64] = []
+    private var output = OutputQueue()
     /// The request being handled; an answer for any other (one given up at its deadline)
     /// is dropped.
     private var current: HTTPRequest?
@@ -41,8 +38,6 @@ final class Connection: @unchecked Sendable {
     private var heldBodyBytes = 0
     /// Whether any byte arrived (for the debug line of a connection closed unanswered).
     private var receivedAny = false
-    private var outputOffset = 0
-    private var outputBytes = 0
     private var inFlight = false
     private var processing = false
     private var closeAfterFlush = false
@@ -72,13 +67,9 @@ final class Connection: @unchecked Sendable {
     // MARK: Input
 
     func onReadable() {
-        if lingering {
-            discardInput()
-            return
-        }
-        if closeAfterFlush {
-            // An answer that ends the connection is on its way: what follows is not parsed.
-            dropInput()
+        if lingering || closeAfterFlush {
+            // An answer that ends the connection is out or on its way: what follows is not parsed.
+            dropInput(lingering: lingering)
             return
         }
         while !inputClosed && parser.bufferedBytes < Self.maxBufferedInput {
@@ -104,7 +95,7 @@ final class Connection: @unchecked Sendable {
 
     /// Whether the next buffered request may be taken now.
     private var canTakeRequests: Bool {
-        !inFlight && !isClosed && !closeAfterFlush && outputBytes < Self.maxQueuedOutput
+        !inFlight && !isClosed && !closeAfterFlush && output.bytes < Self.maxQueuedOutput
     }
 
     /// Takes events from the parser until a request is in flight, more bytes are needed,
@@ -296,66 +287,18 @@ final class Connection: @unchecked Sendable {
     @discardableResult
     private func respond(_ response: HTTPResponse, method: String, version: HTTPVersion, keepAlive: Bool,
                          requestID: String = "") -> Int {
-        var head: [UInt8] = []
-        let sendsBody = method != "HEAD" && !response.forbidsBody && !response.body.isEmpty
-        // Small bodies join the head: one buffer, one write.
-        let inlineBody = sendsBody && response.body.count <= 4096
-        head.reserveCapacity(256 + response.headers.fields.count * 48 + (inlineBody ? response.body.count : 0))
-        head.append(contentsOf: Self.statusLine(response.status))
-        for (name, value) in response.headers {
-            head.appendUTF8(name)
-            head.appendASCII(": ")
-            head.appendUTF8(value)
-            head.appendASCII("\r\n")
-        }
-        if !requestID.isEmpty {
-            // Written here rather than added to `response.headers`, which would copy the array.
-            head.appendASCII("X-Request-Id: ")
-            head.appendUTF8(requestID)
-            head.appendASCII("\r\n")
-        }
-        head.appendASCII("Date: ")
-        head.appendUTF8(loop.date)
-        head.appendASCII("\r\nServer: ")
-        head.appendUTF8(loop.context.configuration.serverName)
-        head.appendASCII("\r\n")
-        if !response.forbidsBody {
-            head.appendASCII("Content-Length: ")
-            head.appendUTF8(String(response.body.count))
-            head.appendASCII("\r\n")
-        }
-        if !keepAlive {
-            head.appendASCII("Connection: close\r\n")
-        } else if version == .http10 {
-            head.appendASCII("Connection: keep-alive\r\n")
-        }
-        head.appendASCII("\r\n")
-        if inlineBody {
-            head += response.body
-            enqueue(head)
-            return response.body.count
-        }
-        enqueue(head)
-        guard sendsBody else { return 0 }
-        enqueue(response.body)
-        return response.body.count
-    }
-
-    private static let commonStatusLines: [Int: [UInt8]] = Dictionary(uniqueKeysWithValues:
-        [200, 201, 204, 304, 400, 401, 403, 404, 412, 413, 422, 429, 500, 503, 504].map {
-            ($0, Array("HTTP/1.1 \($0) \(HTTPStatus.reason($0))\r\n".utf8))
-        })
-
-    private static func statusLine(_ status: Int) -> [UInt8] {
-        commonStatusLines[status] ?? Array("HTTP/1.1 \(status) \(HTTPStatus.reason(status))\r\n".utf8)
+        let wire = ResponseSerializer.serialize(response, sendsBody: method != "HEAD", version: version,
+                                                keepAlive: keepAlive, requestID: requestID, date: loop.date,
+                                                server: loop.context.configuration.serverName)
+        enqueue(wire.head)
+        if let body = wire.separateBody { enqueue(body) }
+        return wire.bodyBytes
     }
 
     // MARK: Output
 
     private func enqueue(_ bytes: [UInt8]) {
-        output.append(bytes)
-        outputQueuedAt.append(loop.now)
-        outputBytes += bytes.count
+        output.append(bytes, at: loop.now)
     }
 
     func onWritable() {
@@ -374,14 +317,12 @@ final class Connection: @unchecked Sendable {
     /// Writes queued output until done or the socket is full (then EPOLLOUT resumes it).
     private func flush() {
         while !output.isEmpty {
-            let written = writeQueued()
-            if written < 0 {
+            if output.write(to: fd) < 0 {
                 if errno == EINTR { continue }
                 if errno == EAGAIN { return }
                 close(reason: "write error")
                 return
             }
-            advance(by: written)
         }
         guard closeAfterFlush else { return }
         if lingerOnClose && !inputClosed { startLingering() } else { close(reason: "answered") }
@@ -400,65 +341,19 @@ final class Connection: @unchecked Sendable {
         loop.modify(fd, events: interest)
     }
 
-    /// Reads and drops input while an answer that closes the connection is still queued.
-    private func dropInput() {
+    /// Reads and drops input: while an answer that closes the connection is still queued
+    /// (the end of input is only noted), or while lingering (it ends the connection).
+    private func dropInput(lingering: Bool) {
         while true {
             let count = read(fd, loop.scratch.baseAddress, loop.scratch.count)
-            if count > 0 { continue }
-            if count < 0 && errno == EINTR { continue }
-            if count == 0 { inputClosed = true }
-            if count < 0 && errno != EAGAIN { close(reason: "read error after answer") }
-            return
-        }
-    }
-
-    private func discardInput() {
-        while true {
-            let count = read(fd, loop.scratch.baseAddress, loop.scratch.count)
-            if count > 0 { continue }
-            if count < 0 && errno == EINTR { continue }
+            if count > 0 || (count < 0 && errno == EINTR) { continue }
             if count < 0 && errno == EAGAIN { return }
-            close(reason: "lingering over")
+            if count == 0 && !lingering {
+                inputClosed = true
+                return
+            }
+            close(reason: lingering ? "lingering over" : "read error after answer")
             return
-        }
-    }
-
-    private func writeQueued() -> Int {
-        if output.count == 1 {
-            // The common case, one buffer (a head with a small body): no iovec array to build.
-            return output[0].withUnsafeBytes { raw in
-                Glibc.write(fd, raw.baseAddress! + outputOffset, raw.count - outputOffset)
-            }
-        }
-        var vectors: [iovec] = []
-        vectors.reserveCapacity(min(output.count, 16))
-        // The arrays stay alive (and unmoved) in `output` for the duration of writev.
-        return withExtendedLifetime(output) {
-            for (position, chunk) in output.prefix(16).enumerated() {
-                chunk.withUnsafeBytes { raw in
-                    let skip = position == 0 ? outputOffset : 0
-                    vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: raw.baseAddress! + skip),
-                                         iov_len: raw.count - skip))
-                }
-            }
-            return writev(fd, vectors, Int32(vectors.count))
-        }
-    }
-
-    private func advance(by written: Int) {
-        var remaining = written
-        outputBytes -= written
-        while remaining > 0, let first = output.first {
-            let left = first.count - outputOffset
-            if remaining >= left {
-                remaining -= left
-                output.removeFirst()
-                outputQueuedAt.removeFirst()
-                outputOffset = 0
-            } else {
-                outputOffset += remaining
-                remaining = 0
-            }
         }
     }
 
@@ -491,7 +386,7 @@ final class Connection: @unchecked Sendable {
         if lingering { return }
         var wanted: UInt32 = 0
         let backlog = parser.bufferedBytes >= Self.maxBufferedInput
-        if !inputClosed && !backlog && outputBytes < Self.maxQueuedOutput {
+        if !inputClosed && !backlog && output.bytes < Self.maxQueuedOutput {
             wanted |= EPOLLIN.rawValue | EPOLLRDHUP.rawValue
         }
         if !output.isEmpty { wanted |= EPOLLOUT.rawValue }
@@ -517,7 +412,7 @@ final class Connection: @unchecked Sendable {
         case .body: limit = configuration.bodyTimeout
         case .writing:
             limit = configuration.writeTimeout
-            since = outputQueuedAt.first ?? phaseStart
+            since = output.oldestQueuedAt ?? phaseStart
         case .lingering: limit = Self.lingerSeconds
         }
         guard now > since + Self.nanoseconds(limit) else { return }
@@ -526,7 +421,7 @@ final class Connection: @unchecked Sendable {
             closeAfterFlush = true
             respond(HTTPError(408, "The request was not received in time.").response(requestID: ""),
                     method: "", version: .http11, keepAlive: false)
-            _ = writeQueued()
+            _ = output.write(to: fd)
         }
         if phase == .writing {
             // Reset rather than close: a plain close would leave the kernel trickling out the
@@ -583,8 +478,7 @@ final class Connection: @unchecked Sendable {
         isClosed = true
         loop.remove(fd)
         Glibc.close(fd)
-        output = []
-        outputQueuedAt = []
+        output.removeAll()
         current = nil
         if heldBodyBytes > 0 { _ = loop.context.holdBodyBytes(-heldBodyBytes) }
         heldBodyBytes = 0
