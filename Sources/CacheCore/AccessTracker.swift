@@ -66,28 +66,28 @@ public final class AccessTracker: @unchecked Sendable {
         }
     }
 
-    /// Hit counts and last-access times of one chunk of entries (its own transaction).
+    /// Hit counts and last-access times of one chunk of entries (its own transaction). Rows
+    /// another transaction holds (a writer replacing the entry, a DELETE cascading to it) are
+    /// skipped rather than waited for, so a flush never waits on a row lock and can never be
+    /// part of a deadlock; the statement returns them, and they wait for the next flush.
     static let flushAccessStatement = """
-        UPDATE entry_access a
-           SET hit_count = a.hit_count + v.hits, last_accessed_at = greatest(a.last_accessed_at, v.at)
-          FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS v(entry_id, hits, at)
-         WHERE a.entry_id = v.entry_id
+        WITH locked AS (
+            SELECT a.entry_id FROM entry_access a WHERE a.entry_id = ANY($1::bigint[]) FOR UPDATE SKIP LOCKED),
+        updated AS (
+            UPDATE entry_access a
+               SET hit_count = a.hit_count + v.hits, last_accessed_at = greatest(a.last_accessed_at, v.at)
+              FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS v(entry_id, hits, at)
+             WHERE a.entry_id = v.entry_id AND a.entry_id IN (SELECT entry_id FROM locked)
+            RETURNING a.entry_id)
+        SELECT s.entry_id FROM entry_access s
+        WHERE s.entry_id = ANY($1::bigint[]) AND s.entry_id NOT IN (SELECT entry_id FROM updated)
         """
-    /// Lookup counts by namespace, and the store-wide row through the empty grouping set.
+    /// Lookup counts by namespace, as delta rows the counter fold adds to the totals (an
+    /// insert waits for no lock; see `EntryStore.foldCounters`).
     static let flushCountersStatement = """
-        INSERT INTO namespace_counters AS c (namespace, shard, hits, misses, stale, bypass, input_tokens_saved,
-                                             output_tokens_saved)
-        SELECT coalesce(n.namespace, ''), (pg_backend_pid() % 16)::smallint, sum(n.hits), sum(n.misses),
-               sum(n.stale), sum(n.bypass), sum(n.tin), sum(n.tout)
-        FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
-             AS n(namespace, hits, misses, stale, bypass, tin, tout)
-        GROUP BY GROUPING SETS ((n.namespace), ())
-        HAVING count(*) > 0 AND (GROUPING(n.namespace) = 1 OR n.namespace <> '\(NamespaceLabels.other)')
-        ON CONFLICT (namespace, shard) DO UPDATE
-           SET hits = c.hits + excluded.hits, misses = c.misses + excluded.misses, stale = c.stale + excluded.stale,
-               bypass = c.bypass + excluded.bypass,
-               input_tokens_saved = c.input_tokens_saved + excluded.input_tokens_saved,
-               output_tokens_saved = c.output_tokens_saved + excluded.output_tokens_saved
+        INSERT INTO counter_deltas (namespace, hits, misses, stale, bypass, input_tokens_saved, output_tokens_saved)
+        SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
+                             $7::bigint[])
         """
     /// Entries per flush transaction: row locks are held only this long, so writers that
     /// replace a hot entry never wait behind a flush of the whole batch.
@@ -100,6 +100,9 @@ public final class AccessTracker: @unchecked Sendable {
     private let batchSize: Int
     private let lock = NSLock()
     private var entries: [Int64: EntryAccess] = [:]
+    /// The flusher was woken for a full batch and has not taken it yet.
+    private var earlyFlushAsked = false
+    private var earlyFlushHeldUntil = Date.distantPast
     /// Never emptied: one per label (see `NamespaceLabels`), as the metrics' label values are.
     private var namespaces: [String: NamespaceState] = [:]
     /// Folds namespaces that hold nothing into one label, so `namespaces` stays bounded.
@@ -159,7 +162,12 @@ public final class AccessTracker: @unchecked Sendable {
             }
             guard enabled, let entry else { return false }
             entries[entry.id, default: EntryAccess(namespace: namespace, lastAccess: now)].add(at: now)
-            return entries.count == batchSize
+            // At (not only exactly at) the batch size: after a failed flush the restored
+            // entries can already be past it. Once per flush, and not again for a second
+            // after a failure, so a database that is down is not asked in a tight loop.
+            guard entries.count >= batchSize, !earlyFlushAsked, Date() >= earlyFlushHeldUntil else { return false }
+            earlyFlushAsked = true
+            return true
         }
         if full { batchFull() }
     }
@@ -191,30 +199,41 @@ public final class AccessTracker: @unchecked Sendable {
         let (pendingEntries, pendingNamespaces) = lock.withLock {
             let taken = (entries, namespaces.compactMapValues { $0.pending.isEmpty ? nil : $0.pending })
             entries = [:]
+            earlyFlushAsked = false
             for name in taken.1.keys { namespaces[name]?.pending = NamespaceCounts() }
             return taken
         }
         guard !pendingEntries.isEmpty || !pendingNamespaces.isEmpty else { return }
-        // A fixed order of row locks keeps concurrent flushes of several replicas from deadlocking.
+        // In id order: neighbouring rows share index pages. (Locks are skipped, never waited for.)
         let sortedEntries = pendingEntries.sorted { $0.key < $1.key }
         var flushed = 0
+        var busy: [Int64: EntryAccess] = [:]
         do {
             try pool.withConnection { connection in
                 while flushed < sortedEntries.count {
                     let chunk = sortedEntries[flushed..<min(flushed + Self.flushChunk, sortedEntries.count)]
-                    try connection.query(Self.flushAccessStatement, [
+                    let skipped = try connection.query(Self.flushAccessStatement, [
                         .intArray(chunk.map(\.key)), .intArray(chunk.map { Int64($0.value.hits) }),
                         .timestampArray(chunk.map(\.value.lastAccess)),
                     ])
+                    for row in skipped.rows {
+                        if let id = try row.int("entry_id").map(Int64.init), let access = pendingEntries[id] {
+                            busy[id] = access
+                        }
+                    }
                     flushed += chunk.count
                 }
                 try flushCounters(pendingNamespaces, on: connection)
             }
+            // Rows held by a writer or a delete just now: counted at the next flush.
+            if !busy.isEmpty { restore(busy, [:]) }
             flushes?.inc(["ok"])
         } catch {
             // What was committed stays committed; the rest waits for the next flush.
             flushes?.inc(["error"])
-            restore(Dictionary(uniqueKeysWithValues: sortedEntries[flushed...].map { ($0.key, $0.value) }),
+            lock.withLock { earlyFlushHeldUntil = Date().addingTimeInterval(1) }
+            restore(Dictionary(uniqueKeysWithValues: sortedEntries[flushed...].map { ($0.key, $0.value) })
+                        .merging(busy) { pending, _ in pending },
                     pendingNamespaces)
             throw error
         }

@@ -7,6 +7,12 @@ extension EntryStore {
     /// on the entry are repeated on the row deleted (see `EvictionJob`: a row rewritten
     /// after selection is rechecked in its new version), and an entry written after the
     /// eviction began (`$9`) is newer than the request: it stays.
+    ///
+    /// Rows are locked in key order, the order in which a group of writes locks them, so an
+    /// eviction and a group of writes over the same keys queue behind each other and never
+    /// wait on each other in a cycle. (Skipping locked rows, as the scheduled cycle does,
+    /// would be wrong here: a row held by a write that then fails its precondition would
+    /// survive an eviction that was asked for it.)
     static let evictBatch = """
         WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
             SELECT e.id FROM entries e JOIN entry_access a ON a.entry_id = e.id
@@ -17,7 +23,7 @@ extension EntryStore {
               AND ($5::text IS NULL OR e.version = $5::text)
               AND ($6::timestamptz IS NULL OR e.created_at < $6::timestamptz)
               AND ($7::timestamptz IS NULL OR a.last_accessed_at < $7::timestamptz)
-            LIMIT $8))
+            ORDER BY e.key LIMIT $8 FOR UPDATE OF e))
               AND namespace = $1 AND updated_at <= $9
               AND ($2::bytea[] IS NULL OR key = ANY($2::bytea[]))
               AND ($3::text IS NULL OR tags @> ARRAY[$3::text])

@@ -2,7 +2,9 @@ import Foundation
 import Postgres
 
 extension EntryStore {
-    /// Sums the counter shards: 16 rows per namespace, never a scan of the entries.
+    /// The folded totals plus the deltas not folded yet, in one snapshot: exact as of the last
+    /// commit (a fold is either wholly visible or not at all). The pending deltas are at most
+    /// one fold interval of statements.
     static let selectCounters = """
         SELECT coalesce(sum(entries), 0)::bigint AS entries, coalesce(sum(identity_bytes), 0)::bigint AS identity_bytes,
                coalesce(sum(stored_bytes), 0)::bigint AS stored_bytes, coalesce(sum(hits), 0)::bigint AS hits,
@@ -10,7 +12,13 @@ extension EntryStore {
                coalesce(sum(bypass), 0)::bigint AS bypass,
                coalesce(sum(input_tokens_saved), 0)::bigint AS input_tokens_saved,
                coalesce(sum(output_tokens_saved), 0)::bigint AS output_tokens_saved
-        FROM namespace_counters WHERE namespace = $1
+        FROM (SELECT entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, input_tokens_saved,
+                     output_tokens_saved
+              FROM namespace_counters WHERE namespace = $1
+              UNION ALL
+              SELECT entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, input_tokens_saved,
+                     output_tokens_saved
+              FROM counter_deltas WHERE $1 = '' OR namespace = $1) AS totals
         """
     static let selectTop = """
         SELECT e.namespace, e.key, e.prompt_digest, e.model, a.hit_count, a.last_accessed_at, e.writer_token_id
@@ -25,7 +33,11 @@ extension EntryStore {
     static let selectAllCounters = """
         SELECT namespace, sum(entries)::bigint AS entries, sum(identity_bytes)::bigint AS identity_bytes,
                sum(stored_bytes)::bigint AS stored_bytes
-        FROM namespace_counters WHERE namespace <> '' GROUP BY namespace
+        FROM (SELECT namespace, entries, identity_bytes, stored_bytes FROM namespace_counters WHERE namespace <> ''
+              UNION ALL
+              SELECT namespace, entries, identity_bytes, stored_bytes FROM counter_deltas
+              WHERE namespace <> '\(NamespaceLabels.other)') AS totals
+        GROUP BY namespace
         """
     /// Namespaces that have settings, for the namespace labels (bounded: labels are capped).
     static let selectConfigured = "SELECT namespace FROM namespace_settings ORDER BY namespace LIMIT 10000"

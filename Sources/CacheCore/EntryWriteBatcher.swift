@@ -12,8 +12,9 @@ import Postgres
 /// what has queued (its own write among it) and runs it; the others wait for their result.
 /// Every caller returns only after its write is committed (or failed), as before.
 ///
-/// A batch that fails for any reason but an unreachable database is retried one write at a
-/// time, so one bad row (or a deadlock between batches) never fails its neighbours.
+/// A batch the server rejects (it rolled back whole) is retried one write at a time, so one
+/// bad row never fails its neighbours; a batch whose outcome is unknown (the connection
+/// broke, the result did not decode) is never replayed: it may have committed.
 final class EntryWriteBatcher: @unchecked Sendable {
     // @unchecked: `queue`, `running` and every slot's `result` are guarded by `condition`.
     private final class Slot {
@@ -98,10 +99,15 @@ final class EntryWriteBatcher: @unchecked Sendable {
         if writes.count == 1 { return [Result { try store.putOne(writes[0]) }] }
         do {
             return try putBatch(writes, store: store).map { .success($0) }
-        } catch let error as PostgresError where error.isUnavailable {
-            return writes.map { _ in .failure(error) }
-        } catch {
+        } catch let error as PostgresError where error.kind == .query && !error.isUnavailable {
+            // The server rejected the statement, so its transaction rolled back whole: each
+            // write can run again on its own (and the bad one fails alone).
             return writes.map { write in Result { try store.putOne(write) } }
+        } catch {
+            // Anything else may have come after the commit (a lost connection, a result that
+            // did not decode): running the writes again could answer a create-only write 412
+            // for its own committed row. Each gets the error instead.
+            return writes.map { _ in .failure(error) }
         }
     }
 

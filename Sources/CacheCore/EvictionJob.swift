@@ -24,22 +24,28 @@ public final class EvictionJob: Sendable {
 
     static let lockKey: Int64 = 0x7463_6576_6963  // "tcevic"
     static let batchSize = 1000
-    // Every DELETE below picks ids first, then repeats its condition on the row it deletes:
-    // under READ COMMITTED a row a writer replaced meanwhile is re-read in its new version
-    // (PostgreSQL's EvalPlanQual recheck) once the writer commits, and a rewritten entry
-    // (new TTL, new body) no longer matches, so it survives instead of being deleted after
-    // its writer got 200. Conditions on joined tables are not rechecked that way, so each
-    // statement states one on the entry row itself (`updated_at`).
+    // The cycle never waits for an entry row: it locks what it picks with SKIP LOCKED, so a
+    // row a writer holds right now (it is being rewritten, so it is no candidate) is left to
+    // the next cycle, and the cycle can never join a lock cycle with a group of writers.
+    // Every DELETE then repeats its condition on the row it deletes: under READ COMMITTED
+    // the lock follows a row a writer replaced meanwhile to its new version (PostgreSQL's
+    // EvalPlanQual recheck), and a rewritten entry (new TTL, new body) no longer matches, so
+    // it survives instead of being deleted after its writer got 200. Conditions on joined
+    // tables are not rechecked that way, so each statement states one on the entry row itself
+    // (`updated_at`).
     static let deleteExpired = """
         WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
-            SELECT id FROM entries WHERE expires_at < $1 LIMIT $2)) AND expires_at < $1 RETURNING stored_size)
+            SELECT id FROM entries WHERE expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)) AND expires_at < $1
+            RETURNING stored_size)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
     /// Idle: not read since the cutoff (entry_access); an entry written after the cycle
     /// began (`$3`) is anything but idle, whatever its access row said when it was picked.
     static let deleteIdle = """
         WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
-            SELECT entry_id FROM entry_access WHERE last_accessed_at < $1 ORDER BY last_accessed_at LIMIT $2))
+            SELECT e.id FROM entries e WHERE e.id = ANY(ARRAY(
+                SELECT entry_id FROM entry_access WHERE last_accessed_at < $1 ORDER BY last_accessed_at LIMIT $2))
+            FOR UPDATE SKIP LOCKED))
             AND updated_at <= $3
             RETURNING stored_size)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
@@ -54,7 +60,10 @@ public final class EvictionJob: Sendable {
             FROM entry_access a JOIN entries e ON e.id = a.entry_id
             WHERE ($1 = '' OR a.namespace = $1)
             ORDER BY a.last_accessed_at, e.id LIMIT $3),
-        gone AS (DELETE FROM entries WHERE id IN (SELECT id FROM ranked WHERE before < $2) AND updated_at <= $4
+        gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
+                     SELECT l.id FROM entries l WHERE l.id IN (SELECT id FROM ranked WHERE before < $2)
+                     FOR UPDATE SKIP LOCKED))
+                 AND updated_at <= $4
                  RETURNING stored_size)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
@@ -131,6 +140,9 @@ public final class EvictionJob: Sendable {
     }
 
     private func cycle(on connection: PostgresConnection) throws -> Report {
+        // The caps below read the folded totals: fold first (or wait for the fold running
+        // elsewhere), so they are current.
+        try EntryStore.foldCounters(on: connection, wait: true)
         let now = store.clock.now()
         let policy = store.policy
         var report = Report()

@@ -13,12 +13,13 @@ import Observability
 /// the network), in a folder of mode 0700 with `unix_socket_permissions = 0700`, and
 /// `pg_hba.conf` admits only that socket. Trust authentication is therefore limited to
 /// processes that can already open the folder: the `postgres` user, and root. The log is
-/// 0600. Whoever starts the cluster records its pid in `run/owner.pid`; a process that
-/// finds the cluster running under a dead owner (a `serve` killed with SIGKILL) adopts it,
-/// so it is stopped at the end rather than left behind.
+/// 0600. Every process that uses the cluster is counted by a lock (`ClusterUsers`) and the
+/// last one out stops it, if a TeamCache process started it (`owner.pid`): a CLI command
+/// never stops it under a server, and a cluster left by a `serve` killed with SIGKILL is
+/// stopped by the next process to use it and leave.
 public final class EmbeddedPostgres: @unchecked Sendable {
-    // @unchecked: `startedHere` is written in start() and read in stop(), both called from
-    // the single owner thread at start-up and shutdown.
+    // @unchecked: `users` is changed in start() and stop(), both called from the single
+    // owner thread at start-up and shutdown.
     public struct Options: Sendable {
         /// Tests trade durability for speed (fsync off); a served cache keeps it on.
         public var durable = true
@@ -31,7 +32,7 @@ public final class EmbeddedPostgres: @unchecked Sendable {
     public let root: URL
     public let options: Options
     private let logger = Logger(component: "embedded-postgres")
-    private var startedHere = false
+    private var users: ClusterUsers
 
     public var clusterDirectory: URL { root.appendingPathComponent("postgres") }
     public var logFile: URL { root.appendingPathComponent("postgres.log") }
@@ -39,48 +40,45 @@ public final class EmbeddedPostgres: @unchecked Sendable {
     public init(root: URL, options: Options = Options()) {
         self.root = root.standardizedFileURL
         self.options = options
+        users = ClusterUsers(folder: self.root)
     }
 
     /// Initialises the cluster if new, starts it unless it already runs (a server or another
-    /// CLI command may own it), creates the database, and returns its connection URL.
+    /// CLI command may use it), creates the database, and returns its connection URL. This
+    /// process uses the cluster until `stop()`.
     public func start() throws -> String {
         try prepareDirectories()
-        if !FileManager.default.fileExists(atPath: clusterDirectory.appendingPathComponent("PG_VERSION").path) {
-            logger.info("initialising embedded PostgreSQL", [("data", .string(clusterDirectory.path))])
-            try initialise()
-        }
-        try writeSettings()
-        if try isRunning() {
-            if let owner = recordedOwner(), kill(owner, 0) != 0 && errno == ESRCH {
-                // Started by a process that died without stopping it: ours to stop now.
-                startedHere = true
-                recordOwner()
-                logger.info("adopted embedded PostgreSQL left by a process that died",
-                            [("data", .string(clusterDirectory.path)), ("previous_owner", .int(Int(owner)))])
-            } else {
-                logger.info("embedded PostgreSQL already running", [("data", .string(clusterDirectory.path))])
+        try users.join {
+            if !FileManager.default.fileExists(atPath: clusterDirectory.appendingPathComponent("PG_VERSION").path) {
+                logger.info("initialising embedded PostgreSQL", [("data", .string(clusterDirectory.path))])
+                try initialise()
             }
-            // A reload picks up what a running cluster can change; the socket permissions and
-            // pg_hba file take effect at its next start (its socket folder is 0700 already).
-            try run("pg_ctl", ["-D", clusterDirectory.path, "reload"], what: "reload PostgreSQL", tolerate: true)
-        } else {
-            try run("pg_ctl", ["-D", clusterDirectory.path, "-l", logFile.path, "-w", "-t", "60", "start"],
-                    what: "start PostgreSQL (see \(logFile.path))")
-            startedHere = true
-            recordOwner()
-            logger.info("embedded PostgreSQL started", [("data", .string(clusterDirectory.path))])
+            try writeSettings()
+            if try isRunning() {
+                logger.info("embedded PostgreSQL already running", [("data", .string(clusterDirectory.path))])
+                // A reload picks up what a running cluster can change; the socket permissions and
+                // pg_hba file take effect at its next start (its socket folder is 0700 already).
+                try run("pg_ctl", ["-D", clusterDirectory.path, "reload"], what: "reload PostgreSQL", tolerate: true)
+            } else {
+                try run("pg_ctl", ["-D", clusterDirectory.path, "-l", logFile.path, "-w", "-t", "60", "start"],
+                        what: "start PostgreSQL (see \(logFile.path))")
+                recordStarter()
+                logger.info("embedded PostgreSQL started", [("data", .string(clusterDirectory.path))])
+            }
+            try createDatabase()
         }
-        try createDatabase()
         return url(database: options.database)
     }
 
-    /// Stops the cluster if this process started it.
+    /// Stops using the cluster, and stops the cluster if no other process uses it and a
+    /// TeamCache process started it (one started by hand is left alone).
     public func stop() {
-        guard startedHere else { return }
-        startedHere = false
-        _ = try? run("pg_ctl", ["-D", clusterDirectory.path, "-m", "fast", "-w", "stop"], what: "stop PostgreSQL")
-        try? FileManager.default.removeItem(at: ownerFile)
-        logger.info("embedded PostgreSQL stopped", [("data", .string(clusterDirectory.path))])
+        users.leave {
+            guard FileManager.default.fileExists(atPath: starterFile.path) else { return }
+            _ = try? run("pg_ctl", ["-D", clusterDirectory.path, "-m", "fast", "-w", "stop"], what: "stop PostgreSQL")
+            try? FileManager.default.removeItem(at: starterFile)
+            logger.info("embedded PostgreSQL stopped", [("data", .string(clusterDirectory.path))])
+        }
     }
 
     /// The socket folder: inside the data folder when the path fits a Unix socket name
@@ -93,15 +91,11 @@ public final class EmbeddedPostgres: @unchecked Sendable {
         return URL(fileURLWithPath: "/tmp/teamcache-\(tag)")
     }
 
-    /// Where the pid of the process that started the cluster is kept.
-    var ownerFile: URL { root.appendingPathComponent("owner.pid") }
+    /// Present while a TeamCache process's start of the cluster stands (holds its pid).
+    var starterFile: URL { root.appendingPathComponent("owner.pid") }
 
-    private func recordOwner() {
-        try? String(getpid()).write(to: ownerFile, atomically: true, encoding: .utf8)
-    }
-
-    private func recordedOwner() -> pid_t? {
-        (try? String(contentsOf: ownerFile, encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    private func recordStarter() {
+        try? String(getpid()).write(to: starterFile, atomically: true, encoding: .utf8)
     }
 
     /// A `postgres://` URL that reaches `database` through the private socket.
@@ -253,6 +247,7 @@ public enum EmbeddedPostgresError: Error, CustomStringConvertible {
     case unreachable(String)
     case unsafeSocketFolder(String)
     case commandFailed(what: String, status: Int32, output: String)
+    case lockFailed(String)
 
     public var description: String {
         switch self {
@@ -266,6 +261,8 @@ public enum EmbeddedPostgresError: Error, CustomStringConvertible {
             "the socket folder \(path) belongs to another user or is open to others; remove it or choose another --data-dir"
         case .commandFailed(let what, let status, let output):
             "could not \(what) (exit \(status)): \(output)"
+        case .lockFailed(let path):
+            "could not lock \(path) (another process is starting or stopping the embedded database)"
         }
     }
 }

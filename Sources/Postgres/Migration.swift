@@ -8,12 +8,22 @@ public struct Migration: Sendable, Equatable {
     public let sql: String
     /// Lowercase hex SHA-256 of the file's bytes; an applied file must never change.
     public let checksum: String
+    /// The file declares that builds which do not know it keep working on a database it was
+    /// applied to (an "expand" step: new tables, columns with defaults, new functions). The
+    /// runner records it, so older builds can read it from the database. Undeclared means
+    /// it breaks them: an older build finding it applied reports itself unready.
+    public let keepsOlderBuildsWorking: Bool
+
+    /// The line that declares `keepsOlderBuildsWorking`, on a line of its own.
+    public static let compatibleMarker = "-- teamcache: compatible-with-older-builds"
 
     public init(version: Int, name: String, sql: String) {
         self.version = version
         self.name = name
         self.sql = sql
         self.checksum = Bytes.hex(SHA256.hash(sql))
+        keepsOlderBuildsWorking = sql.split(separator: "\n", omittingEmptySubsequences: true)
+            .contains { $0.trimmingCharacters(in: .whitespaces) == Self.compatibleMarker }
     }
 
     /// Reads and validates every migration in `directory`: names, no duplicates, no gaps from 1.
@@ -60,6 +70,7 @@ public enum MigrationError: Error, CustomStringConvertible, Equatable {
     case gap(expected: Int, found: Int)
     case checksumChanged(version: Int, name: String)
     case unknownApplied(version: Int)
+    case incompatibleAhead(version: Int)
     case pending(count: Int)
 
     public var description: String {
@@ -72,6 +83,9 @@ public enum MigrationError: Error, CustomStringConvertible, Equatable {
             "migration \(version) (\(name)) was edited after it was applied; add a new migration instead"
         case .unknownApplied(let version):
             "the database has migration \(version) applied, which this build does not know (newer build?)"
+        case .incompatibleAhead(let version):
+            "the database has migration \(version) applied, which this build does not know and which does not "
+                + "keep older builds working; run a newer build"
         case .pending(let count):
             "the database is \(count) migration(s) behind; run `teamcache migrate` first"
         }

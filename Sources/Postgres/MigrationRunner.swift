@@ -10,6 +10,27 @@ public struct MigrationRunner: Sendable {
         public let appliedAt: Date?
     }
 
+    /// How the database's schema stands against this build's migrations.
+    public enum SchemaState: Sendable, Equatable {
+        /// Exactly this build's migrations are applied.
+        case current
+        /// Some of this build's migrations are not applied yet.
+        case behind(count: Int)
+        /// Later builds applied migrations this build does not know, each declared to keep
+        /// older builds working (expand/contract): this build serves, and says so.
+        case aheadCompatible(versions: [Int])
+
+        public var summary: String {
+            switch self {
+            case .current: "current"
+            case .behind(let count): "\(count) migration(s) behind"
+            case .aheadCompatible(let versions):
+                "ahead by migration(s) \(versions.map(String.init).joined(separator: ", ")), "
+                    + "declared compatible with older builds"
+            }
+        }
+    }
+
     /// An arbitrary constant naming TeamCache's migration lock ("tcmigr" in ASCII).
     static let lockKey: Int64 = 0x7463_6d69_6772
     static let createTable = """
@@ -20,8 +41,19 @@ public struct MigrationRunner: Sendable {
             applied_at timestamptz NOT NULL DEFAULT now()
         )
         """
-    static let selectApplied = "SELECT version, name, checksum, applied_at FROM schema_migrations ORDER BY version"
-    static let insertApplied = "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)"
+    /// Whether each migration keeps older builds working, for those older builds to read.
+    static let addCompatibleColumn = """
+        ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS keeps_older_builds_working boolean NOT NULL DEFAULT false
+        """
+    /// Reads the flag whether or not a runner has added its column yet.
+    static let selectApplied = """
+        SELECT version, name, checksum, applied_at,
+               coalesce((to_jsonb(m) ->> 'keeps_older_builds_working')::boolean, false) AS compatible
+        FROM schema_migrations m ORDER BY version
+        """
+    static let insertApplied = """
+        INSERT INTO schema_migrations (version, name, checksum, keeps_older_builds_working) VALUES ($1, $2, $3, $4)
+        """
     static let tableExists = "SELECT to_regclass('schema_migrations') IS NOT NULL AS present"
 
     public let migrations: [Migration]
@@ -49,27 +81,46 @@ public struct MigrationRunner: Sendable {
         try connection.query("SELECT pg_advisory_lock($1)", [.int(Self.lockKey)])
         defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [.int(Self.lockKey)]) }
         try connection.execute(Self.createTable)
+        try connection.execute(Self.addCompatibleColumn)
         // Read again under the lock: another runner may have applied files meanwhile.
         let todo = try pending(on: connection)
         for migration in todo {
             try connection.transaction { transaction in
                 try transaction.execute(migration.sql)
-                try transaction.query(Self.insertApplied,
-                                      [.int(migration.version), .text(migration.name), .text(migration.checksum)])
+                try transaction.query(Self.insertApplied, [
+                    .int(migration.version), .text(migration.name), .text(migration.checksum),
+                    .bool(migration.keepsOlderBuildsWorking),
+                ])
             }
         }
         return todo
     }
 
-    /// Throws `.pending` when the database is behind (for `serve` against an external database).
-    public func requireCurrent(on connection: PostgresConnection) throws {
-        let behind = try pending(on: connection).count
-        if behind > 0 { throw MigrationError.pending(count: behind) }
+    /// The schema's state; throws when this build cannot serve on it (an applied file
+    /// changed, or a later build applied a migration that breaks older ones).
+    public func schemaState(on connection: PostgresConnection) throws -> SchemaState {
+        let applied = try appliedRows(on: connection)
+        try verify(applied)
+        let behind = migrations.filter { applied[$0.version] == nil }.count
+        if behind > 0 { return .behind(count: behind) }
+        let known = Set(migrations.map(\.version))
+        let ahead = applied.keys.filter { !known.contains($0) }.sorted()
+        return ahead.isEmpty ? .current : .aheadCompatible(versions: ahead)
+    }
+
+    /// The schema's state when this build can serve on it; throws `.pending` when the
+    /// database is behind (for `serve` against an external database).
+    @discardableResult
+    public func requireCurrent(on connection: PostgresConnection) throws -> SchemaState {
+        let state = try schemaState(on: connection)
+        if case .behind(let count) = state { throw MigrationError.pending(count: count) }
+        return state
     }
 
     private struct AppliedRow {
         let checksum: String
         let appliedAt: Date
+        let keepsOlderBuildsWorking: Bool
     }
 
     private func appliedRows(on connection: PostgresConnection) throws -> [Int: AppliedRow] {
@@ -78,15 +129,23 @@ public struct MigrationRunner: Sendable {
         for row in try connection.query(Self.selectApplied).rows {
             guard let version = try row.int("version"), let checksum = try row.string("checksum"),
                   let appliedAt = try row.date("applied_at") else { continue }
-            rows[version] = AppliedRow(checksum: checksum, appliedAt: appliedAt)
+            rows[version] = AppliedRow(checksum: checksum, appliedAt: appliedAt,
+                                       keepsOlderBuildsWorking: try row.bool("compatible") ?? false)
         }
         return rows
     }
 
+    /// Every applied migration this build knows is unchanged; every one it does not know
+    /// comes after all it knows (a later build's) and keeps older builds working.
     private func verify(_ applied: [Int: AppliedRow]) throws {
         let known = Dictionary(uniqueKeysWithValues: migrations.map { ($0.version, $0) })
+        let newestKnown = migrations.last?.version ?? 0
         for (version, row) in applied.sorted(by: { $0.key < $1.key }) {
-            guard let migration = known[version] else { throw MigrationError.unknownApplied(version: version) }
+            guard let migration = known[version] else {
+                guard version > newestKnown else { throw MigrationError.unknownApplied(version: version) }
+                guard row.keepsOlderBuildsWorking else { throw MigrationError.incompatibleAhead(version: version) }
+                continue
+            }
             if migration.checksum != row.checksum {
                 throw MigrationError.checksumChanged(version: version, name: migration.name)
             }

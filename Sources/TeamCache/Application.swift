@@ -92,6 +92,10 @@ public final class Application: Sendable {
             + [PeriodicService(name: "readiness", interval: ReadinessProbe.interval) { readiness.probe() }])
     }
 
+    /// How often counter deltas are folded into the totals: the most the hard caps (which
+    /// read only folded totals) lag behind the writes.
+    static let counterFoldInterval: TimeInterval = 1
+
     /// One read batcher per event loop, each with its own database connection (beside the pool).
     private static func readers(configuration: Configuration, url: String, metrics: MetricsRegistry)
         -> [EntryReadBatcher] {
@@ -114,7 +118,16 @@ public final class Application: Sendable {
         }
         trigger.connect(flusher)
         let gauges = NamespaceGauges(store: store, tracker: tracker, metrics: metrics)
+        let folds = LogThrottle(Logger(component: "counters"), interval: 60)
+        // The only writer of the totals; every replica offers, one at a time folds.
+        let folder = PeriodicService(name: "counter-fold", interval: Self.counterFoldInterval, runOnStop: true) {
+            do { try store.foldCounters() } catch {
+                _ = folds.log(.warn, "counter fold failed", kind: "\(error)", [("error", .string("\(error)"))])
+            }
+        }
+        // Stopped in reverse order: the flusher's last flush comes before the last fold.
         return [
+            folder,
             flusher,
             PeriodicService(name: "namespace-gauges", interval: 15) { gauges.refresh() },
             // Every replica asks four times an interval; one per interval gets the slot and runs.

@@ -8,6 +8,8 @@ public final class Database: Sendable {
     public let url: String
     public let embedded: EmbeddedPostgres?
     public let migrations: MigrationRunner
+    /// Where the migration files were read from (said by `teamcache migrate`).
+    public let migrationsFolder: URL
 
     /// Opens the database. The embedded default migrates itself; an external database must
     /// be current when `requireCurrent` (serve), else serve refuses and names the command.
@@ -17,6 +19,8 @@ public final class Database: Sendable {
             throw MigrationError.unreadable("migrations (set TEAMCACHE_MIGRATIONS_DIR)")
         }
         migrations = MigrationRunner(migrations: try Migration.load(from: folder))
+        migrationsFolder = folder
+        logger.info("migrations", [("folder", .string(folder.path)), ("known", .int(migrations.migrations.count))])
         if let external = configuration.databaseURL {
             url = external
             embedded = nil

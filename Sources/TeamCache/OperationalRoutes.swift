@@ -11,6 +11,7 @@ struct OperationalRoutes: Sendable {
 
     /// Built once: the liveness answer is the same every time.
     static let healthy = HTTPResponse.json(200, "{\"status\":\"ok\"}")
+    static let readyCurrent = HTTPResponse.json(200, "{\"status\":\"ready\",\"schema\":\"current\"}")
 
     /// The process is alive and its event loops answer.
     func health(_ request: HTTPRequest) -> HTTPResponse {
@@ -21,8 +22,11 @@ struct OperationalRoutes: Sendable {
     /// otherwise. From the probe's state: answering costs the database nothing.
     func ready(_ request: HTTPRequest) -> HTTPResponse {
         switch readiness.state {
-        case .ready:
-            return .json(200, "{\"status\":\"ready\"}")
+        case .ready(let aheadBy) where aheadBy.isEmpty:
+            return Self.readyCurrent
+        case .ready(let aheadBy):
+            let versions = aheadBy.map(String.init).joined(separator: ",")
+            return .json(200, "{\"status\":\"ready\",\"schema\":\"ahead\",\"ahead_by\":[\(versions)]}")
         case .schema(let problem):
             return HTTPError(503, problem).response(requestID: request.requestID)
         case .unreachable:

@@ -14,7 +14,8 @@ final class ReadinessProbe: @unchecked Sendable {
     // and `probes` are touched only by the one thread that runs `probe` (the periodic
     // service's, or start-up before that service starts).
     enum State: Equatable {
-        case ready
+        /// Ready; the later migrations (if any) this build serves with.
+        case ready(aheadBy: [Int])
         case unreachable
         case schema(String)
     }
@@ -28,6 +29,7 @@ final class ReadinessProbe: @unchecked Sendable {
     private let lock = NSLock()
     private var lastSuccess: TimeInterval?
     private var migrationProblem: String?
+    private var aheadBy: [Int] = []
     private var probes = 0
     private var connection: PostgresConnection?
     private let logger = Logger(component: "readiness")
@@ -41,7 +43,7 @@ final class ReadinessProbe: @unchecked Sendable {
         lock.withLock {
             if let problem = migrationProblem { return .schema(problem) }
             guard let lastSuccess, monotonicSeconds() - lastSuccess <= Self.staleAfter else { return .unreachable }
-            return .ready
+            return .ready(aheadBy: aheadBy)
         }
     }
 
@@ -56,15 +58,28 @@ final class ReadinessProbe: @unchecked Sendable {
             if probes % Self.migrationCheckEvery == 0 { try checkMigrations(on: session) }
             probes += 1
         } catch let error as MigrationError {
-            lock.withLock { migrationProblem = error.description }
+            let first = lock.withLock {
+                defer { migrationProblem = error.description }
+                return migrationProblem != error.description
+            }
+            if first { logger.warn("not ready: schema", [("problem", .string(error.description))]) }
         } catch {
             if connection?.isBroken ?? true { connection = nil }
         }
     }
 
     private func checkMigrations(on session: PostgresConnection) throws {
-        try migrations.requireCurrent(on: session)
-        lock.withLock { migrationProblem = nil }
+        let state = try migrations.requireCurrent(on: session)
+        let ahead: [Int]
+        if case .aheadCompatible(let versions) = state { ahead = versions } else { ahead = [] }
+        let changed = lock.withLock {
+            defer { (migrationProblem, aheadBy) = (nil, ahead) }
+            return aheadBy != ahead
+        }
+        // Said once per change, not every check: a rollout can run for hours in this state.
+        if changed && !ahead.isEmpty {
+            logger.info("serving on a schema migrated ahead of this build", [("schema", .string(state.summary))])
+        }
     }
 
     func close() { connection = nil }
