@@ -22,7 +22,7 @@ final class ReadinessProbe: @unchecked Sendable {
 
     static let interval: TimeInterval = 0.5
     static let staleAfter: TimeInterval = 1
-    private static let migrationCheckEvery = 20
+    private static let migrationCheckEvery = 4
 
     private let url: String
     private let migrations: MigrationRunner

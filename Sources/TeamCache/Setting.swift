@@ -15,7 +15,7 @@ public struct Setting: Sendable {
         Setting(variable: "TEAMCACHE_DATA_DIR", flag: "--data-dir", defaultValue: "./.teamcache",
                 help: "Folder of the embedded PostgreSQL cluster."),
         Setting(variable: "TEAMCACHE_MIGRATIONS_DIR", flag: "--migrations-dir", defaultValue: "(found)",
-                help: "Folder of the NNNN_name.sql migrations; default: ./migrations, then beside the binary."),
+                help: "Folder of the NNNN_name.sql migrations; default: the ones shipped with the binary, else ./migrations."),
         Setting(variable: "TEAMCACHE_LOG_LEVEL", flag: "--log-level", defaultValue: "info",
                 help: "debug, info, warn or error. Access log lines are info."),
         Setting(variable: "TEAMCACHE_AUTH", flag: nil, defaultValue: "on",

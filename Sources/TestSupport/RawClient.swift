@@ -69,6 +69,16 @@ public final class RawClient {
 
     public func send(_ text: String) throws { try send(Array(text.utf8)) }
 
+    /// One request on this (kept-alive) connection, and its response.
+    public func request(_ method: String, _ path: String, headers: [(String, String)] = [],
+                        body: [UInt8] = []) throws -> Response {
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: test\r\n"
+        for (name, value) in headers { head += "\(name): \(value)\r\n" }
+        if !body.isEmpty || method == "PUT" || method == "POST" { head += "Content-Length: \(body.count)\r\n" }
+        try send(Array((head + "\r\n").utf8) + body)
+        return try readResponse(head: method == "HEAD")
+    }
+
     public func send(_ bytes: [UInt8]) throws {
         var offset = 0
         while offset < bytes.count {

@@ -20,7 +20,8 @@ enum MigrateCommand {
             return 0
         }
         return try DatabaseSession.with(arguments, requireCurrent: false) { database, pool, _ in
-            try pool.withConnection { connection in
+            print("migrations from \(database.migrationsFolder.path)")
+            return try pool.withConnection { connection in
                 if arguments.switches.contains("--status") {
                     for status in try database.migrations.status(on: connection) {
                         let state = status.appliedAt.map { "applied \($0)" } ?? "pending"

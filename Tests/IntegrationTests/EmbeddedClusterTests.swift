@@ -35,6 +35,31 @@ import TestSupport
         #expect(tcp != 0 || !FileManager.default.fileExists(atPath: cluster.clusterDirectory.path))
     }
 
+    /// A CLI command that started the cluster, and ends while a server joined it, leaves it
+    /// running for the server; the last process out stops it, whichever it is.
+    @Test func theLastProcessOutStopsTheClusterAndNoOneStopsItUnderAnother() throws {
+        let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("tc-users-\(getpid())")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let command = EmbeddedPostgres(root: root, options: .init(durable: false))
+        let server = EmbeddedPostgres(root: root, options: .init(durable: false))
+        let url = try command.start()
+        _ = try server.start()
+        command.stop()
+        #expect(try PostgresConnection(url: url).query("SELECT 1 AS one").rows.first?.int("one") == 1,
+                "the command stopped the cluster under the server")
+        server.stop()
+        #expect((try? PostgresConnection(url: url)) == nil, "the last one out left the cluster running")
+        // The other way round: the starter stays, the one that joined leaves first.
+        let first = EmbeddedPostgres(root: root, options: .init(durable: false))
+        let second = EmbeddedPostgres(root: root, options: .init(durable: false))
+        let again = try first.start()
+        _ = try second.start()
+        second.stop()
+        #expect(try PostgresConnection(url: again).query("SELECT 1 AS one").rows.first?.int("one") == 1)
+        first.stop()
+        #expect((try? PostgresConnection(url: again)) == nil)
+    }
+
     @Test func aPlantedSymlinkForTheSocketFolderIsRefused() throws {
         // A long data path puts the socket folder under /tmp, at a name anyone can compute.
         let root = URL(fileURLWithPath: "/tmp").appendingPathComponent("tc-plant-" + String(repeating: "y", count: 90)

@@ -1,0 +1,37 @@
+@testable import CacheCore
+import Foundation
+import Postgres
+import Testing
+import TestSupport
+
+/// The access tracker wakes its flusher early when a batch fills, and keeps doing so after a
+/// flush failed (the restored batch is already past the size: "exactly at the size" never
+/// comes again), without asking a dead database in a tight loop.
+@Suite struct AccessFlushTests {
+    static func entry(_ id: Int64, now: Date) -> StoredEntry {
+        StoredEntry(id: id, namespace: "n", key: [1], body: [], encoding: .identity, contentType: "t", identitySize: 0,
+                    etag: "e", model: nil, metadata: nil, inputTokens: 0, outputTokens: 0, updatedAt: now,
+                    expiresAt: now.addingTimeInterval(60))
+    }
+
+    @Test func theEarlyFlushFiresAgainAfterAFailedFlush() throws {
+        // No database behind this socket: every flush fails fast.
+        let nowhere = "postgresql://postgres@%2Ftmp%2Ftc-nowhere-\(getpid()):1/none"
+        let pool = ConnectionPool(.init(url: nowhere, maxConnections: 1, acquireTimeout: 0.2))
+        let fired = Locked(0)
+        let tracker = AccessTracker(pool: pool, batchSize: 3, batchFull: { fired.update { $0 += 1 } })
+        let now = Date()
+        for id in 1...3 { tracker.record(.hit, namespace: "n", entry: Self.entry(Int64(id), now: now), at: now) }
+        #expect(fired.value == 1)
+        tracker.record(.hit, namespace: "n", entry: Self.entry(4, now: now), at: now)
+        #expect(fired.value == 1, "asked once per batch, not once per hit")
+        #expect(throws: (any Error).self) { try tracker.flush() }
+        // Restored, past the size. Not again within a second of the failure...
+        tracker.record(.hit, namespace: "n", entry: Self.entry(5, now: now), at: now)
+        #expect(fired.value == 1)
+        // ...but after it.
+        Thread.sleep(forTimeInterval: 1.1)
+        tracker.record(.hit, namespace: "n", entry: Self.entry(6, now: now), at: now)
+        #expect(fired.value == 2)
+    }
+}
