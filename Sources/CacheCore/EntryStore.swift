@@ -49,6 +49,12 @@ public final class EntryStore: Sendable {
         try writes.put(write, into: self)
     }
 
+    /// As `put`, without waiting: `completion` gets the outcome once the entry is committed
+    /// (on the thread that committed it; it must not block).
+    public func submit(_ write: EntryWrite, completion: @escaping @Sendable (Result<WriteOutcome, any Error>) -> Void) {
+        writes.submit(write, into: self, completion: completion)
+    }
+
     /// One write in a statement (and a transaction) of its own.
     func putOne(_ write: EntryWrite) throws -> WriteOutcome {
         let condition = Self.condition(write.condition)

@@ -4,23 +4,27 @@ import Observability
 import Postgres
 
 /// Group commit for upserts: writes that arrive while others are being committed share
-/// the next transaction, one statement calling `tc_put_entry` per row. A commit (and its
-/// WAL flush) is the dominant cost of a small write; sharing it is what lets a handful
-/// of connections keep up with many writers.
+/// the next transaction, in one statement: set-based for plain and create-only writes
+/// (`EntryGroupWrite`), one `tc_put_entry` call per row for `If-Match` writes. A commit
+/// (and its WAL flush) is the dominant cost of a small write; sharing it is what lets a
+/// handful of connections keep up with many writers.
 ///
-/// No thread of its own: a caller that finds a free batch slot becomes the leader, takes
-/// what has queued (its own write among it) and runs it; the others wait for their result.
-/// Every caller returns only after its write is committed (or failed), as before.
+/// No thread of its own, and no caller waits for another's batch: a caller that finds a
+/// free batch slot (at most `concurrent` batches run at once) becomes a committer and runs
+/// batches from the queue until it is empty; every other caller only queues its write. Each
+/// write's completion is called once it is committed (or failed), on the committer's thread;
+/// `put` waits for it. So an HTTP write waiting for its commit holds no worker thread, and
+/// batches grow with the number of writes in flight, not with the number of threads.
 ///
 /// A batch the server rejects (it rolled back whole) is retried one write at a time, so one
 /// bad row never fails its neighbours; a batch whose outcome is unknown (the connection
 /// broke, the result did not decode) is never replayed: it may have committed.
 final class EntryWriteBatcher: @unchecked Sendable {
-    // @unchecked: `queue`, `running` and every slot's `result` are guarded by `condition`.
-    private final class Slot {
+    // @unchecked: `queue` and `running` are guarded by `lock`.
+    /// A queued write and whom to tell when it is committed.
+    private struct Slot {
         let write: EntryWrite
-        var result: Result<WriteOutcome, any Error>?
-        init(_ write: EntryWrite) { self.write = write }
+        let completion: @Sendable (Result<WriteOutcome, any Error>) -> Void
     }
 
     /// One call per row, in the batch's order (sorted, so concurrent batches lock the same
@@ -40,7 +44,7 @@ final class EntryWriteBatcher: @unchecked Sendable {
         ORDER BY b.ordinal
         """
 
-    private let condition = NSCondition()
+    private let lock = NSLock()
     private var queue: [Slot] = []
     private var running = 0
     private let concurrent: Int
@@ -53,52 +57,103 @@ final class EntryWriteBatcher: @unchecked Sendable {
         self.batchSizes = batchSizes
     }
 
-    /// Commits `write` (alone or with others) and returns its outcome.
-    func put(_ write: EntryWrite, into store: EntryStore) throws -> WriteOutcome {
-        let slot = Slot(write)
-        condition.lock()
-        queue.append(slot)
-        while slot.result == nil {
-            guard running < concurrent, !queue.isEmpty else {
-                condition.wait()
-                continue
-            }
+    /// Queues `write`; `completion` gets its outcome once it is committed (alone or with
+    /// others). If a batch slot is free, this thread commits batches until the queue is empty.
+    func submit(_ write: EntryWrite, into store: EntryStore,
+                completion: @escaping @Sendable (Result<WriteOutcome, any Error>) -> Void) {
+        lock.lock()
+        queue.append(Slot(write: write, completion: completion))
+        guard running < concurrent else {
+            lock.unlock()
+            return
+        }
+        running += 1
+        while !queue.isEmpty {
             let batch = takeBatch()
-            running += 1
-            condition.unlock()
+            lock.unlock()
             let results = Self.run(batch.map(\.write), store: store)
             batchSizes?.observe([], Double(batch.count))
-            condition.lock()
-            for (member, result) in zip(batch, results) { member.result = result }
-            running -= 1
-            condition.broadcast()
+            for (member, result) in zip(batch, results) { member.completion(result) }
+            lock.lock()
         }
-        condition.unlock()
-        return try slot.result!.get()
+        running -= 1
+        lock.unlock()
+    }
+
+    /// Commits `write` (alone or with others) and returns its outcome.
+    func put(_ write: EntryWrite, into store: EntryStore) throws -> WriteOutcome {
+        let outcome = Outcome()
+        submit(write, into: store) { result in
+            outcome.result = result
+            outcome.done.signal()
+        }
+        outcome.done.wait()
+        guard let result = outcome.result else {
+            throw PostgresError(.decoding, serverMessage: "a write got no outcome")
+        }
+        return try result.get()
+    }
+
+    /// `put`'s result, handed over through the semaphore.
+    private final class Outcome: @unchecked Sendable {
+        // @unchecked: `result` is written before `done.signal()` and read after `done.wait()`.
+        var result: Result<WriteOutcome, any Error>?
+        let done = DispatchSemaphore(value: 0)
     }
 
     /// Bodies in one statement at most (its `bytea[]` parameter must stay far below libpq's
     /// 2 GiB limit, and one statement should not hold hundreds of MiB at once).
     static let maxBatchBytes = 64 * 1024 * 1024
 
-    /// The front of the queue, up to `maxBatch` writes and `maxBatchBytes` of bodies (at
-    /// least one write, however large). Called with the lock held.
-    private func takeBatch() -> [Slot] {
-        var count = 0, bytes = 0
-        for slot in queue.prefix(maxBatch) {
-            bytes += slot.write.body.bytes.count
-            if count > 0 && bytes > Self.maxBatchBytes { break }
-            count += 1
+    /// How a group is written: plain and create-only writes set-based (`EntryGroupWrite`),
+    /// `If-Match` writes through `tc_put_entry`. A group holds one kind.
+    enum Kind: Equatable {
+        case plain, createOnly, match
+
+        init(_ condition: WriteCondition) {
+            switch condition {
+            case .none: self = .plain
+            case .absent: self = .createOnly
+            case .match: self = .match
+            }
         }
-        let batch = Array(queue.prefix(count))
-        queue.removeFirst(count)
+    }
+
+    /// A group from the queue: the first write's kind, then every queued write of that kind
+    /// whose key no earlier write in the queue has (a key's writes commit in the order they
+    /// came, and a set-based statement must not touch a row twice), up to `maxBatch` writes
+    /// and `maxBatchBytes` of bodies (at least one write, however large). Called with the
+    /// lock held.
+    private func takeBatch() -> [Slot] {
+        guard let first = queue.first else { return [] }
+        let kind = Kind(first.write.condition)
+        var taken: [Int] = [], seen = Set<KeyIdentity>(), bytes = 0
+        for (index, slot) in queue.enumerated() {
+            guard taken.count < maxBatch else { break }
+            let identity = KeyIdentity(slot.write)
+            guard seen.insert(identity).inserted, Kind(slot.write.condition) == kind else { continue }
+            bytes += slot.write.body.bytes.count
+            if !taken.isEmpty && bytes > Self.maxBatchBytes { break }
+            taken.append(index)
+        }
+        let batch = taken.map { queue[$0] }
+        for index in taken.reversed() { queue.remove(at: index) }
         return batch
     }
 
+    /// A key as the batch tells keys apart.
+    private struct KeyIdentity: Hashable {
+        let namespace: String
+        let key: [UInt8]
+        init(_ write: EntryWrite) { (namespace, key) = (write.namespace.name, write.key.bytes) }
+    }
+
     private static func run(_ writes: [EntryWrite], store: EntryStore) -> [Result<WriteOutcome, any Error>] {
-        if writes.count == 1 { return [Result { try store.putOne(writes[0]) }] }
+        let kind = Kind(writes[0].condition)
+        if writes.count == 1 && kind == .match { return [Result { try store.putOne(writes[0]) }] }
         do {
-            return try putBatch(writes, store: store).map { .success($0) }
+            if kind == .match { return try putBatch(writes, store: store).map { .success($0) } }
+            return try EntryGroupWrite.run(writes, createOnly: kind == .createOnly, store: store).map { .success($0) }
         } catch let error as PostgresError where error.kind == .query && !error.isUnavailable {
             // The server rejected the statement, so its transaction rolled back whole: each
             // write can run again on its own (and the bad one fails alone).
@@ -116,7 +171,10 @@ final class EntryWriteBatcher: @unchecked Sendable {
         // Sorted by key: two batches touching the same keys take their row locks in one order.
         let order = writes.indices.sorted { left, right in
             let (a, b) = (writes[left], writes[right])
-            if a.namespace.name != b.namespace.name { return a.namespace.name < b.namespace.name }
+            // Bytes, as PostgreSQL orders `COLLATE "C"` text and bytea (see EntryGroupWrite).
+            if a.namespace.name != b.namespace.name {
+                return a.namespace.name.utf8.lexicographicallyPrecedes(b.namespace.name.utf8)
+            }
             return a.key.bytes.lexicographicallyPrecedes(b.key.bytes)
         }
         let sorted = order.map { writes[$0] }

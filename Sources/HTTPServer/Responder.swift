@@ -45,9 +45,38 @@ public final class Responder: @unchecked Sendable {
             let response = context.run(route, request, body)
             loop.execute { self.respond(response) }
         }
-        if !accepted {
-            respond(HTTPError(503, "The server is overloaded; retry shortly.",
-                              headers: HTTPHeaders([("Retry-After", "1")])).response(requestID: request.requestID))
+        if !accepted { respondOverloaded() }
+    }
+
+    /// Answers a request from any thread, once: `make` builds the answer (its errors become
+    /// problem responses, as a handler's do) and the loop sends it.
+    public typealias Answer = @Sendable (_ make: () throws -> HTTPResponse) -> Void
+
+    /// Runs `start` on the worker pool. It returns the answer, or nil when it handed the rest
+    /// of the work on (to the write batcher, say) and will answer through `answer` when that
+    /// is done: the worker is free meanwhile, so waiting requests do not hold threads.
+    public func offload(deferring start: @escaping @Sendable (_ answer: @escaping Answer) throws -> HTTPResponse?) {
+        let context = loop.context, loop = self.loop, route = self.route, request = self.request
+        let deadline = started + UInt64(max(0, context.configuration.requestTimeout) * 1e9)
+        let answer: Answer = { [self] make in
+            let response = context.run(route, request, make)
+            loop.execute { self.respond(response) }
         }
+        let accepted = context.workers.submit {
+            guard monotonicNanoseconds() < deadline else { return }
+            let immediate: HTTPResponse?
+            do {
+                immediate = try start(answer)
+            } catch {
+                immediate = context.run(route, request) { throw error }
+            }
+            if let immediate { loop.execute { self.respond(immediate) } }
+        }
+        if !accepted { respondOverloaded() }
+    }
+
+    private func respondOverloaded() {
+        respond(HTTPError(503, "The server is overloaded; retry shortly.",
+                          headers: HTTPHeaders([("Retry-After", "1")])).response(requestID: request.requestID))
     }
 }

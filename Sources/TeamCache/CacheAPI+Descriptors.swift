@@ -60,7 +60,9 @@ extension CacheAPI {
         return .json(200, answer.serialized)
     }
 
-    func upsert(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
+    /// Answered once the write is committed, without holding a worker meanwhile (see `commit`).
+    func upsert(_ request: HTTPRequest, _ principal: Authenticator.Principal,
+                _ answer: @escaping Responder.Answer) throws -> HTTPResponse? {
         let namespace = try RequestParsing.namespace(request)
         let json = try RequestParsing.jsonObject(request)
         try RequestParsing.rejectUnknownMembers(json, allowed: Self.upsertMembers)
@@ -85,9 +87,8 @@ extension CacheAPI {
         write.tags = try Self.tags(json["tags"])
         try Self.applyMetadata(json["metadata"], to: &write)
         write.writerTokenID = principal.token?.id
-        return try guarded(request) {
-            try writeResponse(try store.put(write), write, location: nil)
-        }
+        commit(write, location: nil, request: request, answer: answer)
+        return nil
     }
 
     static func descriptor(_ json: JSONValue) throws -> Descriptor {

@@ -85,7 +85,9 @@ extension CacheAPI {
         }
     }
 
-    func putEntry(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
+    /// Answered once the write is committed, without holding a worker meanwhile (see `commit`).
+    func putEntry(_ request: HTTPRequest, _ principal: Authenticator.Principal,
+                  _ answer: @escaping Responder.Answer) throws -> HTTPResponse? {
         let namespace = try RequestParsing.namespace(request)
         let key = try RequestParsing.key(request)
         let query = try RequestParsing.query(request)
@@ -97,10 +99,9 @@ extension CacheAPI {
         write.tags = try RequestParsing.tags(HeaderList.split(request.headers, "Cache-Tag").map(HeaderList.unquote))
         write.condition = try Self.condition(request.headers)
         write.writerTokenID = principal.token?.id
-        return try guarded(request) {
-            let location = "/v1/caches/\(namespace.name)/entries/\(PercentDecoding.encode(key.bytes))"
-            return try writeResponse(try store.put(write), write, location: location)
-        }
+        commit(write, location: "/v1/caches/\(namespace.name)/entries/\(PercentDecoding.encode(key.bytes))",
+               request: request, answer: answer)
+        return nil
     }
 
     func deleteEntry(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {

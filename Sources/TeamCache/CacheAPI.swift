@@ -48,6 +48,15 @@ public final class CacheAPI: Sendable {
         }
     }
 
+    /// Hands `write` to the write batcher and answers when it is committed: the worker that
+    /// parsed the request is free at once, so writes waiting for a commit hold no thread and
+    /// share commits however many are in flight.
+    func commit(_ write: EntryWrite, location: String?, request: HTTPRequest, answer: @escaping Responder.Answer) {
+        store.submit(write) { [self] result in
+            answer { try guarded(request) { try writeResponse(try result.get(), write, location: location) } }
+        }
+    }
+
     /// The JSON answer of a write (PUT and descriptor upsert).
     func writeResponse(_ outcome: WriteOutcome, _ write: EntryWrite, location: String?) throws -> HTTPResponse {
         let status: Int, expiresAt: Date

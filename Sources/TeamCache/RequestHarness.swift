@@ -28,6 +28,7 @@ public enum RequestHarness {
         let operations = OperationalRoutes(readiness: ReadinessProbe(url: "", migrations: MigrationRunner(migrations: [])),
                                            metrics: MetricsRegistry(), openAPI: [])
         return Router(Application.routes(api: api, operations: operations, auth: auth,
-                                         reads: LoopReads(api: api, auth: auth, readers: []), metricsNeedAuth: false))
+                                         reads: LoopReads(api: api, auth: auth, readers: []), metricsNeedAuth: false,
+                                         deferWrites: false))
     }
 }

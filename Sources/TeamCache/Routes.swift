@@ -1,4 +1,5 @@
 import CacheCore
+import Foundation
 import HTTPServer
 
 /// The route table: each route names the scope it needs and whether it is namespaced.
@@ -18,6 +19,35 @@ extension Application {
         }
     }
 
+    typealias DeferredHandler = @Sendable (HTTPRequest, Authenticator.Principal, @escaping Responder.Answer) throws
+        -> HTTPResponse?
+
+    /// As `secured`, for a handler that may answer later through `answer` (returning nil):
+    /// it starts on a worker and frees it while it waits (writes waiting for their commit).
+    static func securedDeferred(_ api: CacheAPI, _ auth: Authenticator, _ scope: Scope,
+                                _ handler: @escaping DeferredHandler) -> AsyncHTTPHandler {
+        { request, responder in
+            responder.offload(deferring: { answer in
+                try api.guarded(request) {
+                    let namespace = try request.pathParameters["ns"] == nil ? nil : RequestParsing.namespace(request)
+                    let principal = try auth.authorize(request, scope, namespace: namespace)
+                    return try handler(request, principal, answer)
+                }
+            })
+        }
+    }
+
+    /// A deferred handler run to its answer on the calling thread.
+    static func waiting(_ handler: @escaping DeferredHandler) -> SecuredHandler {
+        { request, principal in
+            let answered = AnswerBox()
+            if let immediate = try handler(request, principal, { make in answered.put(Result { try make() }) }) {
+                return immediate
+            }
+            return try answered.take().get()
+        }
+    }
+
     /// The head-only check of a secured route: a request without a usable token, or with
     /// one known to lack the scope, is refused before a byte of its body is read.
     static func precheck(_ auth: Authenticator, _ scope: Scope) -> Route.Precheck {
@@ -27,11 +57,19 @@ extension Application {
         }
     }
 
+    /// `deferWrites` false (the request fuzzer, which has no event loop): writes run on a
+    /// worker that waits for their commit, through the same handlers.
     static func routes(api: CacheAPI, operations: OperationalRoutes, auth: Authenticator, reads: LoopReads,
-                       metricsNeedAuth: Bool) -> [Route] {
+                       metricsNeedAuth: Bool, deferWrites: Bool = true) -> [Route] {
         func secured(_ method: String, _ template: String, _ scope: Scope,
                      _ handler: @escaping SecuredHandler) -> Route {
             Route(method, template, .worker, precheck: precheck(auth, scope), handler: Self.secured(api, auth, scope, handler))
+        }
+        func deferred(_ method: String, _ template: String, _ scope: Scope,
+                      _ handler: @escaping DeferredHandler) -> Route {
+            guard deferWrites else { return secured(method, template, scope, Self.waiting(handler)) }
+            return Route(method, template, precheck: precheck(auth, scope),
+                         responder: Self.securedDeferred(api, auth, scope, handler))
         }
         let entry = "/v1/caches/{ns}/entries/{key}"
         var routes = [
@@ -39,10 +77,10 @@ extension Application {
             Route("GET", "/readyz", .inline, handler: operations.ready),
             Route("GET", "/openapi.yaml", .inline, handler: operations.specification),
             reads.route("GET", entry, .read, api.planGet),
-            secured("PUT", entry, .write, api.putEntry),
+            deferred("PUT", entry, .write, api.putEntry),
             secured("DELETE", entry, .write, api.deleteEntry),
             reads.route("POST", "/v1/caches/{ns}/lookup", .read, api.planLookup),
-            secured("POST", "/v1/caches/{ns}/upsert", .write, api.upsert),
+            deferred("POST", "/v1/caches/{ns}/upsert", .write, api.upsert),
             secured("POST", "/v1/caches/{ns}/evict", .write, api.evict),
             secured("GET", "/v1/caches/{ns}/stats", .read, api.namespaceStats),
             secured("GET", "/v1/caches/{ns}/settings", .admin, api.getSettings),
@@ -53,5 +91,22 @@ extension Application {
             ? secured("GET", "/metrics", .admin) { request, _ in operations.prometheus(request) }
             : Route("GET", "/metrics", .worker, handler: operations.prometheus))
         return routes
+    }
+}
+
+/// One answer handed from the thread that gives it to the one that waits for it.
+private final class AnswerBox: @unchecked Sendable {
+    // @unchecked: `result` is written before `ready.signal()` and read after `ready.wait()`.
+    private var result: Result<HTTPResponse, any Error> = .failure(HTTPError(500, "No answer."))
+    private let ready = DispatchSemaphore(value: 0)
+
+    func put(_ answer: Result<HTTPResponse, any Error>) {
+        result = answer
+        ready.signal()
+    }
+
+    func take() -> Result<HTTPResponse, any Error> {
+        ready.wait()
+        return result
     }
 }

@@ -1,0 +1,119 @@
+import CacheKeys
+import Foundation
+import Postgres
+
+/// A group of plain or create-only writes as one set-based statement: one
+/// `INSERT … ON CONFLICT DO UPDATE` over every row of the group, and one for their access
+/// rows, instead of a PL/pgSQL call (a locking read, then an update or an insert) per row.
+/// The group's keys are distinct (`EntryWriteBatcher` keeps a key's later writes for a
+/// later group), so no row is affected twice.
+///
+/// Semantics are `tc_put_entry`'s:
+/// - a plain write replaces whatever is there; a create-only write (`If-None-Match: *`)
+///   replaces only an entry past its freshness (absent to writers), else it is
+///   `precondition_failed`;
+/// - a write over an expired entry is a creation (new `created_at`, outcome `created`);
+/// - the hard caps are checked against the folded totals plus the group's own growth
+///   (each row's body size minus the size of the row it replaces, as of the statement's
+///   snapshot), so they may lag by one fold interval, as `tc_put_entry`'s do.
+///
+/// Rows are inserted in (namespace, key) byte order, so groups over the same keys take
+/// their row locks in one order (docs/consistency.md).
+enum EntryGroupWrite {
+    static let statement = """
+        WITH input AS (
+            SELECT b.*, s.default_ttl_seconds AS namespace_ttl, s.max_bytes AS quota,
+                   octet_length(b.body) - coalesce(o.stored_size, 0) AS growth
+            FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[], $5::text[], $6::int8[], $7::text[],
+                        $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int8[], $14::int8[],
+                        $15::int8[], $16::int8[])
+                 WITH ORDINALITY AS b(namespace, key, body, encoding, content_type, identity_size, etag, model,
+                                      version, prompt_digest, tags, metadata, input_tokens, output_tokens, ttl,
+                                      writer, ordinal)
+            -- LATERAL: one index probe per row. A generic plan (the statement is prepared, and
+            -- knows nothing of the arrays' lengths) would otherwise hash-join a scan of the table.
+            LEFT JOIN LATERAL (SELECT default_ttl_seconds, max_bytes FROM namespace_settings
+                               WHERE namespace = b.namespace) s ON true
+            LEFT JOIN LATERAL (SELECT stored_size FROM entries WHERE namespace = b.namespace AND key = b.key) o
+                ON true),
+        admitted AS (
+            SELECT i.* FROM (
+                SELECT i.*, sum(i.growth) OVER (PARTITION BY i.namespace ORDER BY i.ordinal) AS namespace_growth,
+                       sum(i.growth) OVER (ORDER BY i.ordinal) AS store_growth
+                FROM input i) AS i
+            WHERE i.growth <= 0
+               OR (($19::int8 = 0 OR (SELECT coalesce(sum(stored_bytes), 0) FROM namespace_counters
+                                      WHERE namespace = '') + i.store_growth <= $19::int8)
+                   AND (i.quota IS NULL OR (SELECT coalesce(sum(c.stored_bytes), 0) FROM namespace_counters c
+                                            WHERE c.namespace = i.namespace) + i.namespace_growth
+                                           <= i.quota * $20::float8))),
+        written AS (
+            INSERT INTO entries AS e (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
+                                      model, version, prompt_digest, tags, metadata, input_tokens, output_tokens,
+                                      created_at, updated_at, expires_at, writer_token_id)
+            SELECT namespace, key, body, encoding, content_type, identity_size, octet_length(body), etag, model,
+                   version, prompt_digest,
+                   CASE WHEN tags = '[]' THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(tags::jsonb)) END,
+                   metadata::jsonb, input_tokens, output_tokens, $17, $17,
+                   $17 + make_interval(secs => coalesce(ttl, namespace_ttl, $18::int8)), writer
+            FROM admitted ORDER BY namespace COLLATE "C", key
+            ON CONFLICT ON CONSTRAINT entries_namespace_key DO UPDATE
+               SET body = excluded.body, encoding = excluded.encoding, content_type = excluded.content_type,
+                   identity_size = excluded.identity_size, stored_size = excluded.stored_size, etag = excluded.etag,
+                   model = excluded.model, version = excluded.version, prompt_digest = excluded.prompt_digest,
+                   tags = excluded.tags, metadata = excluded.metadata, input_tokens = excluded.input_tokens,
+                   output_tokens = excluded.output_tokens, updated_at = excluded.updated_at,
+                   expires_at = excluded.expires_at, writer_token_id = excluded.writer_token_id,
+                   created_at = CASE WHEN e.expires_at <= $17 THEN excluded.created_at ELSE e.created_at END
+               WHERE NOT $21::bool OR e.expires_at <= $17
+            RETURNING e.id, e.namespace, e.key, e.expires_at, e.created_at = $17 AS created),
+        accessed AS (
+            -- A write counts as an access (LRU), to the minute: an access row touched within
+            -- the last minute is left as it is, which spares a new version of it and of its five
+            -- index entries for most rewrites of a busy key. The access row is the entry's own:
+            -- only a flush (which never waits) or a delete holding the entry row could hold it.
+            INSERT INTO entry_access AS a (entry_id, namespace, hit_count, last_accessed_at)
+            SELECT id, namespace, 0, $17 FROM written ORDER BY id
+            ON CONFLICT (entry_id) DO UPDATE SET last_accessed_at = excluded.last_accessed_at
+               WHERE a.last_accessed_at < excluded.last_accessed_at - interval '1 minute')
+        SELECT i.ordinal, w.id AS entry_id, w.expires_at, w.created, (a.ordinal IS NOT NULL) AS admitted
+        FROM input i
+        LEFT JOIN admitted a ON a.ordinal = i.ordinal
+        LEFT JOIN written w ON w.namespace = i.namespace AND w.key = i.key
+        ORDER BY i.ordinal
+        """
+
+    /// Commits `writes` (distinct keys, all plain or all create-only) in one statement and
+    /// returns their outcomes in order.
+    static func run(_ writes: [EntryWrite], createOnly: Bool, store: EntryStore) throws -> [WriteOutcome] {
+        let now = store.clock.now()
+        let parameters: [PostgresValue] = [
+            .textArray(writes.map(\.namespace.name)), .bytesArray(writes.map(\.key.bytes)),
+            .bytesArray(writes.map(\.body.bytes)), .textArray(writes.map(\.body.encoding.rawValue)),
+            .textArray(writes.map(\.contentType)), .intArray(writes.map { Int64($0.body.identitySize) }),
+            .textArray(writes.map(\.body.etag)), .optionalTextArray(writes.map(\.model)),
+            .optionalTextArray(writes.map(\.version)), .optionalTextArray(writes.map(\.promptDigest)),
+            .textArray(writes.map { jsonArray($0.tags) }), .optionalTextArray(writes.map(\.metadata)),
+            .intArray(writes.map { Int64($0.inputTokens) }), .intArray(writes.map { Int64($0.outputTokens) }),
+            .optionalIntArray(writes.map { $0.ttlSeconds.map(Int64.init) }),
+            .optionalIntArray(writes.map(\.writerTokenID)),
+            .timestamp(now), .int(store.policy.defaultTTL), .int(store.policy.storeHardCap),
+            .double(store.policy.hardCapRatio), .bool(createOnly),
+        ]
+        let result = try store.pool.withConnection { try $0.query(statement, parameters) }
+        guard result.rowCount == writes.count else {
+            throw PostgresError(.decoding, serverMessage: "a group write returned \(result.rowCount) rows")
+        }
+        return try result.rows.map { row in
+            if try row.int("entry_id") != nil {
+                let expiresAt = try row.date("expires_at") ?? now
+                return try row.bool("created") == true ? .created(expiresAt: expiresAt) : .replaced(expiresAt: expiresAt)
+            }
+            return try row.bool("admitted") == true ? .preconditionFailed : .storeFull
+        }
+    }
+
+    static func jsonArray(_ items: [String]) -> String {
+        items.isEmpty ? "[]" : JSONValue.array(items.map { .string($0) }).serialized
+    }
+}
