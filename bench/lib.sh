@@ -28,6 +28,7 @@ need_tools() {
   command -v wrk >/dev/null || missing+=(wrk)
   command -v nginx >/dev/null || missing+=(nginx-light)
   command -v pgbench >/dev/null || missing+=(postgresql-contrib)
+  command -v redis-server >/dev/null || missing+=(redis-server)
   if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
