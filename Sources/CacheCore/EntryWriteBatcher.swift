@@ -154,16 +154,21 @@ final class EntryWriteBatcher: @unchecked Sendable {
         do {
             if kind == .match { return try putBatch(writes, store: store).map { .success($0) } }
             return try EntryGroupWrite.run(writes, createOnly: kind == .createOnly, store: store).map { .success($0) }
-        } catch let error as PostgresError where error.kind == .query && !error.isUnavailable {
-            // The server rejected the statement, so its transaction rolled back whole: each
-            // write can run again on its own (and the bad one fails alone).
+        } catch where mayReplayOneByOne(error) {
             return writes.map { write in Result { try store.putOne(write) } }
         } catch {
-            // Anything else may have come after the commit (a lost connection, a result that
-            // did not decode): running the writes again could answer a create-only write 412
-            // for its own committed row. Each gets the error instead.
             return writes.map { _ in .failure(error) }
         }
+    }
+
+    /// Whether a group that failed with `error` may run again one write at a time: only when
+    /// the server rejected the statement, so its transaction rolled back whole (and the bad
+    /// write then fails alone). Anything else may have come after the commit (a lost
+    /// connection, a cancelled wait for the answer, a result that did not decode): running
+    /// the writes again could answer a create-only write 412 for its own committed row.
+    static func mayReplayOneByOne(_ error: any Error) -> Bool {
+        guard let error = error as? PostgresError else { return false }
+        return error.kind == .query && !error.isUnavailable
     }
 
     /// All of `writes` in one statement, so one transaction and one commit.

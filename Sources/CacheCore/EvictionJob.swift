@@ -39,14 +39,15 @@ public final class EvictionJob: Sendable {
             RETURNING stored_size)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
-    /// Idle: not read since the cutoff (entry_access); an entry written after the cycle
-    /// began (`$3`) is anything but idle, whatever its access row said when it was picked.
+    /// Idle: neither read (its access row) nor written (`updated_at`, rechecked on the row
+    /// deleted) since the cutoff. A write moves the access row only to the minute, so the
+    /// entry's own write time is what makes a just-rewritten entry not idle.
     static let deleteIdle = """
         WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
             SELECT e.id FROM entries e WHERE e.id = ANY(ARRAY(
                 SELECT entry_id FROM entry_access WHERE last_accessed_at < $1 ORDER BY last_accessed_at LIMIT $2))
             FOR UPDATE SKIP LOCKED))
-            AND updated_at <= $3
+            AND updated_at < $1
             RETURNING stored_size)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
@@ -152,7 +153,7 @@ public final class EvictionJob: Sendable {
         }
         let idleBefore = now.addingTimeInterval(-Double(policy.idleTTL))
         try drain(.idle, into: &report) {
-            try connection.query(Self.deleteIdle, [.timestamp(idleBefore), .int(Self.batchSize), .timestamp(now)])
+            try connection.query(Self.deleteIdle, [.timestamp(idleBefore), .int(Self.batchSize)])
         }
         for row in try connection.query(Self.overQuota).rows {
             guard let namespace = try row.string("namespace"), let quota = try row.int("max_bytes"),

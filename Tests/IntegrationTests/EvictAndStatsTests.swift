@@ -182,11 +182,14 @@ import TestSupport
         let store = EntryStore(pool: pool, policy: policy, clock: clock)
         let now = clock.now()
         try pool.withConnection { connection in
-            // 'main': 10,000 entries: every 10th expired past retention, every 10th (offset 5) idle.
+            // 'main': 10,000 entries: every 10th expired past retention, every 10th (offset 5) idle
+            // (neither read nor written for two days).
             try connection.query("""
                 INSERT INTO entries (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
                                      created_at, updated_at, expires_at)
-                SELECT 'main', convert_to('k' || i, 'UTF8'), '\\x00', 'identity', 't', 1, 1, 'e', $1, $1,
+                SELECT 'main', convert_to('k' || i, 'UTF8'), '\\x00', 'identity', 't', 1, 1, 'e',
+                       CASE WHEN i % 10 = 5 THEN $1 - interval '2 days' ELSE $1 END,
+                       CASE WHEN i % 10 = 5 THEN $1 - interval '2 days' ELSE $1 END,
                        CASE WHEN i % 10 = 0 THEN $1 - interval '2 hours' ELSE $1 + interval '1 day' END
                 FROM generate_series(1, 10000) AS i
                 """, [.timestamp(now)])

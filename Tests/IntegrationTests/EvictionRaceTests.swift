@@ -57,6 +57,30 @@ import TestSupport
         #expect(after.status == 200 && after.body == [2, 2])
     }
 
+    /// A write moves the access row only to the minute; the idle rule reads the entry's
+    /// own write time too, so an entry rewritten within its idle time is not idle.
+    @Test func anEntryRewrittenWithinItsIdleTimeIsNotIdle() throws {
+        let database = try PrivateCluster("tc-idle")
+        defer { database.remove() }
+        let clock = ManualClock()
+        let service = try TestService(clock: clock) {
+            $0.databaseURL = database.url
+            $0.authEnabled = false
+            $0.cache.idleTTL = 10
+        }
+        defer { service.stop() }
+        let namespace = TestService.namespace("idle")
+        #expect(try service.request("PUT", entryPath(namespace, "k"), body: [1]).status == 201)
+        #expect(try service.request("PUT", entryPath(namespace, "gone"), body: [1]).status == 201)
+        clock.advance(by: 5)
+        #expect(try service.request("PUT", entryPath(namespace, "k"), body: [2]).status == 200)
+        clock.advance(by: 8)
+        let report = service.app.eviction.runCycle()
+        #expect(report?.entries[.idle] == 1, "\(String(describing: report))")
+        #expect(try service.request("GET", entryPath(namespace, "k")).body == [2])
+        #expect(try service.request("GET", entryPath(namespace, "gone")).status == 404)
+    }
+
     @Test func anEntryRewrittenDuringAnEvictByTagSurvives() throws {
         let clock = ManualClock()
         let service = try TestService(clock: clock) { $0.authEnabled = false }
