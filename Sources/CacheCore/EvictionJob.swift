@@ -83,11 +83,13 @@ public final class EvictionJob: Sendable {
     static let storeBytes = "SELECT coalesce(sum(stored_bytes), 0)::bigint AS stored FROM namespace_counters WHERE namespace = ''"
 
     private let store: EntryStore
+    private let leases: LeaseStore?
     private let metrics: EvictionMetrics?
     private let logger = Logger(component: "eviction")
 
-    public init(store: EntryStore, metrics registry: MetricsRegistry? = nil) {
+    public init(store: EntryStore, metrics registry: MetricsRegistry? = nil, leases: LeaseStore? = nil) {
         self.store = store
+        self.leases = leases
         metrics = registry.map(EvictionMetrics.init)
     }
 
@@ -160,6 +162,8 @@ public final class EvictionJob: Sendable {
                   let stored = try row.int("stored") else { continue }
             try shrink(namespace, excess: stored - quota, started: now, on: connection, into: &report)
         }
+        // Leases that ran out unfilled: their keys are free for the next caller either way.
+        try leases?.sweep(on: connection)
         if policy.storeMaxBytes > 0, let stored = try connection.query(Self.storeBytes).first?.int("stored"),
            stored > Int(policy.storeMaxBytes) {
             try shrink("", excess: stored - Int(policy.storeMaxBytes), started: now, on: connection, into: &report)

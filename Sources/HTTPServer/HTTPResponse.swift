@@ -34,6 +34,8 @@ public struct HTTPError: Error, Sendable {
     /// The problem `type`, a URI reference naming the kind of problem.
     public var type: String
     public var headers: HTTPHeaders
+    /// Extension members (RFC 9457 §3.2): names and their values as JSON text.
+    public var members: [(name: String, json: String)] = []
 
     public init(_ status: Int, _ detail: String, title: String? = nil, type: String? = nil,
                 headers: HTTPHeaders = HTTPHeaders()) {
@@ -55,6 +57,11 @@ public struct HTTPError: Error, Sendable {
         if !requestID.isEmpty {
             json += ",\"request_id\":"
             JSONText.appendString(requestID, to: &json)
+        }
+        for member in members {
+            json += ","
+            JSONText.appendString(member.name, to: &json)
+            json += ":" + member.json
         }
         json += "}"
         var response = HTTPResponse.text(status, json, contentType: "application/problem+json")

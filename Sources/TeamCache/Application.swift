@@ -45,14 +45,16 @@ public final class Application: Sendable {
         tracker = AccessTracker(pool: pool, metrics: metrics, enabled: configuration.accessTracking,
                                 batchSize: configuration.accessFlushBatch, batchFull: { flusher.fire() })
         tokens = TokenStore(pool: pool)
-        eviction = EvictionJob(store: store, metrics: metrics)
+        let leases = LeaseStore(pool: pool, metrics: metrics)
+        eviction = EvictionJob(store: store, metrics: metrics, leases: leases)
         let auth = Authenticator(enabled: configuration.authEnabled, store: tokens,
                                  cacheTTL: configuration.tokenCacheTTL, rateLimit: configuration.rateLimit, clock: clock)
         let inflated = InflatedBodies(budget: configuration.inflateCacheBytes, maxBodyBytes: LoopReads.inlineEntryLimit)
         let inflatedBytes = metrics.gauge("teamcache_inflate_cache_bytes",
                                           "Inflated bodies held for clients without gzip, in bytes.")
         metrics.addCollector { inflatedBytes.set([], Double(inflated.heldBytes)) }
-        let api = CacheAPI(store: store, tracker: tracker, eviction: eviction, metrics: metrics, inflated: inflated)
+        let api = CacheAPI(store: store, tracker: tracker, eviction: eviction, leases: leases, metrics: metrics,
+                           inflated: inflated)
         guard let specURL = ResourceLocator.find("openapi.yaml"), let spec = FileManager.default.contents(atPath: specURL.path)
         else { throw ConfigurationError(variable: "openapi.yaml", value: "", allowed: "the file beside the binary") }
         let readiness = ReadinessProbe(url: database.url, migrations: database.migrations)

@@ -6,8 +6,8 @@ import HTTPServer
 /// `POST /v1/caches/{ns}/lookup` and `/upsert`: LLM / AI answers keyed by their descriptor.
 extension CacheAPI {
     static let descriptorMembers: Set<String> = ["prompt", "messages", "model", "schema", "params", "version"]
-    static let lookupMembers = descriptorMembers.union(["max_stale", "refresh"])
-    static let upsertMembers = descriptorMembers.union(["response", "metadata", "ttl", "tags"])
+    static let lookupMembers = descriptorMembers.union(["max_stale", "refresh", "lease"])
+    static let upsertMembers = descriptorMembers.union(["response", "metadata", "ttl", "tags", "lease"])
 
     /// A descriptor lookup: parsed here; answered by `answerLookup` once the entry is read.
     func planLookup(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> ReadPlan {
@@ -19,14 +19,23 @@ extension CacheAPI {
         guard json["refresh"] == nil || json["refresh"]?.boolValue != nil else {
             throw HTTPError(422, "`refresh` must be a boolean.")
         }
+        let leaseSeconds = try Self.optionalInteger(json["lease"], name: "lease", 1...LeaseStore.maxSeconds)
         let key = descriptor.key
         if json["refresh"]?.boolValue == true {
+            // A refresh neither takes nor honours a lease: it is the caller's own regeneration.
             tracker.record(.bypass, namespace: namespace.name, at: clock.now())
             return .answer(Self.lookupMiss(key))
         }
+        guard let entryKey = EntryKey(Array(key.utf8)) else { throw HTTPError(500, "A derived key was out of range.") }
         let model = descriptor.model
-        return .read(namespace, EntryKey(Array(key.utf8))!) { [self] entry in
-            try answerLookup(entry, key: key, model: model, namespace: namespace, maxStale: maxStale)
+        let holder = principal.token?.id
+        return .read(namespace, entryKey) { [self] entry in
+            if let answer = try answerLookup(entry, key: key, model: model, namespace: namespace, maxStale: maxStale) {
+                return .response(answer)
+            }
+            guard let leaseSeconds else { return .response(Self.lookupMiss(key)) }
+            return lookupMissWithLease(namespace, key: key, entryKey: entryKey, seconds: leaseSeconds, holder: holder,
+                                       request: request)
         }
     }
 
@@ -34,18 +43,19 @@ extension CacheAPI {
         .json(200, JSONValue.object([("hit", .bool(false)), ("key", .string(key))]).serialized)
     }
 
+    /// The hit (or stale) answer; nil for a miss (counted here), which the caller answers.
     private func answerLookup(_ entry: StoredEntry?, key: String, model: String, namespace: Namespace,
-                              maxStale: Int?) throws -> HTTPResponse {
+                              maxStale: Int?) throws -> HTTPResponse? {
         let now = clock.now()
         // The model must match exactly: a defence against collisions and mix-ups.
         guard let entry, entry.model == model else {
             tracker.record(.miss, namespace: namespace.name, at: now)
-            return Self.lookupMiss(key)
+            return nil
         }
         let freshness = Freshness.of(entry, now: now, maxStale: maxStale)
         if freshness == .expired {
             tracker.record(.miss, namespace: namespace.name, at: now)
-            return Self.lookupMiss(key)
+            return nil
         }
         var stale = false
         if case .stale = freshness { stale = true }
@@ -87,8 +97,15 @@ extension CacheAPI {
         write.tags = try Self.tags(json["tags"])
         try Self.applyMetadata(json["metadata"], to: &write)
         write.writerTokenID = principal.token?.id
-        commit(write, location: nil, request: request, answer: answer)
+        let lease = try Self.leaseID(try Self.optionalString(json["lease"], name: "lease"), "lease")
+        commit(write, location: nil, lease: lease, request: request, answer: answer)
         return nil
+    }
+
+    static func optionalString(_ value: JSONValue?, name: String) throws -> String? {
+        guard let value, value != .null else { return nil }
+        guard let text = value.stringValue else { throw HTTPError(422, "`\(name)` must be a string.") }
+        return text
     }
 
     static func descriptor(_ json: JSONValue) throws -> Descriptor {

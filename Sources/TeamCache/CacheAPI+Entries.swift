@@ -9,26 +9,40 @@ extension CacheAPI {
         let namespace = try RequestParsing.namespace(request)
         let key = try RequestParsing.key(request)
         let control = RequestCacheControl(request.headers)
+        // Only GET takes a lease (`?lease=N`): a HEAD is a question, not a promise to fill.
+        let leaseSeconds = request.method == "GET"
+            ? try RequestParsing.integer("lease", in: try RequestParsing.query(request), 1...LeaseStore.maxSeconds)
+            : nil
         if control.noCache {
             tracker.record(.bypass, namespace: namespace.name, at: clock.now())
             return .answer(miss("fwd=request", detail: "Bypassed at the client's request (no-cache).", request))
         }
+        let holder = principal.token?.id
         return .read(namespace, key) { [self] entry in
-            try answerGet(entry, namespace: namespace, control: control, request: request)
+            if let answer = try answerGet(entry, namespace: namespace, control: control, request: request) {
+                return .response(answer)
+            }
+            // A lease is for a caller that will fill the key; one that takes only cached
+            // answers will not.
+            guard let leaseSeconds, !control.onlyIfCached else {
+                return .response(miss(control.onlyIfCached, request))
+            }
+            return entryMissWithLease(namespace, key, seconds: leaseSeconds, holder: holder, request: request)
         }
     }
 
+    /// The hit (or stale, or 304) answer; nil for a miss (counted here), which the caller answers.
     private func answerGet(_ entry: StoredEntry?, namespace: Namespace, control: RequestCacheControl,
-                           request: HTTPRequest) throws -> HTTPResponse {
+                           request: HTTPRequest) throws -> HTTPResponse? {
         let now = clock.now()
         guard let entry else {
             tracker.record(.miss, namespace: namespace.name, at: now)
-            return miss(control.onlyIfCached, request)
+            return nil
         }
         let freshness = Freshness.of(entry, now: now, maxStale: control.maxStale)
         if freshness == .expired {
             tracker.record(.miss, namespace: namespace.name, at: now)
-            return miss(control.onlyIfCached, request)
+            return nil
         }
         if case .stale = freshness {
             tracker.record(.stale, namespace: namespace.name, entry: entry, at: now)
@@ -99,8 +113,9 @@ extension CacheAPI {
         write.tags = try RequestParsing.tags(HeaderList.split(request.headers, "Cache-Tag").map(HeaderList.unquote))
         write.condition = try Self.condition(request.headers)
         write.writerTokenID = principal.token?.id
+        let lease = try Self.leaseID(request.headers["TeamCache-Lease"], "TeamCache-Lease")
         commit(write, location: "/v1/caches/\(namespace.name)/entries/\(PercentDecoding.encode(key.bytes))",
-               request: request, answer: answer)
+               lease: lease, request: request, answer: answer)
         return nil
     }
 

@@ -10,6 +10,7 @@ public final class CacheAPI: Sendable {
     let store: EntryStore
     let tracker: AccessTracker
     let eviction: EvictionJob
+    let leases: LeaseStore
     let upserts: CounterFamily?
     let inflated: InflatedBodies
     let logger = Logger(component: "cache")
@@ -19,9 +20,10 @@ public final class CacheAPI: Sendable {
     var policy: CachePolicy { store.policy }
     var clock: any Clock { store.clock }
 
-    init(store: EntryStore, tracker: AccessTracker, eviction: EvictionJob, metrics: MetricsRegistry?,
-         inflated: InflatedBodies) {
+    init(store: EntryStore, tracker: AccessTracker, eviction: EvictionJob, leases: LeaseStore,
+         metrics: MetricsRegistry?, inflated: InflatedBodies) {
         self.store = store
+        self.leases = leases
         self.inflated = inflated
         self.tracker = tracker
         self.eviction = eviction
@@ -51,8 +53,12 @@ public final class CacheAPI: Sendable {
     /// Hands `write` to the write batcher and answers when it is committed: the worker that
     /// parsed the request is free at once, so writes waiting for a commit hold no thread and
     /// share commits however many are in flight.
-    func commit(_ write: EntryWrite, location: String?, request: HTTPRequest, answer: @escaping Responder.Answer) {
+    /// A `lease` the write carried is completed once the write is committed, before the
+    /// answer (on the committing thread: one short statement, for one write of a burst).
+    func commit(_ write: EntryWrite, location: String?, lease: String? = nil, request: HTTPRequest,
+                answer: @escaping Responder.Answer) {
         store.submit(write) { [self] result in
+            completeLease(lease, write, outcome: result)
             answer { try guarded(request) { try writeResponse(try result.get(), write, location: location) } }
         }
     }

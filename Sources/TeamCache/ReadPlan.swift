@@ -7,7 +7,22 @@ enum ReadPlan: Sendable {
     /// Answered without reading an entry (a bypass, say).
     case answer(HTTPResponse)
     /// Read the entry under (namespace, key); `finish` builds the answer from it (nil: absent).
-    case read(Namespace, EntryKey, finish: @Sendable (StoredEntry?) throws -> HTTPResponse)
+    case read(Namespace, EntryKey, finish: @Sendable (StoredEntry?) throws -> ReadAnswer)
+}
+
+/// What a read plan's `finish` gives: the answer, or work that may block before it (asking
+/// for a miss lease), which a loop hands to a worker.
+enum ReadAnswer: Sendable {
+    case response(HTTPResponse)
+    case blocking(@Sendable () throws -> HTTPResponse)
+
+    /// The answer, doing the blocking part here (on a worker).
+    func resolved() throws -> HTTPResponse {
+        switch self {
+        case .response(let response): response
+        case .blocking(let work): try work()
+        }
+    }
 }
 
 extension CacheAPI {
@@ -20,7 +35,7 @@ extension CacheAPI {
             return response
         case .read(let namespace, let key, let finish):
             let entry = try guarded(request) { try store.fetch(namespace, key) }
-            return try finish(entry)
+            return try finish(entry).resolved()
         }
     }
 }
@@ -88,13 +103,25 @@ struct LoopReads: Sendable {
                 // A large body is read and answered on a worker, through the pool.
                 responder.offload { try api.perform(plan, request) }
             case .found(let entry) where entry.identitySize > Self.inlineEntryLimit:
-                responder.offload { try finish(entry) }
+                responder.offload { try finish(entry).resolved() }
             case .found(let entry):
-                responder.respond { try finish(entry) }
+                Self.answer(responder) { try finish(entry) }
             case .absent:
-                responder.respond { try finish(nil) }
+                Self.answer(responder) { try finish(nil) }
             }
         }
         if !queued { responder.offload { try api.perform(plan, request) } }
+    }
+
+    /// Answers on the loop, or hands what may block to a worker.
+    private static func answer(_ responder: Responder, _ finish: () throws -> ReadAnswer) {
+        do {
+            switch try finish() {
+            case .response(let response): responder.respond(response)
+            case .blocking(let work): responder.offload(work)
+            }
+        } catch {
+            responder.respond { throw error }
+        }
     }
 }

@@ -23,7 +23,8 @@ public enum RequestHarness {
         let tracker = AccessTracker(pool: connections, enabled: true)
         let auth = Authenticator(enabled: false, store: TokenStore(pool: connections), cacheTTL: 0, rateLimit: 0,
                                  clock: SystemClock())
-        let api = CacheAPI(store: store, tracker: tracker, eviction: EvictionJob(store: store), metrics: nil,
+        let api = CacheAPI(store: store, tracker: tracker, eviction: EvictionJob(store: store),
+                           leases: LeaseStore(pool: connections), metrics: nil,
                            inflated: InflatedBodies(budget: 1 << 20, maxBodyBytes: LoopReads.inlineEntryLimit))
         let operations = OperationalRoutes(readiness: ReadinessProbe(url: "", migrations: MigrationRunner(migrations: [])),
                                            metrics: MetricsRegistry(), openAPI: [])

@@ -81,6 +81,7 @@ extension Application {
             secured("DELETE", entry, .write, api.deleteEntry),
             reads.route("POST", "/v1/caches/{ns}/lookup", .read, api.planLookup),
             deferred("POST", "/v1/caches/{ns}/upsert", .write, api.upsert),
+            secured("POST", "/v1/caches/{ns}/release", .write, api.release),
             secured("POST", "/v1/caches/{ns}/evict", .write, api.evict),
             secured("GET", "/v1/caches/{ns}/stats", .read, api.namespaceStats),
             secured("GET", "/v1/caches/{ns}/settings", .admin, api.getSettings),

@@ -8,10 +8,13 @@ import TestSupport
 /// Expand/contract migrations: a later build's migration declared compatible with older
 /// builds leaves them serving (and saying so); one that is not makes them unready.
 @Suite struct SchemaCompatibilityTests {
+    /// The versions a later build would add: the next two after this build's.
+    static let next = ((try? Migration.load(from: TestPaths.migrations).count) ?? 0) + 1
+    static func file(_ version: Int, _ name: String) -> String { String(format: "%04d_%@.sql", version, name) }
     /// An expand step: a new nullable column that older builds never name.
-    static let expand = ("0006_add_entry_note.sql", "\(Migration.compatibleMarker)\nALTER TABLE entries ADD COLUMN note text;\n")
+    static let expand = (file(next, "add_entry_note"), "\(Migration.compatibleMarker)\nALTER TABLE entries ADD COLUMN note text;\n")
     /// A contract step, not declared compatible.
-    static let contract = ("0007_drop_entry_note.sql", "ALTER TABLE entries DROP COLUMN note;\n")
+    static let contract = (file(next + 1, "drop_entry_note"), "ALTER TABLE entries DROP COLUMN note;\n")
 
     /// This build's migrations plus `extra`: the migration set of a later build.
     static func laterBuild(_ extra: [(String, String)]) throws -> URL {
@@ -37,15 +40,15 @@ import TestSupport
         #expect(try current.schemaState(on: connection) == .current)
         let later = try Self.laterBuild([Self.expand])
         defer { try? FileManager.default.removeItem(at: later) }
-        #expect(try Self.runner(later).apply(on: connection).map(\.version) == [6])
-        #expect(try current.schemaState(on: connection) == .aheadCompatible(versions: [6]))
+        #expect(try Self.runner(later).apply(on: connection).map(\.version) == [Self.next])
+        #expect(try current.schemaState(on: connection) == .aheadCompatible(versions: [Self.next]))
         #expect(try current.apply(on: connection).isEmpty, "an older build's migrate applies nothing")
         let contracted = try Self.laterBuild([Self.expand, Self.contract])
         defer { try? FileManager.default.removeItem(at: contracted) }
         try Self.runner(contracted).apply(on: connection)
-        #expect(throws: MigrationError.incompatibleAhead(version: 7)) { try current.requireCurrent(on: connection) }
-        // The build that knows 0006 but not 0007 is refused too: 0007 breaks it.
-        #expect(throws: MigrationError.incompatibleAhead(version: 7)) {
+        #expect(throws: MigrationError.incompatibleAhead(version: Self.next + 1)) { try current.requireCurrent(on: connection) }
+        // The build that knows the expand step but not the contract step is refused too.
+        #expect(throws: MigrationError.incompatibleAhead(version: Self.next + 1)) {
             try Self.runner(later).requireCurrent(on: connection)
         }
     }
@@ -62,8 +65,9 @@ import TestSupport
         let later = try Self.laterBuild([Self.expand])
         defer { try? FileManager.default.removeItem(at: later) }
         try Self.runner(later).apply(on: try TestDatabase.shared.connect(database: name))
-        let ahead = try Self.readyz(server.port, until: { $0.status == 200 && $0.text.contains("\"ahead_by\":[6]") })
-        #expect(ahead.status == 200 && ahead.text.contains("\"ahead_by\":[6]"), "\(ahead.status) \(ahead.text)")
+        let aheadBy = "\"ahead_by\":[\(Self.next)]"
+        let ahead = try Self.readyz(server.port, until: { $0.status == 200 && $0.text.contains(aheadBy) })
+        #expect(ahead.status == 200 && ahead.text.contains(aheadBy), "\(ahead.status) \(ahead.text)")
         // And it serves.
         let client = try RawClient(port: server.port, timeout: 10)
         #expect(try client.request("PUT", "/v1/caches/roll/entries/k", body: [1, 2]).status == 201)
@@ -72,7 +76,7 @@ import TestSupport
         defer { try? FileManager.default.removeItem(at: contracted) }
         try Self.runner(contracted).apply(on: try TestDatabase.shared.connect(database: name))
         let unready = try Self.readyz(server.port, until: { $0.status == 503 })
-        #expect(unready.status == 503 && unready.text.contains("migration 7"), "\(unready.status) \(unready.text)")
+        #expect(unready.status == 503 && unready.text.contains("migration \(Self.next + 1)"), "\(unready.status) \(unready.text)")
     }
 
     /// `/readyz` until `done` holds (or 10 s pass): the probe checks migrations every 2 s.

@@ -1,0 +1,115 @@
+import Foundation
+import Hashing
+import Observability
+import Postgres
+
+/// A miss lease: the right, for a while, to be the one caller that fills a key.
+public struct Lease: Sendable, Equatable {
+    /// The holder's secret (`tcl_` and 64 hex digits): never stored, never logged.
+    public let id: String
+    public let expiresIn: Int
+}
+
+/// What asking for a lease on a missed key gave.
+public enum LeaseGrant: Sendable, Equatable {
+    case granted(Lease)
+    /// Another caller holds a live lease; it runs out in `retryAfter` seconds (at least 1).
+    case held(retryAfter: Int)
+}
+
+/// Miss leases in PostgreSQL (migration 0006), on the database's clock so every replica
+/// agrees on expiry. See docs/consistency.md for how the statements meet.
+public final class LeaseStore: Sendable {
+    /// One statement: a new lease, or one over an expired lease (`took_over`), or nothing
+    /// when a live one is held (then its expiry, as of this statement's snapshot).
+    static let grant = """
+        WITH granted AS (
+            INSERT INTO leases AS l (namespace, key, id_digest, holder, granted_at, expires_at)
+            VALUES ($1, $2, $3, $4, now(), now() + make_interval(secs => $5::int8))
+            ON CONFLICT (namespace, key) DO UPDATE
+               SET id_digest = excluded.id_digest, holder = excluded.holder, granted_at = excluded.granted_at,
+                   expires_at = excluded.expires_at
+             WHERE l.expires_at <= now()
+            RETURNING (l.xmax <> 0) AS took_over)
+        SELECT true AS granted, g.took_over, 0::int8 AS remaining FROM granted g
+        UNION ALL
+        SELECT false, false, ceil(extract(epoch FROM l.expires_at - now()))::int8 FROM leases l
+        WHERE l.namespace = $1 AND l.key = $2 AND NOT EXISTS (SELECT 1 FROM granted)
+        """
+    /// Ends a lease, for its holder only: `live` says whether it had not yet run out.
+    static let finish = """
+        DELETE FROM leases WHERE namespace = $1 AND key = $2 AND id_digest = $3 AND holder IS NOT DISTINCT FROM $4
+        RETURNING expires_at > now() AS live
+        """
+    static let sweep = "DELETE FROM leases WHERE expires_at <= now()"
+
+    /// Longest lease a caller may ask for, in seconds.
+    public static let maxSeconds = 600
+    static let idPrefix = "tcl_"
+
+    private let pool: ConnectionPool
+    private let outcomes: CounterFamily?
+
+    public init(pool: ConnectionPool, metrics: MetricsRegistry? = nil) {
+        self.pool = pool
+        outcomes = metrics?.counter("teamcache_leases_total", "Miss leases by outcome.", labels: ["outcome"])
+    }
+
+    /// A lease of `seconds` on (namespace, key) for `holder`, unless a live one is held.
+    public func grant(_ namespace: Namespace, _ key: EntryKey, seconds: Int, holder: Int64?) throws -> LeaseGrant {
+        let id = Self.idPrefix + Bytes.hex(Bytes.random(count: 32))
+        let row = try pool.withConnection { connection in
+            try connection.query(Self.grant, [
+                .text(namespace.name), .bytes(key.bytes), .bytes(SHA256.hash(id)),
+                holder.map { .int($0) } ?? .null, .int(min(max(seconds, 1), Self.maxSeconds)),
+            ]).first
+        }
+        guard let row, try row.bool("granted") == true else {
+            // Held; or just granted to another and not visible to this snapshot yet.
+            return .held(retryAfter: max(1, try row?.int("remaining") ?? 1))
+        }
+        if try row.bool("took_over") == true { outcomes?.inc(["expired"]) }
+        outcomes?.inc(["granted"])
+        return .granted(Lease(id: id, expiresIn: seconds))
+    }
+
+    /// Completes the lease `id` (its holder's write landed); false when it is unknown, not
+    /// this holder's, or already finished. The write stands either way.
+    @discardableResult
+    public func complete(_ namespace: Namespace, _ key: EntryKey, id: String, holder: Int64?) throws -> Bool {
+        try finish(namespace, key, id: id, holder: holder, outcome: "completed")
+    }
+
+    /// Gives the lease `id` back (the holder's call failed); false when it is unknown, not
+    /// this holder's, or already finished.
+    public func release(_ namespace: Namespace, _ key: EntryKey, id: String, holder: Int64?) throws -> Bool {
+        try finish(namespace, key, id: id, holder: holder, outcome: "released")
+    }
+
+    private func finish(_ namespace: Namespace, _ key: EntryKey, id: String, holder: Int64?, outcome: String) throws
+        -> Bool {
+        let row = try pool.withConnection { connection in
+            try connection.query(Self.finish, [
+                .text(namespace.name), .bytes(key.bytes), .bytes(SHA256.hash(id)), holder.map { .int($0) } ?? .null,
+            ]).first
+        }
+        guard let row else { return false }
+        outcomes?.inc([try row.bool("live") == true ? outcome : "expired"])
+        return true
+    }
+
+    /// Deletes expired leases (the eviction job); returns how many.
+    @discardableResult
+    public func sweep(on connection: PostgresConnection) throws -> Int {
+        let swept = try connection.query(Self.sweep).affectedRows
+        if swept > 0 { outcomes?.inc(["expired"], by: Double(swept)) }
+        return swept
+    }
+
+    /// Whether `text` has the shape of a lease id (checked before any database work).
+    public static func isWellFormed(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        return bytes.count == idPrefix.utf8.count + 64 && text.hasPrefix(idPrefix)
+            && bytes.dropFirst(idPrefix.utf8.count).allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+    }
+}
