@@ -75,8 +75,30 @@ public final class Responder: @unchecked Sendable {
         if !accepted { respondOverloaded() }
     }
 
+    /// Runs `work` on the worker pool, then `next` with its result back on this loop (a
+    /// step that may block, in the middle of a request the loop goes on with).
+    public func offload<T: Sendable>(_ work: @escaping @Sendable () throws -> T,
+                                     then next: @escaping (Result<T, any Error>) -> Void) {
+        let context = loop.context, loop = self.loop
+        let deadline = started + UInt64(max(0, context.configuration.requestTimeout) * 1e9)
+        let continuation = LoopConfined(next)
+        let accepted = context.workers.submit {
+            guard monotonicNanoseconds() < deadline else { return }
+            let result = Result { try work() }
+            loop.execute { continuation.value(result) }
+        }
+        if !accepted { respondOverloaded() }
+    }
+
     private func respondOverloaded() {
         respond(HTTPError(503, "The server is overloaded; retry shortly.",
                           headers: HTTPHeaders([("Retry-After", "1")])).response(requestID: request.requestID))
     }
+}
+
+/// A value handed to another thread only to come back to the loop it belongs to.
+final class LoopConfined<Value>: @unchecked Sendable {
+    // @unchecked: created on a loop and used only on that loop (after `EventLoop.execute`).
+    let value: Value
+    init(_ value: Value) { self.value = value }
 }

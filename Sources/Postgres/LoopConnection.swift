@@ -36,6 +36,8 @@ public final class LoopConnection: @unchecked Sendable {
         public var reconnectDelay: TimeInterval = 0.5
         /// Server-side limits of the session (its own answers are bounded by `timeout`).
         public var limits = SessionLimits()
+        /// Statements run once right after connecting (`LISTEN channel`, say).
+        public var setup: [String] = []
 
         public init(url: String, overrides: [String: String] = [:], statements: [(sql: String, like: [PostgresValue])],
                     timeout: TimeInterval = 2) {
@@ -59,6 +61,10 @@ public final class LoopConnection: @unchecked Sendable {
     }
 
     private let configuration: Configuration
+    /// Called on the reactor's thread with each notification (channel, payload) that arrives.
+    public var onNotification: ((String, String) -> Void)?
+    /// Called on the reactor's thread when the connection opens (true) or is dropped (false).
+    public var onOpenChange: ((Bool) -> Void)?
     private weak var reactor: (any Reactor)?
     private var state = State.closed(retryAt: 0)
     private var statement: Statement?
@@ -145,6 +151,7 @@ public final class LoopConnection: @unchecked Sendable {
             for statement in configuration.statements {
                 _ = try connection.prepare(statement.sql, like: statement.like)
             }
+            for sql in configuration.setup { try connection.execute(sql) }
             guard PQsetnonblocking(connection.handle, 1) == 0 else { return nil }
             return connection
         } catch {
@@ -160,6 +167,7 @@ public final class LoopConnection: @unchecked Sendable {
         state = .open(connection)
         watchedSocket = PQsocket(connection.handle)
         watch(connection, writable: false)
+        onOpenChange?(true)
     }
 
     private func watch(_ connection: PostgresConnection, writable: Bool) {
@@ -172,6 +180,17 @@ public final class LoopConnection: @unchecked Sendable {
         watchedSocket = -1
         state = .closed(retryAt: (reactor?.nanoseconds ?? 0) + UInt64(configuration.reconnectDelay * 1e9))
         flushing = false
+        onOpenChange?(false)
+    }
+
+    /// Hands every notification libpq has read to `onNotification`.
+    private func deliverNotifications(_ connection: PostgresConnection) {
+        while let notification = PQnotifies(connection.handle) {
+            let channel = String(cString: notification.pointee.relname)
+            let payload = String(cString: notification.pointee.extra)
+            PQfreemem(notification)
+            onNotification?(channel, payload)
+        }
     }
 
     private func fail(_ connection: PostgresConnection, _ error: PostgresError) {
@@ -213,6 +232,7 @@ public final class LoopConnection: @unchecked Sendable {
             fail(connection, error)
             return
         }
+        deliverNotifications(connection)
         guard statement != nil else { return }
         while PQisBusy(connection.handle) == 0 {
             guard let next = PQgetResult(connection.handle) else {

@@ -23,6 +23,8 @@ public final class Application: Sendable {
     /// The event loops' read batchers (empty when TEAMCACHE_READ_BATCH is 0).
     private let readers: [EntryReadBatcher]
     private let readiness: ReadinessProbe
+    private let waiters: Waiters?
+    private let listener: KeyListener?
     private let group: ServiceGroup
     private let logger = Logger(component: "teamcache")
 
@@ -53,8 +55,14 @@ public final class Application: Sendable {
         let inflatedBytes = metrics.gauge("teamcache_inflate_cache_bytes",
                                           "Inflated bodies held for clients without gzip, in bytes.")
         metrics.addCollector { inflatedBytes.set([], Double(inflated.heldBytes)) }
-        let api = CacheAPI(store: store, tracker: tracker, eviction: eviction, leases: leases, metrics: metrics,
-                           inflated: inflated)
+        // Requests with `wait` park on their loop; they need the loops' batched reads.
+        let waiters = configuration.readBatch > 0 ? Waiters(capacity: configuration.maxWaiters, metrics: metrics) : nil
+        let url = database.url, limits = configuration.sessionLimits
+        let listener = waiters.map { KeyListener(url: url, limits: limits, waiters: $0) }
+        self.listener = listener
+        self.waiters = waiters
+        let api = CacheAPI(store: store, tracker: tracker, eviction: eviction, leases: leases, waiters: waiters,
+                           metrics: metrics, inflated: inflated)
         guard let specURL = ResourceLocator.find("openapi.yaml"), let spec = FileManager.default.contents(atPath: specURL.path)
         else { throw ConfigurationError(variable: "openapi.yaml", value: "", allowed: "the file beside the binary") }
         let readiness = ReadinessProbe(url: database.url, migrations: database.migrations)
@@ -83,15 +91,22 @@ public final class Application: Sendable {
         http.limits.maxBodyBytes = configuration.cache.maxBodyBytes + 64 * 1024
         let readers = Self.readers(configuration: configuration, url: database.url, metrics: metrics)
         self.readers = readers
-        let reads = LoopReads(api: api, auth: auth, readers: readers)
+        var reads = LoopReads(api: api, auth: auth, readers: readers)
+        reads.waiters = waiters
         server = HTTPServer(configuration: http,
                             routes: Self.routes(api: api, operations: operations, auth: auth, reads: reads,
                                                 metricsNeedAuth: configuration.metricsRequireAuth),
                             metrics: metrics,
-                            onLoopStart: { loop in if !readers.isEmpty { readers[loop.index].attach(to: loop) } })
+                            onLoopStart: { loop in
+                                if !readers.isEmpty { readers[loop.index].attach(to: loop) }
+                                waiters?.attach(to: loop)
+                                if loop.index == 0 { listener?.attach(to: loop) }
+                            })
         group = ServiceGroup(Self.services(configuration: configuration, store: store, tracker: tracker,
                                            eviction: eviction, server: server, metrics: metrics, flusher: flusher)
-            + [PeriodicService(name: "readiness", interval: ReadinessProbe.interval) { readiness.probe() }])
+            + [PeriodicService(name: "readiness", interval: ReadinessProbe.interval) { readiness.probe() }]
+            // Last in, so stopped first: every parked request is answered before the drain.
+            + (waiters.map { [WaitersService(waiters: $0)] } ?? []))
     }
 
     /// How often counter deltas are folded into the totals: the most the hard caps (which
@@ -162,11 +177,24 @@ public final class Application: Sendable {
     private func finish() {
         // The loops have stopped: their batchers' connections can close from here.
         for reader in readers { reader.close() }
+        listener?.close()
         readiness.close()
         pool.closeIdle()
         database.close()
         LogSink.shared.flush()
     }
+}
+
+/// Parked requests as a service: stopping answers every one of them at once (`pending`, or
+/// a miss), so a drain is never held up by requests waiting for a fill.
+final class WaitersService: Service, @unchecked Sendable {
+    // @unchecked: Waiters is thread-safe; this wrapper holds no state of its own.
+    let name = "waiters"
+    let waiters: Waiters
+
+    init(waiters: Waiters) { self.waiters = waiters }
+    func start() throws {}
+    func stop() { waiters.wakeAll(final: true) }
 }
 
 /// The HTTP server as a service.

@@ -6,7 +6,7 @@ import HTTPServer
 /// `POST /v1/caches/{ns}/lookup` and `/upsert`: LLM / AI answers keyed by their descriptor.
 extension CacheAPI {
     static let descriptorMembers: Set<String> = ["prompt", "messages", "model", "schema", "params", "version"]
-    static let lookupMembers = descriptorMembers.union(["max_stale", "refresh", "lease"])
+    static let lookupMembers = descriptorMembers.union(["max_stale", "refresh", "lease", "wait"])
     static let upsertMembers = descriptorMembers.union(["response", "metadata", "ttl", "tags", "lease"])
 
     /// A descriptor lookup: parsed here; answered by `answerLookup` once the entry is read.
@@ -20,6 +20,7 @@ extension CacheAPI {
             throw HTTPError(422, "`refresh` must be a boolean.")
         }
         let leaseSeconds = try Self.optionalInteger(json["lease"], name: "lease", 1...LeaseStore.maxSeconds)
+        let wait = try Self.waitMember(json["wait"])
         let key = descriptor.key
         if json["refresh"]?.boolValue == true {
             // A refresh neither takes nor honours a lease: it is the caller's own regeneration.
@@ -29,23 +30,33 @@ extension CacheAPI {
         guard let entryKey = EntryKey(Array(key.utf8)) else { throw HTTPError(500, "A derived key was out of range.") }
         let model = descriptor.model
         let holder = principal.token?.id
-        return .read(namespace, entryKey) { [self] entry in
-            if let answer = try answerLookup(entry, key: key, model: model, namespace: namespace, maxStale: maxStale) {
+        let budget = wait.flatMap { $0 > 0 ? WaitBudget(seconds: $0) : nil }
+        let answers = Self.lookupMissAnswers(key: key)
+        return .read(namespace, entryKey) { [self] entry, mayPark in
+            if let answer = try answerLookup(entry, key: key, model: model, namespace: namespace, maxStale: maxStale,
+                                             collapsed: budget?.waited == true) {
+                if budget?.waited == true { waiters?.count("filled") }
                 return .response(answer)
             }
-            guard let leaseSeconds else { return .response(Self.lookupMiss(key)) }
-            return lookupMissWithLease(namespace, key: key, entryKey: entryKey, seconds: leaseSeconds, holder: holder,
-                                       request: request)
+            return missStep(namespace, entryKey, lease: leaseSeconds, holder: holder, budget: budget,
+                            mayPark: mayPark, request: request, answers: answers)
         }
     }
 
-    private static func lookupMiss(_ key: String) -> HTTPResponse {
+    /// `wait` of a lookup: a JSON number of seconds, 0 to 60.
+    static func waitMember(_ value: JSONValue?) throws -> TimeInterval? {
+        guard let value, value != .null else { return nil }
+        guard case .number(let text) = value else { throw HTTPError(422, "`wait` must be a number of seconds from 0 to 60.") }
+        return try waitSeconds(text)
+    }
+
+    static func lookupMiss(_ key: String) -> HTTPResponse {
         .json(200, JSONValue.object([("hit", .bool(false)), ("key", .string(key))]).serialized)
     }
 
     /// The hit (or stale) answer; nil for a miss (counted here), which the caller answers.
     private func answerLookup(_ entry: StoredEntry?, key: String, model: String, namespace: Namespace,
-                              maxStale: Int?) throws -> HTTPResponse? {
+                              maxStale: Int?, collapsed: Bool) throws -> HTTPResponse? {
         let now = clock.now()
         // The model must match exactly: a defence against collisions and mix-ups.
         guard let entry, entry.model == model else {
@@ -66,7 +77,7 @@ extension CacheAPI {
             ("hit", .bool(true)), ("key", .string(key)), ("response", .string(text)), ("metadata", metadata),
             ("age", .int(max(0, Freshness.wholeSeconds(now.timeIntervalSince(entry.updatedAt), up: false)))),
             ("stale", .bool(stale)),
-        ])
+        ] + (collapsed ? [("collapsed", .bool(true))] : []))
         return .json(200, answer.serialized)
     }
 

@@ -10,30 +10,31 @@ extension CacheAPI {
         let key = try RequestParsing.key(request)
         let control = RequestCacheControl(request.headers)
         // Only GET takes a lease (`?lease=N`): a HEAD is a question, not a promise to fill.
-        let leaseSeconds = request.method == "GET"
-            ? try RequestParsing.integer("lease", in: try RequestParsing.query(request), 1...LeaseStore.maxSeconds)
-            : nil
+        let query = request.method == "GET" ? try RequestParsing.query(request) : [:]
+        let leaseSeconds = try RequestParsing.integer("lease", in: query, 1...LeaseStore.maxSeconds)
+        let budget = try Self.waitSeconds(query["wait"]).flatMap { $0 > 0 ? WaitBudget(seconds: $0) : nil }
         if control.noCache {
             tracker.record(.bypass, namespace: namespace.name, at: clock.now())
             return .answer(miss("fwd=request", detail: "Bypassed at the client's request (no-cache).", request))
         }
         let holder = principal.token?.id
-        return .read(namespace, key) { [self] entry in
-            if let answer = try answerGet(entry, namespace: namespace, control: control, request: request) {
+        let answers = Self.entryMissAnswers(requestID: request.requestID) { [self] in miss(false, request) }
+        return .read(namespace, key) { [self] entry, mayPark in
+            if let answer = try answerGet(entry, namespace: namespace, control: control, request: request,
+                                          collapsed: budget?.waited == true) {
+                if budget?.waited == true { waiters?.count("filled") }
                 return .response(answer)
             }
-            // A lease is for a caller that will fill the key; one that takes only cached
-            // answers will not.
-            guard let leaseSeconds, !control.onlyIfCached else {
-                return .response(miss(control.onlyIfCached, request))
-            }
-            return entryMissWithLease(namespace, key, seconds: leaseSeconds, holder: holder, request: request)
+            // A caller that takes only cached answers neither fills a key nor waits for one.
+            guard !control.onlyIfCached else { return .response(miss(true, request)) }
+            return missStep(namespace, key, lease: leaseSeconds, holder: holder, budget: budget, mayPark: mayPark,
+                            request: request, answers: answers)
         }
     }
 
     /// The hit (or stale, or 304) answer; nil for a miss (counted here), which the caller answers.
     private func answerGet(_ entry: StoredEntry?, namespace: Namespace, control: RequestCacheControl,
-                           request: HTTPRequest) throws -> HTTPResponse? {
+                           request: HTTPRequest, collapsed: Bool) throws -> HTTPResponse? {
         let now = clock.now()
         guard let entry else {
             tracker.record(.miss, namespace: namespace.name, at: now)
@@ -49,23 +50,25 @@ extension CacheAPI {
         } else {
             tracker.record(.hit, namespace: namespace.name, entry: entry, at: now)
         }
-        return try hit(entry, freshness: freshness, now: now, request: request)
+        return try hit(entry, freshness: freshness, now: now, request: request, collapsed: collapsed)
     }
 
-    private func miss(_ onlyIfCached: Bool, _ request: HTTPRequest) -> HTTPResponse {
+    func miss(_ onlyIfCached: Bool, _ request: HTTPRequest) -> HTTPResponse {
         onlyIfCached
             ? miss("fwd=miss", status: 504, detail: "Not in the cache, and the request allows only cached answers.",
                    request)
             : miss("fwd=miss", detail: "No fresh entry under this key.", request)
     }
 
-    private func miss(_ forward: String, status: Int = 404, detail: String, _ request: HTTPRequest) -> HTTPResponse {
+    func miss(_ forward: String, status: Int = 404, detail: String, _ request: HTTPRequest) -> HTTPResponse {
         var response = HTTPError(status, detail).response(requestID: request.requestID)
         response.headers.add("Cache-Status", "teamcache; \(forward)")
         return response
     }
 
-    private func hit(_ entry: StoredEntry, freshness: Freshness, now: Date, request: HTTPRequest) throws -> HTTPResponse {
+    private func hit(_ entry: StoredEntry, freshness: Freshness, now: Date, request: HTTPRequest,
+                     collapsed: Bool) throws -> HTTPResponse {
+        let collapsedMark = collapsed ? "; collapsed" : ""
         var headers = HTTPHeaders(capacity: 10)
         headers.add("Content-Type", entry.contentType)
         headers.add("ETag", entry.etag)
@@ -74,8 +77,8 @@ extension CacheAPI {
         headers.add("Expires", HTTPDate.format(unixSeconds: Int(entry.expiresAt.timeIntervalSince1970)))
         headers.add("Vary", "Accept-Encoding")
         switch freshness {
-        case .fresh(let ttl): headers.add("Cache-Status", "teamcache; hit; ttl=\(ttl)")
-        case .stale(let overdue): headers.add("Cache-Status", "teamcache; hit; ttl=-\(overdue)")
+        case .fresh(let ttl): headers.add("Cache-Status", "teamcache; hit; ttl=\(ttl)\(collapsedMark)")
+        case .stale(let overdue): headers.add("Cache-Status", "teamcache; hit; ttl=-\(overdue)\(collapsedMark)")
         case .expired: break
         }
         if let condition = EntityTagList(request.headers, "If-None-Match"), condition.matchesWeakly(entry.etag) {

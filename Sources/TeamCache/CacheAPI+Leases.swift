@@ -6,48 +6,92 @@ import HTTPServer
 /// Miss leases (single-flight) on lookups, raw GETs, writes and `release`: one caller of a
 /// burst is made the filler; the others are told the key is pending and for how long.
 extension CacheAPI {
-    /// A descriptor miss that asked for a lease: granted, or pending behind a live one.
-    func lookupMissWithLease(_ namespace: Namespace, key: String, entryKey: EntryKey, seconds: Int, holder: Int64?,
-                             request: HTTPRequest) -> ReadAnswer {
-        .blocking { [self] in
-            let grant = try guarded(request) {
-                try leases.grant(namespace, entryKey, seconds: seconds, holder: holder)
+    /// What a miss becomes. With a lease asked: one is granted (after a wait, a hand-over),
+    /// or, while another caller holds a live one, the request parks until the key changes or
+    /// the lease runs out (when it may, and has time left), else it is answered `pending`.
+    /// Without a lease but with `wait`: it parks until the key appears, else it is a miss.
+    func missStep(_ namespace: Namespace, _ key: EntryKey, lease seconds: Int?, holder: Int64?,
+                  budget: WaitBudget?, mayPark: Bool, request: HTTPRequest, answers: MissAnswers) -> ReadAnswer {
+        let waiters = self.waiters
+        guard let seconds else {
+            if mayPark, let budget, let waiters, budget.remaining > 0 {
+                budget.waited = true
+                return .park(seconds: waiters.recheckDelay(untilDeadline: budget.remaining))
             }
+            if budget?.waited == true { waiters?.count("timeout") }
+            return .response(answers.miss())
+        }
+        return .blocking { [self] in
+            let grant = try guarded(request) { try leases.grant(namespace, key, seconds: seconds, holder: holder) }
             switch grant {
             case .granted(let lease):
-                return .json(200, JSONValue.object([
-                    ("hit", .bool(false)), ("key", .string(key)),
-                    ("lease", .object([("id", .string(lease.id)), ("expires_in", .int(lease.expiresIn))])),
-                ]).serialized)
+                if budget?.waited == true { waiters?.count("handed_over") }
+                return .response(answers.granted(lease))
             case .held(let retryAfter):
-                return .json(200, JSONValue.object([
-                    ("hit", .bool(false)), ("key", .string(key)), ("pending", .bool(true)),
-                    ("retry_after", .int(retryAfter)),
-                ]).serialized)
+                if mayPark, let budget, let waiters, budget.remaining > 0 {
+                    budget.waited = true
+                    // Woken by the fill or the lease's end; by itself when the lease runs out.
+                    let delay = min(waiters.recheckDelay(untilDeadline: budget.remaining), Double(retryAfter))
+                    return .park(seconds: delay)
+                }
+                if budget?.waited == true { waiters?.count("timeout") }
+                return .response(answers.pending(retryAfter))
             }
         }
     }
 
-    /// A raw GET miss that asked for a lease: 404 either way, with the lease or `pending`.
-    func entryMissWithLease(_ namespace: Namespace, _ key: EntryKey, seconds: Int, holder: Int64?,
-                            request: HTTPRequest) -> ReadAnswer {
-        .blocking { [self] in
-            let grant = try guarded(request) { try leases.grant(namespace, key, seconds: seconds, holder: holder) }
-            var problem: HTTPError
-            switch grant {
-            case .granted(let lease):
-                problem = HTTPError(404, "No fresh entry under this key; you hold its lease: fill it.")
+    /// The answers a miss can end in, per route.
+    struct MissAnswers: Sendable {
+        let miss: @Sendable () -> HTTPResponse
+        let granted: @Sendable (Lease) -> HTTPResponse
+        let pending: @Sendable (_ retryAfter: Int) -> HTTPResponse
+    }
+
+    /// A descriptor lookup's miss answers.
+    static func lookupMissAnswers(key: String) -> MissAnswers {
+        MissAnswers(
+            miss: { lookupMiss(key) },
+            granted: { lease in
+                .json(200, JSONValue.object([
+                    ("hit", .bool(false)), ("key", .string(key)),
+                    ("lease", .object([("id", .string(lease.id)), ("expires_in", .int(lease.expiresIn))])),
+                ]).serialized)
+            },
+            pending: { retryAfter in
+                .json(200, JSONValue.object([
+                    ("hit", .bool(false)), ("key", .string(key)), ("pending", .bool(true)),
+                    ("retry_after", .int(retryAfter)),
+                ]).serialized)
+            })
+    }
+
+    /// A raw GET's miss answers: 404 every time, with the lease or `pending`.
+    static func entryMissAnswers(requestID: String, miss: @escaping @Sendable () -> HTTPResponse) -> MissAnswers {
+        MissAnswers(
+            miss: miss,
+            granted: { lease in
+                var problem = HTTPError(404, "No fresh entry under this key; you hold its lease: fill it.")
                 problem.headers.add("Cache-Status", "teamcache; fwd=miss")
                 problem.headers.add("TeamCache-Lease", "\(lease.id); expires_in=\(lease.expiresIn)")
                 problem.members = [("lease", "\"\(lease.id)\""), ("expires_in", String(lease.expiresIn))]
-            case .held(let retryAfter):
-                problem = HTTPError(404, "No fresh entry under this key; another caller is filling it.")
+                return problem.response(requestID: requestID)
+            },
+            pending: { retryAfter in
+                var problem = HTTPError(404, "No fresh entry under this key; another caller is filling it.")
                 problem.headers.add("Cache-Status", "teamcache; fwd=miss; detail=pending")
                 problem.headers.add("Retry-After", String(retryAfter))
                 problem.members = [("pending", "true"), ("retry_after", String(retryAfter))]
-            }
-            return problem.response(requestID: request.requestID)
+                return problem.response(requestID: requestID)
+            })
+    }
+
+    /// `wait` (seconds, 0 to 60; fractions allowed) from a lookup's JSON or a GET's query.
+    static func waitSeconds(_ text: String?, _ name: String = "wait") throws -> TimeInterval? {
+        guard let text else { return nil }
+        guard let seconds = Double(text), seconds.isFinite, (0...WaitBudget.maxSeconds).contains(seconds) else {
+            throw HTTPError(text.isEmpty ? 400 : 422, "`\(name)` must be a number of seconds from 0 to 60.")
         }
+        return seconds
     }
 
     /// A lease id from a client: its shape is checked before anything is stored.
@@ -89,4 +133,18 @@ extension CacheAPI {
         guard released else { throw HTTPError(404, "No live lease with this id on this key for this token.") }
         return HTTPResponse(status: 204)
     }
+}
+
+/// A read's `wait`: its deadline, and whether it has waited (its hit is then "collapsed").
+/// Used by one thread at a time: the request's loop, or the worker of a blocking step.
+final class WaitBudget: @unchecked Sendable {
+    static let maxSeconds: TimeInterval = 60
+    let deadline: TimeInterval
+    var waited = false
+
+    init(seconds: TimeInterval) {
+        deadline = ProcessInfo.processInfo.systemUptime + seconds
+    }
+
+    var remaining: TimeInterval { max(0, deadline - ProcessInfo.processInfo.systemUptime) }
 }

@@ -11,6 +11,8 @@ public final class CacheAPI: Sendable {
     let tracker: AccessTracker
     let eviction: EvictionJob
     let leases: LeaseStore
+    /// Where reads with `wait` park (nil: they answer at once).
+    let waiters: Waiters?
     let upserts: CounterFamily?
     let inflated: InflatedBodies
     let logger = Logger(component: "cache")
@@ -20,10 +22,11 @@ public final class CacheAPI: Sendable {
     var policy: CachePolicy { store.policy }
     var clock: any Clock { store.clock }
 
-    init(store: EntryStore, tracker: AccessTracker, eviction: EvictionJob, leases: LeaseStore,
+    init(store: EntryStore, tracker: AccessTracker, eviction: EvictionJob, leases: LeaseStore, waiters: Waiters? = nil,
          metrics: MetricsRegistry?, inflated: InflatedBodies) {
         self.store = store
         self.leases = leases
+        self.waiters = waiters
         self.inflated = inflated
         self.tracker = tracker
         self.eviction = eviction

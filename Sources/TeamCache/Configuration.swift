@@ -21,6 +21,7 @@ public struct Configuration: Sendable {
     public var sessionLimits = SessionLimits()
     /// Most reads per batched statement from an event loop; 0 sends every read through the pool.
     public var readBatch = 256
+    public var maxWaiters = 10_000
     /// Longest wait for a batched read's answer.
     public var readTimeout: TimeInterval = 2
     /// Memory for inflated bodies of gzip entries served to identity clients (0: none).
@@ -82,6 +83,7 @@ struct SettingReader {
         config.acquireTimeout = try duration("TEAMCACHE_DB_ACQUIRE_TIMEOUT", 0.01...60, default: 2)
         // A worker without a database connection only waits for one: match the pool by default.
         config.readBatch = try integer("TEAMCACHE_READ_BATCH", 0...10_000, default: 256)
+        config.maxWaiters = try integer("TEAMCACHE_MAX_WAITERS", 0...1_000_000, default: 10_000)
         config.readTimeout = try duration("TEAMCACHE_DB_READ_TIMEOUT", 0.01...60, default: 2)
         config.sessionLimits.statementTimeout = try duration("TEAMCACHE_DB_STATEMENT_TIMEOUT", 0.01...3600, default: 4)
         config.sessionLimits.lockTimeout = try duration("TEAMCACHE_DB_LOCK_TIMEOUT", 0.01...3600, default: 2)

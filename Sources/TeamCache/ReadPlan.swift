@@ -1,4 +1,5 @@
 import CacheCore
+import Foundation
 import HTTPServer
 
 /// A read route split where it waits on the database, so one piece of logic serves both
@@ -6,21 +7,25 @@ import HTTPServer
 enum ReadPlan: Sendable {
     /// Answered without reading an entry (a bypass, say).
     case answer(HTTPResponse)
-    /// Read the entry under (namespace, key); `finish` builds the answer from it (nil: absent).
-    case read(Namespace, EntryKey, finish: @Sendable (StoredEntry?) throws -> ReadAnswer)
+    /// Read the entry under (namespace, key); `finish` builds the answer from it (nil:
+    /// absent). `mayPark`: the read may wait for the key (a loop read with time left).
+    case read(Namespace, EntryKey, finish: @Sendable (StoredEntry?, _ mayPark: Bool) throws -> ReadAnswer)
 }
 
-/// What a read plan's `finish` gives: the answer, or work that may block before it (asking
-/// for a miss lease), which a loop hands to a worker.
+/// What a read plan's `finish` gives: the answer; work that may block before it (asking
+/// for a miss lease), which a loop hands to a worker; or "park until the key changes, or
+/// for at most this many seconds, then read again" (only when `mayPark`).
 enum ReadAnswer: Sendable {
     case response(HTTPResponse)
-    case blocking(@Sendable () throws -> HTTPResponse)
+    case blocking(@Sendable () throws -> ReadAnswer)
+    case park(seconds: TimeInterval)
 
-    /// The answer, doing the blocking part here (on a worker).
+    /// The answer, doing the blocking part here (on a worker, where nothing parks).
     func resolved() throws -> HTTPResponse {
         switch self {
         case .response(let response): response
-        case .blocking(let work): try work()
+        case .blocking(let work): try work().resolved()
+        case .park: throw HTTPError(500, "A read that may not wait asked to.")
         }
     }
 }
@@ -35,7 +40,7 @@ extension CacheAPI {
             return response
         case .read(let namespace, let key, let finish):
             let entry = try guarded(request) { try store.fetch(namespace, key) }
-            return try finish(entry).resolved()
+            return try finish(entry, false).resolved()
         }
     }
 }
@@ -52,6 +57,8 @@ struct LoopReads: Sendable {
     let auth: Authenticator
     /// One per event loop, by loop index; empty when batched reads are off.
     let readers: [EntryReadBatcher]
+    /// Where requests with `wait` park (nil: they never wait, as with batched reads off).
+    var waiters: Waiters? = nil
 
     /// Request bodies parsed on the loop at most (a lookup's JSON); larger go to a worker.
     static let inlineBodyLimit = 16 * 1024
@@ -91,10 +98,17 @@ struct LoopReads: Sendable {
             responder.respond { throw error }
             return
         }
-        guard case .read(let namespace, let key, let finish) = plan else {
+        guard case .read = plan else {
             responder.respond { try api.perform(plan, request) }
             return
         }
+        read(plan, request, responder, mayPark: true)
+    }
+
+    /// One read of the plan's entry by the loop's batcher, and what follows from it.
+    private func read(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder, mayPark: Bool) {
+        guard case .read(let namespace, let key, let finish) = plan else { return }
+        let api = self.api
         let queued = readers[responder.loop.index].read(namespace, key) { outcome in
             switch outcome {
             case .failed(let error):
@@ -103,22 +117,44 @@ struct LoopReads: Sendable {
                 // A large body is read and answered on a worker, through the pool.
                 responder.offload { try api.perform(plan, request) }
             case .found(let entry) where entry.identitySize > Self.inlineEntryLimit:
-                responder.offload { try finish(entry).resolved() }
+                responder.offload { try finish(entry, false).resolved() }
             case .found(let entry):
-                Self.answer(responder) { try finish(entry) }
+                follow(plan, request, responder) { try finish(entry, mayPark) }
             case .absent:
-                Self.answer(responder) { try finish(nil) }
+                follow(plan, request, responder) { try finish(nil, mayPark) }
             }
         }
-        if !queued { responder.offload { try api.perform(plan, request) } }
+        // The loop's connection is not up (yet): read through the pool on a worker, and go on
+        // here with what it found, so the request can still wait.
+        if !queued {
+            responder.offload({ try api.guarded(request) { try api.store.fetch(namespace, key) } }) { fetched in
+                follow(plan, request, responder) { try finish(fetched.get(), mayPark) }
+            }
+        }
     }
 
-    /// Answers on the loop, or hands what may block to a worker.
-    private static func answer(_ responder: Responder, _ finish: () throws -> ReadAnswer) {
+    /// Answers on the loop, hands what may block to a worker (and goes on with its result
+    /// here), or parks the request until its key changes or its time is up.
+    private func follow(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder,
+                        _ step: () throws -> ReadAnswer) {
         do {
-            switch try finish() {
-            case .response(let response): responder.respond(response)
-            case .blocking(let work): responder.offload(work)
+            switch try step() {
+            case .response(let response):
+                responder.respond(response)
+            case .blocking(let work):
+                responder.offload(work) { result in
+                    follow(plan, request, responder) { try result.get() }
+                }
+            case .park(let seconds):
+                guard case .read(let namespace, let key, _) = plan, let waiters else {
+                    read(plan, request, responder, mayPark: false)
+                    return
+                }
+                let at = responder.loop.nanoseconds + UInt64(max(0, seconds) * 1e9)
+                let parked = waiters.park(namespace: namespace.name, key: key.bytes, loop: responder.loop, at: at) {
+                    final in read(plan, request, responder, mayPark: !final)
+                }
+                if !parked { read(plan, request, responder, mayPark: false) }
             }
         } catch {
             responder.respond { throw error }

@@ -1,0 +1,190 @@
+import Foundation
+import HTTPServer
+import Observability
+
+/// Requests parked until their key changes, their lease's holder is done, or their time runs
+/// out: a lookup or GET with `wait` that would be a miss while another caller fills the key.
+///
+/// A parked request is a closure and a timer entry on its connection's event loop: it holds
+/// no worker, no database connection and no loop time. It is woken by the key listener (a
+/// committed change to the key, or its lease ending, on any replica), by its own re-check
+/// time (its deadline, the lease's expiry, or every second while the listener is down), or
+/// at shutdown; waking runs its read again on its loop.
+final class Waiters: @unchecked Sendable {
+    // @unchecked: `byKey`, `count`, `closing` and `listenerUp` are guarded by `lock`; each
+    // waiter's `done` and each loop's timers are touched only on that loop's thread.
+    final class Waiter: @unchecked Sendable {
+        let namespace: String
+        let key: [UInt8]
+        let loop: EventLoop
+        /// Runs the request's read again; `final`: it may not park again (time is up, or
+        /// the service is stopping), so it answers now.
+        let retry: (_ final: Bool) -> Void
+        var done = false
+
+        init(namespace: String, key: [UInt8], loop: EventLoop, retry: @escaping (Bool) -> Void) {
+            (self.namespace, self.key, self.loop, self.retry) = (namespace, key, loop, retry)
+        }
+    }
+
+    /// How often a waiter re-checks while the listener is down (notifications may be lost).
+    static let fallbackRecheck: TimeInterval = 1
+
+    let capacity: Int
+    private let lock = NSLock()
+    private var byKey: [String: [[UInt8]: [ObjectIdentifier: Waiter]]] = [:]
+    private var count = 0
+    private var closing = false
+    private var listenerIsUp = false
+    /// One timer heap per event loop, by loop index (each touched on its loop only).
+    private var timers: [Int: WaiterTimers] = [:]
+    private let outcomes: CounterFamily?
+
+    init(capacity: Int, metrics: MetricsRegistry?) {
+        self.capacity = capacity
+        outcomes = metrics?.counter("teamcache_waits_total", "Parked lookups by how their wait ended.",
+                                    labels: ["outcome"])
+        guard let metrics else { return }
+        let parked = metrics.gauge("teamcache_waiters", "Requests parked waiting for a key to be filled.")
+        let up = metrics.gauge("teamcache_notify_listener_up", "1 while this process listens for key changes.")
+        metrics.addCollector { [weak self] in
+            guard let self else { return }
+            let (waiting, listening) = lock.withLock { (count, listenerIsUp) }
+            parked.set([], Double(waiting))
+            up.set([], listening ? 1 : 0)
+        }
+    }
+
+    /// Gives `loop` its timer heap (on the loop's thread, before it serves).
+    func attach(to loop: EventLoop) {
+        let heap = WaiterTimers()
+        lock.withLock { timers[loop.index] = heap }
+        loop.onEachIteration { [weak self] in self?.fireDue(heap, now: loop.nanoseconds) }
+    }
+
+    var listenerUp: Bool { lock.withLock { listenerIsUp } }
+
+    /// How long from now a waiter may sleep before it must re-check by itself.
+    func recheckDelay(untilDeadline deadline: TimeInterval) -> TimeInterval {
+        listenerUp ? deadline : min(deadline, Self.fallbackRecheck)
+    }
+
+    /// Parks a request on `loop` (call on that loop's thread) until woken or `at`
+    /// (monotonic nanoseconds). False when it may not park (full, or stopping): answer now.
+    func park(namespace: String, key: [UInt8], loop: EventLoop, at: UInt64,
+              retry: @escaping (_ final: Bool) -> Void) -> Bool {
+        let waiter = Waiter(namespace: namespace, key: key, loop: loop, retry: retry)
+        let heap: WaiterTimers? = lock.withLock {
+            guard !closing, count < capacity, let heap = timers[loop.index] else { return nil }
+            byKey[namespace, default: [:]][key, default: [:]][ObjectIdentifier(waiter)] = waiter
+            count += 1
+            return heap
+        }
+        guard let heap else { return false }
+        heap.push(at, waiter)
+        return true
+    }
+
+    /// Wakes the waiters of one key (nil: of the whole namespace), on their loops.
+    func wake(namespace: String, key: [UInt8]?) {
+        let woken: [Waiter] = lock.withLock {
+            guard var keys = byKey[namespace] else { return [] }
+            var taken: [Waiter] = []
+            if let key {
+                taken = keys.removeValue(forKey: key).map { Array($0.values) } ?? []
+            } else {
+                taken = keys.values.flatMap(\.values)
+                keys = [:]
+            }
+            byKey[namespace] = keys.isEmpty ? nil : keys
+            count -= taken.count
+            return taken
+        }
+        for waiter in woken { waiter.loop.execute { [self] in fire(waiter, final: false, removed: true) } }
+    }
+
+    /// Wakes every waiter: they re-check (the listener reconnected and may have missed
+    /// notifications), or answer now when `final` (the service is stopping).
+    func wakeAll(final: Bool) {
+        let woken: [Waiter] = lock.withLock {
+            if final { closing = true }
+            let all = byKey.values.flatMap { $0.values.flatMap(\.values) }
+            byKey = [:]
+            count = 0
+            return all
+        }
+        for waiter in woken { waiter.loop.execute { [self] in fire(waiter, final: final, removed: true) } }
+    }
+
+    func setListener(up: Bool) {
+        lock.withLock { listenerIsUp = up }
+    }
+
+    func count(_ outcome: String) { outcomes?.inc([outcome]) }
+
+    /// Runs a waiter once (on its loop); a timer or a wake-up that comes second does nothing.
+    private func fire(_ waiter: Waiter, final: Bool, removed: Bool) {
+        guard !waiter.done else { return }
+        waiter.done = true
+        if !removed { remove(waiter) }
+        waiter.retry(final)
+    }
+
+    private func remove(_ waiter: Waiter) {
+        lock.withLock {
+            guard byKey[waiter.namespace]?[waiter.key]?.removeValue(forKey: ObjectIdentifier(waiter)) != nil else {
+                return
+            }
+            count -= 1
+            if byKey[waiter.namespace]?[waiter.key]?.isEmpty == true { byKey[waiter.namespace]?[waiter.key] = nil }
+            if byKey[waiter.namespace]?.isEmpty == true { byKey[waiter.namespace] = nil }
+        }
+    }
+
+    /// Re-runs the waiters on `heap` whose time has come (their read decides whether the
+    /// time is really up or they park again).
+    private func fireDue(_ heap: WaiterTimers, now: UInt64) {
+        while let waiter = heap.popDue(now) {
+            fire(waiter, final: false, removed: false)
+        }
+    }
+}
+
+/// A loop's parked waiters by re-check time: a binary min-heap, so a loop iteration looks at
+/// the earliest only, however many are parked.
+final class WaiterTimers {
+    private var heap: [(at: UInt64, waiter: Waiters.Waiter)] = []
+
+    func push(_ at: UInt64, _ waiter: Waiters.Waiter) {
+        heap.append((at, waiter))
+        var child = heap.count - 1
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard heap[child].at < heap[parent].at else { break }
+            heap.swapAt(child, parent)
+            child = parent
+        }
+    }
+
+    /// The earliest waiter due by `now` that has not run yet; nil when none is due.
+    func popDue(_ now: UInt64) -> Waiters.Waiter? {
+        while let first = heap.first, first.at <= now {
+            let last = heap.removeLast()
+            if !heap.isEmpty {
+                heap[0] = last
+                var parent = 0
+                while true {
+                    let left = 2 * parent + 1, right = left + 1
+                    var smallest = parent
+                    if left < heap.count && heap[left].at < heap[smallest].at { smallest = left }
+                    if right < heap.count && heap[right].at < heap[smallest].at { smallest = right }
+                    if smallest == parent { break }
+                    heap.swapAt(parent, smallest)
+                    parent = smallest
+                }
+            }
+            if !first.waiter.done { return first.waiter }
+        }
+        return nil
+    }
+}

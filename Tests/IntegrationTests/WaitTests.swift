@@ -1,0 +1,158 @@
+import Foundation
+import Glibc
+import Postgres
+import Testing
+import TeamCache
+import TestSupport
+
+/// Waiting for a fill: the callers a lease turned away park and are answered by the
+/// holder's write, on every replica, woken through PostgreSQL LISTEN/NOTIFY.
+@Suite struct WaitTests {
+    struct Answer {
+        let object: [String: Any]
+        let at: TimeInterval
+    }
+
+    /// Sends `body` to lookup on `ports` (round robin) from `count` clients at once.
+    static func burst(_ count: Int, ports: [Int], namespace: String, body: String) -> (DispatchGroup, Locked<[Answer]>) {
+        let answers = Locked<[Answer]>([])
+        let group = DispatchGroup()
+        let start = DispatchSemaphore(value: 0)
+        for index in 0..<count {
+            group.enter()
+            let port = ports[index % ports.count]
+            Thread.detachNewThread {
+                defer { group.leave() }
+                guard let client = try? RawClient(port: port, timeout: 30) else { return }
+                start.wait()
+                if let response = try? client.request("POST", "/v1/caches/\(namespace)/lookup",
+                                                      headers: [("Content-Type", "application/json")],
+                                                      body: Array(body.utf8)),
+                   let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any] {
+                    answers.update { $0.append(Answer(object: object, at: ProcessInfo.processInfo.systemUptime)) }
+                }
+            }
+        }
+        Thread.sleep(forTimeInterval: 0.3)
+        for _ in 0..<count { start.signal() }
+        return (group, answers)
+    }
+
+    static func upsert(_ port: Int, _ namespace: String, _ descriptor: String, lease: String?) throws -> Int {
+        let leaseMember = lease.map { ",\"lease\":\"\($0)\"" } ?? ""
+        return try RawClient(port: port, timeout: 10).request(
+            "POST", "/v1/caches/\(namespace)/upsert", headers: [("Content-Type", "application/json")],
+            body: Array("{\(descriptor),\"response\":\"the answer\"\(leaseMember)}".utf8)).status
+    }
+
+    static func waitForLease(_ answers: Locked<[Answer]>) -> String? {
+        for _ in 0..<100 {
+            if let lease = answers.value.compactMap({ ($0.object["lease"] as? [String: Any])?["id"] as? String }).first {
+                return lease
+            }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return nil
+    }
+
+    /// 50 lookups with `lease` and `wait` over two replicas: one fills, 49 are answered by
+    /// its upsert as collapsed hits within 100 ms of the upsert's answer.
+    @Test func fortyNineWaitersCollapseOntoOneFillAcrossReplicas() throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "wait")
+        let replicas = [try ServeProcess(database: database), try ServeProcess(database: database)]
+        defer { for replica in replicas { replica.stop(SIGTERM) } }
+        for replica in replicas { try #require(replica.waitUntilListening()) }
+        let descriptor = "\"model\":\"m\",\"prompt\":\"one call per burst\""
+        let (group, answers) = Self.burst(50, ports: replicas.map(\.port), namespace: "wait",
+                                          body: "{\(descriptor),\"lease\":30,\"wait\":10}")
+        let lease = try #require(Self.waitForLease(answers))
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(answers.value.count == 1, "only the filler is answered before the fill")
+        #expect(try Self.upsert(replicas[0].port, "wait", descriptor, lease: lease) == 201)
+        let filled = ProcessInfo.processInfo.systemUptime
+        #expect(group.wait(timeout: .now() + 10) == .success)
+        let collapsed = answers.value.filter { $0.object["collapsed"] as? Bool == true && $0.object["hit"] as? Bool == true }
+        #expect(collapsed.count == 49, "\(answers.value.map(\.object))")
+        let slowest = (collapsed.map(\.at).max() ?? filled) - filled
+        #expect(slowest < 0.1, "the last waiter was answered \(slowest) s after the fill")
+    }
+
+    /// The holder gives its lease back: exactly one waiter is handed it, and the others
+    /// collapse onto that one's fill.
+    @Test func aReleasedLeaseIsHandedToOneWaiter() throws {
+        let service = try TestService { $0.authEnabled = false }
+        defer { service.stop() }
+        let namespace = TestService.namespace("handover")
+        let descriptor = "\"model\":\"m\",\"prompt\":\"hand it over\""
+        let first = try service.request("POST", "/v1/caches/\(namespace)/lookup", json: "{\(descriptor),\"lease\":30}")
+        let firstObject = try #require(try JSONSerialization.jsonObject(with: Data(first.body)) as? [String: Any])
+        let lease = try #require((firstObject["lease"] as? [String: Any])?["id"] as? String)
+        let key = try #require(firstObject["key"] as? String)
+        let (group, answers) = Self.burst(10, ports: [service.port], namespace: namespace,
+                                          body: "{\(descriptor),\"lease\":30,\"wait\":10}")
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(answers.value.isEmpty)
+        #expect(try service.request("POST", "/v1/caches/\(namespace)/release",
+                                    json: "{\"key\":\"\(key)\",\"lease\":\"\(lease)\"}").status == 204)
+        let second = try #require(Self.waitForLease(answers))
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(answers.value.count == 1, "one waiter is handed the lease, the rest wait on")
+        #expect(try Self.upsert(service.port, namespace, descriptor, lease: second) == 201)
+        #expect(group.wait(timeout: .now() + 10) == .success)
+        #expect(answers.value.filter { $0.object["collapsed"] as? Bool == true }.count == 9)
+        let metrics = try service.request("GET", "/metrics").text
+        #expect(metricSample(metrics, "teamcache_waits_total{outcome=\"handed_over\"}") == 1)
+        #expect(metricSample(metrics, "teamcache_waits_total{outcome=\"filled\"}") == 9)
+    }
+
+    /// A wait that runs out answers `pending` on time, never much later; a raw GET waits too.
+    @Test func aWaitThatRunsOutIsPendingOnTime() throws {
+        let service = try TestService { $0.authEnabled = false }
+        defer { service.stop() }
+        let namespace = TestService.namespace("timeout")
+        #expect(try service.request("GET", entryPath(namespace, "k") + "?lease=30").header("TeamCache-Lease") != nil)
+        let started = ProcessInfo.processInfo.systemUptime
+        let pending = try service.request("GET", entryPath(namespace, "k") + "?lease=30&wait=1")
+        let took = ProcessInfo.processInfo.systemUptime - started
+        #expect(pending.status == 404 && pending.header("Cache-Status") == "teamcache; fwd=miss; detail=pending")
+        #expect(took >= 0.95 && took < 1.6, "answered after \(took) s for a wait of 1 s")
+        // A GET that waits for an absent key is answered by the PUT that creates it.
+        let waiting = Locked<RawClient.Response?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        let port = service.port
+        Thread.detachNewThread {
+            let response = try? RawClient(port: port, timeout: 10).request("GET", entryPath(namespace, "new") + "?wait=5")
+            waiting.update { $0 = response }
+            done.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try service.request("PUT", entryPath(namespace, "new"), body: [7]).status == 201)
+        #expect(done.wait(timeout: .now() + 3) == .success)
+        #expect(waiting.value?.status == 200 && waiting.value?.body == [7])
+        #expect(waiting.value?.header("Cache-Status")?.hasSuffix("; collapsed") == true)
+        let bad = try service.request("GET", entryPath(namespace, "k") + "?wait=61")
+        #expect(bad.status == 422 || bad.status == 400)
+    }
+
+    /// SIGTERM with many parked waiters: each is answered at once and the process exits fast.
+    @Test func stoppingAnswersParkedWaitersAtOnce() throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "waitstop")
+        let server = try ServeProcess(database: database)
+        try #require(server.waitUntilListening())
+        let descriptor = "\"model\":\"m\",\"prompt\":\"stop\""
+        let first = try RawClient(port: server.port, timeout: 10).request(
+            "POST", "/v1/caches/stop/lookup", headers: [("Content-Type", "application/json")],
+            body: Array("{\(descriptor),\"lease\":60}".utf8))
+        #expect(first.status == 200)
+        let (group, answers) = Self.burst(200, ports: [server.port], namespace: "stop",
+                                          body: "{\(descriptor),\"lease\":60,\"wait\":30}")
+        Thread.sleep(forTimeInterval: 1)
+        #expect(answers.value.isEmpty)
+        let started = ProcessInfo.processInfo.systemUptime
+        server.stop(SIGTERM)
+        let took = ProcessInfo.processInfo.systemUptime - started
+        #expect(took < 1.5, "the drain took \(took) s with parked waiters")
+        #expect(group.wait(timeout: .now() + 5) == .success)
+        #expect(answers.value.count == 200 && answers.value.allSatisfy { $0.object["pending"] as? Bool == true })
+    }
+}
