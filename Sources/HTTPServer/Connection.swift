@@ -39,6 +39,9 @@ final class Connection: @unchecked Sendable {
     /// Whether any byte arrived (for the debug line of a connection closed unanswered).
     private var receivedAny = false
     private var inFlight = false
+    /// Time the current request may spend parked on purpose (a read with `wait`), on top of
+    /// the request deadline (nanoseconds).
+    private(set) var waitAllowance: UInt64 = 0
     private var processing = false
     private var closeAfterFlush = false
     /// Close through a lingering close: the client may still be sending a body we refused.
@@ -153,6 +156,7 @@ final class Connection: @unchecked Sendable {
             inFlight = true
             current = request
             phase = .handling
+            waitAllowance = 0
             phaseStart = loop.now
             dispatch(request)
         case .failure(let error):
@@ -261,6 +265,12 @@ final class Connection: @unchecked Sendable {
     }
 
     /// Queues the response of the request in flight and moves on to the next one.
+    /// Lets `request` (if still current) be parked for `seconds` more past its deadline.
+    func allowWaiting(_ seconds: TimeInterval, for request: HTTPRequest) {
+        guard current === request else { return }
+        waitAllowance += Self.nanoseconds(max(0, seconds))
+    }
+
     func complete(_ response: HTTPResponse, for request: HTTPRequest, started: UInt64) {
         guard !isClosed, current === request else { return }
         inFlight = false
@@ -403,7 +413,7 @@ final class Connection: @unchecked Sendable {
         var since = phaseStart
         switch phase {
         case .handling:
-            if now > phaseStart + Self.nanoseconds(configuration.requestTimeout) { abandonRequest() }
+            if now > phaseStart + Self.nanoseconds(configuration.requestTimeout) + waitAllowance { abandonRequest() }
             return
         // A connection that never sent a byte gets the head's allowance, not the idle one.
         case .idle: limit = served == 0 ? min(configuration.headerTimeout, configuration.idleTimeout)

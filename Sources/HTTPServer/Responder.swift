@@ -13,6 +13,7 @@ public final class Responder: @unchecked Sendable {
     private let request: HTTPRequest
     private let started: UInt64
     private var answered = false
+    private var waitAllowance: UInt64 = 0
 
     init(connection: Connection, loop: EventLoop, route: Route, request: HTTPRequest, started: UInt64) {
         self.connection = connection
@@ -20,6 +21,18 @@ public final class Responder: @unchecked Sendable {
         self.route = route
         self.request = request
         self.started = started
+    }
+
+    /// The request parks on purpose (a read with `wait`) for up to `seconds`: its deadline,
+    /// and that of work it hands to workers, moves on by as much.
+    public func allowWaiting(_ seconds: Double) {
+        waitAllowance += UInt64(max(0, seconds) * 1e9)
+        connection.allowWaiting(seconds, for: request)
+    }
+
+    /// The deadline of work handed to workers now.
+    private var workDeadline: UInt64 {
+        started + UInt64(max(0, loop.context.configuration.requestTimeout) * 1e9) + waitAllowance
     }
 
     /// Answers with `response`. Only the first answer counts.
@@ -38,7 +51,7 @@ public final class Responder: @unchecked Sendable {
     /// 503 at once when the pool's queue is full.
     public func offload(_ body: @escaping @Sendable () throws -> HTTPResponse) {
         let context = loop.context, loop = self.loop, route = self.route, request = self.request
-        let deadline = started + UInt64(max(0, context.configuration.requestTimeout) * 1e9)
+        let deadline = workDeadline
         let accepted = context.workers.submit { [self] in
             // Queued past its deadline: the client has had its 503; do not start the work.
             guard monotonicNanoseconds() < deadline else { return }
@@ -57,7 +70,7 @@ public final class Responder: @unchecked Sendable {
     /// is done: the worker is free meanwhile, so waiting requests do not hold threads.
     public func offload(deferring start: @escaping @Sendable (_ answer: @escaping Answer) throws -> HTTPResponse?) {
         let context = loop.context, loop = self.loop, route = self.route, request = self.request
-        let deadline = started + UInt64(max(0, context.configuration.requestTimeout) * 1e9)
+        let deadline = workDeadline
         let answer: Answer = { [self] make in
             let response = context.run(route, request, make)
             loop.execute { self.respond(response) }
@@ -80,7 +93,7 @@ public final class Responder: @unchecked Sendable {
     public func offload<T: Sendable>(_ work: @escaping @Sendable () throws -> T,
                                      then next: @escaping (Result<T, any Error>) -> Void) {
         let context = loop.context, loop = self.loop
-        let deadline = started + UInt64(max(0, context.configuration.requestTimeout) * 1e9)
+        let deadline = workDeadline
         let continuation = LoopConfined(next)
         let accepted = context.workers.submit {
             guard monotonicNanoseconds() < deadline else { return }

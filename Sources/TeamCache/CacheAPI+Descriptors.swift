@@ -47,7 +47,7 @@ extension CacheAPI {
     static func waitMember(_ value: JSONValue?) throws -> TimeInterval? {
         guard let value, value != .null else { return nil }
         guard case .number(let text) = value else { throw HTTPError(422, "`wait` must be a number of seconds from 0 to 60.") }
-        return try waitSeconds(text)
+        return try waitSeconds(text, status: 422)
     }
 
     static func lookupMiss(_ key: String) -> HTTPResponse {

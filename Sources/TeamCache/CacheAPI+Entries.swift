@@ -12,7 +12,7 @@ extension CacheAPI {
         // Only GET takes a lease (`?lease=N`): a HEAD is a question, not a promise to fill.
         let query = request.method == "GET" ? try RequestParsing.query(request) : [:]
         let leaseSeconds = try RequestParsing.integer("lease", in: query, 1...LeaseStore.maxSeconds)
-        let budget = try Self.waitSeconds(query["wait"]).flatMap { $0 > 0 ? WaitBudget(seconds: $0) : nil }
+        let budget = try Self.waitSeconds(query["wait"], status: 400).flatMap { $0 > 0 ? WaitBudget(seconds: $0) : nil }
         if control.noCache {
             tracker.record(.bypass, namespace: namespace.name, at: clock.now())
             return .answer(miss("fwd=request", detail: "Bypassed at the client's request (no-cache).", request))

@@ -85,11 +85,12 @@ extension CacheAPI {
             })
     }
 
-    /// `wait` (seconds, 0 to 60; fractions allowed) from a lookup's JSON or a GET's query.
-    static func waitSeconds(_ text: String?, _ name: String = "wait") throws -> TimeInterval? {
+    /// `wait` (seconds, 0 to 60; fractions allowed) from a lookup's JSON (a bad one: 422) or
+    /// a GET's query (400, as for every bad query parameter).
+    static func waitSeconds(_ text: String?, status: Int) throws -> TimeInterval? {
         guard let text else { return nil }
         guard let seconds = Double(text), seconds.isFinite, (0...WaitBudget.maxSeconds).contains(seconds) else {
-            throw HTTPError(text.isEmpty ? 400 : 422, "`\(name)` must be a number of seconds from 0 to 60.")
+            throw HTTPError(status, "`wait` must be a number of seconds from 0 to 60.")
         }
         return seconds
     }

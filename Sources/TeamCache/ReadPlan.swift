@@ -109,6 +109,8 @@ struct LoopReads: Sendable {
     private func read(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder, mayPark: Bool) {
         guard case .read(let namespace, let key, let finish) = plan else { return }
         let api = self.api
+        // Noted before the read: a wake-up of the key after this point is not lost.
+        let since = waiters?.now ?? 0
         let queued = readers[responder.loop.index].read(namespace, key) { outcome in
             switch outcome {
             case .failed(let error):
@@ -119,23 +121,23 @@ struct LoopReads: Sendable {
             case .found(let entry) where entry.identitySize > Self.inlineEntryLimit:
                 responder.offload { try finish(entry, false).resolved() }
             case .found(let entry):
-                follow(plan, request, responder) { try finish(entry, mayPark) }
+                follow(plan, request, responder, since: since) { try finish(entry, mayPark) }
             case .absent:
-                follow(plan, request, responder) { try finish(nil, mayPark) }
+                follow(plan, request, responder, since: since) { try finish(nil, mayPark) }
             }
         }
         // The loop's connection is not up (yet): read through the pool on a worker, and go on
         // here with what it found, so the request can still wait.
         if !queued {
             responder.offload({ try api.guarded(request) { try api.store.fetch(namespace, key) } }) { fetched in
-                follow(plan, request, responder) { try finish(fetched.get(), mayPark) }
+                follow(plan, request, responder, since: since) { try finish(fetched.get(), mayPark) }
             }
         }
     }
 
     /// Answers on the loop, hands what may block to a worker (and goes on with its result
     /// here), or parks the request until its key changes or its time is up.
-    private func follow(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder,
+    private func follow(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder, since: UInt64,
                         _ step: () throws -> ReadAnswer) {
         do {
             switch try step() {
@@ -143,7 +145,7 @@ struct LoopReads: Sendable {
                 responder.respond(response)
             case .blocking(let work):
                 responder.offload(work) { result in
-                    follow(plan, request, responder) { try result.get() }
+                    follow(plan, request, responder, since: since) { try result.get() }
                 }
             case .park(let seconds):
                 guard case .read(let namespace, let key, _) = plan, let waiters else {
@@ -151,10 +153,16 @@ struct LoopReads: Sendable {
                     return
                 }
                 let at = responder.loop.nanoseconds + UInt64(max(0, seconds) * 1e9)
-                let parked = waiters.park(namespace: namespace.name, key: key.bytes, loop: responder.loop, at: at) {
-                    final in read(plan, request, responder, mayPark: !final)
+                responder.allowWaiting(seconds)
+                let parking = waiters.park(namespace: namespace.name, key: key.bytes, since: since,
+                                           loop: responder.loop, at: at) { final in
+                    read(plan, request, responder, mayPark: !final)
                 }
-                if !parked { read(plan, request, responder, mayPark: false) }
+                switch parking {
+                case .parked: break
+                case .wokenMeanwhile: read(plan, request, responder, mayPark: true)
+                case .full: read(plan, request, responder, mayPark: false)
+                }
             }
         } catch {
             responder.respond { throw error }

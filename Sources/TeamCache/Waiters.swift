@@ -36,6 +36,15 @@ final class Waiters: @unchecked Sendable {
     private var count = 0
     private var closing = false
     private var listenerIsUp = false
+    /// Counts wake-ups. A request notes it before it reads; if its key was woken after that
+    /// (a fill that landed between its read and its parking), it reads again instead of
+    /// parking, so no notification is lost in that gap.
+    private var sequence: UInt64 = 0
+    private var lastWoken: [String: [[UInt8]: UInt64]] = [:]
+    private var lastWokenCount = 0
+    /// Wake-ups older than this were forgotten (the table is bounded): treated as recent.
+    private var forgottenBefore: UInt64 = 0
+    static let rememberedWakes = 10_000
     /// One timer heap per event loop, by loop index (each touched on its loop only).
     private var timers: [Int: WaiterTimers] = [:]
     private let outcomes: CounterFamily?
@@ -69,25 +78,50 @@ final class Waiters: @unchecked Sendable {
         listenerUp ? deadline : min(deadline, Self.fallbackRecheck)
     }
 
+    /// The wake-up count now: note it before reading a key that may be parked on.
+    var now: UInt64 { lock.withLock { sequence } }
+
     /// Parks a request on `loop` (call on that loop's thread) until woken or `at`
-    /// (monotonic nanoseconds). False when it may not park (full, or stopping): answer now.
-    func park(namespace: String, key: [UInt8], loop: EventLoop, at: UInt64,
-              retry: @escaping (_ final: Bool) -> Void) -> Bool {
+    /// (monotonic nanoseconds). `.full` when it may not park (full, or stopping): answer
+    /// now; `.wokenMeanwhile` when its key was woken since `since`: read again now.
+    enum Parking { case parked, full, wokenMeanwhile }
+
+    func park(namespace: String, key: [UInt8], since: UInt64, loop: EventLoop, at: UInt64,
+              retry: @escaping (_ final: Bool) -> Void) -> Parking {
         let waiter = Waiter(namespace: namespace, key: key, loop: loop, retry: retry)
+        var woken = false
         let heap: WaiterTimers? = lock.withLock {
             guard !closing, count < capacity, let heap = timers[loop.index] else { return nil }
+            let last = max(lastWoken[namespace]?[key] ?? 0, lastWoken[namespace]?[[]] ?? 0)
+            if last > since || since < forgottenBefore {
+                woken = true
+                return nil
+            }
             byKey[namespace, default: [:]][key, default: [:]][ObjectIdentifier(waiter)] = waiter
             count += 1
             return heap
         }
-        guard let heap else { return false }
+        if woken { return .wokenMeanwhile }
+        guard let heap else { return .full }
         heap.push(at, waiter)
-        return true
+        return .parked
+    }
+
+    /// Notes a wake-up of `key` ([] for the whole namespace). Called with the lock held.
+    private func remember(_ namespace: String, _ key: [UInt8]) {
+        sequence += 1
+        if lastWokenCount >= Self.rememberedWakes {
+            lastWoken = [:]
+            lastWokenCount = 0
+            forgottenBefore = sequence
+        }
+        if lastWoken[namespace, default: [:]].updateValue(sequence, forKey: key) == nil { lastWokenCount += 1 }
     }
 
     /// Wakes the waiters of one key (nil: of the whole namespace), on their loops.
     func wake(namespace: String, key: [UInt8]?) {
         let woken: [Waiter] = lock.withLock {
+            remember(namespace, key ?? [])
             guard var keys = byKey[namespace] else { return [] }
             var taken: [Waiter] = []
             if let key {
@@ -108,6 +142,9 @@ final class Waiters: @unchecked Sendable {
     func wakeAll(final: Bool) {
         let woken: [Waiter] = lock.withLock {
             if final { closing = true }
+            // Everything may have changed (the listener was away): nothing noted before counts.
+            sequence += 1
+            forgottenBefore = sequence
             let all = byKey.values.flatMap { $0.values.flatMap(\.values) }
             byKey = [:]
             count = 0

@@ -249,7 +249,12 @@ import TestSupport
 /// hold nothing: those lookups are counted under one `_other` series.
 @Suite(.serialized) struct NamespaceCardinalityTests {
     @Test func tenThousandEmptyNamespacesLeaveMetricsBounded() throws {
-        let service = try TestService()
+        // A database of its own: the namespace gauges list every namespace of the database,
+        // and other suites add theirs to the shared one while this counts lines.
+        let name = try TestDatabase.shared.migratedDatabase(prefix: "card")
+        let base = TestDatabase.shared.url
+        let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(name)"
+        let service = try TestService { $0.databaseURL = url }
         defer { service.stop() }
         let token = try service.token([.read, .write], namespaces: "*")
         let held = TestService.namespace("held")
@@ -281,7 +286,7 @@ import TestSupport
         #expect(metrics.contains("teamcache_lookups_total{namespace=\"\(held)\",result=\"hit\"} 1"))
         // Nor do they get stats rows in the database; the store-wide totals still count them.
         try service.app.tracker.flush()
-        let connection = try PostgresConnection(url: try TestDatabase.shared.migratedDefault())
+        let connection = try TestDatabase.shared.connect(database: name)
         let rows = try connection.query("SELECT count(*)::int8 AS n FROM namespace_counters WHERE namespace LIKE $1",
                                         [.text(prefix + "%")])
         #expect(try rows.rows.first?.int("n") == 0)

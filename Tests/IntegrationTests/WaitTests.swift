@@ -131,7 +131,24 @@ import TestSupport
         #expect(waiting.value?.status == 200 && waiting.value?.body == [7])
         #expect(waiting.value?.header("Cache-Status")?.hasSuffix("; collapsed") == true)
         let bad = try service.request("GET", entryPath(namespace, "k") + "?wait=61")
-        #expect(bad.status == 422 || bad.status == 400)
+        #expect(bad.status == 400)
+    }
+
+    /// A wait longer than the request deadline is not cut short by it.
+    @Test func aWaitOutlastsTheRequestDeadline() throws {
+        let service = try TestService {
+            $0.authEnabled = false
+            $0.http.requestTimeout = 1
+        }
+        defer { service.stop() }
+        let path = entryPath(TestService.namespace("long"), "k")
+        #expect(try service.request("GET", path + "?lease=30").header("TeamCache-Lease") != nil)
+        let started = ProcessInfo.processInfo.systemUptime
+        let pending = try service.request("GET", path + "?lease=30&wait=2")
+        let took = ProcessInfo.processInfo.systemUptime - started
+        #expect(pending.status == 404 && pending.header("Cache-Status") == "teamcache; fwd=miss; detail=pending",
+                "\(pending.status) after \(took) s")
+        #expect(took >= 1.9 && took < 2.6, "answered after \(took) s")
     }
 
     /// SIGTERM with many parked waiters: each is answered at once and the process exits fast.
