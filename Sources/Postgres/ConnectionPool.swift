@@ -127,7 +127,9 @@ public final class ConnectionPool: @unchecked Sendable {
 
     private func release(_ connection: PostgresConnection) {
         condition.withLock {
-            if connection.isBroken || connection.carriedLargeMessage {
+            // A connection left inside a transaction (a body that threw before its ROLLBACK
+            // could run, say) is closed rather than returned: closing rolls it back.
+            if connection.isBroken || connection.carriedLargeMessage || !connection.isOutsideTransaction {
                 open -= 1
             } else {
                 idle.append(connection)

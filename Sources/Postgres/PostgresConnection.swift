@@ -76,6 +76,11 @@ public final class PostgresConnection: @unchecked Sendable {
     /// True once libpq has seen the connection fail; such a connection is discarded.
     public var isBroken: Bool { abandoned || PQstatus(handle) != CONNECTION_OK }
 
+    /// Idle and outside any transaction (libpq's own record, no round trip): the only state
+    /// a pooled connection may be handed to the next caller in. One left inside a
+    /// transaction would run the next caller's autocommit statements in it, uncommitted.
+    public var isOutsideTransaction: Bool { PQtransactionStatus(handle) == PQTRANS_IDLE }
+
     /// Checks an idle connection without a round trip: PostgreSQL sends a FATAL message
     /// and closes the socket when it shuts down, so a readable idle socket means trouble.
     func looksHealthy() -> Bool {

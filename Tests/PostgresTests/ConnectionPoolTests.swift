@@ -24,6 +24,25 @@ import TestSupport
         #expect(one == 1)
     }
 
+    /// A connection handed back inside a transaction is never handed out again: the next
+    /// caller's autocommit writes would sit uncommitted in it.
+    @Test func aConnectionLeftInATransactionIsNotReused() throws {
+        let database = try TestDatabase.shared.freshDatabase(prefix: "pooltx")
+        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
+                                        overrides: TestDatabase.shared.overrides(database: database),
+                                        maxConnections: 1, acquireTimeout: 2))
+        try pool.withConnection { try $0.execute("CREATE TABLE t (n int)") }
+        try pool.withConnection { try $0.execute("BEGIN; INSERT INTO t VALUES (1)") }
+        #expect(pool.counts.idle == 0, "the connection in a transaction went back to the pool")
+        try pool.withConnection { connection in
+            #expect(connection.isOutsideTransaction)
+            try connection.query("INSERT INTO t VALUES (2)")
+        }
+        // The second write committed on its own; the first was rolled back with its connection.
+        let rows = try TestDatabase.shared.connect(database: database).query("SELECT count(*)::int8 AS n FROM t")
+        #expect(try rows.first?.int("n") == 1)
+    }
+
     @Test func poolRecoversAfterPostgresRestarts() throws {
         let database = try PrivateCluster("tc-restart", migrated: false)
         defer { database.remove() }
