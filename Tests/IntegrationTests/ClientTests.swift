@@ -18,8 +18,12 @@ import TestSupport
     @Test func rawEntriesRoundTrip() async throws {
         let client = client(try writer(namespace))
         let body = Data(String(repeating: "{\"a\":1}", count: 300).utf8)
+        // A TTL far longer than the test: in a full parallel run, blocking suites can starve the
+        // cooperative pool this async test resumes on for over a minute between two awaits
+        // (seen: a 60 s TTL ran out between the PUT's answer and the GET).
+        let putAt = Date()
         let written = try await client.put(namespace: namespace, key: "a/b c", body: body,
-                                           contentType: "application/json", ttl: 60, tags: ["t1"])
+                                           contentType: "application/json", ttl: 3600, tags: ["t1"])
         #expect(written.created && written.key == "a/b c" && written.encoding == "gzip")
         guard let entry = try await client.get(namespace: namespace, key: "a/b c") else {
             // Diagnostics for a miss seen once in a few full-suite runs: is the row there?
@@ -28,7 +32,7 @@ import TestSupport
             let rows = try PostgresConnection(url: try TestDatabase.shared.migratedDefault()).query(
                 "SELECT count(*)::int8 AS n, max(expires_at)::text AS e, now()::text AS now FROM entries WHERE namespace = $1",
                 [.text(namespace)]).first
-            Issue.record("GET missed after PUT 201; again: \(again.status) \(again.header("Cache-Status") ?? "-"); rows: \(try rows?.int("n") ?? -1) \(try rows?.string("e") ?? "-") \(try rows?.string("now") ?? "-")")
+            Issue.record("GET missed after PUT 201 (\(Date().timeIntervalSince(putAt)) s since the PUT); again: \(again.status) \(again.header("Cache-Status") ?? "-"); rows: \(try rows?.int("n") ?? -1) \(try rows?.string("e") ?? "-") \(try rows?.string("now") ?? "-")")
             return
         }
         #expect(entry.body == body && entry.contentType == "application/json")
