@@ -12,7 +12,8 @@ public final class AccessTracker: @unchecked Sendable {
     /// String raw values: the metric label without reflection (`"\(lookup)"` costs a
     /// dynamic cast per request).
     public enum Lookup: String, Sendable {
-        case hit, stale, miss, bypass
+        /// `collapsed`: a hit answered by waiting for another caller's fill (counted as a hit too).
+        case hit, stale, miss, bypass, collapsed
     }
 
     struct EntryAccess {
@@ -27,13 +28,16 @@ public final class AccessTracker: @unchecked Sendable {
     }
 
     struct NamespaceCounts {
-        var hits = 0, misses = 0, stale = 0, bypass = 0, inputTokens = 0, outputTokens = 0
+        var hits = 0, misses = 0, stale = 0, bypass = 0, collapsed = 0, inputTokens = 0, outputTokens = 0
 
         var isEmpty: Bool { hits == 0 && misses == 0 && stale == 0 && bypass == 0 }
 
         mutating func add(_ lookup: Lookup, _ entry: StoredEntry?) {
             switch lookup {
             case .hit: hits += 1
+            case .collapsed:
+                hits += 1
+                collapsed += 1
             case .stale: stale += 1
             case .miss: misses += 1
             case .bypass: bypass += 1
@@ -48,6 +52,7 @@ public final class AccessTracker: @unchecked Sendable {
             misses += other.misses
             stale += other.stale
             bypass += other.bypass
+            collapsed += other.collapsed
             inputTokens += other.inputTokens
             outputTokens += other.outputTokens
         }
@@ -85,9 +90,10 @@ public final class AccessTracker: @unchecked Sendable {
     /// Lookup counts by namespace, as delta rows the counter fold adds to the totals (an
     /// insert waits for no lock; see `EntryStore.foldCounters`).
     static let flushCountersStatement = """
-        INSERT INTO counter_deltas (namespace, hits, misses, stale, bypass, input_tokens_saved, output_tokens_saved)
+        INSERT INTO counter_deltas (namespace, hits, misses, stale, bypass, input_tokens_saved, output_tokens_saved,
+                                    collapsed)
         SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
-                             $7::bigint[])
+                             $7::bigint[], $8::bigint[])
         """
     /// Entries per flush transaction: row locks are held only this long, so writers that
     /// replace a hot entry never wait behind a flush of the whole batch.
@@ -131,7 +137,7 @@ public final class AccessTracker: @unchecked Sendable {
             var lookupValues: [[String]: Double] = [:], tokenValues: [[String]: Double] = [:]
             for (namespace, total) in totals {
                 for (result, count) in [("hit", total.hits), ("miss", total.misses), ("stale", total.stale),
-                                        ("bypass", total.bypass)] where count > 0 {
+                                        ("bypass", total.bypass), ("collapsed", total.collapsed)] where count > 0 {
                     lookupValues[[namespace, result]] = Double(count)
                 }
                 for (kind, count) in [("input", total.inputTokens), ("output", total.outputTokens)] where count > 0 {
@@ -246,7 +252,7 @@ public final class AccessTracker: @unchecked Sendable {
             .textArray(sorted.map(\.key)), .intArray(sorted.map { Int64($0.value.hits) }),
             .intArray(sorted.map { Int64($0.value.misses) }), .intArray(sorted.map { Int64($0.value.stale) }),
             .intArray(sorted.map { Int64($0.value.bypass) }), .intArray(sorted.map { Int64($0.value.inputTokens) }),
-            .intArray(sorted.map { Int64($0.value.outputTokens) }),
+            .intArray(sorted.map { Int64($0.value.outputTokens) }), .intArray(sorted.map { Int64($0.value.collapsed) }),
         ])
     }
 

@@ -9,6 +9,8 @@ public struct CacheStats: Sendable, Equatable {
     public var misses = 0
     public var stale = 0
     public var bypass = 0
+    /// Hits answered by waiting for another caller's fill (counted in `hits` too).
+    public var collapsed = 0
     public var inputTokensSaved = 0
     public var outputTokensSaved = 0
     public var top: [TopEntry] = []

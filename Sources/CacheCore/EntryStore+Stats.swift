@@ -9,14 +9,14 @@ extension EntryStore {
         SELECT coalesce(sum(entries), 0)::bigint AS entries, coalesce(sum(identity_bytes), 0)::bigint AS identity_bytes,
                coalesce(sum(stored_bytes), 0)::bigint AS stored_bytes, coalesce(sum(hits), 0)::bigint AS hits,
                coalesce(sum(misses), 0)::bigint AS misses, coalesce(sum(stale), 0)::bigint AS stale,
-               coalesce(sum(bypass), 0)::bigint AS bypass,
+               coalesce(sum(bypass), 0)::bigint AS bypass, coalesce(sum(collapsed), 0)::bigint AS collapsed,
                coalesce(sum(input_tokens_saved), 0)::bigint AS input_tokens_saved,
                coalesce(sum(output_tokens_saved), 0)::bigint AS output_tokens_saved
-        FROM (SELECT entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, input_tokens_saved,
+        FROM (SELECT entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, collapsed, input_tokens_saved,
                      output_tokens_saved
               FROM namespace_counters WHERE namespace = $1
               UNION ALL
-              SELECT entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, input_tokens_saved,
+              SELECT entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, collapsed, input_tokens_saved,
                      output_tokens_saved
               FROM counter_deltas WHERE $1 = '' OR namespace = $1) AS totals
         """
@@ -61,6 +61,7 @@ extension EntryStore {
                 stats.misses = try row.int("misses") ?? 0
                 stats.stale = try row.int("stale") ?? 0
                 stats.bypass = try row.int("bypass") ?? 0
+                stats.collapsed = try row.int("collapsed") ?? 0
                 stats.inputTokensSaved = try row.int("input_tokens_saved") ?? 0
                 stats.outputTokensSaved = try row.int("output_tokens_saved") ?? 0
             }

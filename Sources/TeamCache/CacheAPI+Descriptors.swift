@@ -70,7 +70,7 @@ extension CacheAPI {
         }
         var stale = false
         if case .stale = freshness { stale = true }
-        tracker.record(stale ? .stale : .hit, namespace: namespace.name, entry: entry, at: now)
+        tracker.record(stale ? .stale : collapsed ? .collapsed : .hit, namespace: namespace.name, entry: entry, at: now)
         let text = String(decoding: try identityBody(entry), as: UTF8.self)
         let metadata = try entry.metadata.map { try JSONParser.parse($0) } ?? .null
         let answer = JSONValue.object([

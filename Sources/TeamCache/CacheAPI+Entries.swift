@@ -48,7 +48,7 @@ extension CacheAPI {
         if case .stale = freshness {
             tracker.record(.stale, namespace: namespace.name, entry: entry, at: now)
         } else {
-            tracker.record(.hit, namespace: namespace.name, entry: entry, at: now)
+            tracker.record(collapsed ? .collapsed : .hit, namespace: namespace.name, entry: entry, at: now)
         }
         return try hit(entry, freshness: freshness, now: now, request: request, collapsed: collapsed)
     }

@@ -39,7 +39,7 @@ extension CacheAPI {
             ("entries", .int(stats.entries)),
             ("bytes", .object([("identity", .int(stats.identityBytes)), ("stored", .int(stats.storedBytes))])),
             ("lookups", .object([("hit", .int(stats.hits)), ("miss", .int(stats.misses)), ("stale", .int(stats.stale)),
-                                 ("bypass", .int(stats.bypass))])),
+                                 ("bypass", .int(stats.bypass)), ("collapsed", .int(stats.collapsed))])),
             ("hit_ratio", .double((stats.hitRatio * 10000).rounded() / 10000)),
             ("tokens_saved", .object([("input", .int(stats.inputTokensSaved)),
                                       ("output", .int(stats.outputTokensSaved))])),

@@ -103,6 +103,14 @@ import TestSupport
         let metrics = try service.request("GET", "/metrics").text
         #expect(metricSample(metrics, "teamcache_waits_total{outcome=\"handed_over\"}") == 1)
         #expect(metricSample(metrics, "teamcache_waits_total{outcome=\"filled\"}") == 9)
+        // Collapsed answers are hits, and counted as collapsed too, in metrics and in stats.
+        #expect(metrics.contains("teamcache_lookups_total{namespace=\"_other\",result=\"collapsed\"} 9")
+                    || metrics.contains("teamcache_lookups_total{namespace=\"\(namespace)\",result=\"collapsed\"} 9"))
+        try service.app.tracker.flush()
+        let stats = try #require(try JSONSerialization.jsonObject(
+            with: Data(service.request("GET", "/v1/caches/\(namespace)/stats").body)) as? [String: Any])
+        let lookups = try #require(stats["lookups"] as? [String: Any])
+        #expect(lookups["collapsed"] as? Int == 9 && lookups["hit"] as? Int == 9, "\(lookups)")
     }
 
     /// A wait that runs out answers `pending` on time, never much later; a raw GET waits too.
