@@ -19,14 +19,25 @@ extension CacheAPI {
         }
         let holder = principal.token?.id
         let answers = Self.entryMissAnswers(requestID: request.requestID) { [self] in miss(false, request) }
+        // A watch: `wait` with If-None-Match holds the request while the answer would be 304.
+        let watched = budget == nil ? nil : EntityTagList(request.headers, "If-None-Match")
         return .read(namespace, key) { [self] entry, mayPark in
+            if let watched, let entry, mayPark, let budget, let waiters, budget.remaining > 0,
+               watched.matchesWeakly(entry.etag), Freshness.of(entry, now: clock.now(), maxStale: control.maxStale) != .expired {
+                budget.waited = true
+                return .park(seconds: waiters.recheckDelay(untilDeadline: budget.remaining))
+            }
+            // A watch that saw a change is an update, not a fill it waited for.
+            let collapsed = budget?.waited == true && watched == nil
             if let answer = try answerGet(entry, namespace: namespace, control: control, request: request,
-                                          collapsed: budget?.waited == true) {
-                if budget?.waited == true { waiters?.count("filled") }
+                                          collapsed: collapsed) {
+                if collapsed { waiters?.count("filled") }
                 return .response(answer)
             }
-            // A caller that takes only cached answers neither fills a key nor waits for one.
+            // A caller that takes only cached answers neither fills a key nor waits for one;
+            // a watched entry that went away is answered at once (404).
             guard !control.onlyIfCached else { return .response(miss(true, request)) }
+            if watched != nil && budget?.waited == true { return .response(miss(false, request)) }
             return missStep(namespace, key, lease: leaseSeconds, holder: holder, budget: budget, mayPark: mayPark,
                             request: request, answers: answers)
         }

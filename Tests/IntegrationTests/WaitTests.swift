@@ -142,6 +142,55 @@ import TestSupport
         #expect(bad.status == 400)
     }
 
+    /// A watch: GET with If-None-Match and `wait` returns within 100 ms of a PUT on the other
+    /// replica, `404` when the entry is deleted, and `304` after the wait when nothing changes.
+    @Test func aWatchReturnsWhenTheEntryChangesOnAnotherReplica() throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "watch")
+        let replicas = [try ServeProcess(database: database), try ServeProcess(database: database)]
+        defer { for replica in replicas { replica.stop(SIGTERM) } }
+        for replica in replicas { try #require(replica.waitUntilListening()) }
+        let path = "/v1/caches/watch/entries/k"
+        let first = try RawClient(port: replicas[0].port, timeout: 10).request("PUT", path, body: [1])
+        let etag = try #require(first.header("ETag"))
+        @Sendable func watch(_ port: Int, wait: Int) -> (RawClient.Response?, TimeInterval) {
+            let response = try? RawClient(port: port, timeout: 30).request(
+                "GET", path + "?wait=\(wait)", headers: [("If-None-Match", etag)])
+            return (response, ProcessInfo.processInfo.systemUptime)
+        }
+        // Nothing changes: 304 after the wait.
+        let started = ProcessInfo.processInfo.systemUptime
+        let (unchanged, ended) = watch(replicas[1].port, wait: 1)
+        #expect(unchanged?.status == 304 && ended - started >= 0.95 && ended - started < 1.6)
+        // A PUT on the other replica ends the watch with the new entry.
+        let result = Locked<(RawClient.Response?, TimeInterval)>((nil, 0))
+        let done = DispatchSemaphore(value: 0)
+        let port = replicas[1].port
+        Thread.detachNewThread {
+            let answer = watch(port, wait: 10)
+            result.update { $0 = answer }
+            done.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(try RawClient(port: replicas[0].port, timeout: 10).request("PUT", path, body: [2]).status == 200)
+        let written = ProcessInfo.processInfo.systemUptime
+        #expect(done.wait(timeout: .now() + 5) == .success)
+        let (changed, at) = result.value
+        #expect(changed?.status == 200 && changed?.body == [2])
+        #expect(at - written < 0.1, "the watch answered \(at - written) s after the write")
+        // A DELETE ends a watch of the new version with 404.
+        let newTag = try #require(changed?.header("ETag"))
+        Thread.detachNewThread {
+            let response = try? RawClient(port: port, timeout: 30).request(
+                "GET", path + "?wait=10", headers: [("If-None-Match", newTag)])
+            result.update { $0 = (response, ProcessInfo.processInfo.systemUptime) }
+            done.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(try RawClient(port: replicas[0].port, timeout: 10).request("DELETE", path).status == 204)
+        #expect(done.wait(timeout: .now() + 5) == .success)
+        #expect(result.value.0?.status == 404)
+    }
+
     /// A wait longer than the request deadline is not cut short by it.
     @Test func aWaitOutlastsTheRequestDeadline() throws {
         let service = try TestService {
