@@ -98,6 +98,10 @@ public final class LeaseStore: Sendable {
         return true
     }
 
+    /// Counts a grant that went to a caller who waited for the key (the previous holder gave
+    /// the lease back or let it run out): a hand-over.
+    public func countHandOver() { outcomes?.inc(["handed_over"]) }
+
     /// Deletes expired leases (the eviction job); returns how many.
     @discardableResult
     public func sweep(on connection: PostgresConnection) throws -> Int {

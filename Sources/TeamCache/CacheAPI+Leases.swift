@@ -25,7 +25,10 @@ extension CacheAPI {
             let grant = try guarded(request) { try leases.grant(namespace, key, seconds: seconds, holder: holder) }
             switch grant {
             case .granted(let lease):
-                if budget?.waited == true { waiters?.count("handed_over") }
+                if budget?.waited == true {
+                    waiters?.count("handed_over")
+                    leases.countHandOver()
+                }
                 return .response(answers.granted(lease))
             case .held(let retryAfter):
                 if mayPark, let budget, let waiters, budget.remaining > 0 {

@@ -102,6 +102,7 @@ import TestSupport
         #expect(answers.value.filter { $0.object["collapsed"] as? Bool == true }.count == 9)
         let metrics = try service.request("GET", "/metrics").text
         #expect(metricSample(metrics, "teamcache_waits_total{outcome=\"handed_over\"}") == 1)
+        #expect(metricSample(metrics, "teamcache_leases_total{outcome=\"handed_over\"}") == 1)
         #expect(metricSample(metrics, "teamcache_waits_total{outcome=\"filled\"}") == 9)
         // Collapsed answers are hits, and counted as collapsed too, in metrics and in stats.
         #expect(metrics.contains("teamcache_lookups_total{namespace=\"_other\",result=\"collapsed\"} 9")
