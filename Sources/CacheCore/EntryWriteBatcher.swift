@@ -149,8 +149,9 @@ final class EntryWriteBatcher: @unchecked Sendable {
     }
 
     private static func run(_ writes: [EntryWrite], store: EntryStore) -> [Result<WriteOutcome, any Error>] {
-        let kind = Kind(writes[0].condition)
-        if writes.count == 1 && kind == .match { return [Result { try store.putOne(writes[0]) }] }
+        guard let first = writes.first else { return [] }
+        let kind = Kind(first.condition)
+        if writes.count == 1 && kind == .match { return [Result { try store.putOne(first) }] }
         do {
             if kind == .match { return try putBatch(writes, store: store).map { .success($0) } }
             return try EntryGroupWrite.run(writes, createOnly: kind == .createOnly, store: store).map { .success($0) }
