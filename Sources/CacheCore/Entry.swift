@@ -17,6 +17,9 @@ public struct StoredEntry: Sendable {
     public let outputTokens: Int
     public let updatedAt: Date
     public let expiresAt: Date
+    /// Seconds after `expiresAt` for which the entry is still served, while one caller
+    /// refreshes it (RFC 5861 `stale-while-revalidate`); 0: no such window.
+    public var staleWhileRevalidate = 0
 }
 
 /// Whether a stored entry may be served now.
@@ -25,6 +28,9 @@ public enum Freshness: Equatable, Sendable {
     case fresh(ttl: Int)
     /// Expired `by` seconds but allowed by the request's `max-stale`.
     case stale(by: Int)
+    /// Expired `by` seconds, within the entry's stale-while-revalidate window: served, and
+    /// one caller is asked to refresh it.
+    case revalidate(by: Int)
     /// Expired beyond what the request accepts: a miss.
     case expired
 
@@ -33,6 +39,7 @@ public enum Freshness: Equatable, Sendable {
         let left = entry.expiresAt.timeIntervalSince(now)
         if left > 0 { return .fresh(ttl: wholeSeconds(left, up: true)) }
         let overdue = wholeSeconds(-left, up: false)
+        if overdue < entry.staleWhileRevalidate { return .revalidate(by: max(overdue, 1)) }
         if let maxStale, overdue <= maxStale { return .stale(by: max(overdue, 1)) }
         return .expired
     }
@@ -61,6 +68,8 @@ public struct EntryWrite: Sendable {
     public var outputTokens = 0
     /// nil: the namespace's default TTL, else the server's.
     public var ttlSeconds: Int?
+    /// Seconds past expiry the entry is still served while it is refreshed (0: none).
+    public var staleWhileRevalidate = 0
     public var writerTokenID: Int64?
     public var condition: WriteCondition = .none
 

@@ -26,10 +26,10 @@ enum EntryGroupWrite {
                    octet_length(b.body) - coalesce(o.stored_size, 0) AS growth
             FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[], $5::text[], $6::int8[], $7::text[],
                         $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int8[], $14::int8[],
-                        $15::int8[], $16::int8[])
+                        $15::int8[], $16::int8[], $22::int4[])
                  WITH ORDINALITY AS b(namespace, key, body, encoding, content_type, identity_size, etag, model,
                                       version, prompt_digest, tags, metadata, input_tokens, output_tokens, ttl,
-                                      writer, ordinal)
+                                      writer, stale_while_revalidate, ordinal)
             -- LATERAL: one index probe per row. A generic plan (the statement is prepared, and
             -- knows nothing of the arrays' lengths) would otherwise hash-join a scan of the table.
             LEFT JOIN LATERAL (SELECT default_ttl_seconds, max_bytes FROM namespace_settings
@@ -50,12 +50,12 @@ enum EntryGroupWrite {
         written AS (
             INSERT INTO entries AS e (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
                                       model, version, prompt_digest, tags, metadata, input_tokens, output_tokens,
-                                      created_at, updated_at, expires_at, writer_token_id)
+                                      created_at, updated_at, expires_at, writer_token_id, stale_while_revalidate)
             SELECT namespace, key, body, encoding, content_type, identity_size, octet_length(body), etag, model,
                    version, prompt_digest,
                    CASE WHEN tags = '[]' THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(tags::jsonb)) END,
                    metadata::jsonb, input_tokens, output_tokens, $17, $17,
-                   $17 + make_interval(secs => coalesce(ttl, namespace_ttl, $18::int8)), writer
+                   $17 + make_interval(secs => coalesce(ttl, namespace_ttl, $18::int8)), writer, stale_while_revalidate
             FROM admitted ORDER BY namespace COLLATE "C", key
             ON CONFLICT ON CONSTRAINT entries_namespace_key DO UPDATE
                SET body = excluded.body, encoding = excluded.encoding, content_type = excluded.content_type,
@@ -64,6 +64,7 @@ enum EntryGroupWrite {
                    tags = excluded.tags, metadata = excluded.metadata, input_tokens = excluded.input_tokens,
                    output_tokens = excluded.output_tokens, updated_at = excluded.updated_at,
                    expires_at = excluded.expires_at, writer_token_id = excluded.writer_token_id,
+                   stale_while_revalidate = excluded.stale_while_revalidate,
                    created_at = CASE WHEN e.expires_at <= $17 THEN excluded.created_at ELSE e.created_at END
                WHERE NOT $21::bool OR e.expires_at <= $17
             RETURNING e.id, e.namespace, e.key, e.expires_at, e.created_at = $17 AS created),
@@ -99,6 +100,7 @@ enum EntryGroupWrite {
             .optionalIntArray(writes.map(\.writerTokenID)),
             .timestamp(now), .int(store.policy.defaultTTL), .int(store.policy.storeHardCap),
             .double(store.policy.hardCapRatio), .bool(createOnly),
+            .intArray(writes.map { Int64($0.staleWhileRevalidate) }),
         ]
         let result = try store.pool.withConnection { try $0.query(statement, parameters) }
         guard result.rowCount == writes.count else {

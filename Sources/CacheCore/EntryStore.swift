@@ -9,12 +9,12 @@ public final class EntryStore: Sendable {
     /// What a read returns of an entry (decoded by `entry(_:)`).
     static let entryColumns = """
         id, namespace, key, body, encoding, content_type, identity_size, etag, model, metadata::text AS metadata,
-        input_tokens, output_tokens, updated_at, expires_at
+        input_tokens, output_tokens, updated_at, expires_at, stale_while_revalidate
         """
     static let selectEntry = "SELECT \(entryColumns) FROM entries WHERE namespace = $1 AND key = $2"
     static let putEntry = """
         SELECT outcome, entry_id, expires_at FROM tc_put_entry($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-            $12::jsonb, $13, $14, $15, $16::bigint, $17, $18::bigint, $19, $20, $21, $22)
+            $12::jsonb, $13, $14, $15, $16::bigint, $17, $18::bigint, $19, $20, $21, $22, $23::int4)
         """
     /// An expired entry is absent to DELETE (404) as to every write; it stays for `max-stale`
     /// reads until the eviction job removes it.
@@ -66,7 +66,7 @@ public final class EntryStore: Sendable {
             .int(write.inputTokens), .int(write.outputTokens), .timestamp(clock.now()),
             write.ttlSeconds.map { .int($0) } ?? .null, .int(policy.defaultTTL),
             write.writerTokenID.map { .int($0) } ?? .null, .text(condition.name), .textArray(condition.tags),
-            .int(policy.storeHardCap), .double(policy.hardCapRatio),
+            .int(policy.storeHardCap), .double(policy.hardCapRatio), .int(write.staleWhileRevalidate),
         ]
         // A deadlock or serialization failure rolled the write back whole: run it again.
         var attempt = 1
@@ -124,6 +124,8 @@ public final class EntryStore: Sendable {
                            contentType: contentType, identitySize: identitySize, etag: etag,
                            model: try row.string("model"), metadata: try row.string("metadata"),
                            inputTokens: try row.int("input_tokens") ?? 0, outputTokens: try row.int("output_tokens") ?? 0,
-                           updatedAt: updatedAt, expiresAt: expiresAt)
+                           updatedAt: updatedAt, expiresAt: expiresAt,
+                           // An older schema's row has no window; a negative one (written by hand) is none.
+                           staleWhileRevalidate: max(0, (try? row.int("stale_while_revalidate")) ?? 0))
     }
 }

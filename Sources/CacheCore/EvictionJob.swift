@@ -33,9 +33,14 @@ public final class EvictionJob: Sendable {
     // it survives instead of being deleted after its writer got 200. Conditions on joined
     // tables are not rechecked that way, so each statement states one on the entry row itself
     // (`updated_at`).
+    //
+    // Expired: past the stale retention (`$1`) and past the entry's own stale-while-revalidate
+    // window (`$3` is now), so a window longer than the retention is honoured.
     static let deleteExpired = """
         WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
-            SELECT id FROM entries WHERE expires_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)) AND expires_at < $1
+            SELECT id FROM entries WHERE expires_at < $1 AND expires_at + make_interval(secs => stale_while_revalidate) < $3
+            LIMIT $2 FOR UPDATE SKIP LOCKED))
+          AND expires_at < $1 AND expires_at + make_interval(secs => stale_while_revalidate) < $3
             RETURNING stored_size)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
@@ -151,7 +156,7 @@ public final class EvictionJob: Sendable {
         var report = Report()
         let expiredBefore = now.addingTimeInterval(-Double(policy.staleRetention))
         try drain(.expired, into: &report) {
-            try connection.query(Self.deleteExpired, [.timestamp(expiredBefore), .int(Self.batchSize)])
+            try connection.query(Self.deleteExpired, [.timestamp(expiredBefore), .int(Self.batchSize), .timestamp(now)])
         }
         let idleBefore = now.addingTimeInterval(-Double(policy.idleTTL))
         try drain(.idle, into: &report) {

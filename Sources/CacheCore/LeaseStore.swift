@@ -49,6 +49,7 @@ public final class LeaseStore: Sendable {
 
     private let pool: ConnectionPool
     private let outcomes: CounterFamily?
+    private let held = HeldLeases()
 
     public init(pool: ConnectionPool, metrics: MetricsRegistry? = nil) {
         self.pool = pool
@@ -73,6 +74,36 @@ public final class LeaseStore: Sendable {
         return .granted(Lease(id: id, expiresIn: seconds))
     }
 
+    /// A refresh lease (stale-while-revalidate) of `seconds` on (namespace, key), or nil
+    /// when a live lease is held, by what this process knows or else by asking PostgreSQL.
+    /// A failure to ask is nil too: the stale answer is served either way, and the next
+    /// stale answer asks again.
+    public func refresh(_ namespace: Namespace, _ key: EntryKey, seconds: Int, holder: Int64?) -> Lease? {
+        guard !held.isHeld(namespace.name, key.bytes) else { return nil }
+        switch try? grant(namespace, key, seconds: seconds, holder: holder) {
+        case .granted(let lease)?:
+            held.note(namespace.name, key.bytes, seconds: lease.expiresIn)
+            return lease
+        case .held(let retryAfter)?:
+            held.note(namespace.name, key.bytes, seconds: retryAfter)
+            return nil
+        case nil:
+            return nil
+        }
+    }
+
+    /// Whether this process knows (namespace, key) to be leased right now, without asking.
+    public func isKnownHeld(_ namespace: Namespace, _ key: EntryKey) -> Bool {
+        held.isHeld(namespace.name, key.bytes)
+    }
+
+    /// The key changed or its lease ended (a notification): what was known of its lease is
+    /// stale. `key` nil: every key of the namespace; `namespace` nil: every key.
+    public func forgetHeld(namespace: String?, key: [UInt8]?) {
+        guard let namespace else { return held.forgetAll() }
+        held.forget(namespace, key)
+    }
+
     /// Completes the lease `id` (its holder's write landed); false when it is unknown, not
     /// this holder's, or already finished. The write stands either way.
     @discardableResult
@@ -94,6 +125,7 @@ public final class LeaseStore: Sendable {
             ]).first
         }
         guard let row else { return false }
+        held.forget(namespace.name, key.bytes)
         outcomes?.inc([try row.bool("live") == true ? outcome : "expired"])
         return true
     }

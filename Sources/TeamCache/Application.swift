@@ -58,7 +58,7 @@ public final class Application: Sendable {
         // Requests with `wait` park on their loop; they need the loops' batched reads.
         let waiters = configuration.readBatch > 0 ? Waiters(capacity: configuration.maxWaiters, metrics: metrics) : nil
         let url = database.url, limits = configuration.sessionLimits
-        let listener = waiters.map { KeyListener(url: url, limits: limits, waiters: $0) }
+        let listener = waiters.map { KeyListener(url: url, limits: limits, waiters: $0, leases: leases) }
         self.listener = listener
         self.waiters = waiters
         let api = CacheAPI(store: store, tracker: tracker, eviction: eviction, leases: leases, waiters: waiters,

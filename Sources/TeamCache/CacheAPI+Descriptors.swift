@@ -7,7 +7,8 @@ import HTTPServer
 extension CacheAPI {
     static let descriptorMembers: Set<String> = ["prompt", "messages", "model", "schema", "params", "version"]
     static let lookupMembers = descriptorMembers.union(["max_stale", "refresh", "lease", "wait"])
-    static let upsertMembers = descriptorMembers.union(["response", "metadata", "ttl", "tags", "lease"])
+    static let upsertMembers = descriptorMembers.union(["response", "metadata", "ttl", "tags", "lease",
+                                                        "stale_while_revalidate"])
 
     /// A descriptor lookup: parsed here; answered by `answerLookup` once the entry is read.
     func planLookup(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> ReadPlan {
@@ -33,8 +34,16 @@ extension CacheAPI {
         let budget = wait.flatMap { $0 > 0 ? WaitBudget(seconds: $0) : nil }
         let answers = Self.lookupMissAnswers(key: key)
         return .read(namespace, entryKey) { [self] entry, mayPark in
+            let now = clock.now()
+            if let entry, entry.model == model, case .revalidate = Freshness.of(entry, now: now, maxStale: maxStale) {
+                let collapsed = budget?.waited == true
+                return try revalidateStep(namespace, entryKey, lease: leaseSeconds, holder: holder) { [self] lease in
+                    try answerLookup(entry, key: key, model: model, namespace: namespace, maxStale: maxStale,
+                                     collapsed: collapsed, now: now, revalidate: lease) ?? Self.lookupMiss(key)
+                }
+            }
             if let answer = try answerLookup(entry, key: key, model: model, namespace: namespace, maxStale: maxStale,
-                                             collapsed: budget?.waited == true) {
+                                             collapsed: budget?.waited == true, now: now) {
                 if budget?.waited == true { waiters?.count("filled") }
                 return .response(answer)
             }
@@ -55,9 +64,10 @@ extension CacheAPI {
     }
 
     /// The hit (or stale) answer; nil for a miss (counted here), which the caller answers.
+    /// `revalidate`: a refresh lease granted with a stale-while-revalidate answer.
     private func answerLookup(_ entry: StoredEntry?, key: String, model: String, namespace: Namespace,
-                              maxStale: Int?, collapsed: Bool) throws -> HTTPResponse? {
-        let now = clock.now()
+                              maxStale: Int?, collapsed: Bool, now: Date, revalidate: Lease? = nil) throws
+        -> HTTPResponse? {
         // The model must match exactly: a defence against collisions and mix-ups.
         guard let entry, entry.model == model else {
             tracker.record(.miss, namespace: namespace.name, at: now)
@@ -68,8 +78,11 @@ extension CacheAPI {
             tracker.record(.miss, namespace: namespace.name, at: now)
             return nil
         }
-        var stale = false
-        if case .stale = freshness { stale = true }
+        let stale: Bool
+        switch freshness {
+        case .stale, .revalidate: stale = true
+        case .fresh, .expired: stale = false
+        }
         tracker.record(stale ? .stale : collapsed ? .collapsed : .hit, namespace: namespace.name, entry: entry, at: now)
         let text = String(decoding: try identityBody(entry), as: UTF8.self)
         let metadata = try entry.metadata.map { try JSONParser.parse($0) } ?? .null
@@ -77,7 +90,10 @@ extension CacheAPI {
             ("hit", .bool(true)), ("key", .string(key)), ("response", .string(text)), ("metadata", metadata),
             ("age", .int(max(0, Freshness.wholeSeconds(now.timeIntervalSince(entry.updatedAt), up: false)))),
             ("stale", .bool(stale)),
-        ] + (collapsed ? [("collapsed", .bool(true))] : []))
+        ] + (collapsed ? [("collapsed", .bool(true))] : [])
+          + (revalidate.map { lease in
+              [("revalidate", .object([("lease", .string(lease.id)), ("expires_in", .int(lease.expiresIn))]))]
+          } ?? []))
         return .json(200, answer.serialized)
     }
 
@@ -105,6 +121,8 @@ extension CacheAPI {
         write.version = descriptor.version
         write.promptDigest = descriptor.promptDigest
         write.ttlSeconds = try Self.optionalInteger(json["ttl"], name: "ttl", 1...policy.maxTTL)
+        write.staleWhileRevalidate = try Self.optionalInteger(json["stale_while_revalidate"],
+                                                              name: "stale_while_revalidate", 0...policy.maxTTL) ?? 0
         write.tags = try Self.tags(json["tags"])
         try Self.applyMetadata(json["metadata"], to: &write)
         write.writerTokenID = principal.token?.id

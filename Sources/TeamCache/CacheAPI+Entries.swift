@@ -29,8 +29,16 @@ extension CacheAPI {
             }
             // A watch that saw a change is an update, not a fill it waited for.
             let collapsed = budget?.waited == true && watched == nil
+            let now = clock.now()
+            // Only GET is handed a refresh lease: a HEAD answers the same, without the lease.
+            if let entry, request.method == "GET", case .revalidate = Freshness.of(entry, now: now, maxStale: control.maxStale) {
+                return try revalidateStep(namespace, key, lease: leaseSeconds, holder: holder) { [self] lease in
+                    try answerGet(entry, namespace: namespace, control: control, request: request, collapsed: collapsed,
+                                  now: now, revalidate: lease) ?? miss(false, request)
+                }
+            }
             if let answer = try answerGet(entry, namespace: namespace, control: control, request: request,
-                                          collapsed: collapsed) {
+                                          collapsed: collapsed, now: now) {
                 if collapsed { waiters?.count("filled") }
                 return .response(answer)
             }
@@ -44,9 +52,10 @@ extension CacheAPI {
     }
 
     /// The hit (or stale, or 304) answer; nil for a miss (counted here), which the caller answers.
+    /// `revalidate`: a refresh lease granted with a stale-while-revalidate answer.
     private func answerGet(_ entry: StoredEntry?, namespace: Namespace, control: RequestCacheControl,
-                           request: HTTPRequest, collapsed: Bool) throws -> HTTPResponse? {
-        let now = clock.now()
+                           request: HTTPRequest, collapsed: Bool, now: Date, revalidate: Lease? = nil) throws
+        -> HTTPResponse? {
         guard let entry else {
             tracker.record(.miss, namespace: namespace.name, at: now)
             return nil
@@ -56,12 +65,15 @@ extension CacheAPI {
             tracker.record(.miss, namespace: namespace.name, at: now)
             return nil
         }
-        if case .stale = freshness {
-            tracker.record(.stale, namespace: namespace.name, entry: entry, at: now)
-        } else {
-            tracker.record(collapsed ? .collapsed : .hit, namespace: namespace.name, entry: entry, at: now)
+        switch freshness {
+        case .stale, .revalidate: tracker.record(.stale, namespace: namespace.name, entry: entry, at: now)
+        case .fresh, .expired: tracker.record(collapsed ? .collapsed : .hit, namespace: namespace.name, entry: entry, at: now)
         }
-        return try hit(entry, freshness: freshness, now: now, request: request, collapsed: collapsed)
+        var response = try hit(entry, freshness: freshness, now: now, request: request, collapsed: collapsed)
+        if let revalidate {
+            response.headers.add("TeamCache-Lease", "\(revalidate.id); expires_in=\(revalidate.expiresIn)")
+        }
+        return response
     }
 
     func miss(_ onlyIfCached: Bool, _ request: HTTPRequest) -> HTTPResponse {
@@ -89,7 +101,8 @@ extension CacheAPI {
         headers.add("Vary", "Accept-Encoding")
         switch freshness {
         case .fresh(let ttl): headers.add("Cache-Status", "teamcache; hit; ttl=\(ttl)\(collapsedMark)")
-        case .stale(let overdue): headers.add("Cache-Status", "teamcache; hit; ttl=-\(overdue)\(collapsedMark)")
+        case .stale(let overdue), .revalidate(let overdue):
+            headers.add("Cache-Status", "teamcache; hit; ttl=-\(overdue)\(collapsedMark)")
         case .expired: break
         }
         if let condition = EntityTagList(request.headers, "If-None-Match"), condition.matchesWeakly(entry.etag) {
@@ -124,6 +137,7 @@ extension CacheAPI {
         let body = try storedBody(request, contentType: contentType)
         var write = EntryWrite(namespace: namespace, key: key, body: body, contentType: contentType)
         write.ttlSeconds = ttl
+        write.staleWhileRevalidate = try Self.staleWhileRevalidate(request.headers, max: policy.maxTTL)
         write.tags = try RequestParsing.tags(HeaderList.split(request.headers, "Cache-Tag").map(HeaderList.unquote))
         write.condition = try Self.condition(request.headers)
         write.writerTokenID = principal.token?.id
@@ -173,6 +187,22 @@ extension CacheAPI {
             throw HTTPError(400, "Content-Type must be a media type of at most 256 bytes.")
         }
         return header
+    }
+
+    /// `Cache-Control: stale-while-revalidate=N` on a PUT (RFC 5861 §3): how long past expiry
+    /// the entry is still served while it is refreshed. A PUT states what to store, so a bad
+    /// value is refused (400) rather than ignored as a read's directives are; other
+    /// directives are ignored.
+    static func staleWhileRevalidate(_ headers: HTTPHeaders, max: Int) throws -> Int {
+        guard headers.contains("Cache-Control") else { return 0 }
+        var seconds = 0
+        for directive in HeaderList.elements(headers, "Cache-Control") where directive.name == "stale-while-revalidate" {
+            guard let text = directive.value, let value = HeaderList.deltaSeconds(text), value <= max else {
+                throw HTTPError(400, "`stale-while-revalidate` must be a number of seconds from 0 to \(max).")
+            }
+            seconds = value
+        }
+        return seconds
     }
 
     static func condition(_ headers: HTTPHeaders) throws -> WriteCondition {

@@ -43,6 +43,22 @@ extension CacheAPI {
         }
     }
 
+    /// A refresh lease's length when the request names none (`lease`), in seconds.
+    static let refreshLeaseSeconds = 30
+
+    /// A stale-while-revalidate answer: the stale entry, and with it a refresh lease for the
+    /// first caller since the entry expired (or since the last refresh lease ran out); every
+    /// other caller meanwhile gets the stale answer alone. Asking for the lease may block, so
+    /// a loop hands it to a worker, unless this process already knows the key is leased.
+    func revalidateStep(_ namespace: Namespace, _ key: EntryKey, lease seconds: Int?, holder: Int64?,
+                        answer: @escaping @Sendable (Lease?) throws -> HTTPResponse) throws -> ReadAnswer {
+        if leases.isKnownHeld(namespace, key) { return .response(try answer(nil)) }
+        let seconds = seconds ?? Self.refreshLeaseSeconds
+        return .blocking { [self] in
+            .response(try answer(leases.refresh(namespace, key, seconds: seconds, holder: holder)))
+        }
+    }
+
     /// The answers a miss can end in, per route.
     struct MissAnswers: Sendable {
         let miss: @Sendable () -> HTTPResponse

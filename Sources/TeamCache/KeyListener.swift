@@ -1,3 +1,4 @@
+import CacheCore
 import Foundation
 import HTTPServer
 import Postgres
@@ -13,25 +14,31 @@ final class KeyListener: @unchecked Sendable {
 
     private let connection: LoopConnection
     private let waiters: Waiters
+    private let leases: LeaseStore?
 
-    init(url: String, limits: SessionLimits, waiters: Waiters) {
+    init(url: String, limits: SessionLimits, waiters: Waiters, leases: LeaseStore? = nil) {
         var configuration = LoopConnection.Configuration(url: url, statements: [])
         configuration.setup = ["LISTEN \(Self.channel)"]
         configuration.limits = limits
         connection = LoopConnection(configuration)
         self.waiters = waiters
+        self.leases = leases
     }
 
     /// Starts listening from `loop` (on its thread, before it serves).
     func attach(to loop: EventLoop) {
-        let waiters = self.waiters, connection = self.connection
+        let waiters = self.waiters, connection = self.connection, leases = self.leases
         connection.onNotification = { channel, payload in
             guard channel == Self.channel, let (namespace, key) = Self.parse(payload) else { return }
+            leases?.forgetHeld(namespace: namespace, key: key)
             waiters.wake(namespace: namespace, key: key)
         }
         connection.onOpenChange = { open in
             waiters.setListener(up: open)
-            if open { waiters.wakeAll(final: false) }
+            if open {
+                leases?.forgetHeld(namespace: nil, key: nil)
+                waiters.wakeAll(final: false)
+            }
         }
         connection.attach(to: loop)
         loop.onEachIteration { connection.connectIfDue() }
