@@ -7,17 +7,15 @@ import Foundation
 /// Only ever a shortcut to "no lease for you": an entry is dropped when its lease runs out,
 /// when the key changes or its lease ends on any replica (the key listener), and it is never
 /// consulted to grant anything. Bounded: past `capacity` keys, nothing more is noted (those
-/// keys just ask the database each time).
+/// keys just ask the database each time), and expired keys are pruned at most once a second.
 final class HeldLeases: @unchecked Sendable {
-    // @unchecked: `until` is guarded by `lock`.
-    private struct Held: Hashable {
-        let namespace: String
-        let key: [UInt8]
-    }
-
+    // @unchecked: `until`, `count` and `nextPrune` are guarded by `lock`.
     let capacity: Int
     private let lock = NSLock()
-    private var until: [Held: TimeInterval] = [:]
+    /// By namespace, so a namespace-wide notification forgets in one step.
+    private var until: [String: [[UInt8]: TimeInterval]] = [:]
+    private var held = 0
+    private var nextPrune: TimeInterval = 0
 
     init(capacity: Int = 10_000) { self.capacity = capacity }
 
@@ -26,40 +24,63 @@ final class HeldLeases: @unchecked Sendable {
     /// Whether (namespace, key) is known to be leased right now.
     func isHeld(_ namespace: String, _ key: [UInt8]) -> Bool {
         lock.withLock {
-            guard let end = until[Held(namespace: namespace, key: key)] else { return false }
+            guard let end = until[namespace]?[key] else { return false }
             if end > Self.now { return true }
-            until[Held(namespace: namespace, key: key)] = nil
+            remove(namespace, key)
             return false
         }
     }
 
     /// Notes that (namespace, key) is leased for `seconds` more.
     func note(_ namespace: String, _ key: [UInt8], seconds: Int) {
-        let end = Self.now + Double(max(0, seconds))
+        let now = Self.now
         lock.withLock {
-            if until.count >= capacity {
-                let now = Self.now
-                until = until.filter { $0.value > now }
-                guard until.count < capacity else { return }
+            if held >= capacity && now >= nextPrune {
+                nextPrune = now + 1
+                prune(now)
             }
-            until[Held(namespace: namespace, key: key)] = end
+            guard held < capacity || until[namespace]?[key] != nil else { return }
+            if until[namespace, default: [:]].updateValue(now + Double(max(0, seconds)), forKey: key) == nil {
+                held += 1
+            }
         }
     }
 
     /// Forgets (namespace, key), or every key of the namespace when `key` is nil.
     func forget(_ namespace: String, _ key: [UInt8]?) {
         lock.withLock {
-            guard !until.isEmpty else { return }
+            guard held > 0 else { return }
             if let key {
-                until[Held(namespace: namespace, key: key)] = nil
-            } else {
-                until = until.filter { $0.key.namespace != namespace }
+                remove(namespace, key)
+            } else if let keys = until.removeValue(forKey: namespace) {
+                held -= keys.count
             }
         }
     }
 
     /// Forgets everything (notifications may have been missed).
-    func forgetAll() { lock.withLock { until.removeAll() } }
+    func forgetAll() {
+        lock.withLock {
+            until.removeAll()
+            held = 0
+        }
+    }
 
-    var count: Int { lock.withLock { until.count } }
+    var count: Int { lock.withLock { held } }
+
+    /// Under `lock`.
+    private func remove(_ namespace: String, _ key: [UInt8]) {
+        guard until[namespace]?.removeValue(forKey: key) != nil else { return }
+        held -= 1
+        if until[namespace]?.isEmpty == true { until[namespace] = nil }
+    }
+
+    /// Under `lock`.
+    private func prune(_ now: TimeInterval) {
+        until = until.compactMapValues { keys in
+            let live = keys.filter { $0.value > now }
+            return live.isEmpty ? nil : live
+        }
+        held = until.values.reduce(0) { $0 + $1.count }
+    }
 }

@@ -21,4 +21,21 @@ import Testing
         #expect(Freshness.of(entry(expiresIn: -1, now: now), now: now, maxStale: nil) == .expired)
         #expect(Freshness.of(entry(expiresIn: -99_999, now: now), now: now, maxStale: Int.max) == .stale(by: 99_999))
     }
+
+    /// The stale-while-revalidate window: [expiry, expiry + N), before any max-stale.
+    @Test func theRevalidateWindowComesBeforeMaxStale() {
+        let now = Date(timeIntervalSince1970: 1_780_000_000.5)
+        func windowed(_ seconds: TimeInterval, _ window: Int) -> StoredEntry {
+            var stored = entry(expiresIn: seconds, now: now)
+            stored.staleWhileRevalidate = window
+            return stored
+        }
+        #expect(Freshness.of(windowed(5, 10), now: now, maxStale: nil) == .fresh(ttl: 5))
+        #expect(Freshness.of(windowed(-0.2, 10), now: now, maxStale: nil) == .revalidate(by: 1))
+        #expect(Freshness.of(windowed(-9.5, 10), now: now, maxStale: nil) == .revalidate(by: 9))
+        #expect(Freshness.of(windowed(-10, 10), now: now, maxStale: nil) == .expired)
+        #expect(Freshness.of(windowed(-10, 10), now: now, maxStale: 60) == .stale(by: 10))
+        #expect(Freshness.of(windowed(-3, 10), now: now, maxStale: 60) == .revalidate(by: 3))
+        #expect(Freshness.of(windowed(-1, 0), now: now, maxStale: nil) == .expired)
+    }
 }
