@@ -42,6 +42,9 @@ final class Connection: @unchecked Sendable {
     /// Time the current request may spend parked on purpose (a read with `wait`), on top of
     /// the request deadline (nanoseconds).
     private(set) var waitAllowance: UInt64 = 0
+    /// What to do if the client goes away while the request in flight waits on purpose (a
+    /// parked read): drop the waiter at once rather than keep it to its deadline.
+    private var onClientGone: (() -> Void)?
     private var processing = false
     private var closeAfterFlush = false
     /// Close through a lingering close: the client may still be sending a body we refused.
@@ -82,8 +85,16 @@ final class Connection: @unchecked Sendable {
                 parser.feed(UnsafeRawBufferPointer(start: loop.scratch.baseAddress, count: count))
                 if count < loop.scratch.count { break }
             } else if count == 0 {
-                // The client half-closed: answer what it sent, then close.
+                // The client half-closed: answer what it sent, then close. A request parked
+                // on purpose is the exception: its client has gone (HTTP clients do not
+                // half-close to wait for an answer), so the waiter goes now, not at its deadline.
                 inputClosed = true
+                if inFlight, let gone = onClientGone {
+                    onClientGone = nil
+                    gone()
+                    close(reason: "client left while waiting")
+                    return
+                }
             } else if errno == EINTR {
                 continue
             } else if errno == EAGAIN {
@@ -157,6 +168,7 @@ final class Connection: @unchecked Sendable {
             current = request
             phase = .handling
             waitAllowance = 0
+            onClientGone = nil
             phaseStart = loop.now
             dispatch(request)
         case .failure(let error):
@@ -271,10 +283,20 @@ final class Connection: @unchecked Sendable {
         waitAllowance += Self.nanoseconds(max(0, seconds))
     }
 
+    /// Whether `request` is still waiting for its answer here.
+    func isAwaiting(_ request: HTTPRequest) -> Bool { !isClosed && current === request }
+
+    /// Runs `gone` if the client goes away while `request` (still current) waits.
+    func whenClientLeaves(_ request: HTTPRequest, _ gone: @escaping () -> Void) {
+        guard current === request, !isClosed else { return }
+        onClientGone = gone
+    }
+
     func complete(_ response: HTTPResponse, for request: HTTPRequest, started: UInt64) {
         guard !isClosed, current === request else { return }
         inFlight = false
         current = nil
+        onClientGone = nil
         accountBodyBytes()
         let limit = loop.context.configuration.maxRequestsPerConnection
         // A client that half-closed still gets an answer to every request it sent; the
@@ -450,6 +472,7 @@ final class Connection: @unchecked Sendable {
         let error = HTTPError(503, "The request did not complete within its deadline; retry shortly.",
                               headers: HTTPHeaders([("Retry-After", "1")]))
         current = nil
+        onClientGone = nil
         inFlight = false
         closeAfterFlush = true
         let seconds = Double(loop.now - phaseStart) / 1e9
@@ -490,6 +513,7 @@ final class Connection: @unchecked Sendable {
         Glibc.close(fd)
         output.removeAll()
         current = nil
+        onClientGone = nil
         if heldBodyBytes > 0 { _ = loop.context.holdBodyBytes(-heldBodyBytes) }
         heldBodyBytes = 0
         loop.forget(self)

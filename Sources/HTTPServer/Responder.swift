@@ -30,6 +30,16 @@ public final class Responder: @unchecked Sendable {
         connection.allowWaiting(seconds, for: request)
     }
 
+    /// Runs `gone` (on this loop) if the client goes away while the request is parked; the
+    /// connection then closes, and any later answer is dropped. Replaces an earlier one.
+    public func whenClientLeaves(_ gone: @escaping () -> Void) {
+        guard !answered else { return }
+        connection.whenClientLeaves(request, gone)
+    }
+
+    /// Whether the answer can no longer reach the client (it left, or the connection closed).
+    public var clientLeft: Bool { !connection.isAwaiting(request) }
+
     /// The deadline of work handed to workers now.
     private var workDeadline: UInt64 {
         started + UInt64(max(0, loop.context.configuration.requestTimeout) * 1e9) + waitAllowance

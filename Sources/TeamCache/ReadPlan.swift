@@ -152,6 +152,8 @@ struct LoopReads: Sendable {
                     read(plan, request, responder, mayPark: false)
                     return
                 }
+                // Its client left while it was being read again: nobody to wait for.
+                if responder.clientLeft { return }
                 let at = responder.loop.nanoseconds + UInt64(max(0, seconds) * 1e9)
                 responder.allowWaiting(seconds)
                 let parking = waiters.park(namespace: namespace.name, key: key.bytes, since: since,
@@ -159,7 +161,9 @@ struct LoopReads: Sendable {
                     read(plan, request, responder, mayPark: !final)
                 }
                 switch parking {
-                case .parked: break
+                case .parked(let waiter):
+                    // A client that hangs up stops waiting at once: no waiter kept to its deadline.
+                    responder.whenClientLeaves { waiters.cancel(waiter) }
                 case .wokenMeanwhile: read(plan, request, responder, mayPark: true)
                 case .full: read(plan, request, responder, mayPark: false)
                 }

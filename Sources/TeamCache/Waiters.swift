@@ -19,7 +19,8 @@ final class Waiters: @unchecked Sendable {
         let loop: EventLoop
         /// Runs the request's read again; `final`: it may not park again (time is up, or
         /// the service is stopping), so it answers now.
-        let retry: (_ final: Bool) -> Void
+        /// Dropped once run (or cancelled): a done waiter left in a timer heap holds nothing.
+        var retry: ((_ final: Bool) -> Void)?
         var done = false
 
         init(namespace: String, key: [UInt8], loop: EventLoop, retry: @escaping (Bool) -> Void) {
@@ -84,7 +85,7 @@ final class Waiters: @unchecked Sendable {
     /// Parks a request on `loop` (call on that loop's thread) until woken or `at`
     /// (monotonic nanoseconds). `.full` when it may not park (full, or stopping): answer
     /// now; `.wokenMeanwhile` when its key was woken since `since`: read again now.
-    enum Parking { case parked, full, wokenMeanwhile }
+    enum Parking { case parked(Waiter), full, wokenMeanwhile }
 
     func park(namespace: String, key: [UInt8], since: UInt64, loop: EventLoop, at: UInt64,
               retry: @escaping (_ final: Bool) -> Void) -> Parking {
@@ -104,7 +105,16 @@ final class Waiters: @unchecked Sendable {
         if woken { return .wokenMeanwhile }
         guard let heap else { return .full }
         heap.push(at, waiter)
-        return .parked
+        return .parked(waiter)
+    }
+
+    /// Drops a parked waiter whose client went away (on its loop): it never runs.
+    func cancel(_ waiter: Waiter) {
+        guard !waiter.done else { return }
+        waiter.done = true
+        waiter.retry = nil
+        remove(waiter)
+        count("disconnected")
     }
 
     /// Notes a wake-up of `key` ([] for the whole namespace). Called with the lock held.
@@ -161,10 +171,11 @@ final class Waiters: @unchecked Sendable {
 
     /// Runs a waiter once (on its loop); a timer or a wake-up that comes second does nothing.
     private func fire(_ waiter: Waiter, final: Bool, removed: Bool) {
-        guard !waiter.done else { return }
+        guard !waiter.done, let retry = waiter.retry else { return }
         waiter.done = true
+        waiter.retry = nil
         if !removed { remove(waiter) }
-        waiter.retry(final)
+        retry(final)
     }
 
     private func remove(_ waiter: Waiter) {
@@ -191,8 +202,14 @@ final class Waiters: @unchecked Sendable {
 /// the earliest only, however many are parked.
 final class WaiterTimers {
     private var heap: [(at: UInt64, waiter: Waiters.Waiter)] = []
+    /// Woken and dropped waiters stay in the heap until their time; when it has grown to
+    /// this, they are swept out (amortised O(1) per push), so churn cannot grow it unbounded.
+    private var compactAt = 1024
+
+    var count: Int { heap.count }
 
     func push(_ at: UInt64, _ waiter: Waiters.Waiter) {
+        if heap.count >= compactAt { compact() }
         heap.append((at, waiter))
         var child = heap.count - 1
         while child > 0 {
@@ -201,6 +218,12 @@ final class WaiterTimers {
             heap.swapAt(child, parent)
             child = parent
         }
+    }
+
+    /// Keeps the waiters not yet run, in heap order again.
+    private func compact() {
+        heap = heap.filter { !$0.waiter.done }.sorted { $0.at < $1.at }  // a sorted array is a heap
+        compactAt = max(1024, heap.count * 2)
     }
 
     /// The earliest waiter due by `now` that has not run yet; nil when none is due.

@@ -230,4 +230,46 @@ import TestSupport
         #expect(group.wait(timeout: .now() + 5) == .success)
         #expect(answers.value.count == 200 && answers.value.allSatisfy { $0.object["pending"] as? Bool == true })
     }
+
+    /// Clients that hang up while parked: their waiters are dropped at once (the gauge falls,
+    /// `disconnected` is counted), not kept to their deadline; the others wait on.
+    @Test func aWaiterWhoseClientLeavesIsDroppedAtOnce() throws {
+        let service = try TestService { $0.authEnabled = false }
+        defer { service.stop() }
+        let namespace = TestService.namespace("gone")
+        let path = entryPath(namespace, "k")
+        #expect(try service.request("GET", path + "?lease=30").header("TeamCache-Lease") != nil)
+        func gauge(_ line: String) throws -> Double? {
+            let text = String(decoding: try service.request("GET", "/metrics").body, as: UTF8.self)
+            return text.split(separator: "\n").first { $0.hasPrefix(line + " ") }
+                .flatMap { Double($0.split(separator: " ").last ?? "") }
+        }
+        let disconnectedBefore = try gauge("teamcache_waits_total{outcome=\"disconnected\"}") ?? 0
+        var leaving: [RawClient] = []
+        for _ in 0..<5 {
+            let client = try RawClient(port: service.port, timeout: 10)
+            try client.send("GET \(path)?wait=30 HTTP/1.1\r\nHost: t\r\n\r\n")
+            leaving.append(client)
+        }
+        let staying = try RawClient(port: service.port, timeout: 10)
+        try staying.send("GET \(path)?wait=30 HTTP/1.1\r\nHost: t\r\n\r\n")
+        var parked = 0.0
+        for _ in 0..<50 where parked < 6 {
+            Thread.sleep(forTimeInterval: 0.05)
+            parked = try gauge("teamcache_waiters") ?? 0
+        }
+        #expect(parked == 6)
+        leaving.removeAll()  // closes the five sockets
+        var left = parked
+        for _ in 0..<50 where left > 1 {
+            Thread.sleep(forTimeInterval: 0.02)
+            left = try gauge("teamcache_waiters") ?? 0
+        }
+        #expect(left == 1, "the waiters of clients that left are dropped at once")
+        #expect(try gauge("teamcache_waits_total{outcome=\"disconnected\"}") == disconnectedBefore + 5)
+        // The one that stayed is still answered by the fill.
+        #expect(try service.request("PUT", path, body: [7]).status == 201)
+        let answer = try staying.readResponse()
+        #expect(answer.status == 200 && answer.body == [7])
+    }
 }
