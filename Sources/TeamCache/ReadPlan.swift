@@ -75,22 +75,21 @@ struct LoopReads: Sendable {
         let precheck = Application.precheck(auth, scope)
         guard !readers.isEmpty else { return Route(method, template, .worker, precheck: precheck, handler: blocking) }
         return Route(method, template, precheck: precheck) { request, responder in
-            serve(request, responder, scope: scope, planner: planner, blocking: blocking)
+            serve(request, responder, scope: scope, planner: planner)
         }
     }
 
     private func serve(_ request: HTTPRequest, _ responder: Responder, scope: Scope,
-                       planner: CacheAPI.ReadPlanner, blocking: @escaping HTTPHandler) {
-        let api = self.api
+                       planner: @escaping CacheAPI.ReadPlanner) {
         guard request.body.count <= Self.inlineBodyLimit else {
-            responder.offload { try blocking(request) }
+            planOnWorker(request, responder, scope: scope, planner: planner)
             return
         }
         let plan: ReadPlan
         do {
             let namespace = try RequestParsing.namespace(request)
             guard let principal = try auth.authorizeWithoutBlocking(request, scope, namespace: namespace) else {
-                responder.offload { try blocking(request) }
+                planOnWorker(request, responder, scope: scope, planner: planner)
                 return
             }
             plan = try planner(request, principal)
@@ -98,6 +97,29 @@ struct LoopReads: Sendable {
             responder.respond { throw error }
             return
         }
+        carryOut(plan, request, responder)
+    }
+
+    /// Authorizes (a token not cached yet: a database read) and plans on a worker, then reads
+    /// from the loop as usual, so such a request can still wait for its key.
+    private func planOnWorker(_ request: HTTPRequest, _ responder: Responder, scope: Scope,
+                              planner: @escaping CacheAPI.ReadPlanner) {
+        let api = self.api, auth = self.auth
+        responder.offload({
+            try api.guarded(request) {
+                let namespace = try RequestParsing.namespace(request)
+                return try planner(request, try auth.authorize(request, scope, namespace: namespace))
+            }
+        }) { planned in
+            switch planned {
+            case .success(let plan): carryOut(plan, request, responder)
+            case .failure(let error): responder.respond { throw error }
+            }
+        }
+    }
+
+    private func carryOut(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder) {
+        let api = self.api
         guard case .read = plan else {
             responder.respond { try api.perform(plan, request) }
             return

@@ -41,8 +41,23 @@ public struct ModelAnswer: Sendable, Equatable {
 
 /// The result of a descriptor lookup.
 public enum LookupResult: Sendable, Equatable {
+    /// `stale`: expired, served within `max_stale` or the entry's stale-while-revalidate window.
     case hit(ModelAnswer, key: String, age: Int, stale: Bool)
     case miss(key: String)
+    /// A miss, and this caller holds the key's miss lease: fill it (upsert with the lease) or
+    /// give it back (`release`).
+    case leased(key: String, lease: MissLease)
+    /// A miss while another caller holds the key's lease and the wait ran out.
+    case pending(key: String, retryAfter: Int)
+    /// A stale-while-revalidate answer with the refresh lease: serve it, and refresh.
+    case revalidate(ModelAnswer, key: String, age: Int, lease: MissLease)
+}
+
+/// A miss (or refresh) lease: the right to be the one caller that fills a key, for a while.
+public struct MissLease: Sendable, Equatable {
+    /// The holder's secret: never log it.
+    public let id: String
+    public let expiresIn: Int
 }
 
 /// A failed call: the server's problem, or a transport failure after the retries.

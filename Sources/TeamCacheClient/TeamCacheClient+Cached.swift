@@ -11,25 +11,56 @@ extension TeamCacheClient {
         public var staleOnError: Int?
         public var ttl: Int?
         public var tags: [String] = []
+        /// Single-flight: on a miss, ask for the key's lease for this long (seconds, at most
+        /// 600), so that of a burst of identical calls, on every replica, one calls the model
+        /// and the others wait for its answer. nil: every caller that misses calls the model.
+        public var lease: Int? = 60
+        /// How long a caller waits for another's fill (seconds, at most 60) before it calls the
+        /// model itself.
+        public var wait: Double = 30
+        /// Stored with the answer: seconds past `ttl` for which it is still served while one
+        /// caller refreshes it in the background (RFC 5861); nil: none.
+        public var staleWhileRevalidate: Int?
 
-        public init(refresh: Bool = false, staleOnError: Int? = nil, ttl: Int? = nil, tags: [String] = []) {
+        public init(refresh: Bool = false, staleOnError: Int? = nil, ttl: Int? = nil, tags: [String] = [],
+                    lease: Int? = 60, wait: Double = 30, staleWhileRevalidate: Int? = nil) {
             self.refresh = refresh
             self.staleOnError = staleOnError
             self.ttl = ttl
             self.tags = tags
+            self.lease = lease
+            self.wait = wait
+            self.staleWhileRevalidate = staleWhileRevalidate
         }
     }
 
-    /// Lookup → on a miss call `produce` → upsert → answer. A cache that cannot be reached
-    /// never blocks the answer: the model is called, and the failed upsert is ignored.
+    /// Lookup → on a miss call `produce` → upsert → answer, with one call per burst: the
+    /// first caller to miss is given the key's lease and calls `produce`; the others wait for
+    /// its upsert and answer from it. A caller whose `produce` throws gives the lease back, so
+    /// one waiter is handed it and calls `produce` instead. A stale-while-revalidate answer is
+    /// returned at once, and the caller handed its refresh lease refreshes it in the
+    /// background. A cache that cannot be reached never blocks the answer: the model is
+    /// called, and the failed upsert is ignored.
     public func cached(namespace: String, _ descriptor: Descriptor, options: CachedOptions = CachedOptions(),
-                       produce: @Sendable () async throws -> ModelAnswer) async throws -> ModelAnswer {
-        if !options.refresh, case .hit(let answer, _, _, _)? = try? await lookup(namespace: namespace, descriptor) {
-            return answer
+                       produce: @escaping @Sendable () async throws -> ModelAnswer) async throws -> ModelAnswer {
+        var lease: MissLease?
+        if !options.refresh {
+            switch try? await lookup(namespace: namespace, descriptor, lease: options.lease,
+                                     wait: options.lease == nil ? nil : options.wait) {
+            case .hit(let answer, _, _, _)?:
+                return answer
+            case .revalidate(let answer, _, _, let refresh)?:
+                Task { try? await fill(namespace, descriptor, options, lease: refresh, produce: produce) }
+                return answer
+            case .leased(_, let granted)?:
+                lease = granted
+            case .miss?, .pending?, nil:
+                // A miss, another caller still filling after our wait, or no cache: call it ourselves.
+                break
+            }
         }
-        let answer: ModelAnswer
         do {
-            answer = try await produce()
+            return try await fill(namespace, descriptor, options, lease: lease, produce: produce)
         } catch {
             if let window = options.staleOnError,
                case .hit(let stale, _, _, _)? = try? await lookup(namespace: namespace, descriptor, maxStale: window) {
@@ -37,7 +68,20 @@ extension TeamCacheClient {
             }
             throw error
         }
-        _ = try? await upsert(namespace: namespace, descriptor, answer: answer, ttl: options.ttl, tags: options.tags)
+    }
+
+    /// Calls `produce` and stores its answer with `lease`; gives the lease back if it throws.
+    private func fill(_ namespace: String, _ descriptor: Descriptor, _ options: CachedOptions, lease: MissLease?,
+                      produce: @Sendable () async throws -> ModelAnswer) async throws -> ModelAnswer {
+        let answer: ModelAnswer
+        do {
+            answer = try await produce()
+        } catch {
+            if let lease { _ = try? await release(namespace: namespace, key: descriptor.key, lease: lease) }
+            throw error
+        }
+        _ = try? await upsert(namespace: namespace, descriptor, answer: answer, ttl: options.ttl, tags: options.tags,
+                              lease: lease, staleWhileRevalidate: options.staleWhileRevalidate)
         return answer
     }
 }

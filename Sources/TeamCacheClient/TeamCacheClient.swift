@@ -26,10 +26,19 @@ public struct TeamCacheClient: Sendable {
     public let configuration: Configuration
     private let session: URLSession
 
-    public init(_ configuration: Configuration, session: URLSession = .shared) {
+    public init(_ configuration: Configuration, session: URLSession = TeamCacheClient.sharedSession) {
         self.configuration = configuration
         self.session = session
     }
+
+    /// The default session: many connections per host, because lookups that wait for a fill
+    /// each hold one while they wait, and the filler's upsert must not queue behind them
+    /// (URLSession's usual six per host would make a burst of seven wait for nothing).
+    public static let sharedSession: URLSession = {
+        let configuration = URLSessionConfiguration.default
+        configuration.httpMaximumConnectionsPerHost = 512
+        return URLSession(configuration: configuration)
+    }()
 
     // MARK: Raw entries
 
@@ -64,30 +73,65 @@ public struct TeamCacheClient: Sendable {
 
     // MARK: Descriptors
 
-    public func lookup(namespace: String, _ descriptor: Descriptor, maxStale: Int? = nil, refresh: Bool = false)
-        async throws -> LookupResult {
+    /// `lease`: on a miss, ask to be the one caller that fills the key, for that many seconds;
+    /// `wait`: on a miss, wait up to that many seconds (0 to 60) for a fill (the request's
+    /// timeout grows by as much).
+    public func lookup(namespace: String, _ descriptor: Descriptor, maxStale: Int? = nil, refresh: Bool = false,
+                       lease: Int? = nil, wait: Double? = nil) async throws -> LookupResult {
         var members = descriptor.jsonMembers
         if let maxStale { members.append(("max_stale", .int(maxStale))) }
         if refresh { members.append(("refresh", .bool(true))) }
-        let (data, _) = try await sendJSON("POST", "/v1/caches/\(namespace)/lookup", .object(members), accept: [200])
-        let json = try Self.parse(data)
-        guard let key = json["key"]?.stringValue else { throw TeamCacheClientError.malformedResponse }
-        guard json["hit"]?.boolValue == true, let text = json["response"]?.stringValue else { return .miss(key: key) }
-        let metadata = json["metadata"].flatMap { $0 == .null ? nil : $0 }
-        return .hit(ModelAnswer(response: text, metadata: metadata), key: key, age: json["age"]?.integerValue ?? 0,
-                    stale: json["stale"]?.boolValue ?? false)
+        if let lease { members.append(("lease", .int(lease))) }
+        if let wait { members.append(("wait", .number(String(wait)))) }
+        let (data, _) = try await sendJSON("POST", "/v1/caches/\(namespace)/lookup", .object(members), accept: [200],
+                                           timeout: configuration.timeout + (wait ?? 0))
+        return try Self.lookupResult(Self.parse(data))
     }
 
+    static func lookupResult(_ json: JSONValue) throws -> LookupResult {
+        guard let key = json["key"]?.stringValue else { throw TeamCacheClientError.malformedResponse }
+        guard json["hit"]?.boolValue == true, let text = json["response"]?.stringValue else {
+            if let lease = json["lease"], let id = lease["id"]?.stringValue {
+                return .leased(key: key, lease: MissLease(id: id, expiresIn: lease["expires_in"]?.integerValue ?? 1))
+            }
+            if json["pending"]?.boolValue == true {
+                return .pending(key: key, retryAfter: json["retry_after"]?.integerValue ?? 1)
+            }
+            return .miss(key: key)
+        }
+        let metadata = json["metadata"].flatMap { $0 == .null ? nil : $0 }
+        let answer = ModelAnswer(response: text, metadata: metadata)
+        let age = json["age"]?.integerValue ?? 0
+        if let refresh = json["revalidate"], let id = refresh["lease"]?.stringValue {
+            return .revalidate(answer, key: key, age: age,
+                               lease: MissLease(id: id, expiresIn: refresh["expires_in"]?.integerValue ?? 1))
+        }
+        return .hit(answer, key: key, age: age, stale: json["stale"]?.boolValue ?? false)
+    }
+
+    /// `lease`: the miss or refresh lease this answer fills. `staleWhileRevalidate`: seconds
+    /// past expiry for which the answer is still served while one caller refreshes it.
     @discardableResult
     public func upsert(namespace: String, _ descriptor: Descriptor, answer: ModelAnswer, ttl: Int? = nil,
-                       tags: [String] = []) async throws -> WriteResult {
+                       tags: [String] = [], lease: MissLease? = nil, staleWhileRevalidate: Int? = nil)
+        async throws -> WriteResult {
         var members = descriptor.jsonMembers + [("response", .string(answer.response))]
         if let metadata = answer.metadata { members.append(("metadata", metadata)) }
         if let ttl { members.append(("ttl", .int(ttl))) }
+        if let lease { members.append(("lease", .string(lease.id))) }
+        if let staleWhileRevalidate { members.append(("stale_while_revalidate", .int(staleWhileRevalidate))) }
         if !tags.isEmpty { members.append(("tags", .array(tags.map(JSONValue.string)))) }
         let (data, response) = try await sendJSON("POST", "/v1/caches/\(namespace)/upsert", .object(members),
                                                   accept: [200, 201])
         return try Self.writeResult(data, created: response.statusCode == 201)
+    }
+
+    /// Gives a lease back (the call to fill it failed) so the next caller can; false when it
+    /// was unknown or already finished.
+    @discardableResult
+    public func release(namespace: String, key: String, lease: MissLease) async throws -> Bool {
+        let body = JSONValue.object([("key", .string(key)), ("lease", .string(lease.id))])
+        return try await sendJSON("POST", "/v1/caches/\(namespace)/release", body, accept: [204, 404]).1.statusCode == 204
     }
 
     // MARK: Evict and stats
@@ -110,20 +154,20 @@ public struct TeamCacheClient: Sendable {
         "/v1/caches/\(namespace)/entries/" + (key.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? key)
     }
 
-    private func sendJSON(_ method: String, _ path: String, _ body: JSONValue, accept: Set<Int>) async throws
-        -> (Data, HTTPURLResponse) {
+    private func sendJSON(_ method: String, _ path: String, _ body: JSONValue, accept: Set<Int>,
+                          timeout: TimeInterval? = nil) async throws -> (Data, HTTPURLResponse) {
         try await send(method, path, headers: ["Content-Type": "application/json"], body: Data(body.serialized.utf8),
-                       accept: accept)
+                       accept: accept, timeout: timeout)
     }
 
     /// One call with retries on 503, 429 and transport errors; a status outside `accept`
     /// becomes `.problem`.
     func send(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil,
-              accept: Set<Int>) async throws -> (Data, HTTPURLResponse) {
+              accept: Set<Int>, timeout: TimeInterval? = nil) async throws -> (Data, HTTPURLResponse) {
         guard let url = URL(string: configuration.baseURL.absoluteString + path) else {
             throw TeamCacheClientError.transport("bad URL for \(path)")
         }
-        var request = URLRequest(url: url, timeoutInterval: configuration.timeout)
+        var request = URLRequest(url: url, timeoutInterval: timeout ?? configuration.timeout)
         request.httpMethod = method
         request.httpBody = body
         headers.forEach { request.setValue($0.value, forHTTPHeaderField: $0.key) }

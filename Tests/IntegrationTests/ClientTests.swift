@@ -96,6 +96,56 @@ import TestSupport
         }
     }
 
+    /// Ten concurrent `cached` calls for one new prompt: the model is called once, and every
+    /// caller gets its answer. The token is new, so each lookup is authorized through the
+    /// database on a worker first: such a lookup must still be able to wait.
+    @Test func cachedMakesOneCallPerBurst() async throws {
+        let client = client(try writer(namespace))
+        let descriptor = Descriptor(model: "m", input: .prompt("burst \(UUID())"))
+        let calls = Locked(0)
+        let answers = try await withThrowingTaskGroup(of: String.self) { group in
+            for _ in 0..<10 {
+                group.addTask {
+                    try await client.cached(namespace: namespace, descriptor, options: .init(ttl: 3600)) {
+                        calls.update { $0 += 1 }
+                        try await Task.sleep(nanoseconds: 300_000_000)
+                        return ModelAnswer(response: "the one answer")
+                    }.response
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(calls.value == 1, "the model was called \(calls.value) times")
+        #expect(answers.count == 10 && answers.allSatisfy { $0 == "the one answer" })
+    }
+
+    /// The filler's call throws: it gives the lease back, one waiter is handed it and calls
+    /// the model, and the rest are answered by that fill.
+    @Test func aFillerThatFailsHandsTheLeaseOn() async throws {
+        let client = client(try writer(namespace))
+        let descriptor = Descriptor(model: "m", input: .prompt("fails once \(UUID())"))
+        struct ModelDown: Error {}
+        let calls = Locked(0)
+        let results = await withTaskGroup(of: String?.self) { group in
+            for _ in 0..<6 {
+                group.addTask {
+                    try? await client.cached(namespace: namespace, descriptor, options: .init(ttl: 3600)) {
+                        let call = calls.update { value -> Int in
+                            value += 1
+                            return value
+                        }
+                        try await Task.sleep(nanoseconds: 200_000_000)
+                        if call == 1 { throw ModelDown() }
+                        return ModelAnswer(response: "second try")
+                    }.response
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(calls.value == 2, "the model was called \(calls.value) times")
+        #expect(results.filter { $0 == nil }.count == 1 && results.filter { $0 == "second try" }.count == 5)
+    }
+
     @Test func problemsSurfaceWithStatus() async throws {
         let client = client("tc_" + String(repeating: "1", count: 64))
         await #expect(throws: TeamCacheClientError.self) {
