@@ -24,6 +24,23 @@ import Testing
     /// the README; a change here breaks every client, so it must never change silently.
     static let readmeKey = "b180f665da9a11fdd29fde3316ed9813f26936c6747a9497493906194df7b02e"
 
+    /// The vectors the Python client's tests pin too (clients/python/tests/vectors).
+    @Test func sharedVectorsMatch() throws {
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("clients/python/tests/vectors/descriptor_keys.json")
+        let file = try JSONParser.parse(Array(try Data(contentsOf: url)))
+        guard case .array(let vectors)? = file["vectors"] else {
+            Issue.record("no vectors in \(url.path)")
+            return
+        }
+        #expect(vectors.count >= 15)
+        for vector in vectors {
+            let text = try #require(vector["descriptor"]?.stringValue)
+            let descriptor = try Descriptor(json: JSONParser.parse(text))
+            #expect(descriptor.key == vector["key"]?.stringValue, "\(text)")
+        }
+    }
+
     @Test func equivalentDescriptorsShareAKey() throws {
         let a = try Descriptor(json: JSONParser.parse(
             "{\"model\":\"m\",\"prompt\":\"hi\\r\\nthere \",\"params\":{\"b\":1,\"a\":[1.0,\"x\"]}}"))
