@@ -1,0 +1,258 @@
+"""Each API route as a request to send and a parser of its answer, shared by the sync and the
+async client (which differ only in how they send)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from . import _json
+from .errors import ProblemError
+from .keys import descriptor_key, fields
+from .models import Entry, EntryMiss, Lease, Lookup, WriteResult
+
+DESCRIPTOR_MEMBERS = ("model", "prompt", "messages", "schema", "params", "version")
+
+
+@dataclass
+class Call:
+    """One HTTP request, the statuses that are answers (others raise), and its parser."""
+
+    method: str
+    path: str
+    parse: Callable[[int, Mapping[str, str], bytes], Any]
+    accept: frozenset[int]
+    params: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    content: bytes | None = None
+    #: Seconds added to the client's timeout (a lookup that may wait for a fill).
+    extra_timeout: float = 0
+
+
+def problem(status: int, body: bytes) -> ProblemError:
+    try:
+        document = json.loads(body) if body else None
+    except ValueError:
+        document = None
+    return ProblemError(status, document if isinstance(document, dict) else None)
+
+
+def _json_body(data: bytes) -> Any:
+    return json.loads(data) if data else {}
+
+
+def namespace_path(namespace: str) -> str:
+    return "/v1/caches/" + quote(namespace, safe="")
+
+
+def entry_path(namespace: str, key: str | bytes) -> str:
+    return namespace_path(namespace) + "/entries/" + quote(key, safe="")
+
+
+def descriptor_members(descriptor: Mapping[str, Any]) -> dict[str, Any]:
+    """The descriptor's members, checked as the server checks them (a bad one raises
+    ``DescriptorError`` before any request)."""
+    fields(descriptor)
+    return {name: descriptor[name] for name in DESCRIPTOR_MEMBERS if descriptor.get(name) is not None}
+
+
+def _json_call(method: str, path: str, document: Mapping[str, Any], parse: Callable[..., Any],
+               accept: Iterable[int], extra_timeout: float = 0) -> Call:
+    return Call(method, path, parse, frozenset(accept), headers={"Content-Type": "application/json"},
+                content=_json.dumps(document).encode(), extra_timeout=extra_timeout)
+
+
+def _lease(document: Any, id_member: str) -> Lease | None:
+    if not isinstance(document, dict) or not isinstance(document.get(id_member), str):
+        return None
+    return Lease(id=document[id_member], expires_in=int(document.get("expires_in") or 1))
+
+
+def _header_lease(value: str | None) -> Lease | None:
+    """``TeamCache-Lease: <id>; expires_in=N``."""
+    if not value:
+        return None
+    lease_id, _, rest = value.partition(";")
+    expires = rest.strip().removeprefix("expires_in=")
+    return Lease(id=lease_id.strip(), expires_in=int(expires) if expires.isdigit() else 1)
+
+
+def _write_result(status: int, _headers: Mapping[str, str], body: bytes) -> WriteResult:
+    document = _json_body(body)
+    return WriteResult(created=status == 201, key=str(document.get("key", "")), etag=document.get("etag"),
+                       size=document.get("size"), stored_size=document.get("stored_size"),
+                       encoding=document.get("encoding"), expires_at=document.get("expires_at"),
+                       namespace=document.get("namespace"))
+
+
+# Raw entries
+
+
+def get(namespace: str, key: str | bytes, *, max_stale: int | None = None, no_cache: bool = False,
+        only_if_cached: bool = False, if_none_match: str | None = None, wait: float | None = None,
+        lease: int | None = None, method: str = "GET") -> Call:
+    directives = []
+    if max_stale is not None:
+        directives.append(f"max-stale={int(max_stale)}")
+    if no_cache:
+        directives.append("no-cache")
+    if only_if_cached:
+        directives.append("only-if-cached")
+    headers = {"Accept-Encoding": "gzip"}
+    if directives:
+        headers["Cache-Control"] = ", ".join(directives)
+    if if_none_match is not None:
+        headers["If-None-Match"] = if_none_match
+    params = {}
+    if wait is not None:
+        params["wait"] = _wait(wait)
+    if lease is not None:
+        params["lease"] = str(int(lease))
+
+    def parse(status: int, response_headers: Mapping[str, str], body: bytes) -> Entry | EntryMiss | None:
+        if status in (404, 504):
+            if lease is None and wait is None:
+                return None
+            document = _json_body(body) if body else {}
+            granted = _header_lease(response_headers.get("teamcache-lease"))
+            pending = bool(document.get("pending")) if isinstance(document, dict) else False
+            if granted is None and not pending:
+                return None
+            return EntryMiss(lease=granted, pending=pending,
+                             retry_after=int(response_headers.get("retry-after", "0") or 0) or None)
+        return Entry(body=b"" if status == 304 else body,
+                     content_type=response_headers.get("content-type", "application/octet-stream"),
+                     etag=response_headers.get("etag"), cache_status=response_headers.get("cache-status"),
+                     age=int(response_headers.get("age", "0") or 0), headers=dict(response_headers),
+                     not_modified=status == 304,
+                     revalidate=_header_lease(response_headers.get("teamcache-lease")))
+
+    return Call(method, entry_path(namespace, key), parse, frozenset({200, 304, 404, 504}), params=params,
+                headers=headers, extra_timeout=wait or 0)
+
+
+def _wait(wait: float) -> str:
+    if not 0 <= wait <= 60:
+        raise ValueError("wait must be from 0 to 60 seconds")
+    return repr(float(wait))
+
+
+def put(namespace: str, key: str | bytes, body: bytes | str, *, content_type: str | None = None,
+        ttl: int | None = None, tags: Iterable[str] = (), create_only: bool = False, if_match: str | None = None,
+        lease: Lease | str | None = None, stale_while_revalidate: int | None = None,
+        content_encoding: str | None = None) -> Call:
+    data = body.encode() if isinstance(body, str) else bytes(body)
+    headers = {"Content-Type": content_type or ("text/plain; charset=utf-8" if isinstance(body, str)
+                                                 else "application/octet-stream")}
+    tag_list = list(tags)
+    if tag_list:
+        headers["Cache-Tag"] = ", ".join(tag_list)
+    if create_only:
+        headers["If-None-Match"] = "*"
+    if if_match is not None:
+        headers["If-Match"] = if_match
+    if lease is not None:
+        headers["TeamCache-Lease"] = lease.id if isinstance(lease, Lease) else lease
+    if stale_while_revalidate is not None:
+        headers["Cache-Control"] = f"stale-while-revalidate={int(stale_while_revalidate)}"
+    if content_encoding is not None:
+        headers["Content-Encoding"] = content_encoding
+    params = {"ttl": str(int(ttl))} if ttl is not None else {}
+    return Call("PUT", entry_path(namespace, key), _write_result, frozenset({200, 201}), params=params,
+                headers=headers, content=data)
+
+
+def delete(namespace: str, key: str | bytes) -> Call:
+    return Call("DELETE", entry_path(namespace, key), lambda status, _h, _b: status == 204, frozenset({204, 404}))
+
+
+# Descriptors
+
+
+def lookup(namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | None = None, refresh: bool = False,
+           lease: int | None = None, wait: float | None = None) -> Call:
+    document = descriptor_members(descriptor)
+    if max_stale is not None:
+        document["max_stale"] = int(max_stale)
+    if refresh:
+        document["refresh"] = True
+    if lease is not None:
+        document["lease"] = int(lease)
+    if wait is not None:
+        _wait(wait)
+        document["wait"] = float(wait)
+    expected_key = descriptor_key(descriptor)
+
+    def parse(_status: int, _headers: Mapping[str, str], body: bytes) -> Lookup:
+        answer = _json_body(body)
+        return Lookup(hit=bool(answer.get("hit")), key=str(answer.get("key", expected_key)),
+                      response=answer.get("response"), metadata=answer.get("metadata"), age=answer.get("age"),
+                      stale=bool(answer.get("stale")), collapsed=bool(answer.get("collapsed")),
+                      lease=_lease(answer.get("lease"), "id"), pending=bool(answer.get("pending")),
+                      retry_after=answer.get("retry_after"),
+                      revalidate=_lease(answer.get("revalidate"), "lease"))
+
+    return _json_call("POST", namespace_path(namespace) + "/lookup", document, parse, {200},
+                      extra_timeout=wait or 0)
+
+
+def upsert(namespace: str, descriptor: Mapping[str, Any], response: str, *,
+           metadata: Mapping[str, Any] | None = None, ttl: int | None = None, tags: Iterable[str] = (),
+           lease: Lease | str | None = None, stale_while_revalidate: int | None = None) -> Call:
+    document = descriptor_members(descriptor)
+    document["response"] = response
+    if metadata is not None:
+        document["metadata"] = dict(metadata)
+    if ttl is not None:
+        document["ttl"] = int(ttl)
+    tag_list = list(tags)
+    if tag_list:
+        document["tags"] = tag_list
+    if lease is not None:
+        document["lease"] = lease.id if isinstance(lease, Lease) else lease
+    if stale_while_revalidate is not None:
+        document["stale_while_revalidate"] = int(stale_while_revalidate)
+    return _json_call("POST", namespace_path(namespace) + "/upsert", document, _write_result, {200, 201})
+
+
+def release(namespace: str, key: str, lease: Lease | str) -> Call:
+    document = {"key": key, "lease": lease.id if isinstance(lease, Lease) else lease}
+    return _json_call("POST", namespace_path(namespace) + "/release", document,
+                      lambda status, _h, _b: status == 204, {204, 404})
+
+
+# Evict, stats, settings, operations
+
+
+def evict(namespace: str, predicate: Mapping[str, Any]) -> Call:
+    if not predicate:
+        raise ValueError("an eviction needs at least one condition (all=True wipes the namespace)")
+    return _json_call("POST", namespace_path(namespace) + "/evict", dict(predicate),
+                      lambda _s, _h, body: int(_json_body(body).get("evicted", 0)), {200})
+
+
+def _document(_status: int, _headers: Mapping[str, str], body: bytes) -> Any:
+    return _json_body(body)
+
+
+def stats(namespace: str | None, top: int | None = None) -> Call:
+    path = "/v1/stats" if namespace is None else namespace_path(namespace) + "/stats"
+    return Call("GET", path, _document, frozenset({200}), params={"top": str(int(top))} if top is not None else {})
+
+
+def settings(namespace: str) -> Call:
+    return Call("GET", namespace_path(namespace) + "/settings", _document, frozenset({200}))
+
+
+def set_settings(namespace: str, *, default_ttl: int | None = None, max_bytes: int | None = None) -> Call:
+    document = {"default_ttl": default_ttl, "max_bytes": max_bytes}
+    return _json_call("PUT", namespace_path(namespace) + "/settings", document, _document, {200})
+
+
+def operation(path: str, accept: Iterable[int] = (200,), text: bool = False) -> Call:
+    if text:
+        return Call("GET", path, lambda _s, _h, body: body.decode(), frozenset(accept))
+    return Call("GET", path, _document, frozenset(accept))

@@ -1,0 +1,107 @@
+"""A real ``teamcache serve`` on a real PostgreSQL for the whole session: the binary's embedded
+cluster under a fresh data folder (as scripts/contract-check.sh starts one), and a token."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+
+
+def _binary() -> str:
+    explicit = os.environ.get("TEAMCACHE_BINARY")
+    if explicit:
+        return explicit
+    for build in ("release", "debug"):
+        candidate = REPO / ".build" / build / "teamcache"
+        if candidate.exists():
+            return str(candidate)
+    pytest.exit("no teamcache binary: run `swift build -c release --product teamcache` or set TEAMCACHE_BINARY")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Server:
+    """A running ``teamcache serve`` with its own data folder."""
+
+    def __init__(self, binary: str, data: pathlib.Path, port: int, env: dict[str, str] | None = None):
+        self.binary, self.data, self.port = binary, data, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = open(data / "serve.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [binary, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data / "pg"), "--log-level", "warn"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, env={**os.environ, **(env or {})})
+        self._wait_listening()
+
+    def _wait_listening(self) -> None:
+        deadline = time.monotonic() + 120
+        assert self.process.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if b"listening on" in line:
+                return
+            if not line and self.process.poll() is not None:
+                break
+        raise RuntimeError(f"teamcache serve did not start; see {self.data / 'serve.log'}")
+
+    def token(self, scopes: str = "read,write,admin", namespaces: str = "*") -> str:
+        out = subprocess.run([self.binary, "tokens", "create", "--name", f"py-{uuid.uuid4().hex[:8]}",
+                              "--namespaces", namespaces, "--scopes", scopes, "--data-dir", str(self.data / "pg")],
+                             check=True, capture_output=True, stdin=subprocess.DEVNULL)
+        return out.stdout.decode().strip().splitlines()[-1]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[Server]:
+    data = pathlib.Path(tempfile.mkdtemp(prefix="teamcache-py-"))
+    data.chmod(0o755)  # the embedded cluster runs as the postgres user
+    running = Server(_binary(), data, free_port())
+    try:
+        yield running
+    finally:
+        running.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def eventually(probe, timeout: float = 15.0, every: float = 0.2):
+    """Polls `probe` until it returns a truthy value (stats lag the access flush, 2 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(every)
+
+
+@pytest.fixture(scope="session")
+def token(server: Server) -> str:
+    return server.token()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace of the test's own: tests share the server and keep apart by namespace."""
+    return f"py-{uuid.uuid4().hex[:12]}"
