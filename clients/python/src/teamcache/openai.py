@@ -1,0 +1,422 @@
+"""Caching for the official ``openai`` SDK, as an HTTP transport::
+
+    from openai import OpenAI
+    from teamcache.openai import http_client
+    client = OpenAI(http_client=http_client(namespace="team-a"))
+
+``POST /v1/chat/completions``, ``/v1/responses`` and ``/v1/embeddings`` go through
+TeamCache's descriptor API; everything else goes straight to the upstream. openai 3.x takes
+an ``httpx2`` client and openai 1.x/2.x an ``httpx`` one: ``http_client`` builds whichever
+the installed SDK uses (``http_module=`` picks one explicitly).
+
+What the key is made of (``plan``): the ``model``; ``messages`` (chat) or ``input``
+(responses, embeddings) as the descriptor's input; ``response_format`` / ``text.format`` as
+its ``schema``; every other request member that can change the answer in ``params``, with
+the endpoint. Left out: the API key, base URL, organisation and project (they are headers
+and the URL, never read), and the members that do not change the answer: ``user``,
+``safety_identifier``, ``metadata``, ``store``, ``prompt_cache_key``,
+``prompt_cache_retention``, ``service_tier``; ``stream_options`` except on a streamed call.
+
+A streamed call (``stream: true``) has an entry of its own: its answer is stored as the
+server-sent events the upstream sent and replayed as the same events, so an SDK reading a
+replay reads exactly what it read the first time; a non-streamed call's answer is the JSON
+document. (Sharing one entry would mean synthesising events, or a document, the upstream
+never sent.) A streamed miss reaches the caller chunk by chunk as it arrives and is stored
+once it completed (``[DONE]``, or ``response.completed``); a stream cut short is not stored.
+Non-2xx upstream answers are never stored. Usage (``prompt_tokens`` / ``input_tokens``...)
+is stored as ``input_tokens`` / ``output_tokens`` so TeamCache counts the tokens a hit saves.
+Replayed answers carry ``X-TeamCache: hit`` (``; collapsed`` when answered by waiting for
+another caller's fill, ``; stale`` when stale); answers from the upstream ``X-TeamCache:
+miss``. ``Cache-Control: no-cache`` on a request (``extra_headers``) forces a fresh call.
+Bursts of identical calls make one upstream call (a lease and a wait). A TeamCache that
+fails is skipped: the call goes to the upstream, the failure is logged once and counted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from ._cached import _CACHE_FAILURES, _Health
+from ._client import AsyncTeamCache, TeamCache
+from .keys import DescriptorError, descriptor_key
+from .models import Lease, Lookup
+
+ENDPOINTS = ("/chat/completions", "/responses", "/embeddings")
+#: Request members that never change the answer, left out of the key.
+NOT_IN_KEY = frozenset({"user", "safety_identifier", "metadata", "store", "prompt_cache_key",
+                        "prompt_cache_retention", "service_tier"})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one upstream request is cached."""
+
+    endpoint: str
+    descriptor: dict[str, Any]
+    stream: bool
+
+    @property
+    def key(self) -> str:
+        return descriptor_key(self.descriptor)
+
+
+def plan(method: str, path: str, body: bytes) -> Plan | None:
+    """The descriptor of a cacheable request, or None to pass it through untouched."""
+    endpoint = next((name for name in ENDPOINTS if path.endswith(name)), None)
+    if method != "POST" or endpoint is None:
+        return None
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(request, dict) or not isinstance(request.get("model"), str) or request.get("background"):
+        return None
+    stream = request.get("stream") is True
+    params = {name: value for name, value in request.items() if name not in NOT_IN_KEY and name != "model"}
+    params["endpoint"] = endpoint
+    params.pop("stream", None)
+    if stream:
+        params["stream"] = True
+    else:
+        params.pop("stream_options", None)
+    descriptor: dict[str, Any] = {"model": request["model"]}
+    if endpoint == "/chat/completions":
+        descriptor["messages"] = params.pop("messages", None)
+        schema = None if stream else params.pop("response_format", None)
+    else:
+        value = params.pop("input", None)
+        if isinstance(value, str):
+            descriptor["prompt"] = value
+        elif endpoint == "/responses" and isinstance(value, list) and all(isinstance(v, dict) for v in value):
+            descriptor["messages"] = value
+        elif value is not None:
+            descriptor["messages"] = [{"input": value}]
+        schema = None
+        text = params.get("text")
+        if endpoint == "/responses" and not stream and isinstance(text, dict) and "format" in text:
+            rest = {name: item for name, item in text.items() if name != "format"}
+            schema = text["format"]
+            if rest:
+                params["text"] = rest
+            else:
+                params.pop("text")
+    if schema is not None:
+        descriptor["schema"] = schema
+    descriptor["params"] = params
+    try:
+        descriptor_key(descriptor)
+    except (DescriptorError, TypeError, ValueError):
+        return None
+    return Plan(endpoint, descriptor, stream)
+
+
+def _usage(document: Any) -> dict[str, Any]:
+    """input/output tokens and the finish reason from an upstream answer (or stream event)."""
+    out: dict[str, Any] = {}
+    if not isinstance(document, dict):
+        return out
+    usage = document.get("usage")
+    if isinstance(usage, dict):
+        inputs = usage.get("prompt_tokens", usage.get("input_tokens"))
+        outputs = usage.get("completion_tokens", usage.get("output_tokens", 0))
+        if isinstance(inputs, int):
+            out["input_tokens"] = inputs
+        if isinstance(outputs, int):
+            out["output_tokens"] = outputs
+    choices = document.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict) and choices[0].get("finish_reason"):
+        out["finish_reason"] = str(choices[0]["finish_reason"])
+    if isinstance(document.get("status"), str) and document.get("object") == "response":
+        out["finish_reason"] = document["status"]
+    return out
+
+
+def _events(text: str) -> Iterator[str]:
+    """The `data:` payloads of a server-sent event stream."""
+    for line in text.splitlines():
+        if line.startswith("data:"):
+            yield line[5:].strip()
+
+
+def stream_outcome(endpoint: str, text: str) -> tuple[bool, dict[str, Any]]:
+    """Whether a recorded stream completed, and its usage."""
+    complete, metadata = False, {}
+    for data in _events(text):
+        if data == "[DONE]":
+            complete = True
+            continue
+        try:
+            event = json.loads(data)
+        except ValueError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        if endpoint == "/responses" and event.get("type") == "response.completed":
+            complete = True
+            metadata.update(_usage(event.get("response")))
+        else:
+            metadata.update(_usage(event))
+    return complete, metadata
+
+
+def _mark(found: Lookup) -> str:
+    return "hit" + ("; collapsed" if found.collapsed else "") + ("; stale" if found.stale else "")
+
+
+class _Policy:
+    """What both transports share: the cache, the namespace, and how to store."""
+
+    def __init__(self, namespace: str, ttl: int | None, lease: int | None, wait: float,
+                 stale_while_revalidate: int | None):
+        self.namespace, self.ttl, self.lease, self.wait = namespace, ttl, lease, wait
+        self.stale_while_revalidate = stale_while_revalidate
+        self.health = _Health()
+
+    def lookup_arguments(self, headers: Mapping[str, str]) -> dict[str, Any]:
+        refresh = "no-cache" in headers.get("cache-control", "").lower()
+        return {"refresh": refresh, "lease": None if refresh else self.lease,
+                "wait": None if refresh or not self.lease else self.wait}
+
+    def storable(self, the_plan: Plan, status: int, body: bytes, content_type: str) -> tuple[str, dict] | None:
+        """The text and metadata to store, or None (not a 2xx, cut short, not text)."""
+        if not 200 <= status < 300:
+            return None
+        try:
+            text = body.decode()
+        except UnicodeDecodeError:
+            return None
+        if the_plan.stream:
+            complete, metadata = stream_outcome(the_plan.endpoint, text)
+            if not complete:
+                return None
+        else:
+            try:
+                metadata = _usage(json.loads(text))
+            except ValueError:
+                return None
+        metadata["content_type"] = content_type or ("text/event-stream" if the_plan.stream else "application/json")
+        metadata["endpoint"] = the_plan.endpoint
+        return text, metadata
+
+    def replay_headers(self, found: Lookup) -> dict[str, str]:
+        content_type = (found.metadata or {}).get("content_type") or "application/json"
+        return {"content-type": str(content_type), "x-teamcache": _mark(found)}
+
+
+def _module(http_module: ModuleType | str | None) -> ModuleType:
+    """The HTTP library the installed openai SDK speaks through (httpx2 for openai 3.x)."""
+    if isinstance(http_module, ModuleType):
+        return http_module
+    if isinstance(http_module, str):
+        return importlib.import_module(http_module)
+    try:
+        base = importlib.import_module("openai._base_client")
+        for name in ("httpx2", "httpx"):
+            if getattr(base, name, None) is not None:
+                return importlib.import_module(name)
+    except ImportError:
+        pass
+    return importlib.import_module("httpx")
+
+
+def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str | None = None,
+              inner: Any = None, ttl: int | None = None, lease: int | None = 60, wait: float = 30,
+              stale_while_revalidate: int | None = None) -> Any:
+    """A synchronous transport (of the library ``http_module``) that caches through ``cache``."""
+    http = _module(http_module)
+    policy = _Policy(namespace, ttl, lease, wait, stale_while_revalidate)
+    upstream = inner if inner is not None else http.HTTPTransport()
+
+    class Recording(http.SyncByteStream):
+        """Passes a streamed answer through chunk by chunk, and stores it once it completed."""
+
+        def __init__(self, stream: Any, finish: Any):
+            self.stream, self.finish, self.parts, self.done = stream, finish, [], False
+
+        def __iter__(self) -> Iterator[bytes]:
+            try:
+                for chunk in self.stream:
+                    self.parts.append(bytes(chunk))
+                    yield chunk
+            finally:
+                self._end()
+
+        def _end(self) -> None:
+            if not self.done:
+                self.done = True
+                # What arrived is judged by its content: the SDK stops reading at `[DONE]`
+                # without draining the stream, and a stream cut short lacks its end marker.
+                self.finish(b"".join(self.parts))
+
+        def close(self) -> None:
+            try:
+                self.stream.close()
+            finally:
+                self._end()
+
+    class CachingTransport(http.BaseTransport):
+        def handle_request(self, request: Any) -> Any:
+            the_plan = plan(request.method, request.url.path, request.read())
+            if the_plan is None:
+                return upstream.handle_request(request)
+            try:
+                found = cache.lookup(namespace, the_plan.descriptor, **policy.lookup_arguments(request.headers))
+                policy.health.succeeded()
+            except _CACHE_FAILURES as error:
+                policy.health.failed(error)
+                return upstream.handle_request(request)
+            if found.hit:
+                return http.Response(200, headers=policy.replay_headers(found),
+                                     content=(found.response or "").encode())
+            return self._call(request, the_plan, found.lease)
+
+        def _call(self, request: Any, the_plan: Plan, lease: Lease | None) -> Any:
+            # Identity bodies, so what is stored is what the SDK reads.
+            request.headers["accept-encoding"] = "identity"
+            try:
+                response = upstream.handle_request(request)
+            except BaseException:
+                self._store(the_plan, lease, None)
+                raise
+            headers = [(name, value) for name, value in response.headers.multi_items()
+                       if name.lower() != "x-teamcache"] + [("x-teamcache", "miss")]
+            content_type = response.headers.get("content-type", "")
+            if the_plan.stream and 200 <= response.status_code < 300:
+                def finish(body: bytes) -> None:
+                    self._store(the_plan, lease, policy.storable(the_plan, response.status_code, body, content_type))
+                return http.Response(response.status_code, headers=headers,
+                                     stream=Recording(response.stream, finish), extensions=response.extensions)
+            body = response.read()
+            response.close()
+            self._store(the_plan, lease, policy.storable(the_plan, response.status_code, body, content_type))
+            return http.Response(response.status_code, headers=headers, content=body, extensions=response.extensions)
+
+        def _store(self, the_plan: Plan, lease: Lease | None, stored: tuple[str, dict] | None) -> None:
+            try:
+                if stored is not None:
+                    cache.upsert(namespace, the_plan.descriptor, stored[0], metadata=stored[1], ttl=policy.ttl,
+                                 lease=lease, stale_while_revalidate=policy.stale_while_revalidate)
+                elif lease is not None:
+                    cache.release(namespace, the_plan.key, lease)
+            except _CACHE_FAILURES as error:
+                policy.health.failed(error)
+
+        def close(self) -> None:
+            upstream.close()
+
+    made = CachingTransport()
+    made.health = policy.health  # type: ignore[attr-defined]
+    return made
+
+
+def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: ModuleType | str | None = None,
+                    inner: Any = None, ttl: int | None = None, lease: int | None = 60, wait: float = 30,
+                    stale_while_revalidate: int | None = None) -> Any:
+    """The asyncio transport: as ``transport``, for ``AsyncOpenAI``."""
+    http = _module(http_module)
+    policy = _Policy(namespace, ttl, lease, wait, stale_while_revalidate)
+    upstream = inner if inner is not None else http.AsyncHTTPTransport()
+
+    class Recording(http.AsyncByteStream):
+        def __init__(self, stream: Any, finish: Any):
+            self.stream, self.finish, self.parts, self.done = stream, finish, [], False
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            try:
+                async for chunk in self.stream:
+                    self.parts.append(bytes(chunk))
+                    yield chunk
+            finally:
+                await self._end()
+
+        async def _end(self) -> None:
+            if not self.done:
+                self.done = True
+                await self.finish(b"".join(self.parts))
+
+        async def aclose(self) -> None:
+            try:
+                await self.stream.aclose()
+            finally:
+                await self._end()
+
+    class CachingTransport(http.AsyncBaseTransport):
+        async def handle_async_request(self, request: Any) -> Any:
+            the_plan = plan(request.method, request.url.path, await request.aread())
+            if the_plan is None:
+                return await upstream.handle_async_request(request)
+            try:
+                found = await cache.lookup(namespace, the_plan.descriptor, **policy.lookup_arguments(request.headers))
+                policy.health.succeeded()
+            except _CACHE_FAILURES as error:
+                policy.health.failed(error)
+                return await upstream.handle_async_request(request)
+            if found.hit:
+                return http.Response(200, headers=policy.replay_headers(found),
+                                     content=(found.response or "").encode())
+            return await self._call(request, the_plan, found.lease)
+
+        async def _call(self, request: Any, the_plan: Plan, lease: Lease | None) -> Any:
+            request.headers["accept-encoding"] = "identity"
+            try:
+                response = await upstream.handle_async_request(request)
+            except BaseException:
+                await self._store(the_plan, lease, None)
+                raise
+            headers = [(name, value) for name, value in response.headers.multi_items()
+                       if name.lower() != "x-teamcache"] + [("x-teamcache", "miss")]
+            content_type = response.headers.get("content-type", "")
+            if the_plan.stream and 200 <= response.status_code < 300:
+                async def finish(body: bytes) -> None:
+                    await self._store(the_plan, lease,
+                                      policy.storable(the_plan, response.status_code, body, content_type))
+                return http.Response(response.status_code, headers=headers,
+                                     stream=Recording(response.stream, finish), extensions=response.extensions)
+            body = await response.aread()
+            await response.aclose()
+            await self._store(the_plan, lease, policy.storable(the_plan, response.status_code, body, content_type))
+            return http.Response(response.status_code, headers=headers, content=body, extensions=response.extensions)
+
+        async def _store(self, the_plan: Plan, lease: Lease | None, stored: tuple[str, dict] | None) -> None:
+            try:
+                if stored is not None:
+                    await cache.upsert(namespace, the_plan.descriptor, stored[0], metadata=stored[1], ttl=policy.ttl,
+                                       lease=lease, stale_while_revalidate=policy.stale_while_revalidate)
+                elif lease is not None:
+                    await cache.release(namespace, the_plan.key, lease)
+            except _CACHE_FAILURES as error:
+                policy.health.failed(error)
+
+        async def aclose(self) -> None:
+            await upstream.aclose()
+
+    made = CachingTransport()
+    made.health = policy.health  # type: ignore[attr-defined]
+    return made
+
+
+def http_client(namespace: str, cache: TeamCache | None = None, *, base_url: str | None = None,
+                token: str | None = None, http_module: ModuleType | str | None = None, **options: Any) -> Any:
+    """An HTTP client for ``OpenAI(http_client=...)`` that caches through TeamCache (at
+    ``base_url`` / ``TEAMCACHE_URL`` with ``token`` / ``TEAMCACHE_TOKEN`` unless ``cache`` is
+    given). ``options``: ``ttl``, ``lease``, ``wait``, ``stale_while_revalidate``, ``inner``."""
+    http = _module(http_module)
+    cache = cache or TeamCache(base_url, token)
+    return http.Client(transport=transport(cache, namespace, http_module=http, **options), timeout=None)
+
+
+def async_http_client(namespace: str, cache: AsyncTeamCache | None = None, *, base_url: str | None = None,
+                      token: str | None = None, http_module: ModuleType | str | None = None, **options: Any) -> Any:
+    """As ``http_client``, for ``AsyncOpenAI(http_client=...)``."""
+    http = _module(http_module)
+    cache = cache or AsyncTeamCache(base_url, token)
+    return http.AsyncClient(transport=async_transport(cache, namespace, http_module=http, **options), timeout=None)
+
+
+__all__ = ["ENDPOINTS", "NOT_IN_KEY", "Plan", "async_http_client", "async_transport", "http_client", "plan",
+           "stream_outcome", "transport"]

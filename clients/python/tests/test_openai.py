@@ -1,0 +1,195 @@
+"""The real ``openai`` SDK through the TeamCache transport, against a fake upstream that counts
+its calls, and a real TeamCache server."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import openai
+import pytest
+
+from teamcache import AsyncTeamCache, TeamCache
+from teamcache.openai import async_http_client, http_client, plan
+
+from .conftest import eventually
+from .fake_upstream import Upstream
+
+MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Say hello"}]
+
+
+@pytest.fixture
+def upstream():
+    fake = Upstream()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def cache(server, token):
+    with TeamCache(server.url, token) as client:
+        yield client
+
+
+def sdk(upstream, cache, namespace, **options):
+    return openai.OpenAI(base_url=upstream.url, api_key="sk-test", max_retries=0,
+                         http_client=http_client(namespace, cache, **options))
+
+
+def test_the_second_call_is_served_from_teamcache(upstream, cache, namespace):
+    client = sdk(upstream, cache, namespace)
+    first = client.chat.completions.with_raw_response.create(model="gpt-x", messages=MESSAGES, temperature=0)
+    second = client.chat.completions.with_raw_response.create(model="gpt-x", messages=MESSAGES, temperature=0)
+    assert upstream.count("/chat/completions") == 1
+    assert first.headers["x-teamcache"] == "miss" and second.headers["x-teamcache"] == "hit"
+    assert second.parse().choices[0].message.content == first.parse().choices[0].message.content == "Hello there"
+    # Every parameter that changes the answer is in the key; the user and metadata are not.
+    client.chat.completions.create(model="gpt-x", messages=MESSAGES, temperature=1)
+    client.chat.completions.create(model="gpt-x", messages=MESSAGES, temperature=0, user="u1", store=False)
+    assert upstream.count("/chat/completions") == 2
+    # tokens_saved is the usage of the replayed answers (two so far).
+    assert eventually(lambda: cache.stats(namespace)["tokens_saved"] == {"input": 22, "output": 14})
+
+
+def test_credentials_and_base_urls_do_not_split_entries(upstream, cache, namespace):
+    sdk(upstream, cache, namespace).chat.completions.create(model="gpt-x", messages=MESSAGES)
+    other = openai.OpenAI(base_url=upstream.url + "/../v1", api_key="sk-another", organization="org-2",
+                          max_retries=0, http_client=http_client(namespace, cache))
+    raw = other.chat.completions.with_raw_response.create(model="gpt-x", messages=MESSAGES)
+    assert raw.headers["x-teamcache"] == "hit" and upstream.count() == 1
+
+
+def test_a_streamed_miss_arrives_incrementally_and_replays_identically(upstream, cache, namespace):
+    client = sdk(upstream, cache, namespace)
+    gated = [{"role": "user", "content": "gate the stream"}]
+    stream = client.chat.completions.create(model="gpt-x", messages=gated, stream=True)
+    chunks = iter(stream)
+    first = next(chunks)
+    # The upstream is still holding the rest back: the first chunk arrived before it finished.
+    assert first.choices[0].delta.content == "Hel" and not upstream.gate.is_set()
+    upstream.gate.set()
+    words = [first.choices[0].delta.content] + [chunk.choices[0].delta.content for chunk in chunks]
+    assert words == ["Hel", "lo", " there"]
+    replay = client.chat.completions.with_raw_response.create(model="gpt-x", messages=gated, stream=True)
+    assert replay.headers["x-teamcache"] == "hit" and replay.headers["content-type"].startswith("text/event-stream")
+    assert [chunk.choices[0].delta.content for chunk in replay.parse()] == words
+    assert upstream.count() == 1
+    # A non-streamed call has an entry of its own.
+    assert client.chat.completions.create(model="gpt-x", messages=gated).choices[0].message.content == "Hello there"
+    assert upstream.count() == 2
+
+
+def test_a_stream_cut_short_is_not_stored(upstream, cache, namespace):
+    client = sdk(upstream, cache, namespace)
+    cut = [{"role": "user", "content": "cut me off"}]
+    assert len(list(client.chat.completions.create(model="gpt-x", messages=cut, stream=True))) == 1
+    list(client.chat.completions.create(model="gpt-x", messages=cut, stream=True))
+    assert upstream.count() == 2, "the truncated stream was not replayed"
+    # A stream the caller abandons half way is not stored either.
+    upstream.gate.set()
+    stream = client.chat.completions.create(model="gpt-x", messages=[{"role": "user", "content": "half"}],
+                                            stream=True)
+    next(iter(stream))
+    stream.close()
+    list(client.chat.completions.create(model="gpt-x", messages=[{"role": "user", "content": "half"}], stream=True))
+    assert upstream.count() == 4
+
+
+def test_an_upstream_error_is_not_cached(upstream, cache, namespace):
+    client = sdk(upstream, cache, namespace)
+    failing = [{"role": "user", "content": "please fail"}]
+    for _ in range(2):
+        with pytest.raises(openai.InternalServerError):
+            client.chat.completions.create(model="gpt-x", messages=failing)
+    assert upstream.count() == 2
+
+
+def test_twenty_concurrent_identical_calls_make_one_upstream_call(upstream, cache, namespace):
+    client = sdk(upstream, cache, namespace)
+    slow = [{"role": "user", "content": "slow question"}]
+    answers, errors = [], []
+
+    def ask():
+        try:
+            answers.append(client.chat.completions.create(model="gpt-x", messages=slow).choices[0].message.content)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=ask) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors and answers == ["Hello there"] * 20
+    assert upstream.count() == 1
+
+
+def test_the_responses_api_and_embeddings(upstream, cache, namespace):
+    client = sdk(upstream, cache, namespace)
+    for _ in range(2):
+        response = client.responses.create(model="gpt-x", input="Say hello", instructions="be brief")
+        assert response.output_text == "Hello from responses"
+    deltas = []
+    for _ in range(2):
+        events = client.responses.create(model="gpt-x", input="Say hello", stream=True)
+        deltas.append([event.delta for event in events if event.type == "response.output_text.delta"])
+    assert deltas == [["Hel", "lo"], ["Hel", "lo"]]
+    for _ in range(2):
+        assert client.embeddings.create(model="emb", input="hello").data[0].embedding == [0.1, 0.2]
+    assert upstream.count("/responses") == 2 and upstream.count("/embeddings") == 1
+
+
+def test_a_dead_cache_calls_the_upstream(upstream):
+    with TeamCache("http://127.0.0.1:9", "t", max_retries=0) as dead:
+        client = openai.OpenAI(base_url=upstream.url, api_key="k", max_retries=0,
+                               http_client=http_client("n", dead))
+        for _ in range(2):
+            assert client.chat.completions.create(model="gpt-x", messages=MESSAGES).choices[0].message.content
+    assert upstream.count() == 2
+
+
+def test_no_cache_forces_a_fresh_call(upstream, cache, namespace):
+    client = sdk(upstream, cache, namespace)
+    client.chat.completions.create(model="gpt-x", messages=MESSAGES)
+    client.chat.completions.create(model="gpt-x", messages=MESSAGES, extra_headers={"Cache-Control": "no-cache"})
+    assert upstream.count() == 2
+
+
+def test_the_key_leaves_out_what_does_not_change_the_answer():
+    base = b'{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":0'
+    plain = plan("POST", "/v1/chat/completions", base + b"}")
+    noisy = plan("POST", "/v1/chat/completions",
+                 base + b',"user":"u","metadata":{"a":"b"},"store":true,"stream_options":{"include_usage":true}}')
+    assert plain.key == noisy.key
+    assert plan("POST", "/v1/chat/completions", base + b',"seed":1}').key != plain.key
+    assert plan("POST", "/v1/chat/completions", base + b',"stream":true}').key != plain.key
+    assert plan("GET", "/v1/models", b"") is None and plan("POST", "/v1/files", b"{}") is None
+    assert plan("POST", "/v1/chat/completions", b"not json") is None
+
+
+def test_openai_2_style_httpx_clients_are_supported(upstream, cache, namespace):
+    # openai 3.x speaks httpx2; openai 1.x/2.x httpx: the transport is built for either.
+    client = http_client(namespace, cache, http_module=httpx)
+    assert isinstance(client, httpx.Client)
+    request = {"model": "gpt-x", "messages": MESSAGES}
+    for expected in ("miss", "hit"):
+        response = client.post(upstream.url + "/chat/completions", json=request,
+                                headers={"Authorization": "Bearer k"})
+        assert response.status_code == 200 and response.headers["x-teamcache"] == expected
+        assert response.json()["choices"][0]["message"]["content"] == "Hello there"
+
+
+async def test_async_openai(upstream, server, token, namespace):
+    async with AsyncTeamCache(server.url, token) as cache:
+        client = openai.AsyncOpenAI(base_url=upstream.url, api_key="k", max_retries=0,
+                                    http_client=async_http_client(namespace, cache))
+        for _ in range(2):
+            answer = await client.chat.completions.create(model="gpt-x", messages=MESSAGES)
+            assert answer.choices[0].message.content == "Hello there"
+        upstream.gate.set()
+        streams = []
+        for _ in range(2):
+            stream = await client.chat.completions.create(model="gpt-x", messages=MESSAGES, stream=True)
+            streams.append([chunk.choices[0].delta.content async for chunk in stream])
+        assert streams[0] == streams[1] == ["Hel", "lo", " there"]
+        assert upstream.count() == 2
