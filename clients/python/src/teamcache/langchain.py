@@ -1,0 +1,192 @@
+"""A LangChain LLM cache backed by TeamCache::
+
+    from langchain_core.globals import set_llm_cache
+    from teamcache.langchain import TeamCacheLLMCache
+    set_llm_cache(TeamCacheLLMCache(namespace="team-a"))
+
+Each (prompt, llm_string) becomes a descriptor: the model parsed out of ``llm_string``
+(``model_name`` / ``model``...), the prompt, and the rest of ``llm_string`` as ``params``
+with secrets, base URLs, organisations and clients removed, so services with different
+credentials or gateways share entries. Generations are stored with LangChain's own
+serialisation and loaded back allowing only generation and message classes (a shared cache
+is not trusted to name arbitrary classes). Token usage of chat generations is stored so
+TeamCache counts what a hit saves. A cache that fails is a miss (logged once, counted):
+it never fails the model call.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.caches import BaseCache
+from langchain_core.load import dumpd, load
+from langchain_core.messages import (AIMessage, AIMessageChunk, ChatMessage, FunctionMessage, HumanMessage,
+                                     SystemMessage, ToolMessage)
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation, GenerationChunk
+
+from ._cached import _CACHE_FAILURES, _Health
+from ._client import AsyncTeamCache, TeamCache
+
+#: Members of an llm_string that say who calls or where, never what is answered.
+_NOT_IN_KEY = re.compile(r"(api_key|api_base|base_url|endpoint|organization|organisation|project|token|secret"
+                         r"|password|http_client|http_async_client|client|async_client|default_headers"
+                         r"|default_query|proxy|timeout|max_retries)$", re.IGNORECASE)
+_MODEL_NAMES = ("model_name", "model", "model_id", "deployment_name", "azure_deployment")
+_LOADABLE = [Generation, ChatGeneration, GenerationChunk, ChatGenerationChunk, AIMessage, AIMessageChunk,
+             HumanMessage, SystemMessage, ToolMessage, FunctionMessage, ChatMessage]
+
+
+def _clean(value: Any) -> Any:
+    """Drops credentials and endpoints (and LangChain's secret markers) anywhere in the value."""
+    if isinstance(value, dict):
+        if value.get("type") == "secret" and value.get("lc") == 1:
+            return None
+        return {str(name): _clean(item) for name, item in value.items() if not _NOT_IN_KEY.search(str(name))}
+    if isinstance(value, (list, tuple)):
+        if len(value) == 2 and isinstance(value[0], str) and _NOT_IN_KEY.search(value[0]):
+            return None  # an ("openai_api_base", "...") pair of a param string
+        return [item for item in (_clean(item) for item in value) if item is not None]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return repr(value)
+
+
+def _find_model(value: Any) -> str | None:
+    if isinstance(value, dict):
+        for name in _MODEL_NAMES:
+            if isinstance(value.get(name), str) and value[name]:
+                return value[name]
+        for item in value.values():
+            found = _find_model(item)
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        if len(value) == 2 and value[0] in _MODEL_NAMES and isinstance(value[1], str) and value[1]:
+            return value[1]
+        for item in value:
+            found = _find_model(item)
+            if found:
+                return found
+    return None
+
+
+def _parse(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def descriptor(prompt: str, llm_string: str) -> dict[str, Any]:
+    """The TeamCache descriptor of a LangChain cache key."""
+    # Chat models: "<the model serialised>---<sorted call params>"; others: the params alone.
+    head, separator, tail = llm_string.partition("---")
+    parts = [_parse(head)] + ([_parse(tail)] if separator else [])
+    if any(part is None for part in parts):
+        structure: Any = {"llm_string": llm_string}
+        model = None
+    else:
+        structure = _clean(parts)
+        model = _find_model(parts)
+    return {"model": model or "langchain", "prompt": prompt, "params": {"langchain": structure}}
+
+
+def _serialise(generations: Sequence[Generation]) -> tuple[str, dict[str, Any]]:
+    inputs = outputs = 0
+    for generation in generations:
+        usage = getattr(getattr(generation, "message", None), "usage_metadata", None) or {}
+        inputs += int(usage.get("input_tokens", 0) or 0)
+        outputs += int(usage.get("output_tokens", 0) or 0)
+    metadata = {"input_tokens": inputs, "output_tokens": outputs, "format": "langchain-dumpd"}
+    return json.dumps([dumpd(generation) for generation in generations]), metadata
+
+
+def _deserialise(text: str) -> list[Generation] | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loaded = [load(item, allowed_objects=_LOADABLE) for item in json.loads(text)]
+    except Exception:  # noqa: BLE001 - an entry this cannot read is a miss
+        return None
+    return loaded if all(isinstance(item, Generation) for item in loaded) else None
+
+
+class TeamCacheLLMCache(BaseCache):
+    """``BaseCache`` over TeamCache (sync and async methods). ``cache`` / ``async_cache`` default
+    to clients for ``TEAMCACHE_URL`` and ``TEAMCACHE_TOKEN``."""
+
+    def __init__(self, namespace: str, cache: TeamCache | None = None, async_cache: AsyncTeamCache | None = None,
+                 *, base_url: str | None = None, token: str | None = None, ttl: int | None = None):
+        self.namespace = namespace
+        self.ttl = ttl
+        self._cache = cache or TeamCache(base_url, token)
+        self._async_cache = async_cache
+        self._base_url, self._token = base_url, token
+        self._health = _Health()
+
+    @property
+    def cache_failures(self) -> int:
+        return self._health.failures
+
+    def _async(self) -> AsyncTeamCache:
+        if self._async_cache is None:
+            self._async_cache = AsyncTeamCache(self._base_url, self._token)
+        return self._async_cache
+
+    def lookup(self, prompt: str, llm_string: str) -> list[Generation] | None:
+        try:
+            found = self._cache.lookup(self.namespace, descriptor(prompt, llm_string))
+        except _CACHE_FAILURES as error:
+            self._health.failed(error)
+            return None
+        self._health.succeeded()
+        return _deserialise(found.response) if found.hit and found.response else None
+
+    def update(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> None:
+        text, metadata = _serialise(return_val)
+        try:
+            self._cache.upsert(self.namespace, descriptor(prompt, llm_string), text, metadata=metadata, ttl=self.ttl)
+        except _CACHE_FAILURES as error:
+            self._health.failed(error)
+
+    def clear(self, **kwargs: Any) -> None:
+        """Evicts every entry of the namespace."""
+        try:
+            self._cache.clear(self.namespace)
+        except _CACHE_FAILURES as error:
+            self._health.failed(error)
+
+    async def alookup(self, prompt: str, llm_string: str) -> list[Generation] | None:
+        try:
+            found = await self._async().lookup(self.namespace, descriptor(prompt, llm_string))
+        except _CACHE_FAILURES as error:
+            self._health.failed(error)
+            return None
+        self._health.succeeded()
+        return _deserialise(found.response) if found.hit and found.response else None
+
+    async def aupdate(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> None:
+        text, metadata = _serialise(return_val)
+        try:
+            await self._async().upsert(self.namespace, descriptor(prompt, llm_string), text, metadata=metadata,
+                                       ttl=self.ttl)
+        except _CACHE_FAILURES as error:
+            self._health.failed(error)
+
+    async def aclear(self, **kwargs: Any) -> None:
+        try:
+            await self._async().clear(self.namespace)
+        except _CACHE_FAILURES as error:
+            self._health.failed(error)
+
+
+__all__ = ["TeamCacheLLMCache", "descriptor"]
