@@ -3,7 +3,7 @@
 # embedded PostgreSQL, with the real libraries the client adapts (openai, httpx2, httpx,
 # langchain-core, langchain-tests) at the versions pinned in the package's `test` extra.
 # Installs the package and that extra when they are missing. Uses TEAMCACHE_BINARY, else the
-# release build, else the debug build (what `swift test` leaves).
+# newer of the release and debug builds (`swift test` leaves a debug one), else builds one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! python3 -c "import teamcache.openai, teamcache.langchain, langchain_tests, httpx2, pytest_asyncio" 2>/dev/null; then
@@ -11,10 +11,16 @@ if ! python3 -c "import teamcache.openai, teamcache.langchain, langchain_tests, 
     | grep -v "Running pip as the 'root' user" || true
 fi
 if [ -z "${TEAMCACHE_BINARY:-}" ]; then
-  for build in release debug; do
-    if [ -x ".build/$build/teamcache" ]; then export TEAMCACHE_BINARY=".build/$build/teamcache"; break; fi
-  done
+  # The newer of the two builds: the one that has this tree's changes.
+  newest=$(ls -t .build/release/teamcache .build/debug/teamcache 2>/dev/null | head -n 1 || true)
+  [ -n "$newest" ] && export TEAMCACHE_BINARY="$PWD/$newest"
 fi
-[ -n "${TEAMCACHE_BINARY:-}" ] || swift build --product teamcache
+if [ -z "${TEAMCACHE_BINARY:-}" ]; then
+  swift build --product teamcache
+  export TEAMCACHE_BINARY="$PWD/.build/debug/teamcache"
+fi
+# The tests run from the package's folder: the binary's path must not be relative.
+TEAMCACHE_BINARY=$(realpath "$TEAMCACHE_BINARY")
+export TEAMCACHE_BINARY
 cd clients/python
 exec python3 -m pytest -q -p no:cacheprovider tests "$@"
