@@ -33,14 +33,14 @@ final class EntryWriteBatcher: @unchecked Sendable {
         SELECT b.ordinal, r.outcome, r.entry_id, r.expires_at
         FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[], $5::text[], $6::int8[], $7::text[],
                     $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int8[], $14::int8[],
-                    $15::int8[], $16::int8[], $17::text[], $18::text[])
+                    $15::int8[], $16::int8[], $17::text[], $18::text[], $23::int4[])
              WITH ORDINALITY AS b(namespace, key, body, encoding, content_type, identity_size, etag, model, version,
                                   prompt_digest, tags, metadata, input_tokens, output_tokens, ttl, writer,
-                                  condition, if_match, ordinal)
+                                  condition, if_match, stale_while_revalidate, ordinal)
         CROSS JOIN LATERAL tc_put_entry(b.namespace, b.key, b.body, b.encoding, b.content_type, b.identity_size,
             b.etag, b.model, b.version, b.prompt_digest, ARRAY(SELECT jsonb_array_elements_text(b.tags::jsonb)),
             b.metadata::jsonb, b.input_tokens, b.output_tokens, $19, b.ttl, $20, b.writer, b.condition,
-            ARRAY(SELECT jsonb_array_elements_text(b.if_match::jsonb)), $21, $22) r
+            ARRAY(SELECT jsonb_array_elements_text(b.if_match::jsonb)), $21, $22, b.stale_while_revalidate) r
         ORDER BY b.ordinal
         """
 
@@ -197,6 +197,7 @@ final class EntryWriteBatcher: @unchecked Sendable {
             .textArray(conditions.map(\.name)), .textArray(conditions.map { jsonArray($0.tags) }),
             .timestamp(store.clock.now()), .int(store.policy.defaultTTL),
             .int(store.policy.storeHardCap), .double(store.policy.hardCapRatio),
+            .intArray(sorted.map { Int64($0.staleWhileRevalidate) }),
         ]
         let result = try store.pool.withConnection { try $0.query(putBatch, parameters) }
         var outcomes = [WriteOutcome?](repeating: nil, count: writes.count)

@@ -35,14 +35,24 @@ public final class EvictionJob: Sendable {
     // (`updated_at`).
     //
     // Expired: past the stale retention (`$1`) and past the entry's own stale-while-revalidate
-    // window (`$3` is now), so a window longer than the retention is honoured.
+    // window (`$3` is now), so a window longer than the retention is honoured. Entries kept by
+    // their window are still past the retention, first in the index; so that a batch does
+    // not scan them again and again, the cycle walks the index once, in (expires_at, id)
+    // order from where the last batch stopped (`$4`, `$5`), deleting what is due.
     static let deleteExpired = """
-        WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
-            SELECT id FROM entries WHERE expires_at < $1 AND expires_at + make_interval(secs => stale_while_revalidate) < $3
-            LIMIT $2 FOR UPDATE SKIP LOCKED))
-          AND expires_at < $1 AND expires_at + make_interval(secs => stale_while_revalidate) < $3
-            RETURNING stored_size)
-        SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
+        WITH candidates AS (
+            SELECT id, expires_at, expires_at + make_interval(secs => stale_while_revalidate) < $3 AS due
+            FROM entries
+            WHERE expires_at < $1 AND expires_at >= $4::timestamptz AND (expires_at, id) > ($4::timestamptz, $5::int8)
+            ORDER BY expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED),
+        gone AS (
+            DELETE FROM entries WHERE id = ANY(ARRAY(SELECT id FROM candidates WHERE due))
+              AND expires_at < $1 AND expires_at + make_interval(secs => stale_while_revalidate) < $3
+            RETURNING stored_size),
+        last AS (SELECT expires_at, id FROM candidates ORDER BY expires_at DESC, id DESC LIMIT 1)
+        SELECT (SELECT count(*) FROM gone)::bigint AS n, (SELECT coalesce(sum(stored_size), 0) FROM gone)::bigint AS bytes,
+               (SELECT count(*) FROM candidates)::bigint AS scanned,
+               (SELECT expires_at::text FROM last) AS last_at, (SELECT id FROM last) AS last_id
         """
     /// Idle: neither read (its access row) nor written (`updated_at`, rechecked on the row
     /// deleted) since the cutoff. A write moves the access row only to the minute, so the
@@ -155,9 +165,7 @@ public final class EvictionJob: Sendable {
         let policy = store.policy
         var report = Report()
         let expiredBefore = now.addingTimeInterval(-Double(policy.staleRetention))
-        try drain(.expired, into: &report) {
-            try connection.query(Self.deleteExpired, [.timestamp(expiredBefore), .int(Self.batchSize), .timestamp(now)])
-        }
+        try drainExpired(before: expiredBefore, now: now, on: connection, into: &report)
         let idleBefore = now.addingTimeInterval(-Double(policy.idleTTL))
         try drain(.idle, into: &report) {
             try connection.query(Self.deleteIdle, [.timestamp(idleBefore), .int(Self.batchSize)])
@@ -188,6 +196,22 @@ public final class EvictionJob: Sendable {
             report.bytes[.size, default: 0] += bytes
             remaining -= bytes
             if count == 0 { return }
+        }
+    }
+
+    /// Expired entries, batch by batch along the index (see `deleteExpired`).
+    private func drainExpired(before: Date, now: Date, on connection: PostgresConnection,
+                              into report: inout Report) throws {
+        var after: (at: String, id: Int) = ("-infinity", 0)
+        while true {
+            let row = try connection.query(Self.deleteExpired, [
+                .timestamp(before), .int(Self.batchSize), .timestamp(now), .text(after.at), .int(after.id),
+            ]).first
+            report.entries[.expired, default: 0] += try row?.int("n") ?? 0
+            report.bytes[.expired, default: 0] += try row?.int("bytes") ?? 0
+            guard try row?.int("scanned") ?? 0 >= Self.batchSize, let at = try row?.string("last_at"),
+                  let id = try row?.int("last_id") else { return }
+            after = (at, id)
         }
     }
 

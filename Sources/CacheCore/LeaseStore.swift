@@ -80,12 +80,13 @@ public final class LeaseStore: Sendable {
     /// stale answer asks again.
     public func refresh(_ namespace: Namespace, _ key: EntryKey, seconds: Int, holder: Int64?) -> Lease? {
         guard !held.isHeld(namespace.name, key.bytes) else { return nil }
+        let generation = held.generation
         switch try? grant(namespace, key, seconds: seconds, holder: holder) {
         case .granted(let lease)?:
-            held.note(namespace.name, key.bytes, seconds: lease.expiresIn)
+            held.note(namespace.name, key.bytes, seconds: lease.expiresIn, since: generation)
             return lease
         case .held(let retryAfter)?:
-            held.note(namespace.name, key.bytes, seconds: retryAfter)
+            held.note(namespace.name, key.bytes, seconds: retryAfter, since: generation)
             return nil
         case nil:
             return nil

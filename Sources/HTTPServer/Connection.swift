@@ -286,9 +286,15 @@ final class Connection: @unchecked Sendable {
     /// Whether `request` is still waiting for its answer here.
     func isAwaiting(_ request: HTTPRequest) -> Bool { !isClosed && current === request }
 
-    /// Runs `gone` if the client goes away while `request` (still current) waits.
+    /// Runs `gone` if the client goes away while `request` (still current) waits, or at
+    /// once if it has already closed its side (its FIN was read before the request parked).
     func whenClientLeaves(_ request: HTTPRequest, _ gone: @escaping () -> Void) {
         guard current === request, !isClosed else { return }
+        guard !inputClosed else {
+            gone()
+            close(reason: "client left while waiting")
+            return
+        }
         onClientGone = gone
     }
 
@@ -502,6 +508,11 @@ final class Connection: @unchecked Sendable {
 
     func close(reason: StaticString = "closed") {
         guard !isClosed else { return }
+        // However it closes (reset, write error, deadline), a parked request's waiter goes now.
+        if let gone = onClientGone {
+            onClientGone = nil
+            gone()
+        }
         if inFlight || (receivedAny && served == 0 && !lingerOnClose) {
             // A client that sent something gets no answer: worth a line when debugging.
             loop.context.logger.debug("connection closed without an answer",

@@ -122,7 +122,7 @@ extension CacheAPI {
         write.promptDigest = descriptor.promptDigest
         write.ttlSeconds = try Self.optionalInteger(json["ttl"], name: "ttl", 1...policy.maxTTL)
         write.staleWhileRevalidate = try Self.optionalInteger(json["stale_while_revalidate"],
-                                                              name: "stale_while_revalidate", 0...policy.maxTTL) ?? 0
+                                                              name: "stale_while_revalidate", 0...Self.maxWindow(policy)) ?? 0
         write.tags = try Self.tags(json["tags"])
         try Self.applyMetadata(json["metadata"], to: &write)
         write.writerTokenID = principal.token?.id

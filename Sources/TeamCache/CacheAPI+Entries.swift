@@ -30,8 +30,9 @@ extension CacheAPI {
             // A watch that saw a change is an update, not a fill it waited for.
             let collapsed = budget?.waited == true && watched == nil
             let now = clock.now()
-            // Only GET is handed a refresh lease: a HEAD answers the same, without the lease.
-            if let entry, request.method == "GET", case .revalidate = Freshness.of(entry, now: now, maxStale: control.maxStale) {
+            // Only GET is handed a refresh lease: a HEAD answers the same, without the lease, and
+            // so does a caller that takes only cached answers (it will not refresh anything).
+            if let entry, request.method == "GET", !control.onlyIfCached, case .revalidate = Freshness.of(entry, now: now, maxStale: control.maxStale) {
                 return try revalidateStep(namespace, key, lease: leaseSeconds, holder: holder) { [self] lease in
                     try answerGet(entry, namespace: namespace, control: control, request: request, collapsed: collapsed,
                                   now: now, revalidate: lease) ?? miss(false, request)
@@ -137,7 +138,7 @@ extension CacheAPI {
         let body = try storedBody(request, contentType: contentType)
         var write = EntryWrite(namespace: namespace, key: key, body: body, contentType: contentType)
         write.ttlSeconds = ttl
-        write.staleWhileRevalidate = try Self.staleWhileRevalidate(request.headers, max: policy.maxTTL)
+        write.staleWhileRevalidate = try Self.staleWhileRevalidate(request.headers, max: Self.maxWindow(policy))
         write.tags = try RequestParsing.tags(HeaderList.split(request.headers, "Cache-Tag").map(HeaderList.unquote))
         write.condition = try Self.condition(request.headers)
         write.writerTokenID = principal.token?.id

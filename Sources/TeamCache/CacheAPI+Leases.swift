@@ -43,6 +43,10 @@ extension CacheAPI {
         }
     }
 
+    /// The longest stale-while-revalidate window: the maximum TTL, within the column's
+    /// 32-bit integer (TEAMCACHE_MAX_TTL may be configured past it).
+    static func maxWindow(_ policy: CachePolicy) -> Int { min(policy.maxTTL, Int(Int32.max)) }
+
     /// A refresh lease's length when the request names none (`lease`), in seconds.
     static let refreshLeaseSeconds = 30
 

@@ -1,4 +1,5 @@
 import CacheCore
+import Postgres
 import Foundation
 import Glibc
 import Testing
@@ -120,6 +121,36 @@ import TestSupport
         clock.advance(by: 100)
         #expect(service.app.eviction.runCycle()?.entries[.expired, default: 0] == 1)
         #expect(try service.request("GET", path).status == 404)
+    }
+
+    /// 2,500 entries kept by their window sit first in the expiry index, before 1,500 that are
+    /// due: one cycle walks past the kept ones (more than a batch) and deletes exactly the due.
+    @Test func evictionWalksPastManyKeptEntries() throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "swrwalk")
+        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
+                                        overrides: TestDatabase.shared.overrides(database: database), maxConnections: 4))
+        var policy = CachePolicy()
+        policy.staleRetention = 3600
+        let clock = ManualClock()
+        let store = EntryStore(pool: pool, policy: policy, clock: clock)
+        let now = clock.now()
+        _ = try pool.withConnection { connection in
+            // Kept: expired 3 to 2 hours ago (past the retention) with a day-long window. Due:
+            // expired 90 to 70 minutes ago, no window. Same expiry for runs of keys (ties).
+            try connection.query("""
+                INSERT INTO entries (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
+                                     created_at, updated_at, expires_at, stale_while_revalidate)
+                SELECT 'walk', convert_to('k' || i, 'UTF8'), '\\x00', 'identity', 't', 1, 1, 'e', $1, $1,
+                       CASE WHEN i <= 2500 THEN $1 - interval '3 hours' + (i / 10) * interval '1 second'
+                            ELSE $1 - interval '90 minutes' + (i / 10) * interval '1 second' END,
+                       CASE WHEN i <= 2500 THEN 86400 ELSE 0 END
+                FROM generate_series(1, 4000) AS i
+                """, [.timestamp(now)])
+        }
+        let report = try #require(EvictionJob(store: store).runCycle())
+        #expect(report.entries[.expired] == 1500)
+        let left = try pool.withConnection { try $0.query("SELECT count(*)::int8 AS n FROM entries").first?.int("n") }
+        #expect(left == 2500)
     }
 
     /// Bad windows are refused and store nothing.
