@@ -296,6 +296,14 @@ import TestSupport
         }
         #expect(left == 1, "the waiters of clients that left are dropped at once")
         #expect(try gauge("teamcache_waits_total{outcome=\"disconnected\"}") == disconnectedBefore + 5)
+        // Clients that hang up right after sending: their close may be read before the request
+        // parks (a database read comes first); they are dropped all the same.
+        for _ in 0..<5 {
+            let client = try RawClient(port: service.port, timeout: 10)
+            try client.send("GET \(path)?wait=30 HTTP/1.1\r\nHost: t\r\n\r\n")
+        }
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(try gauge("teamcache_waiters") == 1, "waiters of clients gone before they parked are dropped")
         // The one that stayed is still answered by the fill.
         #expect(try service.request("PUT", path, body: [7]).status == 201)
         let answer = try staying.readResponse()
