@@ -209,6 +209,59 @@ class _Flaky(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _Hangup(http.server.BaseHTTPRequestHandler):
+    """Reads the request, then closes without answering (the answer is lost after sending)."""
+
+    attempts = 0
+
+    def do_POST(self):
+        type(self).attempts += 1
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.close_connection = True
+        self.connection.shutdown(2)
+
+    def log_message(self, *_):
+        pass
+
+
+def test_a_lookup_that_may_be_granted_a_lease_is_not_resent():
+    hangup = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hangup)
+    threading.Thread(target=hangup.serve_forever, daemon=True).start()
+    try:
+        with TeamCache(f"http://127.0.0.1:{hangup.server_address[1]}", "t", backoff=0.01) as client:
+            with pytest.raises(TransportError):
+                client.lookup("n", {"model": "m", "prompt": "p"}, lease=30)
+            assert _Hangup.attempts == 1, "a lost answer may have granted a lease: not sent again"
+            with pytest.raises(TransportError):
+                client.lookup("n", {"model": "m", "prompt": "p"})
+            assert _Hangup.attempts == 4, "a plain lookup is retried"
+    finally:
+        hangup.shutdown()
+
+
+def test_secrets_stay_out_of_reprs(cache, namespace):
+    descriptor = {"model": "m", "prompt": "secret lease"}
+    granted = cache.lookup(namespace, descriptor, lease=30).lease
+    cache.put(namespace, "swr", b"v", ttl=1, stale_while_revalidate=60)
+    time.sleep(1.2)
+    entry = cache.get(namespace, "swr")
+    assert entry.revalidate is not None and entry.revalidate.id not in repr(entry)
+    assert granted.id not in repr(granted) and "tc_" not in repr(cache.__dict__.get("_settings"))
+
+
+def test_a_result_that_cannot_be_stored_is_still_returned(cache, namespace):
+    descriptor = {"model": "m", "prompt": "unstorable"}
+    assert cache.cached(namespace, descriptor, lambda: {1, 2}) == {1, 2}, "a set is not JSON, but was paid for"
+    # Its lease was given back: the next caller is granted one at once.
+    assert cache.lookup(namespace, descriptor, lease=5).lease is not None
+
+
+def test_an_entry_that_cannot_be_decoded_is_a_miss(cache, namespace):
+    descriptor = {"model": "m", "prompt": "corrupt"}
+    cache.upsert(namespace, descriptor, "{not json", metadata={"codec": "json"})
+    assert cache.cached(namespace, descriptor, lambda: {"fresh": True}) == {"fresh": True}
+
+
 def test_503_is_retried_honouring_retry_after():
     flaky = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
     threading.Thread(target=flaky.serve_forever, daemon=True).start()

@@ -55,6 +55,28 @@ async def test_a_generic_fake_chat_model_async(llm_cache, namespace):
     assert eventually(lambda: llm_cache._cache.stats(namespace)["tokens_saved"] == {"input": 4, "output": 2})
 
 
+def test_a_stale_answer_is_refreshed_by_one_caller(server, token, namespace):
+    import time
+    cache = TeamCacheLLMCache(namespace, TeamCache(server.url, token), ttl=1, stale_while_revalidate=60)
+    set_llm_cache(cache)
+    try:
+        model = FakeListChatModel(responses=["old", "new", "never"])
+        assert model.invoke("q").content == "old"
+        time.sleep(1.3)
+        assert model.invoke("q").content == "new", "the caller handed the refresh lease calls the model"
+        assert model.invoke("q").content == "new", "and its answer is fresh for the next"
+    finally:
+        set_llm_cache(None)
+
+
+def test_unusable_descriptors_are_misses(server, token, namespace):
+    cache = TeamCacheLLMCache(namespace, TeamCache(server.url, token))
+    huge_model = "[('model', '" + "m" * 300 + "')]"
+    assert cache.lookup("p", huge_model) is None
+    cache.update("p", huge_model, [])
+    assert cache.cache_failures == 0
+
+
 def test_secrets_and_base_urls_do_not_split_entries():
     serialised = ('{"lc": 1, "type": "constructor", "id": ["langchain", "chat_models", "openai", "ChatOpenAI"], '
                   '"kwargs": {"model_name": "gpt-4o", "temperature": 0.1, "openai_api_key": {"lc": 1, '
@@ -67,6 +89,8 @@ def test_secrets_and_base_urls_do_not_split_entries():
     assert hotter != one
     assert descriptor("hi", "[('_type', 'fake'), ('model', 'm1'), ('openai_api_key', 'sk-1')]")["model"] == "m1"
     assert "sk-1" not in str(descriptor("hi", "[('_type', 'fake'), ('openai_api_key', 'sk-1')]"))
+    # Tokens that change the answer stay in the key.
+    assert descriptor("hi", "[('eos_token', 'a')]") != descriptor("hi", "[('eos_token', 'b')]")
 
 
 def test_a_dead_cache_is_a_miss():

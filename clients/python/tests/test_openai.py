@@ -148,6 +148,19 @@ def test_a_dead_cache_calls_the_upstream(upstream):
     assert upstream.count() == 2
 
 
+def test_a_stale_answer_is_served_and_refreshed_in_the_background(upstream, cache, namespace):
+    import time
+    client = sdk(upstream, cache, namespace, ttl=1, stale_while_revalidate=60)
+    client.chat.completions.create(model="gpt-x", messages=MESSAGES)
+    time.sleep(1.3)
+    stale = client.chat.completions.with_raw_response.create(model="gpt-x", messages=MESSAGES)
+    assert stale.headers["x-teamcache"] == "hit; stale"
+    assert eventually(lambda: upstream.count() == 2, timeout=10), "refreshed in the background"
+    assert eventually(lambda: client.chat.completions.with_raw_response.create(
+        model="gpt-x", messages=MESSAGES).headers["x-teamcache"] == "hit", timeout=10)
+    assert upstream.count() == 2
+
+
 def test_no_cache_forces_a_fresh_call(upstream, cache, namespace):
     client = sdk(upstream, cache, namespace)
     client.chat.completions.create(model="gpt-x", messages=MESSAGES)

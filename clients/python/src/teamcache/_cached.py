@@ -65,12 +65,21 @@ def _encode(options: Options, result: Any) -> tuple[str, dict[str, Any]]:
     return json.dumps(result), metadata
 
 
+_UNDECODABLE = object()
+
+
 def _decode(options: Options, lookup: Lookup) -> Any:
+    """The stored answer as the caller's value; ``_UNDECODABLE`` when it cannot be read (a
+    corrupt or foreign entry), which the caller treats as a miss."""
     text = lookup.response or ""
-    if options.decode is not None:
-        return options.decode(text)
-    if (lookup.metadata or {}).get("codec") == "json":
-        return json.loads(text)
+    try:
+        if options.decode is not None:
+            return options.decode(text)
+        if (lookup.metadata or {}).get("codec") == "json":
+            return json.loads(text)
+    except Exception as error:  # noqa: BLE001 - an entry this cannot read is a miss
+        logger.warning("TeamCache entry %s could not be decoded; calling instead: %r", lookup.key[:12], error)
+        return _UNDECODABLE
     return text
 
 
@@ -148,14 +157,15 @@ class CachedMixin:
             except _CACHE_FAILURES as error:
                 self._health.failed(error)
                 found = None
-            if found is not None and found.hit:
+            value = _decode(options, found) if found is not None and found.hit else _UNDECODABLE
+            if value is not _UNDECODABLE:
                 if found.revalidate is not None:
                     refresh = found.revalidate
                     threading.Thread(target=self._refresh, args=(namespace, descriptor, call, options, refresh),
                                      daemon=True, name="teamcache-refresh").start()
-                return _decode(options, found)
+                return value
             if found is not None:
-                lease = found.lease
+                lease = found.lease or found.revalidate
         try:
             return self._fill(namespace, descriptor, call, options, lease)
         except Exception:
@@ -164,8 +174,8 @@ class CachedMixin:
                     stale = self.lookup(namespace, descriptor, max_stale=options.stale_on_error)  # type: ignore[attr-defined]
                 except _CACHE_FAILURES:
                     stale = None
-                if stale is not None and stale.hit:
-                    return _decode(options, stale)
+                if stale is not None and stale.hit and (value := _decode(options, stale)) is not _UNDECODABLE:
+                    return value
             raise
 
     def _refresh(self, namespace: str, descriptor: Mapping[str, Any], call: Callable[[], Any], options: Options,
@@ -188,6 +198,15 @@ class CachedMixin:
             raise
         try:
             text, metadata = _encode(options, result)
+        except Exception as error:  # noqa: BLE001 - the call was paid for: its result is returned
+            logger.warning("TeamCache could not store a result (encode or usage failed): %r", error)
+            if lease is not None:
+                try:
+                    self.release(namespace, self._key(descriptor), lease)  # type: ignore[attr-defined]
+                except _CACHE_FAILURES as failure:
+                    self._health.failed(failure)
+            return result
+        try:
             self.upsert(namespace, descriptor, text, metadata=metadata or None, ttl=options.ttl,  # type: ignore[attr-defined]
                         tags=options.tags, lease=lease, stale_while_revalidate=options.stale_while_revalidate)
         except _CACHE_FAILURES as error:
@@ -249,15 +268,16 @@ class AsyncCachedMixin:
             except _CACHE_FAILURES as error:
                 self._health.failed(error)
                 found = None
-            if found is not None and found.hit:
+            value = _decode(options, found) if found is not None and found.hit else _UNDECODABLE
+            if value is not _UNDECODABLE:
                 if found.revalidate is not None:
                     task = asyncio.get_running_loop().create_task(
                         self._refresh(namespace, descriptor, call, options, found.revalidate))
                     self._background.add(task)
                     task.add_done_callback(self._background.discard)
-                return _decode(options, found)
+                return value
             if found is not None:
-                lease = found.lease
+                lease = found.lease or found.revalidate
         try:
             return await self._fill(namespace, descriptor, call, options, lease)
         except Exception:
@@ -266,8 +286,8 @@ class AsyncCachedMixin:
                     stale = await self.lookup(namespace, descriptor, max_stale=options.stale_on_error)  # type: ignore[attr-defined]
                 except _CACHE_FAILURES:
                     stale = None
-                if stale is not None and stale.hit:
-                    return _decode(options, stale)
+                if stale is not None and stale.hit and (value := _decode(options, stale)) is not _UNDECODABLE:
+                    return value
             raise
 
     async def _refresh(self, namespace: str, descriptor: Mapping[str, Any], call: Callable[[], Awaitable[Any]],
@@ -290,6 +310,15 @@ class AsyncCachedMixin:
             raise
         try:
             text, metadata = _encode(options, result)
+        except Exception as error:  # noqa: BLE001 - the call was paid for: its result is returned
+            logger.warning("TeamCache could not store a result (encode or usage failed): %r", error)
+            if lease is not None:
+                try:
+                    await self.release(namespace, CachedMixin._key(descriptor), lease)  # type: ignore[attr-defined]
+                except _CACHE_FAILURES as failure:
+                    self._health.failed(failure)
+            return result
+        try:
             await self.upsert(namespace, descriptor, text, metadata=metadata or None,  # type: ignore[attr-defined]
                               ttl=options.ttl, tags=options.tags, lease=lease,
                               stale_while_revalidate=options.stale_while_revalidate)

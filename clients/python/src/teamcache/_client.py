@@ -47,6 +47,11 @@ class _Settings:
             return min(self.max_backoff, float(retry_after.strip()))
         return min(self.max_backoff, self.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
 
+    @staticmethod
+    def may_retry(call: op.Call, error: httpx.TransportError) -> bool:
+        """A call that is not idempotent is retried only if it never reached the server."""
+        return call.idempotent or isinstance(error, httpx.ConnectError)
+
     def outcome(self, call: op.Call, response: httpx.Response) -> Any:
         if response.status_code in call.accept:
             return call.parse(response.status_code, response.headers, response.content)
@@ -177,7 +182,7 @@ class TeamCache(_Routes, CachedMixin):
                 response = self._http.request(call.method, call.path, params=call.params or None,
                                               headers=call.headers, content=call.content, timeout=timeout)
             except httpx.TransportError as error:
-                if attempt >= settings.max_retries:
+                if attempt >= settings.max_retries or not settings.may_retry(call, error):
                     raise TransportError(f"TeamCache unreachable at {settings.base_url}: {error!r}") from error
                 attempt += 1
                 time.sleep(settings.pause(attempt, None))
@@ -219,7 +224,7 @@ class AsyncTeamCache(_Routes, AsyncCachedMixin):
                 response = await self._http.request(call.method, call.path, params=call.params or None,
                                                     headers=call.headers, content=call.content, timeout=timeout)
             except httpx.TransportError as error:
-                if attempt >= settings.max_retries:
+                if attempt >= settings.max_retries or not settings.may_retry(call, error):
                     raise TransportError(f"TeamCache unreachable at {settings.base_url}: {error!r}") from error
                 attempt += 1
                 await asyncio.sleep(settings.pause(attempt, None))

@@ -30,6 +30,12 @@ class Call:
     content: bytes | None = None
     #: Seconds added to the client's timeout (a lookup that may wait for a fill).
     extra_timeout: float = 0
+    #: Whether sending it twice does what sending it once does. A call that is not (a lookup
+    #: that may be granted a lease, a conditional write) is retried only when it cannot have
+    #: reached the server (a refused connection), never after it was sent: a lease granted to
+    #: an answer that was lost would hold up the whole burst, a create-only write would
+    #: answer 412 to its own first attempt.
+    idempotent: bool = True
 
 
 def problem(status: int, body: bytes) -> ProblemError:
@@ -60,9 +66,9 @@ def descriptor_members(descriptor: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _json_call(method: str, path: str, document: Mapping[str, Any], parse: Callable[..., Any],
-               accept: Iterable[int], extra_timeout: float = 0) -> Call:
+               accept: Iterable[int], extra_timeout: float = 0, idempotent: bool = True) -> Call:
     return Call(method, path, parse, frozenset(accept), headers={"Content-Type": "application/json"},
-                content=_json.dumps(document).encode(), extra_timeout=extra_timeout)
+                content=_json.dumps(document).encode(), extra_timeout=extra_timeout, idempotent=idempotent)
 
 
 def _lease(document: Any, id_member: str) -> Lease | None:
@@ -131,7 +137,7 @@ def get(namespace: str, key: str | bytes, *, max_stale: int | None = None, no_ca
                      revalidate=_header_lease(response_headers.get("teamcache-lease")))
 
     return Call(method, entry_path(namespace, key), parse, frozenset({200, 304, 404, 504}), params=params,
-                headers=headers, extra_timeout=wait or 0)
+                headers=headers, extra_timeout=wait or 0, idempotent=lease is None)
 
 
 def _wait(wait: float) -> str:
@@ -162,7 +168,7 @@ def put(namespace: str, key: str | bytes, body: bytes | str, *, content_type: st
         headers["Content-Encoding"] = content_encoding
     params = {"ttl": str(int(ttl))} if ttl is not None else {}
     return Call("PUT", entry_path(namespace, key), _write_result, frozenset({200, 201}), params=params,
-                headers=headers, content=data)
+                headers=headers, content=data, idempotent=not create_only and if_match is None)
 
 
 def delete(namespace: str, key: str | bytes) -> Call:
@@ -196,7 +202,7 @@ def lookup(namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | No
                       revalidate=_lease(answer.get("revalidate"), "lease"))
 
     return _json_call("POST", namespace_path(namespace) + "/lookup", document, parse, {200},
-                      extra_timeout=wait or 0)
+                      extra_timeout=wait or 0, idempotent=lease is None)
 
 
 def upsert(namespace: str, descriptor: Mapping[str, Any], response: str, *,

@@ -31,11 +31,18 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generati
 
 from ._cached import _CACHE_FAILURES, _Health
 from ._client import AsyncTeamCache, TeamCache
+from .keys import descriptor_key
+from .models import Lease, Lookup
 
-#: Members of an llm_string that say who calls or where, never what is answered.
-_NOT_IN_KEY = re.compile(r"(api_key|api_base|base_url|endpoint|organization|organisation|project|token|secret"
-                         r"|password|http_client|http_async_client|client|async_client|default_headers"
-                         r"|default_query|proxy|timeout|max_retries)$", re.IGNORECASE)
+#: Members of an llm_string that say who calls or where, never what is answered. Matched
+#: as whole names or `_`-suffixes (`openai_api_key`), never as bare substrings: `eos_token`
+#: or `pad_token` change the answer and stay.
+_NOT_IN_KEY = re.compile(r"^(.*_)?(api_key|api_base|base_url|access_token|secret_key|password|organization"
+                         r"|organisation|endpoint|proxy)$|^(client|async_client|http_client|http_async_client"
+                         r"|default_headers|default_query|timeout|request_timeout|max_retries|project)$",
+                         re.IGNORECASE)
+#: A descriptor or a serialisation that cannot be made is a miss, not an error.
+_UNUSABLE = (ValueError, TypeError, RecursionError)
 _MODEL_NAMES = ("model_name", "model", "model_id", "deployment_name", "azure_deployment")
 _LOADABLE = [Generation, ChatGeneration, GenerationChunk, ChatGenerationChunk, AIMessage, AIMessageChunk,
              HumanMessage, SystemMessage, ToolMessage, FunctionMessage, ChatMessage]
@@ -122,16 +129,23 @@ def _deserialise(text: str) -> list[Generation] | None:
 
 class TeamCacheLLMCache(BaseCache):
     """``BaseCache`` over TeamCache (sync and async methods). ``cache`` / ``async_cache`` default
-    to clients for ``TEAMCACHE_URL`` and ``TEAMCACHE_TOKEN``."""
+    to clients for ``TEAMCACHE_URL`` and ``TEAMCACHE_TOKEN``. With ``stale_while_revalidate``,
+    an expired answer is still served for that long, except to the one caller handed its
+    refresh lease: for it the lookup is a miss, the model is called, and the update refreshes."""
 
     def __init__(self, namespace: str, cache: TeamCache | None = None, async_cache: AsyncTeamCache | None = None,
-                 *, base_url: str | None = None, token: str | None = None, ttl: int | None = None):
+                 *, base_url: str | None = None, token: str | None = None, ttl: int | None = None,
+                 stale_while_revalidate: int | None = None):
         self.namespace = namespace
         self.ttl = ttl
+        self.stale_while_revalidate = stale_while_revalidate
         self._cache = cache or TeamCache(base_url, token)
         self._async_cache = async_cache
         self._base_url, self._token = base_url, token
         self._health = _Health()
+        #: Refresh leases handed to lookups that answered "miss" for a stale entry, by key,
+        #: for the `update` that follows (bounded: the oldest are dropped).
+        self._refreshing: dict[str, Lease] = {}
 
     @property
     def cache_failures(self) -> int:
@@ -142,19 +156,46 @@ class TeamCacheLLMCache(BaseCache):
             self._async_cache = AsyncTeamCache(self._base_url, self._token)
         return self._async_cache
 
+    def _answer(self, found: Lookup) -> list[Generation] | None:
+        """A hit's generations; a stale hit that came with the refresh lease is a miss for
+        this caller (LangChain then calls the model, and `update` fills the lease)."""
+        if not found.hit or not found.response:
+            return None
+        if found.revalidate is not None:
+            if len(self._refreshing) >= 1024:
+                self._refreshing.pop(next(iter(self._refreshing)))
+            self._refreshing[found.key] = found.revalidate
+            return None
+        return _deserialise(found.response)
+
     def lookup(self, prompt: str, llm_string: str) -> list[Generation] | None:
         try:
             found = self._cache.lookup(self.namespace, descriptor(prompt, llm_string))
+        except _UNUSABLE:
+            return None
         except _CACHE_FAILURES as error:
             self._health.failed(error)
             return None
         self._health.succeeded()
-        return _deserialise(found.response) if found.hit and found.response else None
+        return self._answer(found)
+
+    def _write(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> dict[str, Any] | None:
+        try:
+            described = descriptor(prompt, llm_string)
+            key = descriptor_key(described)
+            text, metadata = _serialise(return_val)
+        except _UNUSABLE:
+            return None
+        return {"descriptor": described, "response": text, "metadata": metadata, "ttl": self.ttl,
+                "lease": self._refreshing.pop(key, None),
+                "stale_while_revalidate": self.stale_while_revalidate}
 
     def update(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> None:
-        text, metadata = _serialise(return_val)
+        write = self._write(prompt, llm_string, return_val)
+        if write is None:
+            return
         try:
-            self._cache.upsert(self.namespace, descriptor(prompt, llm_string), text, metadata=metadata, ttl=self.ttl)
+            self._cache.upsert(self.namespace, write.pop("descriptor"), write.pop("response"), **write)
         except _CACHE_FAILURES as error:
             self._health.failed(error)
 
@@ -168,17 +209,20 @@ class TeamCacheLLMCache(BaseCache):
     async def alookup(self, prompt: str, llm_string: str) -> list[Generation] | None:
         try:
             found = await self._async().lookup(self.namespace, descriptor(prompt, llm_string))
+        except _UNUSABLE:
+            return None
         except _CACHE_FAILURES as error:
             self._health.failed(error)
             return None
         self._health.succeeded()
-        return _deserialise(found.response) if found.hit and found.response else None
+        return self._answer(found)
 
     async def aupdate(self, prompt: str, llm_string: str, return_val: Sequence[Generation]) -> None:
-        text, metadata = _serialise(return_val)
+        write = self._write(prompt, llm_string, return_val)
+        if write is None:
+            return
         try:
-            await self._async().upsert(self.namespace, descriptor(prompt, llm_string), text, metadata=metadata,
-                                       ttl=self.ttl)
+            await self._async().upsert(self.namespace, write.pop("descriptor"), write.pop("response"), **write)
         except _CACHE_FAILURES as error:
             self._health.failed(error)
 

@@ -40,12 +40,13 @@ class Lookup:
 class Entry:
     """A raw entry as read back (``body`` is empty for HEAD and for ``not_modified``)."""
 
-    body: bytes
+    body: bytes = field(repr=False)
     content_type: str
     etag: str | None
     cache_status: str | None
     age: int
-    headers: dict[str, str]
+    #: Every response header (kept out of ``repr``: a refresh lease's id is among them).
+    headers: dict[str, str] = field(repr=False)
     #: ``If-None-Match`` matched: 304, no body.
     not_modified: bool = False
     #: A stale-while-revalidate answer's refresh lease (GET only).

@@ -28,14 +28,19 @@ is stored as ``input_tokens`` / ``output_tokens`` so TeamCache counts the tokens
 Replayed answers carry ``X-TeamCache: hit`` (``; collapsed`` when answered by waiting for
 another caller's fill, ``; stale`` when stale); answers from the upstream ``X-TeamCache:
 miss``. ``Cache-Control: no-cache`` on a request (``extra_headers``) forces a fresh call.
-Bursts of identical calls make one upstream call (a lease and a wait). A TeamCache that
+Bursts of identical calls make one upstream call (a lease and a wait). With
+``stale_while_revalidate=N`` answers stay servable N seconds past their TTL: the caller handed
+the refresh lease gets the stale answer at once and the transport refreshes it in the
+background. A TeamCache that
 fails is skipped: the call goes to the upstream, the failure is logged once and counted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
+import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
@@ -271,9 +276,28 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
                 policy.health.failed(error)
                 return upstream.handle_request(request)
             if found.hit:
+                if found.revalidate is not None:
+                    # Stale within its window, and this caller holds the refresh lease: the stale
+                    # answer now, the refresh in the background.
+                    fresh = http.Request(request.method, request.url, headers=request.headers,
+                                         content=request.content, extensions=request.extensions)
+                    threading.Thread(target=self._refresh, args=(fresh, the_plan, found.revalidate), daemon=True,
+                                     name="teamcache-refresh").start()
                 return http.Response(200, headers=policy.replay_headers(found),
                                      content=(found.response or "").encode())
             return self._call(request, the_plan, found.lease)
+
+        def _refresh(self, request: Any, the_plan: Plan, lease: Lease) -> None:
+            request.headers["accept-encoding"] = "identity"
+            try:
+                response = upstream.handle_request(request)
+                body = response.read()
+                response.close()
+            except Exception:  # noqa: BLE001 - nobody to raise to: give the lease back
+                self._store(the_plan, lease, None)
+                return
+            self._store(the_plan, lease, policy.storable(the_plan, response.status_code, body,
+                                                         response.headers.get("content-type", "")))
 
         def _call(self, request: Any, the_plan: Plan, lease: Lease | None) -> Any:
             # Identity bodies, so what is stored is what the SDK reads.
@@ -321,6 +345,7 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
     http = _module(http_module)
     policy = _Policy(namespace, ttl, lease, wait, stale_while_revalidate)
     upstream = inner if inner is not None else http.AsyncHTTPTransport()
+    refreshing: set[asyncio.Task[Any]] = set()  # background refreshes, kept until done
 
     class Recording(http.AsyncByteStream):
         def __init__(self, stream: Any, finish: Any):
@@ -357,9 +382,27 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
                 policy.health.failed(error)
                 return await upstream.handle_async_request(request)
             if found.hit:
+                if found.revalidate is not None:
+                    fresh = http.Request(request.method, request.url, headers=request.headers,
+                                         content=request.content, extensions=request.extensions)
+                    task = asyncio.get_running_loop().create_task(self._refresh(fresh, the_plan, found.revalidate))
+                    refreshing.add(task)
+                    task.add_done_callback(refreshing.discard)
                 return http.Response(200, headers=policy.replay_headers(found),
                                      content=(found.response or "").encode())
             return await self._call(request, the_plan, found.lease)
+
+        async def _refresh(self, request: Any, the_plan: Plan, lease: Lease) -> None:
+            request.headers["accept-encoding"] = "identity"
+            try:
+                response = await upstream.handle_async_request(request)
+                body = await response.aread()
+                await response.aclose()
+            except Exception:  # noqa: BLE001 - nobody to raise to: give the lease back
+                await self._store(the_plan, lease, None)
+                return
+            await self._store(the_plan, lease, policy.storable(the_plan, response.status_code, body,
+                                                               response.headers.get("content-type", "")))
 
         async def _call(self, request: Any, the_plan: Plan, lease: Lease | None) -> Any:
             request.headers["accept-encoding"] = "identity"
