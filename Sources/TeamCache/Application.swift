@@ -57,12 +57,16 @@ public final class Application: Sendable {
         metrics.addCollector { inflatedBytes.set([], Double(inflated.heldBytes)) }
         // Requests with `wait` park on their loop; they need the loops' batched reads.
         let waiters = configuration.readBatch > 0 ? Waiters(capacity: configuration.maxWaiters, metrics: metrics) : nil
+        // The near-cache needs the loops' reads and the listener that invalidates it.
+        let near = waiters == nil || configuration.nearCacheBytes == 0 ? nil
+            : NearCache(budget: configuration.nearCacheBytes, maxEntryBytes: LoopReads.inlineEntryLimit + 1024)
+        if let near { Application.expose(near, metrics) }
         let url = database.url, limits = configuration.sessionLimits
-        let listener = waiters.map { KeyListener(url: url, limits: limits, waiters: $0, leases: leases) }
+        let listener = waiters.map { KeyListener(url: url, limits: limits, waiters: $0, leases: leases, near: near) }
         self.listener = listener
         self.waiters = waiters
         let api = CacheAPI(store: store, tracker: tracker, eviction: eviction, leases: leases, waiters: waiters,
-                           metrics: metrics, inflated: inflated)
+                           metrics: metrics, inflated: inflated, near: near)
         guard let specURL = ResourceLocator.find("openapi.yaml"), let spec = FileManager.default.contents(atPath: specURL.path)
         else { throw ConfigurationError(variable: "openapi.yaml", value: "", allowed: "the file beside the binary") }
         let readiness = ReadinessProbe(url: database.url, migrations: database.migrations)
@@ -93,6 +97,7 @@ public final class Application: Sendable {
         self.readers = readers
         var reads = LoopReads(api: api, auth: auth, readers: readers)
         reads.waiters = waiters
+        reads.near = near
         server = HTTPServer(configuration: http,
                             routes: Self.routes(api: api, operations: operations, auth: auth, reads: reads,
                                                 metricsNeedAuth: configuration.metricsRequireAuth),
@@ -107,6 +112,20 @@ public final class Application: Sendable {
             + [PeriodicService(name: "readiness", interval: ReadinessProbe.interval) { readiness.probe() }]
             // Last in, so stopped first: every parked request is answered before the drain.
             + (waiters.map { [WaitersService(waiters: $0)] } ?? []))
+    }
+
+    /// The near-cache's gauges.
+    static func expose(_ near: NearCache, _ metrics: MetricsRegistry) {
+        let bytes = metrics.gauge("teamcache_near_cache_bytes", "Memory held by hot entries kept in this process.")
+        let entries = metrics.gauge("teamcache_near_cache_entries", "Hot entries kept in this process.")
+        let hits = metrics.gauge("teamcache_near_cache_hits", "Reads answered from the near-cache since start.")
+        let on = metrics.gauge("teamcache_near_cache_enabled", "1 while the near-cache answers (its listener is up).")
+        metrics.addCollector {
+            bytes.set([], Double(near.heldBytes))
+            entries.set([], Double(near.count))
+            hits.set([], Double(near.counters.hits))
+            on.set([], near.enabled ? 1 : 0)
+        }
     }
 
     /// How often counter deltas are folded into the totals: the most the hard caps (which

@@ -18,6 +18,8 @@ extension CacheAPI {
             throw HTTPError(400, "Give at least one predicate; wiping a namespace needs `\"all\": true`.")
         }
         return try guarded(request) {
+            // Batches may have committed even if a later one fails: the namespace's kept copies go.
+            defer { near?.invalidate(namespace.name, nil) }
             let evicted = try store.evict(namespace, predicate)
             eviction.recordManual(entries: evicted.entries, bytes: evicted.bytes)
             return .json(200, JSONValue.object([("evicted", .int(evicted.entries))]).serialized)

@@ -15,6 +15,9 @@ public final class CacheAPI: Sendable {
     let waiters: Waiters?
     let upserts: CounterFamily?
     let inflated: InflatedBodies
+    /// Hot entries answered without a database read (nil: none); every write here drops
+    /// its key before it answers.
+    let near: NearCache?
     let logger = Logger(component: "cache")
     /// Database failures during an outage repeat per request: one line per kind per 10 s.
     let failures = LogThrottle(Logger(component: "cache"))
@@ -23,8 +26,9 @@ public final class CacheAPI: Sendable {
     var clock: any Clock { store.clock }
 
     init(store: EntryStore, tracker: AccessTracker, eviction: EvictionJob, leases: LeaseStore, waiters: Waiters? = nil,
-         metrics: MetricsRegistry?, inflated: InflatedBodies) {
+         metrics: MetricsRegistry?, inflated: InflatedBodies, near: NearCache? = nil) {
         self.store = store
+        self.near = near
         self.leases = leases
         self.waiters = waiters
         self.inflated = inflated
@@ -61,6 +65,9 @@ public final class CacheAPI: Sendable {
     func commit(_ write: EntryWrite, location: String?, lease: String? = nil, request: HTTPRequest,
                 answer: @escaping Responder.Answer) {
         store.submit(write) { [self] result in
+            // Whatever the outcome (an unknown one may have committed), the key's kept copy goes
+            // before the answer: a read after this 2xx, on this replica, reads the database.
+            near?.invalidate(write.namespace.name, write.key.bytes)
             completeLease(lease, write, outcome: result)
             answer { try guarded(request) { try writeResponse(try result.get(), write, location: location) } }
         }

@@ -26,6 +26,8 @@ public struct Configuration: Sendable {
     public var readTimeout: TimeInterval = 2
     /// Memory for inflated bodies of gzip entries served to identity clients (0: none).
     public var inflateCacheBytes = 32 * 1024 * 1024
+    /// Memory for hot entries answered without a database read (0: off; see `NearCache`).
+    public var nearCacheBytes = 64 * 1024 * 1024
     public var evictionInterval: TimeInterval = 60
     public var accessFlushInterval: TimeInterval = 2
     public var accessFlushBatch = 100_000
@@ -92,6 +94,7 @@ struct SettingReader {
         config.http.requestTimeout = try duration("TEAMCACHE_REQUEST_TIMEOUT", 0.1...3600, default: 5)
         config.inflateCacheBytes = try integer("TEAMCACHE_INFLATE_CACHE_BYTES", 0...Int(Int32.max),
                                                default: 32 * 1024 * 1024)
+        config.nearCacheBytes = try integer("TEAMCACHE_NEAR_CACHE_BYTES", 0...(1 << 40), default: 64 * 1024 * 1024)
         config.http.workerThreads = try integer("TEAMCACHE_WORKERS", 1...1024, default: config.poolSize)
         config.http.eventLoops = try integer("TEAMCACHE_EVENT_LOOPS", 1...64,
                                              default: ProcessInfo.processInfo.activeProcessorCount)

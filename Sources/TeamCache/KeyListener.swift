@@ -15,25 +15,31 @@ final class KeyListener: @unchecked Sendable {
     private let connection: LoopConnection
     private let waiters: Waiters
     private let leases: LeaseStore?
+    private let near: NearCache?
 
-    init(url: String, limits: SessionLimits, waiters: Waiters, leases: LeaseStore? = nil) {
+    init(url: String, limits: SessionLimits, waiters: Waiters, leases: LeaseStore? = nil, near: NearCache? = nil) {
         var configuration = LoopConnection.Configuration(url: url, statements: [])
         configuration.setup = ["LISTEN \(Self.channel)"]
         configuration.limits = limits
         connection = LoopConnection(configuration)
         self.waiters = waiters
         self.leases = leases
+        self.near = near
     }
 
     /// Starts listening from `loop` (on its thread, before it serves).
     func attach(to loop: EventLoop) {
-        let waiters = self.waiters, connection = self.connection, leases = self.leases
+        let waiters = self.waiters, connection = self.connection, leases = self.leases, near = self.near
         connection.onNotification = { channel, payload in
             guard channel == Self.channel, let (namespace, key) = Self.parse(payload) else { return }
             leases?.forgetHeld(namespace: namespace, key: key)
+            // Before waking: a woken waiter's read must not be answered by the replaced entry.
+            near?.invalidate(namespace, key)
             waiters.wake(namespace: namespace, key: key)
         }
         connection.onOpenChange = { open in
+            // Off while notifications cannot arrive; empty when they can again (some were missed).
+            near?.setEnabled(open)
             waiters.setListener(up: open)
             if open {
                 leases?.forgetHeld(namespace: nil, key: nil)

@@ -59,6 +59,8 @@ struct LoopReads: Sendable {
     let readers: [EntryReadBatcher]
     /// Where requests with `wait` park (nil: they never wait, as with batched reads off).
     var waiters: Waiters? = nil
+    /// Hot entries answered without a database read (nil: every read goes to the database).
+    var near: NearCache? = nil
 
     /// Request bodies parsed on the loop at most (a lookup's JSON); larger go to a worker.
     static let inlineBodyLimit = 16 * 1024
@@ -133,6 +135,12 @@ struct LoopReads: Sendable {
         let api = self.api
         // Noted before the read: a wake-up of the key after this point is not lost.
         let since = waiters?.now ?? 0
+        if let near, let entry = near.entry(namespace.name, key.bytes) {
+            follow(plan, request, responder, since: since) { try finish(entry, mayPark) }
+            return
+        }
+        // Noted before the read too: what it reads is kept only if no write invalidated it since.
+        let nearSince = near?.sequence ?? 0
         let queued = readers[responder.loop.index].read(namespace, key) { outcome in
             switch outcome {
             case .failed(let error):
@@ -143,6 +151,7 @@ struct LoopReads: Sendable {
             case .found(let entry) where entry.identitySize > Self.inlineEntryLimit:
                 responder.offload { try finish(entry, false).resolved() }
             case .found(let entry):
+                near?.admit(entry, since: nearSince)
                 follow(plan, request, responder, since: since) { try finish(entry, mayPark) }
             case .absent:
                 follow(plan, request, responder, since: since) { try finish(nil, mayPark) }

@@ -38,6 +38,8 @@ public struct Setting: Sendable {
                 help: "Most cache reads sent as one statement from an event loop (0: each read through the pool)."),
         Setting(variable: "TEAMCACHE_MAX_WAITERS", flag: nil, defaultValue: "10000",
                 help: "Most requests parked with `wait` at once; past it a request answers as if `wait` were 0."),
+        Setting(variable: "TEAMCACHE_NEAR_CACHE_BYTES", flag: nil, defaultValue: "67108864",
+                help: "Memory for hot entries answered without a database read, invalidated across replicas (0: off)."),
         Setting(variable: "TEAMCACHE_INFLATE_CACHE_BYTES", flag: nil, defaultValue: "33554432",
                 help: "Memory for inflated copies of hot gzip entries served to clients without gzip (0: none)."),
         Setting(variable: "TEAMCACHE_WORKERS", flag: nil, defaultValue: "(pool size)",

@@ -26,6 +26,10 @@ public final class TestService: @unchecked Sendable {
         configuration.http.workerThreads = 16
         configuration.accessFlushInterval = 3600
         configuration.evictionInterval = 3600
+        // CI runs the suite once more with the near-cache off (TEAMCACHE_NEAR_CACHE_BYTES=0).
+        if let bytes = ProcessInfo.processInfo.environment["TEAMCACHE_NEAR_CACHE_BYTES"].flatMap(Int.init) {
+            configuration.nearCacheBytes = bytes
+        }
         tune(&configuration)
         app = try Application(configuration: configuration, clock: clock)
         try app.start()

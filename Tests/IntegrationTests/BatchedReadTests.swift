@@ -11,7 +11,11 @@ import TestSupport
     /// Concurrent GETs over many connections, present and absent keys in two namespaces:
     /// each answer is its own key's body, and the statements carried more than one read.
     @Test func concurrentReadsShareStatementsAndEachGetsItsOwnEntry() throws {
-        let service = try TestService { $0.authEnabled = false }
+        // Every read must reach the batcher: no near-cache answering repeats from memory.
+        let service = try TestService {
+            $0.authEnabled = false
+            $0.nearCacheBytes = 0
+        }
         defer { service.stop() }
         let namespaces = [TestService.namespace("batch"), TestService.namespace("batch")]
         var bodies: [String: [UInt8]] = [:]

@@ -1,0 +1,200 @@
+import Foundation
+
+/// Hot entries kept in this process's memory, so a hit needs no PostgreSQL round trip.
+///
+/// Correct across replicas by invalidation, never by time: every committed write, delete
+/// or eviction on any replica notifies its key (migration 0007), and the key listener drops
+/// it here; a write on this replica drops it before its `2xx` is sent. While the listener
+/// is down the near-cache is off (`enabled` false: every read goes to the database) and it
+/// is emptied when it comes back, since notifications may have been missed.
+///
+/// A read that went to the database may keep what it read only if its key was not
+/// invalidated since the read began (`sequence` noted before the read, `admit(_:since:)`
+/// after): a fill racing a write cannot put back the version the write replaced.
+///
+/// Only what a hit needs is kept: the entry as stored (freshness, `Age`, ETag and the rest
+/// are computed from it at answer time, exactly as for an entry just read). Bounded by bytes
+/// (least recently used out first); an entry is admitted on its second read within a while
+/// (a one-hit wonder does not push out a hot entry); entries over `maxEntryBytes` are never
+/// kept. Thread-safe (one lock; every operation is O(1)).
+public final class NearCache: @unchecked Sendable {
+    // @unchecked: every field is guarded by `lock`.
+    struct Key: Hashable {
+        let namespace: String
+        let key: [UInt8]
+    }
+
+    private final class Node {
+        let key: Key
+        var entry: StoredEntry
+        var cost: Int
+        var newer: Node?
+        weak var older: Node?
+
+        init(key: Key, entry: StoredEntry, cost: Int) {
+            (self.key, self.entry, self.cost) = (key, entry, cost)
+        }
+    }
+
+    public let budget: Int
+    public let maxEntryBytes: Int
+    private let lock = NSLock()
+    private var nodes: [Key: Node] = [:]
+    /// The least and the most recently used.
+    private var oldest: Node?
+    private var newest: Node?
+    private var bytes = 0
+    private var isEnabled = false
+    /// Keys read once recently (by hash), for admission; reset when it reaches its bound.
+    private var seenOnce = Set<Int>()
+    static let seenOnceBound = 100_000
+    /// Invalidations, counted; the last one of each key (or namespace, under []), bounded.
+    private var invalidations: UInt64 = 0
+    private var lastInvalidated: [String: [[UInt8]: UInt64]] = [:]
+    private var lastInvalidatedCount = 0
+    private var forgottenBefore: UInt64 = 0
+    static let rememberedInvalidations = 10_000
+    /// Counted for the metrics: reads answered here, and entries admitted.
+    private(set) var hits = 0
+    private(set) var admissions = 0
+
+    /// `budget` 0: never used.
+    public init(budget: Int, maxEntryBytes: Int) {
+        self.budget = max(0, budget)
+        self.maxEntryBytes = maxEntryBytes
+    }
+
+    /// Whether reads may be answered here (the listener is up).
+    public var enabled: Bool { lock.withLock { isEnabled } }
+
+    /// Turns the near-cache on (listener up: empty, and from now on invalidated) or off.
+    public func setEnabled(_ on: Bool) {
+        lock.withLock {
+            removeAll()
+            isEnabled = on && budget > 0
+        }
+    }
+
+    public var heldBytes: Int { lock.withLock { bytes } }
+    public var count: Int { lock.withLock { nodes.count } }
+    public var counters: (hits: Int, admissions: Int) { lock.withLock { (hits, admissions) } }
+
+    /// The invalidation count now: note it before reading an entry from the database.
+    public var sequence: UInt64 { lock.withLock { invalidations } }
+
+    /// The kept entry under (namespace, key), if any (and marks it recently used).
+    public func entry(_ namespace: String, _ key: [UInt8]) -> StoredEntry? {
+        lock.withLock {
+            guard isEnabled, let node = nodes[Key(namespace: namespace, key: key)] else { return nil }
+            touch(node)
+            hits += 1
+            return node.entry
+        }
+    }
+
+    /// Keeps `entry`, read from the database by a read that noted `since` before it began,
+    /// unless its key was invalidated meanwhile, it is too large, or it is its first read.
+    public func admit(_ entry: StoredEntry, since: UInt64) {
+        let cost = entry.body.count + entry.key.count + entry.namespace.utf8.count + entry.contentType.utf8.count
+            + entry.etag.utf8.count + (entry.metadata?.utf8.count ?? 0) + 160
+        guard cost <= maxEntryBytes, cost <= budget else { return }
+        let key = Key(namespace: entry.namespace, key: entry.key)
+        lock.withLock {
+            guard isEnabled, since >= forgottenBefore else { return }
+            let last = max(lastInvalidated[key.namespace]?[key.key] ?? 0, lastInvalidated[key.namespace]?[[]] ?? 0)
+            guard last <= since else { return }
+            if let node = nodes[key] {
+                bytes += cost - node.cost
+                (node.entry, node.cost) = (entry, cost)
+                touch(node)
+            } else {
+                guard seenOnce.remove(key.hashValue) != nil else {
+                    if seenOnce.count >= Self.seenOnceBound { seenOnce.removeAll() }
+                    seenOnce.insert(key.hashValue)
+                    return
+                }
+                let node = Node(key: key, entry: entry, cost: cost)
+                nodes[key] = node
+                append(node)
+                bytes += cost
+                admissions += 1
+            }
+            while bytes > budget, let victim = oldest { remove(victim) }
+        }
+    }
+
+    /// Drops (namespace, key), or every key of the namespace when `key` is nil.
+    public func invalidate(_ namespace: String, _ key: [UInt8]?) {
+        lock.withLock {
+            remember(namespace, key ?? [])
+            if let key {
+                if let node = nodes[Key(namespace: namespace, key: key)] { remove(node) }
+            } else {
+                var node = oldest
+                while let current = node {
+                    node = current.newer
+                    if current.key.namespace == namespace { remove(current) }
+                }
+            }
+        }
+    }
+
+    // MARK: Under `lock`
+
+    private func remember(_ namespace: String, _ key: [UInt8]) {
+        invalidations &+= 1
+        if lastInvalidatedCount >= Self.rememberedInvalidations {
+            lastInvalidated = [:]
+            lastInvalidatedCount = 0
+            forgottenBefore = invalidations
+        }
+        if lastInvalidated[namespace, default: [:]].updateValue(invalidations, forKey: key) == nil {
+            lastInvalidatedCount += 1
+        }
+    }
+
+    private func removeAll() {
+        invalidations &+= 1
+        forgottenBefore = invalidations
+        nodes = [:]
+        // Unlink so no retain cycle keeps the nodes (newer is strong).
+        var node = oldest
+        while let current = node {
+            node = current.newer
+            current.newer = nil
+        }
+        oldest = nil
+        newest = nil
+        bytes = 0
+    }
+
+    private func touch(_ node: Node) {
+        guard node !== newest else { return }
+        unlink(node)
+        append(node)
+    }
+
+    private func append(_ node: Node) {
+        node.older = newest
+        node.newer = nil
+        newest?.newer = node
+        newest = node
+        if oldest == nil { oldest = node }
+    }
+
+    private func unlink(_ node: Node) {
+        let older = node.older, newer = node.newer
+        older?.newer = newer
+        newer?.older = older
+        if oldest === node { oldest = newer }
+        if newest === node { newest = older }
+        node.older = nil
+        node.newer = nil
+    }
+
+    private func remove(_ node: Node) {
+        unlink(node)
+        nodes[node.key] = nil
+        bytes -= node.cost
+    }
+}

@@ -1,0 +1,74 @@
+@testable import CacheCore
+import Foundation
+import Testing
+
+/// The near-cache on its own: admission, the byte budget, invalidation, and a fill that
+/// races an invalidation never putting back the replaced entry.
+@Suite struct NearCacheTests {
+    func entry(_ key: UInt8, namespace: String = "n", body: Int = 100, etag: String = "e") -> StoredEntry {
+        StoredEntry(id: Int64(key), namespace: namespace, key: [key], body: [UInt8](repeating: 1, count: body),
+                    encoding: .identity, contentType: "t", identitySize: body, etag: etag, model: nil, metadata: nil,
+                    inputTokens: 0, outputTokens: 0, updatedAt: Date(), expiresAt: Date().addingTimeInterval(60))
+    }
+
+    func admitted(_ near: NearCache, _ stored: StoredEntry) {
+        near.admit(stored, since: near.sequence)
+        near.admit(stored, since: near.sequence)  // admitted on its second read
+    }
+
+    @Test func admitsOnTheSecondReadAndAnswersWhileEnabled() {
+        let near = NearCache(budget: 1 << 20, maxEntryBytes: 1 << 16)
+        near.setEnabled(true)
+        near.admit(entry(1), since: near.sequence)
+        #expect(near.entry("n", [1]) == nil, "a one-hit wonder is not kept")
+        near.admit(entry(1), since: near.sequence)
+        #expect(near.entry("n", [1])?.etag == "e")
+        near.setEnabled(false)
+        #expect(near.entry("n", [1]) == nil && near.count == 0, "off: nothing answered, and emptied")
+    }
+
+    @Test func aFillThatRacesAWriteIsNotKept() {
+        let near = NearCache(budget: 1 << 20, maxEntryBytes: 1 << 16)
+        near.setEnabled(true)
+        near.admit(entry(1), since: near.sequence)
+        let before = near.sequence  // a read begins
+        near.invalidate("n", [1])  // a write lands
+        near.admit(entry(1, etag: "old"), since: before)  // the read comes back with the old row
+        #expect(near.entry("n", [1]) == nil)
+        let namespaceRead = near.sequence
+        near.invalidate("n", nil)
+        near.admit(entry(2), since: namespaceRead)
+        near.admit(entry(2), since: namespaceRead)
+        #expect(near.entry("n", [2]) == nil, "a namespace-wide invalidation counts for its keys")
+        let reenabled = near.sequence
+        near.setEnabled(true)
+        near.admit(entry(3), since: reenabled)
+        near.admit(entry(3), since: reenabled)
+        #expect(near.entry("n", [3]) == nil, "a read from before a reset is not kept")
+    }
+
+    @Test func staysWithinItsBudgetLeastRecentlyUsedOut() {
+        let near = NearCache(budget: 3 * 300, maxEntryBytes: 1 << 16)
+        near.setEnabled(true)
+        for key in UInt8(1)...3 { admitted(near, entry(key)) }
+        #expect(near.count == 3)
+        _ = near.entry("n", [1])  // 1 is now the most recent
+        admitted(near, entry(4))
+        #expect(near.entry("n", [2]) == nil && near.entry("n", [1]) != nil && near.entry("n", [4]) != nil)
+        #expect(near.heldBytes <= 900)
+        admitted(near, entry(5, body: 70_000))
+        #expect(near.entry("n", [5]) == nil, "larger than the entry limit: never kept")
+    }
+
+    @Test func invalidatesAKeyOrANamespace() {
+        let near = NearCache(budget: 1 << 20, maxEntryBytes: 1 << 16)
+        near.setEnabled(true)
+        admitted(near, entry(1, namespace: "a"))
+        admitted(near, entry(2, namespace: "a"))
+        admitted(near, entry(1, namespace: "b"))
+        near.invalidate("a", [1])
+        #expect(near.entry("a", [1]) == nil && near.entry("a", [2]) != nil)
+        near.invalidate("a", nil)
+        #expect(near.entry("a", [2]) == nil && near.entry("b", [1]) != nil && near.count == 1)
+    }
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Hits answered from the near-cache against nginx serving the same bytes from files
+# (gzip_static for gzip clients): 10,000 entries of ~2 KB JSON, random keys, wrk -t2 -c64,
+# auth on and access logs on for both; three alternating rounds, medians. The database's
+# transactions per hit during each TeamCache run (pg_stat_database), and the same hits
+# with the near-cache off (TEAMCACHE_NEAR_CACHE_BYTES=0) for comparison.
+source "$(dirname "$0")/lib.sh"
+need_tools
+build_release
+CONNECTIONS=${BENCH_CONNECTIONS:-64}
+median() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+transactions() {
+  psql -h "$(pg_socket)" -U postgres -d teamcache -tAc \
+    "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'teamcache'"
+}
+# hits GZIP → "RPS P50 P99 TRANSACTIONS_PER_HIT"
+hits() {
+  local before after out
+  before=$(transactions)
+  out=$(GZIP=$1 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua")
+  after=$(transactions)
+  read -r rps p50 p99 _ <<<"$out"
+  echo "$rps $p50 $p99 $(awk -v t=$((after - before)) -v r="$rps" -v d="$DURATION" 'BEGIN { printf "%.4f", t / (r * d) }')"
+}
+nginx_hits() { GZIP=$1 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$NGINX_PORT" -s "$BENCH_DIR/lua/get.lua"; }
+
+python3 "$BENCH_DIR/mirror_files.py" --root "$WORK/www" --count 10000 >&2
+start_nginx
+start_server
+python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >&2
+# Every key read twice (admitted on its second read), then a short run to settle.
+DURATION=5 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua" >/dev/null
+declare -A ours50 ours99 oursrps ourstx theirs theirs50 theirs99
+for gz in 0 1; do
+  o=() o50=() o99=() otx=() n=() n50=() n99=()
+  for _ in 1 2 3; do
+    read -r rps p50 p99 tx <<<"$(hits "$gz")"; o+=("$rps"); o50+=("$p50"); o99+=("$p99"); otx+=("$tx")
+    read -r rps p50 p99 _ <<<"$(nginx_hits "$gz")"; n+=("$rps"); n50+=("$p50"); n99+=("$p99")
+  done
+  oursrps[$gz]=$(median "${o[@]}"); ours50[$gz]=$(median "${o50[@]}"); ours99[$gz]=$(median "${o99[@]}")
+  ourstx[$gz]=$(median "${otx[@]}")
+  theirs[$gz]=$(median "${n[@]}"); theirs50[$gz]=$(median "${n50[@]}"); theirs99[$gz]=$(median "${n99[@]}")
+done
+near_bytes=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '$1 == "teamcache_near_cache_bytes" {print $2}')
+stop_server
+start_server TEAMCACHE_NEAR_CACHE_BYTES=0
+python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >&2
+DURATION=5 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua" >/dev/null
+read -r off0 off050 off099 offtx0 <<<"$(hits 0)"
+read -r off1 off150 off199 offtx1 <<<"$(hits 1)"
+echo "| hits (-c$CONNECTIONS, median of 3) | teamcache req/s | p50 ms | p99 ms | db transactions per hit | nginx req/s | p50 ms | p99 ms | ratio |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+for gz in 0 1; do
+  label=$([ "$gz" = 1 ] && echo "gzip clients (nginx gzip_static)" || echo "identity clients")
+  echo "| $label, near-cache on | ${oursrps[$gz]} | ${ours50[$gz]} | ${ours99[$gz]} | ${ourstx[$gz]} | ${theirs[$gz]} | ${theirs50[$gz]} | ${theirs99[$gz]} | $(ratio "${oursrps[$gz]}" "${theirs[$gz]}") |"
+done
+echo "| identity clients, near-cache off (one run) | $off0 | $off050 | $off099 | $offtx0 | ${theirs[0]} | | | $(ratio "$off0" "${theirs[0]}") |"
+echo "| gzip clients, near-cache off (one run) | $off1 | $off150 | $off199 | $offtx1 | ${theirs[1]} | | | $(ratio "$off1" "${theirs[1]}") |"
+echo
+echo "Near-cache held ${near_bytes%.*} bytes for 10,000 entries (TEAMCACHE_NEAR_CACHE_BYTES default 64 MiB)."
