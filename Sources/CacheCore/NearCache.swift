@@ -14,7 +14,7 @@ import Foundation
 ///
 /// Only what a hit needs is kept: the entry as stored (freshness, `Age`, ETag and the rest
 /// are computed from it at answer time, exactly as for an entry just read). Bounded by bytes
-/// (least recently used out first); an entry is admitted on its second read within a while
+/// (least recently used out first, by CLOCK's second chance); an entry is admitted on its second read within a while
 /// (a one-hit wonder does not push out a hot entry); entries over `maxEntryBytes` are never
 /// kept. Thread-safe (one lock; every operation is O(1)).
 public final class NearCache: @unchecked Sendable {
@@ -28,8 +28,13 @@ public final class NearCache: @unchecked Sendable {
         let key: Key
         var entry: StoredEntry
         var cost: Int
+        /// Read since it last came round the eviction (a second chance instead of a move to
+        /// the front on every hit, which would relink the list on the hottest path).
+        var referenced = false
+        // Strong both ways (no weak-reference traffic per hit): every node is unlinked when
+        // it leaves, so no cycle outlives it.
         var newer: Node?
-        weak var older: Node?
+        var older: Node?
 
         init(key: Key, entry: StoredEntry, cost: Int) {
             (self.key, self.entry, self.cost) = (key, entry, cost)
@@ -86,7 +91,7 @@ public final class NearCache: @unchecked Sendable {
     public func entry(_ namespace: String, _ key: [UInt8]) -> StoredEntry? {
         lock.withLock {
             guard isEnabled, let node = nodes[Key(namespace: namespace, key: key)] else { return nil }
-            touch(node)
+            node.referenced = true
             hits += 1
             return node.entry
         }
@@ -119,7 +124,7 @@ public final class NearCache: @unchecked Sendable {
                 bytes += cost
                 admissions += 1
             }
-            while bytes > budget, let victim = oldest { remove(victim) }
+            evictOverBudget()
         }
     }
 
@@ -153,15 +158,29 @@ public final class NearCache: @unchecked Sendable {
         }
     }
 
+    /// Least recently used out first, with a second chance for entries read since their last
+    /// turn (CLOCK): each pass clears a bit, so this ends.
+    private func evictOverBudget() {
+        while bytes > budget, let victim = oldest {
+            if victim.referenced && victim !== newest {
+                victim.referenced = false
+                touch(victim)
+            } else {
+                remove(victim)
+            }
+        }
+    }
+
     private func removeAll() {
         invalidations &+= 1
         forgottenBefore = invalidations
         nodes = [:]
-        // Unlink so no retain cycle keeps the nodes (newer is strong).
+        // Unlink every node: the links are strong both ways.
         var node = oldest
         while let current = node {
             node = current.newer
             current.newer = nil
+            current.older = nil
         }
         oldest = nil
         newest = nil
