@@ -16,15 +16,10 @@ final class HeldLeases: @unchecked Sendable {
     private var until: [String: [[UInt8]: TimeInterval]] = [:]
     private var held = 0
     private var nextPrune: TimeInterval = 0
-    /// Counts forgets. A note based on an answer read before a forget of its key (or its
-    /// namespace, or everything) is dropped, so a release that lands while the database
-    /// answers "held" is not lost. Recent forgets are remembered per key, bounded: when the
-    /// table is reset, every note from before the reset is dropped.
-    private var forgets: UInt64 = 0
-    private var lastForgotten: [String: [[UInt8]: UInt64]] = [:]
-    private var lastForgottenCount = 0
-    private var forgottenBefore: UInt64 = 0
-    static let rememberedForgets = 10_000
+    /// Forgets. A note based on an answer read before a forget of its key (or its namespace,
+    /// or everything) is dropped, so a release that lands while the database answers "held"
+    /// is not lost.
+    private var forgets = RecentChanges()
 
     init(capacity: Int = 10_000) { self.capacity = capacity }
 
@@ -41,15 +36,14 @@ final class HeldLeases: @unchecked Sendable {
     }
 
     /// Where forgetting stands: take it before asking the database, and pass it to `note`.
-    var generation: UInt64 { lock.withLock { forgets } }
+    var generation: UInt64 { lock.withLock { forgets.count } }
 
     /// Notes that (namespace, key) is leased for `seconds` more, unless something was
     /// forgotten since `generation` (then the answer may already be out of date).
     func note(_ namespace: String, _ key: [UInt8], seconds: Int, since generation: UInt64) {
         let now = Self.now
         lock.withLock {
-            let last = max(lastForgotten[namespace]?[key] ?? 0, lastForgotten[namespace]?[[]] ?? 0)
-            guard last <= generation, generation >= forgottenBefore else { return }
+            guard !forgets.changed(namespace, key, since: generation) else { return }
             if held >= capacity && now >= nextPrune {
                 nextPrune = now + 1
                 prune(now)
@@ -64,7 +58,7 @@ final class HeldLeases: @unchecked Sendable {
     /// Forgets (namespace, key), or every key of the namespace when `key` is nil.
     func forget(_ namespace: String, _ key: [UInt8]?) {
         lock.withLock {
-            remember(namespace, key ?? [])
+            forgets.record(namespace, key)
             guard held > 0 else { return }
             if let key {
                 remove(namespace, key)
@@ -77,25 +71,13 @@ final class HeldLeases: @unchecked Sendable {
     /// Forgets everything (notifications may have been missed).
     func forgetAll() {
         lock.withLock {
-            forgets &+= 1
-            forgottenBefore = forgets
+            forgets.recordEverything()
             until.removeAll()
             held = 0
         }
     }
 
     var count: Int { lock.withLock { held } }
-
-    /// Under `lock`: a forget of `key` ([] for the whole namespace) now.
-    private func remember(_ namespace: String, _ key: [UInt8]) {
-        forgets &+= 1
-        if lastForgottenCount >= Self.rememberedForgets {
-            lastForgotten = [:]
-            lastForgottenCount = 0
-            forgottenBefore = forgets
-        }
-        if lastForgotten[namespace, default: [:]].updateValue(forgets, forKey: key) == nil { lastForgottenCount += 1 }
-    }
 
     /// Under `lock`.
     private func remove(_ namespace: String, _ key: [UInt8]) {

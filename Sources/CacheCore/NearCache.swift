@@ -16,7 +16,8 @@ import Foundation
 /// are computed from it at answer time, exactly as for an entry just read). Bounded by bytes
 /// (least recently used out first, by CLOCK's second chance); an entry is admitted on its second read within a while
 /// (a one-hit wonder does not push out a hot entry); entries over `maxEntryBytes` are never
-/// kept. Thread-safe (one lock; every operation is O(1)).
+/// kept. Thread-safe (one lock; every operation but emptying is O(1)). Served only while
+/// heartbeats come back through the notifications (`confirmLive`).
 public final class NearCache: @unchecked Sendable {
     // @unchecked: every field is guarded by `lock`.
     struct Key: Hashable {
@@ -28,6 +29,9 @@ public final class NearCache: @unchecked Sendable {
         let key: Key
         var entry: StoredEntry
         var cost: Int
+        /// The namespace's generation when kept: a namespace-wide invalidation bumps it, and
+        /// an older node is stale (dropped when next met), so the wipe itself is O(1).
+        let generation: UInt64
         /// Read since it last came round the eviction (a second chance instead of a move to
         /// the front on every hit, which would relink the list on the hottest path).
         var referenced = false
@@ -36,8 +40,8 @@ public final class NearCache: @unchecked Sendable {
         var newer: Node?
         var older: Node?
 
-        init(key: Key, entry: StoredEntry, cost: Int) {
-            (self.key, self.entry, self.cost) = (key, entry, cost)
+        init(key: Key, entry: StoredEntry, cost: Int, generation: UInt64) {
+            (self.key, self.entry, self.cost, self.generation) = (key, entry, cost, generation)
         }
     }
 
@@ -50,15 +54,18 @@ public final class NearCache: @unchecked Sendable {
     private var newest: Node?
     private var bytes = 0
     private var isEnabled = false
+    /// Served only until then (uptime seconds): each heartbeat that made the round trip
+    /// through PostgreSQL's notifications moves it on. If they stop arriving (the listener's
+    /// connection is silently dead, or its loop stalled) kept entries stop being served.
+    private var liveUntil: TimeInterval = 0
+    /// Namespace-wide invalidations, by namespace.
+    private var generations: [String: UInt64] = [:]
+    static let rememberedNamespaces = 10_000
     /// Keys read once recently (by hash), for admission; reset when it reaches its bound.
     private var seenOnce = Set<Int>()
     static let seenOnceBound = 100_000
-    /// Invalidations, counted; the last one of each key (or namespace, under []), bounded.
-    private var invalidations: UInt64 = 0
-    private var lastInvalidated: [String: [[UInt8]: UInt64]] = [:]
-    private var lastInvalidatedCount = 0
-    private var forgottenBefore: UInt64 = 0
-    static let rememberedInvalidations = 10_000
+    /// Invalidations: a fill may keep what it read only if its key did not change since.
+    private var invalidations = RecentChanges(bound: 100_000)
     /// Counted for the metrics: reads answered here, and entries admitted.
     private(set) var hits = 0
     private(set) var admissions = 0
@@ -70,27 +77,57 @@ public final class NearCache: @unchecked Sendable {
     }
 
     /// Whether reads may be answered here (the listener is up).
-    public var enabled: Bool { lock.withLock { isEnabled } }
+    public var enabled: Bool {
+        let now = Self.now
+        return lock.withLock { isEnabled && now < liveUntil }
+    }
 
-    /// Turns the near-cache on (listener up: empty, and from now on invalidated) or off.
-    public func setEnabled(_ on: Bool) {
+    /// Turns the near-cache off (the listener is down), emptied.
+    public func disable() {
         lock.withLock {
             removeAll()
-            isEnabled = on && budget > 0
+            isEnabled = false
         }
     }
+
+    /// A heartbeat came back through the notifications: kept entries may be served for
+    /// `seconds` more. After a silence (or when off), it starts empty: notifications sent
+    /// meanwhile may have been missed.
+    public func confirmLive(for seconds: TimeInterval) {
+        let now = Self.now
+        lock.withLock {
+            guard budget > 0 else { return }
+            if !isEnabled || now >= liveUntil {
+                removeAll()
+                isEnabled = true
+            }
+            liveUntil = now + seconds
+        }
+    }
+
+    /// Everything may have changed (a TRUNCATE): empty, still on.
+    public func invalidateAll() {
+        lock.withLock { removeAll() }
+    }
+
+    private static var now: TimeInterval { ProcessInfo.processInfo.systemUptime }
 
     public var heldBytes: Int { lock.withLock { bytes } }
     public var count: Int { lock.withLock { nodes.count } }
     public var counters: (hits: Int, admissions: Int) { lock.withLock { (hits, admissions) } }
 
     /// The invalidation count now: note it before reading an entry from the database.
-    public var sequence: UInt64 { lock.withLock { invalidations } }
+    public var sequence: UInt64 { lock.withLock { invalidations.count } }
 
     /// The kept entry under (namespace, key), if any (and marks it recently used).
     public func entry(_ namespace: String, _ key: [UInt8]) -> StoredEntry? {
-        lock.withLock {
-            guard isEnabled, let node = nodes[Key(namespace: namespace, key: key)] else { return nil }
+        let now = Self.now
+        return lock.withLock {
+            guard isEnabled, now < liveUntil, let node = nodes[Key(namespace: namespace, key: key)] else { return nil }
+            guard node.generation == generations[namespace, default: 0] else {
+                remove(node)
+                return nil
+            }
             node.referenced = true
             hits += 1
             return node.entry
@@ -101,24 +138,25 @@ public final class NearCache: @unchecked Sendable {
     /// unless its key was invalidated meanwhile, it is too large, or it is its first read.
     public func admit(_ entry: StoredEntry, since: UInt64) {
         let cost = entry.body.count + entry.key.count + entry.namespace.utf8.count + entry.contentType.utf8.count
-            + entry.etag.utf8.count + (entry.metadata?.utf8.count ?? 0) + 160
+            + entry.etag.utf8.count + (entry.metadata?.utf8.count ?? 0) + (entry.model?.utf8.count ?? 0) + 160
         guard cost <= maxEntryBytes, cost <= budget else { return }
         let key = Key(namespace: entry.namespace, key: entry.key)
+        let now = Self.now
         lock.withLock {
-            guard isEnabled, since >= forgottenBefore else { return }
-            let last = max(lastInvalidated[key.namespace]?[key.key] ?? 0, lastInvalidated[key.namespace]?[[]] ?? 0)
-            guard last <= since else { return }
-            if let node = nodes[key] {
+            guard isEnabled, now < liveUntil, !invalidations.changed(key.namespace, key.key, since: since) else { return }
+            let generation = generations[key.namespace, default: 0]
+            if let node = nodes[key], node.generation == generation {
                 bytes += cost - node.cost
                 (node.entry, node.cost) = (entry, cost)
                 touch(node)
             } else {
+                if let stale = nodes[key] { remove(stale) }
                 guard seenOnce.remove(key.hashValue) != nil else {
                     if seenOnce.count >= Self.seenOnceBound { seenOnce.removeAll() }
                     seenOnce.insert(key.hashValue)
                     return
                 }
-                let node = Node(key: key, entry: entry, cost: cost)
+                let node = Node(key: key, entry: entry, cost: cost, generation: generation)
                 nodes[key] = node
                 append(node)
                 bytes += cost
@@ -131,32 +169,18 @@ public final class NearCache: @unchecked Sendable {
     /// Drops (namespace, key), or every key of the namespace when `key` is nil.
     public func invalidate(_ namespace: String, _ key: [UInt8]?) {
         lock.withLock {
-            remember(namespace, key ?? [])
+            invalidations.record(namespace, key)
             if let key {
                 if let node = nodes[Key(namespace: namespace, key: key)] { remove(node) }
+            } else if generations.count >= Self.rememberedNamespaces {
+                removeAll()  // bounded: past that many wiped namespaces, start over
             } else {
-                var node = oldest
-                while let current = node {
-                    node = current.newer
-                    if current.key.namespace == namespace { remove(current) }
-                }
+                generations[namespace, default: 0] &+= 1
             }
         }
     }
 
     // MARK: Under `lock`
-
-    private func remember(_ namespace: String, _ key: [UInt8]) {
-        invalidations &+= 1
-        if lastInvalidatedCount >= Self.rememberedInvalidations {
-            lastInvalidated = [:]
-            lastInvalidatedCount = 0
-            forgottenBefore = invalidations
-        }
-        if lastInvalidated[namespace, default: [:]].updateValue(invalidations, forKey: key) == nil {
-            lastInvalidatedCount += 1
-        }
-    }
 
     /// Least recently used out first, with a second chance for entries read since their last
     /// turn (CLOCK): each pass clears a bit, so this ends.
@@ -171,10 +195,12 @@ public final class NearCache: @unchecked Sendable {
         }
     }
 
+    deinit { removeAll() }
+
     private func removeAll() {
-        invalidations &+= 1
-        forgottenBefore = invalidations
+        invalidations.recordEverything()
         nodes = [:]
+        generations = [:]
         // Unlink every node: the links are strong both ways.
         var node = oldest
         while let current = node {

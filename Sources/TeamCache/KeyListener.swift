@@ -1,24 +1,44 @@
 import CacheCore
 import Foundation
+import Hashing
 import HTTPServer
 import Postgres
 
 /// The process's one `LISTEN teamcache_keys` connection (migration 0007's notifications),
 /// non-blocking and driven by the first event loop's epoll like the batched reads; it
-/// reconnects by itself. Each notification wakes the waiters of its key (or namespace).
-/// While it is down, waiters re-check on their own every second; when it comes back, every
-/// waiter re-checks at once, since notifications may have been missed meanwhile.
+/// reconnects by itself. Each notification drops its key (or namespace; `*`: everything)
+/// from the near-cache and the held-lease memory, then wakes its waiters. While it is down,
+/// waiters re-check on their own every second; when it comes back, every waiter re-checks
+/// at once, since notifications may have been missed meanwhile.
+///
+/// A connection can die without saying so (a half-open socket after a failover, a NAT that
+/// forgot it, a pooler that drops LISTEN). So the listener proves itself: every second it
+/// notifies a heartbeat of its own through its own connection, under the statement deadline
+/// (a dead socket fails it, and the connection is replaced), and the near-cache serves only
+/// while heartbeats come back (`NearCache.confirmLive`).
 final class KeyListener: @unchecked Sendable {
     // @unchecked: `connection` is confined to the loop it is attached to.
     static let channel = "teamcache_keys"
+    public static let applicationName = "teamcache-listen"
 
     private let connection: LoopConnection
     private let waiters: Waiters
     private let leases: LeaseStore?
     private let near: NearCache?
+    /// This process's heartbeat payload: `~` and a random token (no namespace has a `~`).
+    private let heartbeat = "~" + Bytes.hex(Bytes.random(count: 8))
+    static let beatSQL = "SELECT pg_notify($1, $2)"
+    static let beatInterval: TimeInterval = 1
+    /// How long the near-cache may serve after a heartbeat came back.
+    static let liveFor: TimeInterval = 3
+    /// Loop-confined: when the next heartbeat is due (loop nanoseconds).
+    private var nextBeat: UInt64 = 0
 
     init(url: String, limits: SessionLimits, waiters: Waiters, leases: LeaseStore? = nil, near: NearCache? = nil) {
-        var configuration = LoopConnection.Configuration(url: url, statements: [])
+        // Named apart, for pg_stat_activity.
+        var configuration = LoopConnection.Configuration(
+            url: url, overrides: ["application_name": Self.applicationName],
+            statements: [(Self.beatSQL, like: [.text(""), .text("")])])
         configuration.setup = ["LISTEN \(Self.channel)"]
         configuration.limits = limits
         connection = LoopConnection(configuration)
@@ -30,16 +50,29 @@ final class KeyListener: @unchecked Sendable {
     /// Starts listening from `loop` (on its thread, before it serves).
     func attach(to loop: EventLoop) {
         let waiters = self.waiters, connection = self.connection, leases = self.leases, near = self.near
+        let heartbeat = self.heartbeat
         connection.onNotification = { channel, payload in
-            guard channel == Self.channel, let (namespace, key) = Self.parse(payload) else { return }
+            guard channel == Self.channel else { return }
+            if payload == heartbeat {
+                near?.confirmLive(for: Self.liveFor)
+                return
+            }
+            if payload == "*" {
+                // A TRUNCATE (migration 0010): everything changed.
+                near?.invalidateAll()
+                leases?.forgetHeld(namespace: nil, key: nil)
+                waiters.wakeAll(final: false)
+                return
+            }
+            guard let (namespace, key) = Self.parse(payload) else { return }
             leases?.forgetHeld(namespace: namespace, key: key)
             // Before waking: a woken waiter's read must not be answered by the replaced entry.
             near?.invalidate(namespace, key)
             waiters.wake(namespace: namespace, key: key)
         }
         connection.onOpenChange = { open in
-            // Off while notifications cannot arrive; empty when they can again (some were missed).
-            near?.setEnabled(open)
+            // Off while notifications cannot arrive; on again once a heartbeat comes back.
+            if !open { near?.disable() }
             waiters.setListener(up: open)
             if open {
                 leases?.forgetHeld(namespace: nil, key: nil)
@@ -47,7 +80,20 @@ final class KeyListener: @unchecked Sendable {
             }
         }
         connection.attach(to: loop)
-        loop.onEachIteration { connection.connectIfDue() }
+        loop.onEachIteration { [self] in
+            connection.connectIfDue()
+            connection.checkDeadline()
+            beatIfDue(loop.nanoseconds)
+        }
+    }
+
+    /// Sends the next heartbeat when one is due and the connection is free (on the loop).
+    private func beatIfDue(_ now: UInt64) {
+        guard now >= nextBeat, connection.isIdle else { return }
+        nextBeat = now + UInt64(Self.beatInterval * 1e9)
+        // Its answer is nothing to act on: the notification it sends is the proof, and a
+        // failure (past the deadline) has already replaced the connection.
+        connection.send(Self.beatSQL, [.text(Self.channel), .text(heartbeat)]) { _ in }
     }
 
     /// Stops listening (once the loop has stopped).

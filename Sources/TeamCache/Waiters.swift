@@ -1,3 +1,4 @@
+import CacheCore
 import Foundation
 import HTTPServer
 import Observability
@@ -37,15 +38,10 @@ final class Waiters: @unchecked Sendable {
     private var count = 0
     private var closing = false
     private var listenerIsUp = false
-    /// Counts wake-ups. A request notes it before it reads; if its key was woken after that
-    /// (a fill that landed between its read and its parking), it reads again instead of
-    /// parking, so no notification is lost in that gap.
-    private var sequence: UInt64 = 0
-    private var lastWoken: [String: [[UInt8]: UInt64]] = [:]
-    private var lastWokenCount = 0
-    /// Wake-ups older than this were forgotten (the table is bounded): treated as recent.
-    private var forgottenBefore: UInt64 = 0
-    static let rememberedWakes = 10_000
+    /// Wake-ups. A request notes their count before it reads; if its key was woken after
+    /// that (a fill that landed between its read and its parking), it reads again instead
+    /// of parking, so no notification is lost in that gap.
+    private var wakes = RecentChanges()
     /// One timer heap per event loop, by loop index (each touched on its loop only).
     private var timers: [Int: WaiterTimers] = [:]
     private let outcomes: CounterFamily?
@@ -80,7 +76,7 @@ final class Waiters: @unchecked Sendable {
     }
 
     /// The wake-up count now: note it before reading a key that may be parked on.
-    var now: UInt64 { lock.withLock { sequence } }
+    var now: UInt64 { lock.withLock { wakes.count } }
 
     /// Parks a request on `loop` (call on that loop's thread) until woken or `at`
     /// (monotonic nanoseconds). `.full` when it may not park (full, or stopping): answer
@@ -93,8 +89,7 @@ final class Waiters: @unchecked Sendable {
         var woken = false
         let heap: WaiterTimers? = lock.withLock {
             guard !closing, count < capacity, let heap = timers[loop.index] else { return nil }
-            let last = max(lastWoken[namespace]?[key] ?? 0, lastWoken[namespace]?[[]] ?? 0)
-            if last > since || since < forgottenBefore {
+            if wakes.changed(namespace, key, since: since) {
                 woken = true
                 return nil
             }
@@ -117,21 +112,10 @@ final class Waiters: @unchecked Sendable {
         count("disconnected")
     }
 
-    /// Notes a wake-up of `key` ([] for the whole namespace). Called with the lock held.
-    private func remember(_ namespace: String, _ key: [UInt8]) {
-        sequence += 1
-        if lastWokenCount >= Self.rememberedWakes {
-            lastWoken = [:]
-            lastWokenCount = 0
-            forgottenBefore = sequence
-        }
-        if lastWoken[namespace, default: [:]].updateValue(sequence, forKey: key) == nil { lastWokenCount += 1 }
-    }
-
     /// Wakes the waiters of one key (nil: of the whole namespace), on their loops.
     func wake(namespace: String, key: [UInt8]?) {
         let woken: [Waiter] = lock.withLock {
-            remember(namespace, key ?? [])
+            wakes.record(namespace, key)
             guard var keys = byKey[namespace] else { return [] }
             var taken: [Waiter] = []
             if let key {
@@ -153,8 +137,7 @@ final class Waiters: @unchecked Sendable {
         let woken: [Waiter] = lock.withLock {
             if final { closing = true }
             // Everything may have changed (the listener was away): nothing noted before counts.
-            sequence += 1
-            forgottenBefore = sequence
+            wakes.recordEverything()
             let all = byKey.values.flatMap { $0.values.flatMap(\.values) }
             byKey = [:]
             count = 0

@@ -58,3 +58,24 @@ import Testing
         #expect(!held.isHeld("n", [4]))
     }
 }
+
+/// The shared memory of recent changes: a change after a noted count is seen; one before
+/// is not; a namespace-wide change counts for its keys; past the bound, "changed" is safe.
+@Suite struct RecentChangesTests {
+    @Test func answersWhetherAKeyChangedSinceANotedCount() {
+        var changes = RecentChanges(bound: 3)
+        changes.record("n", [1])
+        let noted = changes.count
+        #expect(!changes.changed("n", [1], since: noted))
+        changes.record("n", [2])
+        #expect(!changes.changed("n", [1], since: noted) && changes.changed("n", [2], since: noted))
+        changes.record("m", nil)
+        #expect(changes.changed("m", [9], since: noted) && !changes.changed("o", [9], since: noted))
+        let later = changes.count
+        changes.record("x", [1])  // the fourth key: the table resets
+        #expect(changes.changed("n", [1], since: later), "a question from before a reset is answered safely")
+        let now = changes.count
+        changes.recordEverything()
+        #expect(changes.changed("z", [1], since: now))
+    }
+}

@@ -18,18 +18,18 @@ import Testing
 
     @Test func admitsOnTheSecondReadAndAnswersWhileEnabled() {
         let near = NearCache(budget: 1 << 20, maxEntryBytes: 1 << 16)
-        near.setEnabled(true)
+        near.confirmLive(for: 60)
         near.admit(entry(1), since: near.sequence)
         #expect(near.entry("n", [1]) == nil, "a one-hit wonder is not kept")
         near.admit(entry(1), since: near.sequence)
         #expect(near.entry("n", [1])?.etag == "e")
-        near.setEnabled(false)
+        near.disable()
         #expect(near.entry("n", [1]) == nil && near.count == 0, "off: nothing answered, and emptied")
     }
 
     @Test func aFillThatRacesAWriteIsNotKept() {
         let near = NearCache(budget: 1 << 20, maxEntryBytes: 1 << 16)
-        near.setEnabled(true)
+        near.confirmLive(for: 60)
         near.admit(entry(1), since: near.sequence)
         let before = near.sequence  // a read begins
         near.invalidate("n", [1])  // a write lands
@@ -41,7 +41,8 @@ import Testing
         near.admit(entry(2), since: namespaceRead)
         #expect(near.entry("n", [2]) == nil, "a namespace-wide invalidation counts for its keys")
         let reenabled = near.sequence
-        near.setEnabled(true)
+        near.disable()  // the listener dropped, and came back
+        near.confirmLive(for: 60)
         near.admit(entry(3), since: reenabled)
         near.admit(entry(3), since: reenabled)
         #expect(near.entry("n", [3]) == nil, "a read from before a reset is not kept")
@@ -49,7 +50,7 @@ import Testing
 
     @Test func staysWithinItsBudgetLeastRecentlyUsedOut() {
         let near = NearCache(budget: 3 * 300, maxEntryBytes: 1 << 16)
-        near.setEnabled(true)
+        near.confirmLive(for: 60)
         for key in UInt8(1)...3 { admitted(near, entry(key)) }
         #expect(near.count == 3)
         _ = near.entry("n", [1])  // 1 is now the most recent
@@ -62,7 +63,7 @@ import Testing
 
     @Test func invalidatesAKeyOrANamespace() {
         let near = NearCache(budget: 1 << 20, maxEntryBytes: 1 << 16)
-        near.setEnabled(true)
+        near.confirmLive(for: 60)
         admitted(near, entry(1, namespace: "a"))
         admitted(near, entry(2, namespace: "a"))
         admitted(near, entry(1, namespace: "b"))
@@ -70,5 +71,22 @@ import Testing
         #expect(near.entry("a", [1]) == nil && near.entry("a", [2]) != nil)
         near.invalidate("a", nil)
         #expect(near.entry("a", [2]) == nil && near.entry("b", [1]) != nil && near.count == 1)
+    }
+
+    /// Heartbeats keep it serving; when they stop, nothing kept is served, and the next one
+    /// starts it empty (notifications may have been missed meanwhile).
+    @Test func servesOnlyWhileHeartbeatsComeBack() {
+        let near = NearCache(budget: 1 << 20, maxEntryBytes: 1 << 16)
+        admitted(near, entry(1))
+        #expect(near.entry("n", [1]) == nil, "never confirmed: off")
+        near.confirmLive(for: 0.2)
+        admitted(near, entry(1))
+        #expect(near.entry("n", [1]) != nil)
+        near.confirmLive(for: 0.2)
+        #expect(near.entry("n", [1]) != nil, "a heartbeat in time keeps what is kept")
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(near.entry("n", [1]) == nil && !near.enabled, "silence: nothing served")
+        near.confirmLive(for: 60)
+        #expect(near.count == 0, "after a silence it starts empty")
     }
 }
