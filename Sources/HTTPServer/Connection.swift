@@ -28,32 +28,32 @@ final class Connection: @unchecked Sendable {
     let fd: Int32
     /// unowned(unsafe): the loop owns its connections and outlives them; a checked unowned
     /// reference would cost two atomic operations on each of the ~15 uses per request.
-    private unowned(unsafe) let loop: EventLoop
+    unowned(unsafe) let loop: EventLoop
     private var parser: HTTPParser
-    private var output = OutputQueue()
+    var output = OutputQueue()
     /// The request being handled; an answer for any other (one given up at its deadline)
     /// is dropped.
-    private var current: HTTPRequest?
+    var current: HTTPRequest?
     /// This connection's share of the server's body budget (`ServerContext.holdBodyBytes`).
     private var heldBodyBytes = 0
     /// Whether any byte arrived (for the debug line of a connection closed unanswered).
     private var receivedAny = false
-    private var inFlight = false
+    var inFlight = false
     /// Time the current request may spend parked on purpose (a read with `wait`), on top of
     /// the request deadline (nanoseconds).
     private(set) var waitAllowance: UInt64 = 0
     /// What to do if the client goes away while the request in flight waits on purpose (a
     /// parked read): drop the waiter at once rather than keep it to its deadline.
-    private var onClientGone: (() -> Void)?
+    var onClientGone: (() -> Void)?
     private var processing = false
-    private var closeAfterFlush = false
+    var closeAfterFlush = false
     /// Close through a lingering close: the client may still be sending a body we refused.
     private var lingerOnClose = false
-    private var lingering = false
-    private var inputClosed = false
-    private var served = 0
-    private var phase = Phase.idle
-    private var phaseStart: UInt64
+    var lingering = false
+    var inputClosed = false
+    var served = 0
+    var phase = Phase.idle
+    var phaseStart: UInt64
     private var interest: UInt32 = EPOLLIN.rawValue | EPOLLRDHUP.rawValue
     private(set) var isClosed = false
     /// Whether epoll is asked for input now.
@@ -230,7 +230,7 @@ final class Connection: @unchecked Sendable {
 
     /// Keeps the server-wide count of body bytes being received up to date; past the
     /// budget, the request whose body pushed it over is refused with 503.
-    private func accountBodyBytes() {
+    func accountBodyBytes() {
         // Counted until answered: a body waiting for a worker or being handled holds memory too.
         let holding = parser.bodyBytesReceived + (current?.body.count ?? 0)
         let delta = holding - heldBodyBytes
@@ -323,7 +323,7 @@ final class Connection: @unchecked Sendable {
 
     /// Serialises a response into the output queue; returns the body bytes sent.
     @discardableResult
-    private func respond(_ response: HTTPResponse, method: String, version: HTTPVersion, keepAlive: Bool,
+    func respond(_ response: HTTPResponse, method: String, version: HTTPVersion, keepAlive: Bool,
                          requestID: String = "") -> Int {
         let wire = ResponseSerializer.serialize(response, sendsBody: method != "HEAD", version: version,
                                                 keepAlive: keepAlive, requestID: requestID, date: loop.date,
@@ -353,7 +353,7 @@ final class Connection: @unchecked Sendable {
     }
 
     /// Writes queued output until done or the socket is full (then EPOLLOUT resumes it).
-    private func flush() {
+    func flush() {
         while !output.isEmpty {
             if output.write(to: fd) < 0 {
                 if errno == EINTR { continue }
@@ -397,7 +397,7 @@ final class Connection: @unchecked Sendable {
 
     // MARK: State
 
-    private func updatePhase() {
+    func updatePhase() {
         if lingering { return }
         let next: Phase
         if inFlight {
@@ -419,7 +419,7 @@ final class Connection: @unchecked Sendable {
 
     /// Reads pause while a handler runs with a full pipeline behind it, or while the client
     /// is not reading its responses (backpressure); writes are watched while output waits.
-    private func updateInterest() {
+    func updateInterest() {
         // A lingering close keeps reading (and dropping) until it ends.
         if lingering { return }
         var wanted: UInt32 = 0
@@ -434,69 +434,6 @@ final class Connection: @unchecked Sendable {
         }
     }
 
-    /// Closes the connection if its current phase has outlived its timeout.
-    func checkDeadline(now: UInt64) {
-        let configuration = loop.context.configuration
-        let limit: TimeInterval
-        var since = phaseStart
-        switch phase {
-        case .handling:
-            if now > phaseStart + Self.nanoseconds(configuration.requestTimeout) + waitAllowance { abandonRequest() }
-            return
-        // A connection that never sent a byte gets the head's allowance, not the idle one.
-        case .idle: limit = served == 0 ? min(configuration.headerTimeout, configuration.idleTimeout)
-                                        : configuration.idleTimeout
-        case .head: limit = configuration.headerTimeout
-        case .body: limit = configuration.bodyTimeout
-        case .writing:
-            limit = configuration.writeTimeout
-            since = output.oldestQueuedAt ?? phaseStart
-        case .lingering: limit = Self.lingerSeconds
-        }
-        guard now > since + Self.nanoseconds(limit) else { return }
-        if (phase == .head || phase == .body) && !lingering {
-            // Best effort: tell the client why, without waiting for it to read.
-            closeAfterFlush = true
-            respond(HTTPError(408, "The request was not received in time.").response(requestID: ""),
-                    method: "", version: .http11, keepAlive: false)
-            _ = output.write(to: fd)
-        }
-        if phase == .writing {
-            // Reset rather than close: a plain close would leave the kernel trickling out the
-            // megabytes already in the socket buffer to the very client that was too slow.
-            var abort = linger(l_onoff: 1, l_linger: 0)
-            setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, socklen_t(MemoryLayout<linger>.size))
-        }
-        close(reason: "deadline")
-    }
-
-    /// The request outlived its deadline: the client gets 503 now and the connection closes
-    /// after it (a late answer cannot be put back in pipeline order); the handler's own
-    /// answer, if it ever comes, is dropped by `complete`.
-    private func abandonRequest() {
-        guard let request = current else { return }
-        let error = HTTPError(503, "The request did not complete within its deadline; retry shortly.",
-                              headers: HTTPHeaders([("Retry-After", "1")]))
-        current = nil
-        onClientGone = nil
-        inFlight = false
-        closeAfterFlush = true
-        let seconds = Double(loop.now - phaseStart) / 1e9
-        let bytes = respond(error.response(requestID: request.requestID), method: request.method,
-                            version: request.version, keepAlive: false, requestID: request.requestID)
-        loop.record(method: request.method, routeID: request.routeID,
-                    route: request.routeTemplate.isEmpty ? "unmatched" : request.routeTemplate,
-                    status: 503, bytes: bytes, seconds: seconds, requestID: request.requestID)
-        loop.context.metrics?.deadlineExceeded.inc()
-        accountBodyBytes()
-        flush()
-        if !isClosed {
-            updatePhase()
-            updateInterest()
-        }
-    }
-
-    private static func nanoseconds(_ seconds: TimeInterval) -> UInt64 { UInt64(max(0, seconds) * 1e9) }
 
     /// At shutdown: close now if idle, otherwise after the current response.
     func drain() {

@@ -46,9 +46,12 @@ public final class HTTPRequest: @unchecked Sendable {
         let query = target.utf8[target.utf8.index(after: mark)...]
         var items: [String: String] = [:]
         for pair in query.split(separator: UInt8(ascii: "&")) {
-            let halves = pair.split(separator: UInt8(ascii: "="), maxSplits: 1, omittingEmptySubsequences: false)
-            guard let name = PercentDecoding.decode(Substring(halves[0])).flatMap({ String(validating: $0, as: UTF8.self) }),
-                  let value = PercentDecoding.decode(halves.count > 1 ? Substring(halves[1]) : "")
+            // `name=value`, `name=` or `name`: everything before the first `=`, and after it.
+            let equals = pair.firstIndex(of: UInt8(ascii: "=")) ?? pair.endIndex
+            let rawValue = equals == pair.endIndex ? pair[equals...] : pair[pair.index(after: equals)...]
+            guard let name = PercentDecoding.decode(Substring(pair[..<equals]))
+                    .flatMap({ String(validating: $0, as: UTF8.self) }),
+                  let value = PercentDecoding.decode(Substring(rawValue))
                     .flatMap({ String(validating: $0, as: UTF8.self) }) else { return nil }
             items[name] = value
         }

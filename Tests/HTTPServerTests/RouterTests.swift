@@ -69,5 +69,8 @@ import Testing
         #expect(items("/a?x=%zz") == nil)
         #expect(items("/a?x=%FF") == nil, "not UTF-8")
         #expect(items("/a?x=1&x=2") == ["x": "2"], "the last one wins")
+        #expect(items("/a?=") == ["": ""])
+        #expect(items("/a?a==b") == ["a": "=b"])
+        #expect(items("/a?&&&") == [:])
     }
 }
