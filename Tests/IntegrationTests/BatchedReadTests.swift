@@ -79,6 +79,8 @@ import TestSupport
             configuration.authEnabled = false
             configuration.readTimeout = 0.5
             configuration.http.eventLoops = 1
+            // Every read must go to the stalled connection: none answered from kept entries.
+            configuration.nearCacheBytes = 0
         }
         defer { service.stop() }
         let path = entryPath("reads", "k")
