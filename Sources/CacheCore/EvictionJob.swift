@@ -98,12 +98,17 @@ public final class EvictionJob: Sendable {
     static let storeBytes = "SELECT coalesce(sum(stored_bytes), 0)::bigint AS stored FROM namespace_counters WHERE namespace = ''"
 
     private let store: EntryStore
+    /// Where a cycle runs: it holds a session-level advisory lock throughout, so behind a
+    /// transaction pooler this is a pool of direct sessions (else the store's own pool).
+    private let sessions: ConnectionPool
     private let leases: LeaseStore?
     private let metrics: EvictionMetrics?
     private let logger = Logger(component: "eviction")
 
-    public init(store: EntryStore, metrics registry: MetricsRegistry? = nil, leases: LeaseStore? = nil) {
+    public init(store: EntryStore, metrics registry: MetricsRegistry? = nil, leases: LeaseStore? = nil,
+                sessions: ConnectionPool? = nil) {
         self.store = store
+        self.sessions = sessions ?? store.pool
         self.leases = leases
         metrics = registry.map(EvictionMetrics.init)
     }
@@ -134,7 +139,7 @@ public final class EvictionJob: Sendable {
     public func runCycle() -> Report? {
         let started = Date()
         do {
-            let report = try store.pool.withConnection { connection -> Report? in
+            let report = try sessions.withConnection { connection -> Report? in
                 guard try connection.query("SELECT pg_try_advisory_lock($1) AS locked", [.int(Self.lockKey)])
                     .first?.bool("locked") == true else { return nil }
                 defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [.int(Self.lockKey)]) }

@@ -109,13 +109,11 @@ public final class LoopConnection: @unchecked Sendable {
     /// results; `completion` runs on the reactor's thread. Requires `isIdle`.
     public func send(_ sql: String, _ parameters: [PostgresValue], completion: @escaping Completion) {
         precondition(isIdle, "send requires an idle connection")
-        guard let reactor, case .open(let connection) = state, let name = connection.preparedName(sql) else {
+        guard let reactor, case .open(let connection) = state, let name = connection.sendableName(sql) else {
             completion(.failure(PostgresError(.query, serverMessage: "statement not prepared")))
             return
         }
-        let sent = PostgresConnection.withBinaryParameters(parameters) { count, values, lengths, formats in
-            PQsendQueryPrepared(connection.handle, name, count, values, lengths, formats, 1)
-        }
+        let sent = connection.send(sql, named: name, parameters)
         guard sent == 1 else {
             drop(connection)
             completion(.failure(PostgresError(.connectionLost, serverMessage: String(cString: PQerrorMessage(connection.handle)))))

@@ -9,6 +9,8 @@ public final class PostgresConnection: @unchecked Sendable {
     // else touches `handle` or `prepared` concurrently.
     let handle: OpaquePointer
     private var prepared: [String: String] = [:]
+    /// Behind a transaction pooler: statements go unnamed (see `SessionLimits.transactionPooler`).
+    let unnamedStatements: Bool
     /// Longest wait for any answer; nil: none (see `SessionLimits.clientDeadline`).
     private let deadline: TimeInterval?
     /// Set when a call gave up waiting: the session's state is unknown, so it is never reused.
@@ -47,6 +49,7 @@ public final class PostgresConnection: @unchecked Sendable {
         }
         handle = connection
         deadline = limits.clientDeadline
+        unnamedStatements = limits.transactionPooler
         // Every call sends without blocking and waits with a deadline (see `awaitResult`).
         PQsetnonblocking(connection, 1)
         // libpq prints NOTICEs to stderr by default; they can quote data, so drop them.
@@ -57,7 +60,7 @@ public final class PostgresConnection: @unchecked Sendable {
 
     /// The keywords a URL or conninfo string sets, as libpq itself reads them (empty when
     /// it cannot be parsed; connecting then reports why).
-    static func keywords(in url: String) -> [String: String] {
+    public static func keywords(in url: String) -> [String: String] {
         var error: UnsafeMutablePointer<CChar>?
         guard let options = PQconninfoParse(url, &error) else {
             if let error { PQfreemem(error) }
@@ -95,14 +98,24 @@ public final class PostgresConnection: @unchecked Sendable {
     /// Runs one statement with bind parameters, as a prepared statement cached per connection.
     @discardableResult
     public func query(_ sql: String, _ parameters: [PostgresValue] = []) throws -> PostgresResult {
-        let name = try preparedName(for: sql, parameters)
-        let sent = Self.withBinaryParameters(parameters) { count, values, lengths, formats in
-            if lengths.reduce(0, { $0 + Int($1) }) >= Self.largeMessage { carriedLargeMessage = true }
-            return PQsendQueryPrepared(handle, name, count, values, lengths, formats, 1)
-        }
+        let name = unnamedStatements ? nil : try preparedName(for: sql, parameters)
+        let sent = send(sql, named: name, parameters)
         let result = try check(awaitResult(sent: sent))
         if !carriedLargeMessage && result.holdsLargeValues(Self.largeMessage) { carriedLargeMessage = true }
         return result
+    }
+
+    /// Sends `sql` (as the prepared statement `name`, or unnamed when nil) with binary
+    /// parameters and results, without waiting; libpq's status (1: sent).
+    func send(_ sql: String, named name: String?, _ parameters: [PostgresValue]) -> Int32 {
+        Self.withBinaryParameters(parameters) { count, values, lengths, formats in
+            if lengths.reduce(0, { $0 + Int($1) }) >= Self.largeMessage { carriedLargeMessage = true }
+            guard let name else {
+                let types = parameters.map { Oid($0.typeOID) }
+                return PQsendQueryParams(handle, sql, count, types, values, lengths, formats, 1)
+            }
+            return PQsendQueryPrepared(handle, name, count, values, lengths, formats, 1)
+        }
     }
 
     /// Calls `body` with libpq's parameter arrays (binary format), valid only during the call.
@@ -150,12 +163,17 @@ public final class PostgresConnection: @unchecked Sendable {
 
     /// Prepares `sql` now (parameter types taken from `parameters`) and returns its name;
     /// a connection about to go non-blocking prepares its statements this way first.
-    public func prepare(_ sql: String, like parameters: [PostgresValue]) throws -> String {
-        try preparedName(for: sql, parameters)
+    /// Behind a transaction pooler nothing is prepared: the name is nil.
+    @discardableResult
+    public func prepare(_ sql: String, like parameters: [PostgresValue]) throws -> String? {
+        unnamedStatements ? nil : try preparedName(for: sql, parameters)
     }
 
-    /// The name of `sql` if it was prepared on this connection.
-    func preparedName(_ sql: String) -> String? { prepared[sql] }
+    /// Whether `sql` may be sent from a non-blocking caller, and under which name (nil: unnamed).
+    func sendableName(_ sql: String) -> String?? {
+        if unnamedStatements { return .some(nil) }
+        return prepared[sql].map { .some($0) }
+    }
 
     private func preparedName(for sql: String, _ parameters: [PostgresValue]) throws -> String {
         if let name = prepared[sql] { return name }
@@ -241,6 +259,10 @@ public final class PostgresConnection: @unchecked Sendable {
         default:
             let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { SQLState(String(cString: $0)) }
             let message = String(cString: PQresultErrorMessage(result))
+            // A write refused as read-only: this session reached a standby (a failed-over
+            // primary that came back demoted, or a multi-host URL's stale pick). Never reused,
+            // so the next connect, with `target_session_attrs=read-write`, finds the primary.
+            if state == SQLState.readOnlyTransaction { abandoned = true }
             let kind: PostgresError.Kind = isBroken ? .connectionLost : .query
             throw PostgresError(kind, sqlState: state, serverMessage: message)
         }

@@ -18,6 +18,8 @@ public struct SQLState: Hashable, Sendable, CustomStringConvertible {
     public static let idleInTransactionTimeout = SQLState("25P03")
     public static let adminShutdown = SQLState("57P01")
     public static let cannotConnectNow = SQLState("57P03")
+    /// A write sent to a standby (hot standby sessions are read-only).
+    public static let readOnlyTransaction = SQLState("25006")
     public static let insufficientResources = SQLState("53000")
     public static let diskFull = SQLState("53100")
     public static let raiseException = SQLState("P0001")
@@ -60,8 +62,10 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
             guard let state = sqlState else { return false }
             // A statement or lock limit passed: the database is too slow or too contended
             // right now, and the same request can succeed later.
+            // A standby refusing a write: the primary is moving (failover); the session is
+            // dropped and the next one finds the new primary.
             return [.adminShutdown, .cannotConnectNow, .queryCanceled, .lockNotAvailable,
-                    .idleInTransactionTimeout].contains(state)
+                    .idleInTransactionTimeout, .readOnlyTransaction].contains(state)
                 || state.code.hasPrefix("08")
         }
     }

@@ -20,6 +20,14 @@ public struct SessionLimits: Sendable, Equatable {
     public var keepalivesIdle: Int = 5
     public var keepalivesInterval: Int = 2
     public var keepalivesCount: Int = 3
+    /// The session reaches PostgreSQL through a transaction-pooling PgBouncer: each
+    /// transaction (each autocommit statement) may meet another server connection. So no
+    /// named prepared statements (a name prepared on one server connection is unknown on
+    /// the next; every statement goes as an unnamed Parse/Bind/Execute), and no `options`
+    /// startup parameter (PgBouncer refuses it): the server-side limits above must then be
+    /// set on the role or database (`ALTER ROLE … SET statement_timeout`), which the
+    /// service checks at start. The client-side deadline holds either way.
+    public var transactionPooler = false
 
     public init() {}
 
@@ -55,6 +63,7 @@ public struct SessionLimits: Sendable, Equatable {
             ("keepalives_count", String(keepalivesCount)),
             ("tcp_user_timeout", String(Self.milliseconds(tcpUserTimeout))),
         ].filter { url[$0.0] == nil }
+        if transactionPooler { return ours }
         let options = url["options"].map { $0.isEmpty ? settings : $0 + " " + settings } ?? settings
         return ours + [("options", options)]
     }

@@ -37,6 +37,7 @@ public final class Application: Sendable {
                                                              acquireTimeout: configuration.acquireTimeout)
         poolConfiguration.limits = configuration.sessionLimits
         pool = ConnectionPool(poolConfiguration, metrics: metrics)
+        if configuration.sessionLimits.transactionPooler { Self.checkServerLimits(pool) }
         // A quarter of the pool commits writes; the rest stays free for reads, flushes and eviction.
         store = EntryStore(pool: pool, policy: configuration.cache, clock: clock,
                            concurrentWriteBatches: max(1, configuration.poolSize / 4),
@@ -48,7 +49,8 @@ public final class Application: Sendable {
                                 batchSize: configuration.accessFlushBatch, batchFull: { flusher.fire() })
         tokens = TokenStore(pool: pool)
         let leases = LeaseStore(pool: pool, metrics: metrics)
-        eviction = EvictionJob(store: store, metrics: metrics, leases: leases)
+        eviction = EvictionJob(store: store, metrics: metrics, leases: leases,
+                               sessions: Self.directSessions(configuration, database))
         let auth = Authenticator(enabled: configuration.authEnabled, store: tokens,
                                  cacheTTL: configuration.tokenCacheTTL, rateLimit: configuration.rateLimit, clock: clock)
         let inflated = InflatedBodies(budget: configuration.inflateCacheBytes, maxBodyBytes: LoopReads.inlineEntryLimit)
@@ -61,7 +63,8 @@ public final class Application: Sendable {
         let near = waiters == nil || configuration.nearCacheBytes == 0 ? nil
             : NearCache(budget: configuration.nearCacheBytes, maxEntryBytes: LoopReads.inlineEntryLimit + 1024)
         if let near { Application.expose(near, metrics) }
-        let url = database.url, limits = configuration.sessionLimits
+        // LISTEN needs a session of its own: never through a transaction pooler.
+        let url = database.directURL, limits = configuration.directSessionLimits
         let listener = waiters.map { KeyListener(url: url, limits: limits, waiters: $0, leases: leases, near: near) }
         self.listener = listener
         self.waiters = waiters
@@ -69,7 +72,8 @@ public final class Application: Sendable {
                            metrics: metrics, inflated: inflated, near: near)
         guard let specURL = ResourceLocator.find("openapi.yaml"), let spec = FileManager.default.contents(atPath: specURL.path)
         else { throw ConfigurationError(variable: "openapi.yaml", value: "", allowed: "the file beside the binary") }
-        let readiness = ReadinessProbe(url: database.url, migrations: database.migrations)
+        let readiness = ReadinessProbe(url: database.url, migrations: database.migrations,
+                                       limits: configuration.sessionLimits)
         // Probed once now, so the service is ready from its first request.
         readiness.probe()
         self.readiness = readiness
@@ -112,6 +116,30 @@ public final class Application: Sendable {
             + [PeriodicService(name: "readiness", interval: ReadinessProbe.interval) { readiness.probe() }]
             // Last in, so stopped first: every parked request is answered before the drain.
             + (waiters.map { [WaitersService(waiters: $0)] } ?? []))
+    }
+
+    /// Behind a transaction pooler the statement limits cannot travel as startup options:
+    /// they must be set on the role or database. Says so at start when they are not.
+    private static func checkServerLimits(_ pool: ConnectionPool) {
+        let logger = Logger(component: "database")
+        guard let value = try? pool.withConnection({ connection in
+            try connection.query("SELECT current_setting('statement_timeout') AS value").first?.string("value")
+        }) else { return }
+        if value == "0" {
+            logger.warn("statement_timeout is off behind the transaction pooler; set it on the role "
+                + "(ALTER ROLE … SET statement_timeout = '4s', likewise lock_timeout and "
+                + "idle_in_transaction_session_timeout): only the client-side deadline bounds statements now")
+        }
+    }
+
+    /// A small pool of direct sessions when the main pool goes through a transaction
+    /// pooler (nil otherwise: the main pool's sessions are direct already).
+    private static func directSessions(_ configuration: Configuration, _ database: Database) -> ConnectionPool? {
+        guard configuration.sessionLimits.transactionPooler else { return nil }
+        var direct = ConnectionPool.Configuration(url: database.directURL, maxConnections: 2,
+                                                  acquireTimeout: configuration.acquireTimeout)
+        direct.limits = configuration.directSessionLimits
+        return ConnectionPool(direct)
     }
 
     /// The near-cache's gauges.

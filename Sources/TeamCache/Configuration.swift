@@ -11,6 +11,9 @@ public struct Configuration: Sendable {
     public var cache = CachePolicy()
     /// nil: the embedded cluster under `dataDirectory`.
     public var databaseURL: String?
+    /// A direct session with the primary, for what a transaction pooler cannot carry
+    /// (LISTEN, session advisory locks, migrations); nil: `databaseURL`.
+    public var directDatabaseURL: String?
     public var dataDirectory = URL(fileURLWithPath: ".teamcache")
     public var migrationsDirectory: URL?
     public var logLevel = LogLevel.info
@@ -19,6 +22,12 @@ public struct Configuration: Sendable {
     public var acquireTimeout: TimeInterval = 2
     /// Statement, lock and idle-transaction limits of every serving connection.
     public var sessionLimits = SessionLimits()
+    /// The same limits for sessions on the direct URL (never through the pooler).
+    public var directSessionLimits: SessionLimits {
+        var limits = sessionLimits
+        limits.transactionPooler = false
+        return limits
+    }
     /// Most reads per batched statement from an event loop; 0 sends every read through the pool.
     public var readBatch = 256
     public var maxWaiters = 10_000
@@ -62,6 +71,8 @@ struct SettingReader {
         config.http.host = host
         config.http.port = port
         config.databaseURL = values["TEAMCACHE_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
+        config.directDatabaseURL = values["TEAMCACHE_DIRECT_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
+        config.sessionLimits.transactionPooler = try pooler(config)
         if let folder = values["TEAMCACHE_DATA_DIR"], !folder.isEmpty {
             config.dataDirectory = URL(fileURLWithPath: folder)
         }
@@ -122,6 +133,23 @@ struct SettingReader {
         config.tokenCacheTTL = try duration("TEAMCACHE_TOKEN_CACHE_TTL", 0...3600, default: 10)
         config.rateLimit = try number("TEAMCACHE_RATE_LIMIT", 0...1_000_000, default: 0)
         return config
+    }
+
+    /// `TEAMCACHE_DB_POOLER`: `none`, or `transaction` (PgBouncer's transaction pooling in
+    /// front of `TEAMCACHE_DATABASE_URL`), which needs a direct URL beside it.
+    private func pooler(_ config: Configuration) throws -> Bool {
+        let name = "TEAMCACHE_DB_POOLER"
+        switch values[name]?.lowercased() ?? "" {
+        case "", "none": return false
+        case "transaction":
+            guard config.databaseURL != nil, config.directDatabaseURL != nil else {
+                throw ConfigurationError(variable: "TEAMCACHE_DIRECT_DATABASE_URL", value: "",
+                                         allowed: "a direct URL of the primary (beside TEAMCACHE_DATABASE_URL) when "
+                                             + "\(name)=transaction: LISTEN and migrations cannot pass a transaction pooler")
+            }
+            return true
+        case let other: throw ConfigurationError(variable: name, value: other, allowed: "none or transaction")
+        }
     }
 
     private func listen(_ name: String) throws -> (String, Int) {

@@ -6,6 +6,9 @@ import Postgres
 /// data folder (started, and migrated, on demand).
 public final class Database: Sendable {
     public let url: String
+    /// The primary without a pooler between: LISTEN, session advisory locks, migrations
+    /// and the CLI's commands (the same as `url` unless a pooler is configured).
+    public let directURL: String
     public let embedded: EmbeddedPostgres?
     public let migrations: MigrationRunner
     /// Where the migration files were read from (said by `teamcache migrate`).
@@ -23,11 +26,16 @@ public final class Database: Sendable {
         logger.info("migrations", [("folder", .string(folder.path)), ("known", .int(migrations.migrations.count))])
         if let external = configuration.databaseURL {
             url = external
+            directURL = configuration.directDatabaseURL ?? external
             embedded = nil
-            if requireCurrent { try migrations.requireCurrent(on: try PostgresConnection(url: external)) }
+            if requireCurrent {
+                try migrations.requireCurrent(on: try PostgresConnection(url: directURL,
+                                                                         limits: configuration.directSessionLimits))
+            }
         } else {
             let cluster = EmbeddedPostgres(root: configuration.dataDirectory.standardizedFileURL)
             url = try cluster.start()
+            directURL = url
             embedded = cluster
             logger.info("using embedded PostgreSQL", [("data", .string(cluster.clusterDirectory.path))])
             if requireCurrent {

@@ -30,11 +30,16 @@ struct OperationalRoutes: Sendable {
         case .schema(let problem):
             return HTTPError(503, problem).response(requestID: request.requestID)
         case .unreachable:
-            var response = HTTPError(503, "The database did not answer within the last second.")
-                .response(requestID: request.requestID)
-            response.headers.add("Retry-After", "1")
-            return response
+            return Self.retryShortly("The database did not answer within the last second.", request)
+        case .standby:
+            return Self.retryShortly("The database reached is a read-only standby; waiting for a primary.", request)
         }
+    }
+
+    private static func retryShortly(_ detail: String, _ request: HTTPRequest) -> HTTPResponse {
+        var response = HTTPError(503, detail).response(requestID: request.requestID)
+        response.headers.add("Retry-After", "1")
+        return response
     }
 
     func prometheus(_ request: HTTPRequest) -> HTTPResponse {

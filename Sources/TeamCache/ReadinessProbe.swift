@@ -17,6 +17,9 @@ final class ReadinessProbe: @unchecked Sendable {
         /// Ready; the later migrations (if any) this build serves with.
         case ready(aheadBy: [Int])
         case unreachable
+        /// Reachable, but a read-only standby (a failover in progress, or a URL naming a
+        /// standby): writes cannot commit.
+        case standby
         case schema(String)
     }
 
@@ -28,21 +31,30 @@ final class ReadinessProbe: @unchecked Sendable {
     private let migrations: MigrationRunner
     private let lock = NSLock()
     private var lastSuccess: TimeInterval?
+    /// The last probe found a standby (guarded by `lock`).
+    private var onStandby = false
+    private let limits: SessionLimits
     private var migrationProblem: String?
     private var aheadBy: [Int] = []
     private var probes = 0
     private var connection: PostgresConnection?
     private let logger = Logger(component: "readiness")
 
-    init(url: String, migrations: MigrationRunner) {
+    init(url: String, migrations: MigrationRunner, limits: SessionLimits = SessionLimits()) {
         self.url = url
         self.migrations = migrations
+        var probeLimits = limits
+        probeLimits.statementTimeout = 1
+        probeLimits.lockTimeout = 1
+        self.limits = probeLimits
     }
 
     var state: State {
         lock.withLock {
             if let problem = migrationProblem { return .schema(problem) }
-            guard let lastSuccess, monotonicSeconds() - lastSuccess <= Self.staleAfter else { return .unreachable }
+            guard let lastSuccess, monotonicSeconds() - lastSuccess <= Self.staleAfter else {
+                return onStandby ? .standby : .unreachable
+            }
             return .ready(aheadBy: aheadBy)
         }
     }
@@ -51,9 +63,16 @@ final class ReadinessProbe: @unchecked Sendable {
     /// Success is stamped when the answer arrives, before the (slower) migration check.
     func probe() {
         do {
-            let session = try connection ?? Self.open(url)
+            let session = try connection ?? open()
             connection = session
-            try session.query("SELECT 1")
+            let standby = try session.query("SELECT pg_is_in_recovery() AS standby").first?.bool("standby") ?? true
+            lock.withLock { onStandby = standby }
+            guard !standby else {
+                // Dropped, so the next probe connects afresh: a multi-host URL with
+                // `target_session_attrs=read-write` then finds the promoted primary.
+                connection = nil
+                return
+            }
             lock.withLock { lastSuccess = monotonicSeconds() }
             if probes % Self.migrationCheckEvery == 0 { try checkMigrations(on: session) }
             probes += 1
@@ -64,6 +83,7 @@ final class ReadinessProbe: @unchecked Sendable {
             }
             if first { logger.warn("not ready: schema", [("problem", .string(error.description))]) }
         } catch {
+            lock.withLock { onStandby = false }
             if connection?.isBroken ?? true { connection = nil }
         }
     }
@@ -84,11 +104,8 @@ final class ReadinessProbe: @unchecked Sendable {
 
     func close() { connection = nil }
 
-    private static func open(_ url: String) throws -> PostgresConnection {
-        var limits = SessionLimits()
-        limits.statementTimeout = 1
-        limits.lockTimeout = 1
-        return try PostgresConnection(url: url, overrides: ["application_name": "teamcache-readiness"], limits: limits)
+    private func open() throws -> PostgresConnection {
+        try PostgresConnection(url: url, overrides: ["application_name": "teamcache-readiness"], limits: limits)
     }
 
     private func monotonicSeconds() -> TimeInterval {

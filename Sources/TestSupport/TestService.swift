@@ -31,6 +31,17 @@ public final class TestService: @unchecked Sendable {
             configuration.nearCacheBytes = bytes
         }
         tune(&configuration)
+        // CI runs the entry suites once more behind a real PgBouncer in transaction pooling mode.
+        // Tests that chose a database of their own keep reaching it directly.
+        let shared = try TestDatabase.shared.migratedDefault()
+        if ProcessInfo.processInfo.environment["TEAMCACHE_TEST_POOLER"] == "transaction",
+           configuration.databaseURL == shared, configuration.directDatabaseURL == nil {
+            let direct = shared
+            let name = PostgresConnection.keywords(in: direct)["dbname"] ?? "teamcache"
+            configuration.databaseURL = try SharedPgBouncer.instance.get().url(database: name)
+            configuration.directDatabaseURL = direct
+            configuration.sessionLimits.transactionPooler = true
+        }
         app = try Application(configuration: configuration, clock: clock)
         try app.start()
     }
@@ -87,4 +98,10 @@ enum TestDatabaseMigration {
             done = true
         }
     }
+}
+
+/// One PgBouncer for every service of a test process run with TEAMCACHE_TEST_POOLER; left
+/// running until the process exits (it dies with the test cluster behind it).
+enum SharedPgBouncer {
+    static let instance = Result { try PgBouncer(serverConnections: 8) }
 }

@@ -17,7 +17,7 @@ enum DatabaseSession {
             database.close()
             LogSink.shared.flush()
         }
-        var session = ConnectionPool.Configuration(url: database.url, maxConnections: 2, acquireTimeout: 10)
+        var session = ConnectionPool.Configuration(url: database.directURL, maxConnections: 2, acquireTimeout: 10)
         // A command may rightly run long (a migration building an index, a large evict), but
         // it never waits without end for a lock a live server holds.
         session.limits = .unbounded

@@ -114,7 +114,7 @@ import TestSupport
         #expect(try service.request("PUT", entryPath(quota, "b"), token: admin, body: randomBytes(5000)).status == 201)
         // The caps read the folded totals, which the service folds every second: within a
         // second of the writes the cap holds, with no fold asked for here.
-        let connection = try PostgresConnection(url: service.app.database.url)
+        let connection = try PostgresConnection(url: service.app.database.directURL)
         let deadline = Date().addingTimeInterval(3)
         while try connection.query("SELECT count(*)::int8 AS n FROM counter_deltas WHERE namespace = $1",
                                    [.text(quota)]).first?.int("n") != 0, Date() < deadline {

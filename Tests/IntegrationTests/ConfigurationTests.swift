@@ -14,6 +14,26 @@ import TestSupport
         #expect(try Configuration.load(environment: ["DATABASE_URL": "postgres://x/y"]).databaseURL == "postgres://x/y")
     }
 
+    /// A transaction pooler needs the direct URL beside it; the pooled sessions send no
+    /// startup options, the direct ones keep them.
+    @Test func aTransactionPoolerNeedsADirectURL() throws {
+        let pooled = ["TEAMCACHE_DATABASE_URL": "postgresql://h:6432/tc", "TEAMCACHE_DB_POOLER": "transaction"]
+        do {
+            _ = try Configuration.load(environment: pooled)
+            Issue.record("a pooler without a direct URL was accepted")
+        } catch let error as ConfigurationError {
+            #expect(error.description.contains("TEAMCACHE_DIRECT_DATABASE_URL"))
+        }
+        #expect(throws: ConfigurationError.self) {
+            try Configuration.load(environment: ["TEAMCACHE_DB_POOLER": "session"])
+        }
+        var environment = pooled
+        environment["TEAMCACHE_DIRECT_DATABASE_URL"] = "postgresql://h:5432/tc"
+        let configuration = try Configuration.load(environment: environment)
+        #expect(configuration.sessionLimits.transactionPooler && !configuration.directSessionLimits.transactionPooler)
+        #expect(try Configuration.load(environment: [:]).sessionLimits.transactionPooler == false)
+    }
+
     @Test func errorsNameTheVariableAndTheRange() {
         let cases = [("TEAMCACHE_DB_POOL_SIZE", "0"), ("TEAMCACHE_LISTEN", "localhost"), ("TEAMCACHE_DEFAULT_TTL", "7x"),
                      ("TEAMCACHE_LOG_LEVEL", "loud"), ("TEAMCACHE_COMPRESSION_LEVEL", "10"), ("TEAMCACHE_AUTH", "maybe")]
