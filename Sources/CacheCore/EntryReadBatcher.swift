@@ -48,25 +48,64 @@ public final class EntryReadBatcher: @unchecked Sendable {
         let completion: Completion
     }
 
+    /// A standby's replay position and whether it is still a standby; asked between batches.
+    static let probeReplay = "SELECT pg_last_wal_replay_lsn()::text AS replayed, pg_is_in_recovery() AS standby"
+    static let probeInterval: UInt64 = 100_000_000
+
     private let connection: LoopConnection
     private let maxBatch: Int
     private let batchSizes: HistogramFamily?
     private var waiting: [Read] = []
+    /// Reading from a standby: the primary's history the replay position is judged by.
+    private let primary: WALHistory?
+    private var lastProbe: UInt64 = 0
+    private weak var reactor: (any Reactor)?
+    private var reactorNow: UInt64 { reactor?.nanoseconds ?? 0 }
+    /// What this connection's standby had replayed as of the last probe (nil: unknown, or
+    /// the server is no standby). Any statement sent after that probe sees at least that much.
+    public private(set) var replayed: WALPosition?
+    /// Monotonic nanoseconds as of which this standby is known current (see `WALHistory`).
+    public private(set) var currentAsOf: UInt64?
 
+    /// `replicaOf`: this batcher reads from a standby of the primary `WALHistory` samples;
+    /// it then probes the standby's replay position between batches.
     public init(url: String, maxBatch: Int, timeout: TimeInterval, limits: SessionLimits = SessionLimits(),
-                batchSizes: HistogramFamily?) {
+                batchSizes: HistogramFamily?, replicaOf primary: WALHistory? = nil) {
         // Named apart from the pool's connections, for pg_stat_activity.
         var configuration = LoopConnection.Configuration(
-            url: url, overrides: ["application_name": Self.applicationName],
-            statements: [(Self.selectBatch, [.textArray([]), .bytesArray([])])], timeout: timeout)
+            url: url, overrides: ["application_name": primary == nil ? Self.applicationName : Self.replicaName],
+            statements: [(Self.selectBatch, [.textArray([]), .bytesArray([])])] + (primary == nil ? [] : [(Self.probeReplay, [])]),
+            timeout: timeout)
         configuration.limits = limits
         connection = LoopConnection(configuration)
         self.maxBatch = max(1, maxBatch)
         self.batchSizes = batchSizes
+        self.primary = primary
+        if primary != nil {
+            // A new session may reach another server: nothing is known of it until probed.
+            connection.onOpenChange = { [unowned self] _ in
+                replayed = nil
+                currentAsOf = nil
+            }
+        }
+    }
+
+    public static let replicaName = "teamcache-replica-reads"
+
+    /// Whether a read sent now would see every commit up to `position` (a client's own
+    /// write): true only when the last probe saw it replayed.
+    public func hasReplayed(_ position: WALPosition) -> Bool {
+        replayed.map { $0 >= position } ?? false
+    }
+
+    /// How far behind the primary a read sent at `now` may be, at most (nil: unknown).
+    public func staleness(now: UInt64) -> TimeInterval? {
+        currentAsOf.map { now >= $0 ? TimeInterval(now - $0) / 1e9 : 0 }
     }
 
     /// Starts connecting and hooks the batch sender into the loop. Call on the loop's thread.
     public func attach(to reactor: any Reactor) {
+        self.reactor = reactor
         connection.attach(to: reactor)
         reactor.onEachIteration { [unowned self] in sendWaiting() }
     }
@@ -89,6 +128,12 @@ public final class EntryReadBatcher: @unchecked Sendable {
         connection.checkDeadline()
         // Reconnect without waiting for a read to ask: reads go to the pool meanwhile.
         connection.connectIfDue()
+        // A standby is probed whether or not reads wait: reads are sent to it only while
+        // recent probes show it current, so an idle one must keep proving that.
+        if let primary, connection.isIdle, reactorNow &- lastProbe >= Self.probeInterval {
+            probe(primary)
+            return
+        }
         guard !waiting.isEmpty else { return }
         guard connection.isOpen else {
             // The connection broke with reads queued behind the one in flight.
@@ -110,6 +155,23 @@ public final class EntryReadBatcher: @unchecked Sendable {
         let parameters: [PostgresValue] = [.textArray(batch.map(\.namespace.name)), .bytesArray(batch.map(\.key.bytes))]
         connection.send(Self.selectBatch, parameters) { result in
             Self.deliver(result, to: batch)
+        }
+    }
+
+    /// Asks the standby how far it has replayed; reads queued meanwhile leave after it.
+    private func probe(_ history: WALHistory) {
+        lastProbe = reactorNow
+        connection.send(Self.probeReplay, []) { [unowned self] result in
+            let row = (try? result.get())?.first
+            guard let row, (try? row.bool("standby")) == true, let text = try? row.string("replayed"),
+                  let position = WALPosition(text) else {
+                // Not a standby (promoted, or the URL names a primary), or no answer: unknown.
+                replayed = nil
+                currentAsOf = nil
+                return
+            }
+            replayed = position
+            currentAsOf = history.currentAsOf(replayed: position, now: reactorNow)
         }
     }
 

@@ -23,13 +23,17 @@ public final class EntryStore: Sendable {
     public let pool: ConnectionPool
     public let policy: CachePolicy
     public let clock: any Clock
+    /// Writes learn the primary's WAL position after they commit (there is a standby to
+    /// read one's own writes from); otherwise that round trip is skipped.
+    public let tracksPositions: Bool
     private let writes: EntryWriteBatcher
 
     /// `concurrentWriteBatches`: how many write transactions may run at once (each carries
     /// every write that queued while the others ran).
     public init(pool: ConnectionPool, policy: CachePolicy, clock: any Clock = SystemClock(),
-                concurrentWriteBatches: Int = 4, writeBatchSizes: HistogramFamily? = nil) {
+                concurrentWriteBatches: Int = 4, writeBatchSizes: HistogramFamily? = nil, tracksPositions: Bool = false) {
         self.pool = pool
+        self.tracksPositions = tracksPositions
         self.policy = policy
         self.clock = clock
         writes = EntryWriteBatcher(concurrent: concurrentWriteBatches, maxBatch: 64, batchSizes: writeBatchSizes)
@@ -50,8 +54,10 @@ public final class EntryStore: Sendable {
     }
 
     /// As `put`, without waiting: `completion` gets the outcome once the entry is committed
-    /// (on the thread that committed it; it must not block).
-    public func submit(_ write: EntryWrite, completion: @escaping @Sendable (Result<WriteOutcome, any Error>) -> Void) {
+    /// (on the thread that committed it; it must not block), with the primary's WAL position
+    /// after the commit when `tracksPositions` (nil otherwise, or when it could not be read).
+    public func submit(_ write: EntryWrite,
+                       completion: @escaping @Sendable (Result<WriteOutcome, any Error>, WALPosition?) -> Void) {
         writes.submit(write, into: self, completion: completion)
     }
 

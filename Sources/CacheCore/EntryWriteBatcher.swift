@@ -24,7 +24,7 @@ final class EntryWriteBatcher: @unchecked Sendable {
     /// A queued write and whom to tell when it is committed.
     private struct Slot {
         let write: EntryWrite
-        let completion: @Sendable (Result<WriteOutcome, any Error>) -> Void
+        let completion: @Sendable (Result<WriteOutcome, any Error>, WALPosition?) -> Void
     }
 
     /// One call per row, in the batch's order (sorted, so concurrent batches lock the same
@@ -60,7 +60,7 @@ final class EntryWriteBatcher: @unchecked Sendable {
     /// Queues `write`; `completion` gets its outcome once it is committed (alone or with
     /// others). If a batch slot is free, this thread commits batches until the queue is empty.
     func submit(_ write: EntryWrite, into store: EntryStore,
-                completion: @escaping @Sendable (Result<WriteOutcome, any Error>) -> Void) {
+                completion: @escaping @Sendable (Result<WriteOutcome, any Error>, WALPosition?) -> Void) {
         lock.lock()
         queue.append(Slot(write: write, completion: completion))
         guard running < concurrent else {
@@ -73,7 +73,9 @@ final class EntryWriteBatcher: @unchecked Sendable {
             lock.unlock()
             let results = Self.run(batch.map(\.write), store: store)
             batchSizes?.observe([], Double(batch.count))
-            for (member, result) in zip(batch, results) { member.completion(result) }
+            // Once per group, after its commit: past every write in it.
+            let position = store.tracksPositions ? try? store.currentPosition() : nil
+            for (member, result) in zip(batch, results) { member.completion(result, position) }
             lock.lock()
         }
         running -= 1
@@ -83,7 +85,7 @@ final class EntryWriteBatcher: @unchecked Sendable {
     /// Commits `write` (alone or with others) and returns its outcome.
     func put(_ write: EntryWrite, into store: EntryStore) throws -> WriteOutcome {
         let outcome = Outcome()
-        submit(write, into: store) { result in
+        submit(write, into: store) { result, _ in
             outcome.result = result
             outcome.done.signal()
         }

@@ -166,6 +166,24 @@ public final class NearCache: @unchecked Sendable {
         }
     }
 
+    /// Whether a database read of (namespace, key) would be kept (it was read once before).
+    /// Reads from a standby are never kept (see `LoopReads`), so such a read goes to the primary.
+    public func wouldKeep(_ namespace: String, _ key: [UInt8]) -> Bool {
+        let hash = Key(namespace: namespace, key: key).hashValue
+        return lock.withLock { isEnabled && seenOnce.contains(hash) }
+    }
+
+    /// Counts a read not to be kept (one from a standby) toward admission: the key's next
+    /// read, from the primary, is kept.
+    public func noteRead(_ namespace: String, _ key: [UInt8]) {
+        let hash = Key(namespace: namespace, key: key).hashValue
+        lock.withLock {
+            guard isEnabled else { return }
+            if seenOnce.count >= Self.seenOnceBound { seenOnce.removeAll() }
+            seenOnce.insert(hash)
+        }
+    }
+
     /// Drops (namespace, key), or every key of the namespace when `key` is nil.
     public func invalidate(_ namespace: String, _ key: [UInt8]?) {
         lock.withLock {

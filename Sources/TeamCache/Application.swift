@@ -39,11 +39,14 @@ public final class Application: Sendable {
         pool = ConnectionPool(poolConfiguration, metrics: metrics)
         if configuration.sessionLimits.transactionPooler { Self.checkServerLimits(pool) }
         // A quarter of the pool commits writes; the rest stays free for reads, flushes and eviction.
+        // With a standby to read from, writes learn their WAL position (read-your-writes).
+        let primaryHistory = configuration.readDatabaseURL != nil && configuration.readBatch > 0 ? WALHistory() : nil
         store = EntryStore(pool: pool, policy: configuration.cache, clock: clock,
                            concurrentWriteBatches: max(1, configuration.poolSize / 4),
                            writeBatchSizes: metrics.histogram("teamcache_db_write_batch_size",
                                                               "Entry writes per committed transaction.",
-                                                              bounds: [1, 2, 4, 8, 16, 32, 64]))
+                                                              bounds: [1, 2, 4, 8, 16, 32, 64]),
+                           tracksPositions: primaryHistory != nil)
         let flusher = FlushTrigger()
         tracker = AccessTracker(pool: pool, metrics: metrics, enabled: configuration.accessTracking,
                                 batchSize: configuration.accessFlushBatch, batchFull: { flusher.fire() })
@@ -98,22 +101,32 @@ public final class Application: Sendable {
         var http = configuration.http
         http.limits.maxBodyBytes = configuration.cache.maxBodyBytes + 64 * 1024
         let readers = Self.readers(configuration: configuration, url: database.url, metrics: metrics)
-        self.readers = readers
+        let replicas = Self.replicas(configuration: configuration, history: primaryHistory, metrics: metrics)
+        self.readers = readers + replicas
         var reads = LoopReads(api: api, auth: auth, readers: readers)
         reads.waiters = waiters
         reads.near = near
+        reads.replicas = replicas
+        reads.maxLag = configuration.readMaxLag
+        if !replicas.isEmpty {
+            reads.replicaReads = metrics.counter("teamcache_db_reads_total",
+                                                 "Batched entry reads by the database that answered them.",
+                                                 labels: ["database"])
+        }
         server = HTTPServer(configuration: http,
                             routes: Self.routes(api: api, operations: operations, auth: auth, reads: reads,
                                                 metricsNeedAuth: configuration.metricsRequireAuth),
                             metrics: metrics,
                             onLoopStart: { loop in
                                 if !readers.isEmpty { readers[loop.index].attach(to: loop) }
+                                if !replicas.isEmpty { replicas[loop.index].attach(to: loop) }
                                 waiters?.attach(to: loop)
                                 if loop.index == 0 { listener?.attach(to: loop) }
                             })
         group = ServiceGroup(Self.services(configuration: configuration, store: store, tracker: tracker,
                                            eviction: eviction, server: server, metrics: metrics, flusher: flusher)
             + [PeriodicService(name: "readiness", interval: ReadinessProbe.interval) { readiness.probe() }]
+            + Self.positionSampler(store, primaryHistory)
             // Last in, so stopped first: every parked request is answered before the drain.
             + (waiters.map { [WaitersService(waiters: $0)] } ?? []))
     }
@@ -170,6 +183,24 @@ public final class Application: Sendable {
             EntryReadBatcher(url: url, maxBatch: configuration.readBatch, timeout: configuration.readTimeout,
                              limits: configuration.sessionLimits, batchSizes: sizes)
         }
+    }
+
+    /// One standby reader per event loop when TEAMCACHE_READ_DATABASE_URL is set (and reads
+    /// are batched: the pool's reads stay on the primary).
+    private static func replicas(configuration: Configuration, history: WALHistory?, metrics: MetricsRegistry)
+        -> [EntryReadBatcher] {
+        guard let url = configuration.readDatabaseURL, let history else { return [] }
+        return (0..<max(1, configuration.http.eventLoops)).map { _ in
+            EntryReadBatcher(url: url, maxBatch: configuration.readBatch, timeout: configuration.readTimeout,
+                             limits: configuration.directSessionLimits, batchSizes: nil, replicaOf: history)
+        }
+    }
+
+    /// Samples the primary's WAL position ten times a second: what the standby readers'
+    /// lag is judged by.
+    private static func positionSampler(_ store: EntryStore, _ history: WALHistory?) -> [any Service] {
+        guard let history else { return [] }
+        return [PeriodicService(name: "wal-position", interval: 0.1) { try? store.samplePosition(into: history) }]
     }
 
     private static func services(configuration: Configuration, store: EntryStore, tracker: AccessTracker,

@@ -154,7 +154,9 @@ extension CacheAPI {
         return try guarded(request) {
             defer { near?.invalidate(namespace.name, key.bytes) }
             guard try store.delete(namespace, key) else { throw HTTPError(404, "No entry under this key.") }
-            return HTTPResponse(status: 204)
+            var response = HTTPResponse(status: 204)
+            stampAfterCommit(&response)
+            return response
         }
     }
 

@@ -22,7 +22,9 @@ extension CacheAPI {
             defer { near?.invalidate(namespace.name, nil) }
             let evicted = try store.evict(namespace, predicate)
             eviction.recordManual(entries: evicted.entries, bytes: evicted.bytes)
-            return .json(200, JSONValue.object([("evicted", .int(evicted.entries))]).serialized)
+            var response = HTTPResponse.json(200, JSONValue.object([("evicted", .int(evicted.entries))]).serialized)
+            stampAfterCommit(&response)
+            return response
         }
     }
 

@@ -64,12 +64,18 @@ public final class CacheAPI: Sendable {
     /// answer (on the committing thread: one short statement, for one write of a burst).
     func commit(_ write: EntryWrite, location: String?, lease: String? = nil, request: HTTPRequest,
                 answer: @escaping Responder.Answer) {
-        store.submit(write) { [self] result in
+        store.submit(write) { [self] result, position in
             // Whatever the outcome (an unknown one may have committed), the key's kept copy goes
             // before the answer: a read after this 2xx, on this replica, reads the database.
             near?.invalidate(write.namespace.name, write.key.bytes)
             completeLease(lease, write, outcome: result)
-            answer { try guarded(request) { try writeResponse(try result.get(), write, location: location) } }
+            answer {
+                try guarded(request) {
+                    var response = try writeResponse(try result.get(), write, location: location)
+                    Self.stamp(&response, position)
+                    return response
+                }
+            }
         }
     }
 

@@ -14,6 +14,9 @@ public struct Configuration: Sendable {
     /// A direct session with the primary, for what a transaction pooler cannot carry
     /// (LISTEN, session advisory locks, migrations); nil: `databaseURL`.
     public var directDatabaseURL: String?
+    /// A hot standby of the primary that serves fresh hits while it lags at most `readMaxLag`.
+    public var readDatabaseURL: String?
+    public var readMaxLag: TimeInterval = 1
     public var dataDirectory = URL(fileURLWithPath: ".teamcache")
     public var migrationsDirectory: URL?
     public var logLevel = LogLevel.info
@@ -73,6 +76,8 @@ struct SettingReader {
         config.databaseURL = values["TEAMCACHE_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
         config.directDatabaseURL = values["TEAMCACHE_DIRECT_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
         config.sessionLimits.transactionPooler = try pooler(config)
+        config.readDatabaseURL = values["TEAMCACHE_READ_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
+        config.readMaxLag = try duration("TEAMCACHE_READ_MAX_LAG", 0.01...3600, default: 1)
         if let folder = values["TEAMCACHE_DATA_DIR"], !folder.isEmpty {
             config.dataDirectory = URL(fileURLWithPath: folder)
         }

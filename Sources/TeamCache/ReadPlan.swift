@@ -1,6 +1,8 @@
 import CacheCore
 import Foundation
 import HTTPServer
+import Observability
+import Postgres
 
 /// A read route split where it waits on the database, so one piece of logic serves both
 /// ways of reading: blocking through the pool on a worker, or batched from an event loop.
@@ -61,6 +63,11 @@ struct LoopReads: Sendable {
     var waiters: Waiters? = nil
     /// Hot entries answered without a database read (nil: every read goes to the database).
     var near: NearCache? = nil
+    /// One standby reader per event loop (empty: no `TEAMCACHE_READ_DATABASE_URL`).
+    var replicas: [EntryReadBatcher] = []
+    /// Standby answers at most this stale (in seconds) are used; else the primary's.
+    var maxLag: TimeInterval = 1
+    var replicaReads: CounterFamily? = nil
 
     /// Request bodies parsed on the loop at most (a lookup's JSON); larger go to a worker.
     static let inlineBodyLimit = 16 * 1024
@@ -126,17 +133,32 @@ struct LoopReads: Sendable {
             responder.respond { try api.perform(plan, request) }
             return
         }
-        read(plan, request, responder, mayPark: true)
+        let minimum: WALPosition?
+        do { minimum = try CacheAPI.minPosition(request) } catch {
+            responder.respond { throw error }
+            return
+        }
+        // A client that names a position reads the database: this process's kept copy may
+        // predate a write acknowledged by another replica until its notification arrives.
+        read(plan, request, responder, mayPark: true, standby: replicas.isEmpty ? nil : minimum ?? WALPosition(0),
+             nearCache: minimum == nil)
     }
 
     /// One read of the plan's entry by the loop's batcher, and what follows from it.
-    private func read(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder, mayPark: Bool) {
+    /// `standby`: the read may be served by the standby if it has replayed that far (nil:
+    /// from the primary: re-reads after a wait, and every read without a standby).
+    private func read(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder, mayPark: Bool,
+                      standby: WALPosition? = nil, nearCache: Bool = true) {
         guard case .read(let namespace, let key, let finish) = plan else { return }
         let api = self.api
         // Noted before the read: a wake-up of the key after this point is not lost.
         let since = waiters?.now ?? 0
-        if let near, let entry = near.entry(namespace.name, key.bytes) {
+        if nearCache, let near, let entry = near.entry(namespace.name, key.bytes) {
             follow(plan, request, responder, since: since) { try finish(entry, mayPark) }
+            return
+        }
+        if let standby, let replica = usableReplica(responder.loop, replayed: standby, namespace, key) {
+            readFromStandby(replica, plan, request, responder, mayPark: mayPark, since: since)
             return
         }
         // Noted before the read too: what it reads is kept only if no write invalidated it since.
@@ -164,6 +186,45 @@ struct LoopReads: Sendable {
                 follow(plan, request, responder, since: since) { try finish(fetched.get(), mayPark) }
             }
         }
+    }
+
+    /// The loop's standby reader, if it is up, current within `maxLag`, has replayed past
+    /// `replayed`, and the read is not one the near-cache would keep (those need the primary).
+    private func usableReplica(_ loop: EventLoop, replayed: WALPosition, _ namespace: Namespace, _ key: EntryKey)
+        -> EntryReadBatcher? {
+        let replica = replicas[loop.index]
+        guard let staleness = replica.staleness(now: loop.nanoseconds), staleness <= maxLag,
+              replica.hasReplayed(replayed) else {
+            replicaReads?.inc(["primary"])
+            return nil
+        }
+        if let near, near.wouldKeep(namespace.name, key.bytes) { return nil }
+        return replica
+    }
+
+    /// A read from the standby. Only a fresh hit is answered from it: a miss, a stale or
+    /// expired entry, an oversized body or a failure is read again from the primary, since
+    /// what follows a miss (a lease, a wait, a refresh) must see the primary's truth; a
+    /// lagging standby would otherwise hand out leases for keys already filled. Nothing
+    /// read from the standby is kept in the near-cache: the cache's fill guard knows only
+    /// the invalidations this process has seen, and a standby's answer may predate them.
+    private func readFromStandby(_ replica: EntryReadBatcher, _ plan: ReadPlan, _ request: HTTPRequest,
+                                 _ responder: Responder, mayPark: Bool, since: UInt64) {
+        guard case .read(let namespace, let key, let finish) = plan else { return }
+        let now = api.store.clock.now()
+        let fromPrimary = { read(plan, request, responder, mayPark: mayPark, nearCache: false) }
+        let queued = replica.read(namespace, key) { outcome in
+            guard case .found(let entry) = outcome, entry.expiresAt > now,
+                  entry.identitySize <= Self.inlineEntryLimit else {
+                replicaReads?.inc(["primary"])
+                fromPrimary()
+                return
+            }
+            replicaReads?.inc(["standby"])
+            near?.noteRead(namespace.name, key.bytes)
+            follow(plan, request, responder, since: since) { try finish(entry, mayPark) }
+        }
+        if !queued { fromPrimary() }
     }
 
     /// Answers on the loop, hands what may block to a worker (and goes on with its result
