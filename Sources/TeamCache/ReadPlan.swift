@@ -41,6 +41,8 @@ extension CacheAPI {
         case .answer(let response):
             return response
         case .read(let namespace, let key, let finish):
+            // Read from the primary, which has everything: the position is only checked.
+            _ = try Self.minPosition(request)
             let entry = try guarded(request) { try store.fetch(namespace, key) }
             return try finish(entry, false).resolved()
         }
