@@ -77,6 +77,8 @@ public final class EntryReadBatcher: @unchecked Sendable {
             statements: [(Self.selectBatch, [.textArray([]), .bytesArray([])])] + (primary == nil ? [] : [(Self.probeReplay, [])]),
             timeout: timeout)
         configuration.limits = limits
+        // The primary's reader must not land on a standby; a standby's reader must (its probe checks).
+        configuration.requirePrimary = primary == nil
         connection = LoopConnection(configuration)
         self.maxBatch = max(1, maxBatch)
         self.batchSizes = batchSizes

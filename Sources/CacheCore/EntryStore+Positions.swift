@@ -5,18 +5,29 @@ import Postgres
 /// primary's position after its commit, and a read that sends it back is served only by a
 /// database that has replayed that far.
 extension EntryStore {
-    /// `pg_current_wal_insert_lsn`, not `pg_current_wal_lsn`: the insert position is past
-    /// every record inserted so far, this commit's included, even when commits are
-    /// asynchronous (`synchronous_commit = off`) and not yet written out.
-    static let currentPosition = "SELECT pg_current_wal_insert_lsn()::text AS position"
+    /// Past every commit that has returned. With synchronous commits (the default) that is
+    /// the flushed position: COMMIT returned only after its record was flushed, and the
+    /// flushed position is written the way a standby's replay position is (the end of the
+    /// last record). With `synchronous_commit = off` a commit may return before its record
+    /// is flushed, so the insert position it is: past every record inserted, though on a
+    /// page boundary it sits a page header past what a caught-up standby shows (such a read
+    /// then goes to the primary until more WAL is replayed: safe, only slower).
+    static let currentPosition = """
+        SELECT (CASE WHEN current_setting('synchronous_commit') = 'off' THEN pg_current_wal_insert_lsn()
+                     ELSE pg_current_wal_flush_lsn() END)::text AS position
+        """
+
+    /// A write's answer waits at most this long for a connection to learn its position;
+    /// past it the answer goes without one (counted), rather than late.
+    static let positionAcquireTimeout: TimeInterval = 0.2
 
     /// The primary's position now: past every commit that has returned.
     public func currentPosition() throws -> WALPosition {
-        try position(Self.currentPosition)
+        try position(Self.currentPosition, acquireTimeout: Self.positionAcquireTimeout)
     }
 
-    private func position(_ sql: String) throws -> WALPosition {
-        try pool.withConnection { connection in
+    private func position(_ sql: String, acquireTimeout: TimeInterval? = nil) throws -> WALPosition {
+        try pool.withConnection(acquireTimeout: acquireTimeout) { connection in
             guard let text = try connection.query(sql).first?.string("position"),
                   let position = WALPosition(text) else {
                 throw PostgresError(.decoding, serverMessage: "no WAL position")

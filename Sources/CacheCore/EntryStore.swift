@@ -56,9 +56,11 @@ public final class EntryStore: Sendable {
     /// As `put`, without waiting: `completion` gets the outcome once the entry is committed
     /// (on the thread that committed it; it must not block), with the primary's WAL position
     /// after the commit when `tracksPositions` (nil otherwise, or when it could not be read).
+    /// `committed` is told first, as soon as the outcome is known, before the position is read.
     public func submit(_ write: EntryWrite,
+                       committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)? = nil,
                        completion: @escaping @Sendable (Result<WriteOutcome, any Error>, WALPosition?) -> Void) {
-        writes.submit(write, into: self, completion: completion)
+        writes.submit(write, into: self, committed: committed, completion: completion)
     }
 
     /// One write in a statement (and a transaction) of its own.

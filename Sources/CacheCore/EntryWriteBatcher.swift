@@ -24,6 +24,8 @@ final class EntryWriteBatcher: @unchecked Sendable {
     /// A queued write and whom to tell when it is committed.
     private struct Slot {
         let write: EntryWrite
+        /// Told first, as soon as the group's outcome is known (drop cached copies here).
+        let committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)?
         let completion: @Sendable (Result<WriteOutcome, any Error>, WALPosition?) -> Void
     }
 
@@ -60,9 +62,10 @@ final class EntryWriteBatcher: @unchecked Sendable {
     /// Queues `write`; `completion` gets its outcome once it is committed (alone or with
     /// others). If a batch slot is free, this thread commits batches until the queue is empty.
     func submit(_ write: EntryWrite, into store: EntryStore,
+                committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)? = nil,
                 completion: @escaping @Sendable (Result<WriteOutcome, any Error>, WALPosition?) -> Void) {
         lock.lock()
-        queue.append(Slot(write: write, completion: completion))
+        queue.append(Slot(write: write, committed: committed, completion: completion))
         guard running < concurrent else {
             lock.unlock()
             return
@@ -73,13 +76,21 @@ final class EntryWriteBatcher: @unchecked Sendable {
             lock.unlock()
             let results = Self.run(batch.map(\.write), store: store)
             batchSizes?.observe([], Double(batch.count))
-            // Once per group, after its commit: past every write in it.
-            let position = store.tracksPositions ? try? store.currentPosition() : nil
+            for (member, result) in zip(batch, results) { member.committed?(result) }
+            let position = Self.position(after: results, store: store)
             for (member, result) in zip(batch, results) { member.completion(result, position) }
             lock.lock()
         }
         running -= 1
         lock.unlock()
+    }
+
+    /// Once per group, after its commit: past every write in it (nil when positions are not
+    /// tracked, nothing committed, or it could not be read in time: counted).
+    private static func position(after results: [Result<WriteOutcome, any Error>], store: EntryStore)
+        -> WALPosition? {
+        guard store.tracksPositions, results.contains(where: { (try? $0.get()) != nil }) else { return nil }
+        return try? store.currentPosition()
     }
 
     /// Commits `write` (alone or with others) and returns its outcome.

@@ -19,6 +19,8 @@ public final class ConnectionPool: @unchecked Sendable {
         public var reconnectBackoff: TimeInterval = 0.2
         /// Server- and client-side waits of every pooled session.
         public var limits = SessionLimits()
+        /// Each new session checks that it reached a primary (see `requirePrimary`).
+        public var requirePrimary = false
 
         public init(url: String, overrides: [String: String] = [:], maxConnections: Int = 16,
                     acquireTimeout: TimeInterval = 2) {
@@ -50,8 +52,11 @@ public final class ConnectionPool: @unchecked Sendable {
     }
 
     /// Runs `body` with a connection of its own, returning the connection afterwards.
-    public func withConnection<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
-        let connection = try acquire()
+    /// `acquireTimeout`: a shorter wait for the connection than the pool's (never longer).
+    public func withConnection<T>(acquireTimeout: TimeInterval? = nil, _ body: (PostgresConnection) throws -> T)
+        throws -> T {
+        let connection = try acquire(timeout: min(acquireTimeout ?? configuration.acquireTimeout,
+                                                  configuration.acquireTimeout))
         do {
             let value = try body(connection)
             release(connection)
@@ -75,9 +80,9 @@ public final class ConnectionPool: @unchecked Sendable {
         }
     }
 
-    private func acquire() throws -> PostgresConnection {
+    private func acquire(timeout: TimeInterval) throws -> PostgresConnection {
         let started = Date()
-        let deadline = started.addingTimeInterval(configuration.acquireTimeout)
+        let deadline = started.addingTimeInterval(timeout)
         var waited = false
         condition.lock()
         while true {
@@ -113,6 +118,7 @@ public final class ConnectionPool: @unchecked Sendable {
         do {
             let connection = try PostgresConnection(url: configuration.url, overrides: configuration.overrides,
                                                 limits: configuration.limits)
+            if configuration.requirePrimary { try connection.requirePrimary() }
             condition.withLock { lastConnectFailure = nil }
             return connection
         } catch let error as PostgresError {

@@ -38,6 +38,8 @@ public final class LoopConnection: @unchecked Sendable {
         public var limits = SessionLimits()
         /// Statements run once right after connecting (`LISTEN channel`, say).
         public var setup: [String] = []
+        /// The session must reach a primary (see `PostgresConnection.requirePrimary`).
+        public var requirePrimary = false
 
         public init(url: String, overrides: [String: String] = [:], statements: [(sql: String, like: [PostgresValue])],
                     timeout: TimeInterval = 2) {
@@ -146,6 +148,7 @@ public final class LoopConnection: @unchecked Sendable {
         do {
             let connection = try PostgresConnection(url: configuration.url, overrides: configuration.overrides,
                                                 limits: configuration.limits)
+            if configuration.requirePrimary { try connection.requirePrimary() }
             for statement in configuration.statements {
                 _ = try connection.prepare(statement.sql, like: statement.like)
             }

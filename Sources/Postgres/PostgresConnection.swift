@@ -58,6 +58,16 @@ public final class PostgresConnection: @unchecked Sendable {
 
     deinit { PQfinish(handle) }
 
+    /// Throws unless the server accepts writes: a session meant for the primary that reached
+    /// a standby (a URL without `target_session_attrs=read-write`, or a pooler whose server
+    /// was demoted) would serve stale reads for as long as it lived.
+    public func requirePrimary() throws {
+        if try query("SELECT pg_is_in_recovery() AS standby").first?.bool("standby") != false {
+            abandoned = true
+            throw PostgresError(.connectionFailed, serverMessage: "the server is a standby (in recovery)")
+        }
+    }
+
     /// The keywords a URL or conninfo string sets, as libpq itself reads them (empty when
     /// it cannot be parsed; connecting then reports why).
     public static func keywords(in url: String) -> [String: String] {

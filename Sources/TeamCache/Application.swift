@@ -25,6 +25,8 @@ public final class Application: Sendable {
     private let readiness: ReadinessProbe
     private let waiters: Waiters?
     private let listener: KeyListener?
+    /// Direct sessions beside a transaction pooler (nil without one).
+    private let directSessions: ConnectionPool?
     private let group: ServiceGroup
     private let logger = Logger(component: "teamcache")
 
@@ -36,6 +38,7 @@ public final class Application: Sendable {
         var poolConfiguration = ConnectionPool.Configuration(url: database.url, maxConnections: configuration.poolSize,
                                                              acquireTimeout: configuration.acquireTimeout)
         poolConfiguration.limits = configuration.sessionLimits
+        poolConfiguration.requirePrimary = true
         pool = ConnectionPool(poolConfiguration, metrics: metrics)
         if configuration.sessionLimits.transactionPooler { Self.checkServerLimits(pool) }
         // A quarter of the pool commits writes; the rest stays free for reads, flushes and eviction.
@@ -52,8 +55,9 @@ public final class Application: Sendable {
                                 batchSize: configuration.accessFlushBatch, batchFull: { flusher.fire() })
         tokens = TokenStore(pool: pool)
         let leases = LeaseStore(pool: pool, metrics: metrics)
-        eviction = EvictionJob(store: store, metrics: metrics, leases: leases,
-                               sessions: Self.directSessions(configuration, database))
+        let directSessions = Self.directSessions(configuration, database)
+        self.directSessions = directSessions
+        eviction = EvictionJob(store: store, metrics: metrics, leases: leases, sessions: directSessions)
         let auth = Authenticator(enabled: configuration.authEnabled, store: tokens,
                                  cacheTTL: configuration.tokenCacheTTL, rateLimit: configuration.rateLimit, clock: clock)
         let inflated = InflatedBodies(budget: configuration.inflateCacheBytes, maxBodyBytes: LoopReads.inlineEntryLimit)
@@ -135,14 +139,15 @@ public final class Application: Sendable {
     /// they must be set on the role or database. Says so at start when they are not.
     private static func checkServerLimits(_ pool: ConnectionPool) {
         let logger = Logger(component: "database")
-        guard let value = try? pool.withConnection({ connection in
-            try connection.query("SELECT current_setting('statement_timeout') AS value").first?.string("value")
-        }) else { return }
-        if value == "0" {
-            logger.warn("statement_timeout is off behind the transaction pooler; set it on the role "
-                + "(ALTER ROLE … SET statement_timeout = '4s', likewise lock_timeout and "
-                + "idle_in_transaction_session_timeout): only the client-side deadline bounds statements now")
-        }
+        let settings = ["statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"]
+        guard let off = try? pool.withConnection({ connection in
+            try settings.filter { setting in
+                try connection.query("SELECT current_setting($1) AS value", [.text(setting)]).first?.string("value") == "0"
+            }
+        }), !off.isEmpty else { return }
+        logger.warn("database limits off behind the transaction pooler; set them on the role "
+            + "(ALTER ROLE … SET statement_timeout = '4s', and so on): only the client-side deadline bounds "
+            + "statements now", [("off", .string(off.joined(separator: ",")))])
     }
 
     /// A small pool of direct sessions when the main pool goes through a transaction
@@ -258,6 +263,7 @@ public final class Application: Sendable {
         listener?.close()
         readiness.close()
         pool.closeIdle()
+        directSessions?.closeIdle()
         database.close()
         LogSink.shared.flush()
     }

@@ -33,7 +33,7 @@ extension CacheAPI {
         let holder = principal.token?.id
         let budget = wait.flatMap { $0 > 0 ? WaitBudget(seconds: $0) : nil }
         let answers = Self.lookupMissAnswers(key: key)
-        return .read(namespace, entryKey) { [self] entry, mayPark in
+        return .read(namespace, entryKey, standby: leaseSeconds == nil && budget == nil) { [self] entry, mayPark in
             let now = clock.now()
             if let entry, entry.model == model, case .revalidate = Freshness.of(entry, now: now, maxStale: maxStale) {
                 let collapsed = budget?.waited == true

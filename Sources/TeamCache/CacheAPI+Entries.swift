@@ -21,7 +21,7 @@ extension CacheAPI {
         let answers = Self.entryMissAnswers(requestID: request.requestID) { [self] in miss(false, request) }
         // A watch: `wait` with If-None-Match holds the request while the answer would be 304.
         let watched = budget == nil ? nil : EntityTagList(request.headers, "If-None-Match")
-        return .read(namespace, key) { [self] entry, mayPark in
+        return .read(namespace, key, standby: leaseSeconds == nil && budget == nil) { [self] entry, mayPark in
             if let watched, let entry, mayPark, let budget, let waiters, budget.remaining > 0,
                watched.matchesWeakly(entry.etag), Freshness.of(entry, now: clock.now(), maxStale: control.maxStale) != .expired {
                 budget.waited = true

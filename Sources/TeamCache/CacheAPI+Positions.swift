@@ -11,17 +11,21 @@ extension CacheAPI {
     static let positionHeader = "TeamCache-Position"
     static let minPositionHeader = "TeamCache-Min-Position"
 
-    /// Adds the position to a write's 2xx.
-    static func stamp(_ response: inout HTTPResponse, _ position: WALPosition?) {
-        guard let position, (200..<300).contains(response.status) else { return }
-        response.headers.add(positionHeader, position.description)
+    /// Adds the position to a write's 2xx; one that could not be learned is counted.
+    func stamp(_ response: inout HTTPResponse, _ position: WALPosition?) {
+        guard store.tracksPositions, (200..<300).contains(response.status) else { return }
+        guard let position else {
+            positionsMissing?.inc()
+            return
+        }
+        response.headers.add(Self.positionHeader, position.description)
     }
 
     /// For writes that commit on a worker (DELETE, evict): the position now, which is past
     /// their commit. A failure to read it leaves the header out rather than fail the write.
     func stampAfterCommit(_ response: inout HTTPResponse) {
         guard store.tracksPositions else { return }
-        Self.stamp(&response, try? store.currentPosition())
+        stamp(&response, try? store.currentPosition())
     }
 
     /// The request's `TeamCache-Min-Position`: nil when absent; 400 when it is not a

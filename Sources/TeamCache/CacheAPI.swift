@@ -14,6 +14,8 @@ public final class CacheAPI: Sendable {
     /// Where reads with `wait` park (nil: they answer at once).
     let waiters: Waiters?
     let upserts: CounterFamily?
+    /// Write answers sent without `TeamCache-Position` (it could not be learned in time).
+    let positionsMissing: CounterFamily?
     let inflated: InflatedBodies
     /// Hot entries answered without a database read (nil: none); every write here drops
     /// its key before it answers.
@@ -36,6 +38,9 @@ public final class CacheAPI: Sendable {
         self.eviction = eviction
         upserts = metrics?.counter("teamcache_upserts_total", "Writes by namespace and outcome.",
                                    labels: ["namespace", "outcome"])
+        positionsMissing = store.tracksPositions ? metrics?.counter(
+            "teamcache_write_positions_missing_total",
+            "Write answers sent without TeamCache-Position: the primary's position was not read in time.") : nil
     }
 
     /// Runs a handler body, turning database failures into problems: unreachable or busy →
@@ -64,15 +69,16 @@ public final class CacheAPI: Sendable {
     /// answer (on the committing thread: one short statement, for one write of a burst).
     func commit(_ write: EntryWrite, location: String?, lease: String? = nil, request: HTTPRequest,
                 answer: @escaping Responder.Answer) {
-        store.submit(write) { [self] result, position in
+        store.submit(write, committed: { [self] result in
             // Whatever the outcome (an unknown one may have committed), the key's kept copy goes
             // before the answer: a read after this 2xx, on this replica, reads the database.
             near?.invalidate(write.namespace.name, write.key.bytes)
             completeLease(lease, write, outcome: result)
+        }) { [self] result, position in
             answer {
                 try guarded(request) {
                     var response = try writeResponse(try result.get(), write, location: location)
-                    Self.stamp(&response, position)
+                    stamp(&response, position)
                     return response
                 }
             }

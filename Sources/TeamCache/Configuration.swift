@@ -77,7 +77,9 @@ struct SettingReader {
         config.directDatabaseURL = values["TEAMCACHE_DIRECT_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
         config.sessionLimits.transactionPooler = try pooler(config)
         config.readDatabaseURL = values["TEAMCACHE_READ_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
-        config.readMaxLag = try duration("TEAMCACHE_READ_MAX_LAG", 0.01...3600, default: 1)
+        // At least what 100 ms sampling and probing can tell apart; at most the minute of WAL
+        // history kept (older is unknown, so too far behind).
+        config.readMaxLag = try duration("TEAMCACHE_READ_MAX_LAG", 0.3...60, default: 1)
         if let folder = values["TEAMCACHE_DATA_DIR"], !folder.isEmpty {
             config.dataDirectory = URL(fileURLWithPath: folder)
         }

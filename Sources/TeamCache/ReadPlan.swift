@@ -11,7 +11,9 @@ enum ReadPlan: Sendable {
     case answer(HTTPResponse)
     /// Read the entry under (namespace, key); `finish` builds the answer from it (nil:
     /// absent). `mayPark`: the read may wait for the key (a loop read with time left).
-    case read(Namespace, EntryKey, finish: @Sendable (StoredEntry?, _ mayPark: Bool) throws -> ReadAnswer)
+    /// `standby`: a fresh hit may come from a read standby; false when what follows the read
+    /// may wait or take a lease (`wait`, `lease`), which must see the primary's truth.
+    case read(Namespace, EntryKey, standby: Bool, finish: @Sendable (StoredEntry?, _ mayPark: Bool) throws -> ReadAnswer)
 }
 
 /// What a read plan's `finish` gives: the answer; work that may block before it (asking
@@ -40,7 +42,7 @@ extension CacheAPI {
         switch plan {
         case .answer(let response):
             return response
-        case .read(let namespace, let key, let finish):
+        case .read(let namespace, let key, _, let finish):
             // Read from the primary, which has everything: the position is only checked.
             _ = try Self.minPosition(request)
             let entry = try guarded(request) { try store.fetch(namespace, key) }
@@ -131,7 +133,7 @@ struct LoopReads: Sendable {
 
     private func carryOut(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder) {
         let api = self.api
-        guard case .read = plan else {
+        guard case .read(_, _, let standbyAllowed, _) = plan else {
             responder.respond { try api.perform(plan, request) }
             return
         }
@@ -140,22 +142,24 @@ struct LoopReads: Sendable {
             responder.respond { throw error }
             return
         }
-        // A client that names a position reads the database: this process's kept copy may
-        // predate a write acknowledged by another replica until its notification arrives.
-        read(plan, request, responder, mayPark: true, standby: replicas.isEmpty ? nil : minimum ?? WALPosition(0),
-             nearCache: minimum == nil)
+        let standby = replicas.isEmpty || !standbyAllowed ? nil : minimum ?? WALPosition(0)
+        read(plan, request, responder, mayPark: true, standby: standby)
     }
 
     /// One read of the plan's entry by the loop's batcher, and what follows from it.
     /// `standby`: the read may be served by the standby if it has replayed that far (nil:
     /// from the primary: re-reads after a wait, and every read without a standby).
     private func read(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder, mayPark: Bool,
-                      standby: WALPosition? = nil, nearCache: Bool = true) {
-        guard case .read(let namespace, let key, let finish) = plan else { return }
+                      standby: WALPosition? = nil) {
+        guard case .read(let namespace, let key, _, let finish) = plan else { return }
         let api = self.api
         // Noted before the read: a wake-up of the key after this point is not lost.
         let since = waiters?.now ?? 0
-        if nearCache, let near, let entry = near.entry(namespace.name, key.bytes) {
+        // A client that names a position always reads a database (re-reads after a wait too):
+        // this process's kept copy may predate a write another replica acknowledged, until
+        // that write's notification arrives.
+        if let near, request.headers[CacheAPI.minPositionHeader] == nil,
+           let entry = near.entry(namespace.name, key.bytes) {
             follow(plan, request, responder, since: since) { try finish(entry, mayPark) }
             return
         }
@@ -212,9 +216,9 @@ struct LoopReads: Sendable {
     /// the invalidations this process has seen, and a standby's answer may predate them.
     private func readFromStandby(_ replica: EntryReadBatcher, _ plan: ReadPlan, _ request: HTTPRequest,
                                  _ responder: Responder, mayPark: Bool, since: UInt64) {
-        guard case .read(let namespace, let key, let finish) = plan else { return }
+        guard case .read(let namespace, let key, _, let finish) = plan else { return }
         let now = api.store.clock.now()
-        let fromPrimary = { read(plan, request, responder, mayPark: mayPark, nearCache: false) }
+        let fromPrimary = { read(plan, request, responder, mayPark: mayPark) }
         let queued = replica.read(namespace, key) { outcome in
             guard case .found(let entry) = outcome, entry.expiresAt > now,
                   entry.identitySize <= Self.inlineEntryLimit else {
@@ -242,7 +246,7 @@ struct LoopReads: Sendable {
                     follow(plan, request, responder, since: since) { try result.get() }
                 }
             case .park(let seconds):
-                guard case .read(let namespace, let key, _) = plan, let waiters else {
+                guard case .read(let namespace, let key, _, _) = plan, let waiters else {
                     read(plan, request, responder, mayPark: false)
                     return
                 }

@@ -19,7 +19,7 @@ public struct Setting: Sendable {
         Setting(variable: "TEAMCACHE_READ_DATABASE_URL", flag: nil, defaultValue: "(none)",
                 help: "A hot standby (direct URL): fresh hits are read from it while it lags at most TEAMCACHE_READ_MAX_LAG."),
         Setting(variable: "TEAMCACHE_READ_MAX_LAG", flag: nil, defaultValue: "1s",
-                help: "Most replay lag at which the standby still serves; past it reads go to the primary."),
+                help: "Most replay lag (0.3s-60s) at which the standby still serves; past it reads go to the primary."),
         Setting(variable: "TEAMCACHE_DATA_DIR", flag: "--data-dir", defaultValue: "./.teamcache",
                 help: "Folder of the embedded PostgreSQL cluster."),
         Setting(variable: "TEAMCACHE_MIGRATIONS_DIR", flag: "--migrations-dir", defaultValue: "(found)",

@@ -72,6 +72,49 @@ import TestSupport
         #expect(try service.request("GET", path, headers: [("TeamCache-Min-Position", "1/2/3")]).status == 400)
     }
 
+    /// A read that may wait or take a lease is read from the primary even with a standby that
+    /// is current enough for plain reads: a watch (`wait` with the old ETag) answered by the
+    /// standby's older copy would park for a change that has already happened.
+    @Test func aReadThatMayWaitOrTakeALeaseGoesToThePrimary() throws {
+        let cluster = try ReplicatedCluster("replica-wait", synchronous: false)
+        defer { cluster.remove() }
+        let service = try Self.service(cluster, maxLag: 60)
+        defer { service.stop() }
+        let path = entryPath("watch", "k")
+        let first = try service.request("PUT", path, body: Array("v1".utf8))
+        let etag = try #require(first.header("ETag"))
+        #expect(try Self.waitForStandby(service, path, try #require(first.header("TeamCache-Position"))))
+        try cluster.setStandbyReplay(paused: true)
+        #expect(try service.request("PUT", path, body: Array("v2".utf8)).status == 200)
+        #expect(try service.request("GET", path).text == "v1", "the standby serves plain reads (lag under 60 s)")
+        let started = ProcessInfo.processInfo.systemUptime
+        let watch = try service.request("GET", path + "?wait=5", headers: [("If-None-Match", etag)])
+        #expect(watch.status == 200 && watch.text == "v2", "\(watch.status) \(watch.text)")
+        #expect(ProcessInfo.processInfo.systemUptime - started < 2, "the watch parked on the standby's old copy")
+        let standbyBefore = try Self.reads(service, "standby")
+        #expect(try service.request("GET", path + "?lease=30").text == "v2")
+        #expect(try service.request("POST", "/v1/caches/watch/lookup",
+                                    json: "{\"model\":\"m\",\"prompt\":\"p\",\"wait\":1}").status == 200)
+        #expect(try Self.reads(service, "standby") == standbyBefore)
+        try cluster.setStandbyReplay(paused: false)
+    }
+
+    /// A service whose primary URL reaches a standby serves nothing from it: not ready, and
+    /// every read and write answers 503 (its sessions refuse a server in recovery).
+    @Test func aPrimaryURLThatReachesAStandbyIsRefused() throws {
+        let cluster = try ReplicatedCluster("replica-misconfigured", synchronous: false)
+        defer { cluster.remove() }
+        let service = try TestService {
+            $0.databaseURL = cluster.url(port: cluster.standbyPort)
+            $0.authEnabled = false
+        }
+        defer { service.stop() }
+        let ready = try service.request("GET", "/readyz")
+        #expect(ready.status == 503 && ready.text.contains("standby"), "\(ready.status) \(ready.text)")
+        #expect(try service.request("GET", entryPath("x", "k")).status == 503)
+        #expect(try service.request("PUT", entryPath("x", "k"), body: [1]).status == 503)
+    }
+
     /// A standby further behind than TEAMCACHE_READ_MAX_LAG serves nothing: reads go to the
     /// primary until it catches up, even while nothing is being written.
     @Test func aStandbyLaggingPastTheLimitIsNotReadFrom() throws {
