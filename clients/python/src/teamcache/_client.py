@@ -15,6 +15,7 @@ import httpx
 
 from . import _operations as op
 from ._cached import AsyncCachedMixin, CachedMixin
+from ._positions import Positions
 from .errors import TransportError
 from .models import Entry, EntryMiss, Lease, Lookup, WriteResult
 
@@ -26,8 +27,10 @@ class _Settings:
     """What both clients share: where, who, how long, how often."""
 
     def __init__(self, base_url: str | None, token: str | None, timeout: float, max_retries: int,
-                 backoff: float, max_backoff: float):
+                 backoff: float, max_backoff: float, read_your_writes: bool = False):
         self.base_url = (base_url or os.environ.get("TEAMCACHE_URL") or "http://127.0.0.1:8080").rstrip("/")
+        #: The highest write position seen, sent back on reads (see ``_positions``); None: off.
+        self.positions = Positions() if read_your_writes else None
         self.token = token if token is not None else os.environ.get("TEAMCACHE_TOKEN")
         self.timeout = timeout
         self.max_retries = max_retries
@@ -52,7 +55,14 @@ class _Settings:
         """A call that is not idempotent is retried only if it never reached the server."""
         return call.idempotent or isinstance(error, httpx.ConnectError)
 
+    def request_headers(self, call: op.Call) -> dict[str, str]:
+        if self.positions is None or not call.reads:
+            return call.headers
+        return {**call.headers, **self.positions.headers()}
+
     def outcome(self, call: op.Call, response: httpx.Response) -> Any:
+        if self.positions is not None:
+            self.positions.note(response.headers)
         if response.status_code in call.accept:
             return call.parse(response.status_code, response.headers, response.content)
         raise op.problem(response.status_code, response.content)
@@ -61,8 +71,16 @@ class _Settings:
 class _Routes:
     """The API, as calls; `_run` sends one (sync or async)."""
 
+    _settings: _Settings
+
     def _run(self, call: op.Call) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
+
+    @property
+    def last_position(self) -> str | None:
+        """The highest ``TeamCache-Position`` answered so far (``read_your_writes`` only)."""
+        positions = self._settings.positions
+        return positions.last if positions is not None else None
 
     # Raw entries
 
@@ -152,12 +170,14 @@ class _Routes:
 
 class TeamCache(_Routes, CachedMixin):
     """The synchronous client. ``base_url`` and ``token`` default to ``TEAMCACHE_URL`` and
-    ``TEAMCACHE_TOKEN``. Thread-safe; reuses connections; close it (or use ``with``)."""
+    ``TEAMCACHE_TOKEN``. Thread-safe; reuses connections; close it (or use ``with``).
+    ``read_your_writes``: reads see this client's own writes even when the server reads from
+    a standby (they name the last write's position; see ``_positions``)."""
 
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 5.0,
                  max_retries: int = 2, backoff: float = 0.1, max_backoff: float = 5.0,
-                 http_client: httpx.Client | None = None):
-        self._settings = _Settings(base_url, token, timeout, max_retries, backoff, max_backoff)
+                 http_client: httpx.Client | None = None, read_your_writes: bool = False):
+        self._settings = _Settings(base_url, token, timeout, max_retries, backoff, max_backoff, read_your_writes)
         # Waiting lookups hold a connection each: allow many, so a filler's upsert never
         # queues behind the waiters of its own burst.
         self._http = http_client or httpx.Client(
@@ -180,7 +200,8 @@ class TeamCache(_Routes, CachedMixin):
         while True:
             try:
                 response = self._http.request(call.method, call.path, params=call.params or None,
-                                              headers=call.headers, content=call.content, timeout=timeout)
+                                              headers=settings.request_headers(call), content=call.content,
+                                              timeout=timeout)
             except httpx.TransportError as error:
                 if attempt >= settings.max_retries or not settings.may_retry(call, error):
                     raise TransportError(f"TeamCache unreachable at {settings.base_url}: {error!r}") from error
@@ -200,8 +221,8 @@ class AsyncTeamCache(_Routes, AsyncCachedMixin):
 
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 5.0,
                  max_retries: int = 2, backoff: float = 0.1, max_backoff: float = 5.0,
-                 http_client: httpx.AsyncClient | None = None):
-        self._settings = _Settings(base_url, token, timeout, max_retries, backoff, max_backoff)
+                 http_client: httpx.AsyncClient | None = None, read_your_writes: bool = False):
+        self._settings = _Settings(base_url, token, timeout, max_retries, backoff, max_backoff, read_your_writes)
         self._http = http_client or httpx.AsyncClient(
             base_url=self._settings.base_url, headers=self._settings.headers(), timeout=timeout,
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=64))
@@ -222,7 +243,8 @@ class AsyncTeamCache(_Routes, AsyncCachedMixin):
         while True:
             try:
                 response = await self._http.request(call.method, call.path, params=call.params or None,
-                                                    headers=call.headers, content=call.content, timeout=timeout)
+                                                    headers=settings.request_headers(call), content=call.content,
+                                                    timeout=timeout)
             except httpx.TransportError as error:
                 if attempt >= settings.max_retries or not settings.may_retry(call, error):
                     raise TransportError(f"TeamCache unreachable at {settings.base_url}: {error!r}") from error

@@ -36,6 +36,8 @@ class Call:
     #: an answer that was lost would hold up the whole burst, a create-only write would
     #: answer 412 to its own first attempt.
     idempotent: bool = True
+    #: Reads an entry: carries ``TeamCache-Min-Position`` when the client reads its own writes.
+    reads: bool = False
 
 
 def problem(status: int, body: bytes) -> ProblemError:
@@ -136,7 +138,7 @@ def get(namespace: str, key: str | bytes, *, max_stale: int | None = None, no_ca
                      not_modified=status == 304,
                      revalidate=_header_lease(response_headers.get("teamcache-lease")))
 
-    return Call(method, entry_path(namespace, key), parse, frozenset({200, 304, 404, 504}), params=params,
+    return Call(method, entry_path(namespace, key), parse, frozenset({200, 304, 404, 504}), params=params, reads=True,
                 headers=headers, extra_timeout=wait or 0, idempotent=lease is None)
 
 
@@ -201,8 +203,10 @@ def lookup(namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | No
                       retry_after=answer.get("retry_after"),
                       revalidate=_lease(answer.get("revalidate"), "lease"))
 
-    return _json_call("POST", namespace_path(namespace) + "/lookup", document, parse, {200},
+    call = _json_call("POST", namespace_path(namespace) + "/lookup", document, parse, {200},
                       extra_timeout=wait or 0, idempotent=lease is None)
+    call.reads = True
+    return call
 
 
 def upsert(namespace: str, descriptor: Mapping[str, Any], response: str, *,
