@@ -92,10 +92,19 @@ public final class ReplicatedCluster: @unchecked Sendable {
         try tool("pg_ctl", ["-D", standby.path, "-w", "promote"])
     }
 
-    /// Pauses or resumes the standby's WAL replay (its lag grows while paused).
+    /// Pauses or resumes the standby's WAL replay (its lag grows while paused). A pause is
+    /// only a request: replay stops at its next record, so this waits until it has (what is
+    /// written after this returns is not replayed until the resume).
     public func setStandbyReplay(paused: Bool) throws {
         let connection = try PostgresConnection(url: url(port: standbyPort))
         try connection.query(paused ? "SELECT pg_wal_replay_pause()" : "SELECT pg_wal_replay_resume()")
+        guard paused else { return }
+        for _ in 0..<200 {
+            let state = try connection.query("SELECT pg_get_wal_replay_pause_state() AS state").first?.string("state")
+            if state == "paused" { return }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        throw EmbeddedPostgresError.commandFailed(what: "pause the standby's replay", status: 1, output: "")
     }
 
     public func remove() {
