@@ -12,6 +12,8 @@ enum Help {
           tokens       create, list and revoke API tokens
           namespaces   show or set a namespace's default TTL and byte quota
           evict        run one eviction cycle now (for cron)
+          export       write every entry (of a namespace) to standard output as JSON lines
+          import       store a dump read from standard input (idempotent; gzip detected)
           version      print the version
           help         this text
 

@@ -1,0 +1,102 @@
+import CacheKeys
+import Foundation
+import Postgres
+
+/// One entry of a dump (`teamcache export` / `import`): every stored field, one JSON object a
+/// line. The key is `key` when it is UTF-8 text, else `key_base64`; the body is base64 of the
+/// stored bytes in their stored encoding; timestamps are RFC 3339 in UTC with microseconds,
+/// so an import restores them exactly. `stale_until` (expiry plus the stale-while-revalidate
+/// window) is written for readers and ignored on import.
+public struct DumpedEntry: Sendable, Equatable {
+    public var namespace: String
+    public var key: [UInt8]
+    public var body: [UInt8]
+    public var encoding: BodyEncoding
+    public var contentType: String
+    public var identitySize: Int
+    public var etag: String
+    public var model: String?
+    public var version: String?
+    public var promptDigest: String?
+    public var tags: [String]
+    /// JSON text, as stored.
+    public var metadata: String?
+    public var inputTokens: Int
+    public var outputTokens: Int
+    public var createdAt: String
+    public var updatedAt: String
+    public var expiresAt: String
+    public var staleWhileRevalidate: Int
+    public var hitCount: Int
+
+    /// The columns `init(row:)` reads, timestamps already in the dump's form.
+    static let columns = """
+        e.namespace, e.key, e.body, e.encoding, e.content_type, e.identity_size, e.etag, e.model, e.version,
+        e.prompt_digest, e.tags, e.metadata::text AS metadata, e.input_tokens, e.output_tokens,
+        \(timestamp("e.created_at")) AS created_at, \(timestamp("e.updated_at")) AS updated_at,
+        \(timestamp("e.expires_at")) AS expires_at,
+        \(timestamp("e.expires_at + make_interval(secs => e.stale_while_revalidate::float8)")) AS stale_until,
+        e.stale_while_revalidate, coalesce(a.hit_count, 0) AS hit_count
+        """
+
+    public init(namespace: String, key: [UInt8], body: [UInt8], encoding: BodyEncoding, contentType: String,
+                identitySize: Int, etag: String, model: String?, version: String?, promptDigest: String?,
+                tags: [String], metadata: String?, inputTokens: Int, outputTokens: Int, createdAt: String,
+                updatedAt: String, expiresAt: String, staleWhileRevalidate: Int, hitCount: Int) {
+        (self.namespace, self.key, self.body, self.encoding, self.contentType) = (namespace, key, body, encoding, contentType)
+        (self.identitySize, self.etag, self.model, self.version, self.promptDigest) = (identitySize, etag, model, version, promptDigest)
+        (self.tags, self.metadata, self.inputTokens, self.outputTokens) = (tags, metadata, inputTokens, outputTokens)
+        (self.createdAt, self.updatedAt, self.expiresAt) = (createdAt, updatedAt, expiresAt)
+        (self.staleWhileRevalidate, self.hitCount) = (staleWhileRevalidate, hitCount)
+    }
+
+    private static func timestamp(_ column: String) -> String {
+        "to_char((\(column)) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+    }
+
+    init(row: PostgresRow) throws {
+        guard let namespace = try row.string("namespace"), let key = try row.bytes("key"), let body = try row.bytes("body"),
+              let encoding = try row.string("encoding").flatMap(BodyEncoding.init),
+              let contentType = try row.string("content_type"), let identitySize = try row.int("identity_size"),
+              let etag = try row.string("etag"), let createdAt = try row.string("created_at"),
+              let updatedAt = try row.string("updated_at"), let expiresAt = try row.string("expires_at") else {
+            throw PostgresError(.decoding, serverMessage: "entry row has unexpected NULLs")
+        }
+        (self.namespace, self.key, self.body, self.encoding, self.contentType) = (namespace, key, body, encoding, contentType)
+        (self.identitySize, self.etag) = (identitySize, etag)
+        (model, version, promptDigest) = (try row.string("model"), try row.string("version"), try row.string("prompt_digest"))
+        tags = try row.stringArray("tags") ?? []
+        metadata = try row.string("metadata")
+        (inputTokens, outputTokens) = (try row.int("input_tokens") ?? 0, try row.int("output_tokens") ?? 0)
+        (self.createdAt, self.updatedAt, self.expiresAt) = (createdAt, updatedAt, expiresAt)
+        staleWhileRevalidate = max(0, try row.int("stale_while_revalidate") ?? 0)
+        hitCount = max(0, try row.int("hit_count") ?? 0)
+        staleUntil = try row.string("stale_until")
+    }
+
+    /// Written for readers only.
+    var staleUntil: String?
+
+    /// The dump line, newline included.
+    public func line() -> [UInt8] {
+        var members: [(String, JSONValue)] = [("namespace", .string(namespace))]
+        if let text = String(validating: key, as: UTF8.self) {
+            members.append(("key", .string(text)))
+        } else {
+            members.append(("key_base64", .string(Data(key).base64EncodedString())))
+        }
+        members += [
+            ("body_base64", .string(Data(body).base64EncodedString())), ("encoding", .string(encoding.rawValue)),
+            ("content_type", .string(contentType)), ("identity_size", .int(identitySize)), ("etag", .string(etag)),
+            ("tags", .array(tags.map { .string($0) })),
+            ("model", model.map { .string($0) } ?? .null), ("version", version.map { .string($0) } ?? .null),
+            ("prompt_digest", promptDigest.map { .string($0) } ?? .null),
+            ("metadata", metadata.flatMap { try? JSONParser.parse($0) } ?? .null),
+            ("input_tokens", .int(inputTokens)), ("output_tokens", .int(outputTokens)),
+            ("created_at", .string(createdAt)), ("updated_at", .string(updatedAt)), ("expires_at", .string(expiresAt)),
+            ("stale_while_revalidate", .int(staleWhileRevalidate)),
+            ("stale_until", staleUntil.map { .string($0) } ?? .null), ("hit_count", .int(hitCount)),
+        ]
+        return Array(JSONValue.object(members).serialized.utf8) + [UInt8(ascii: "\n")]
+    }
+}

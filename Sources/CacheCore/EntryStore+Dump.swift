@@ -1,0 +1,114 @@
+import Foundation
+import Postgres
+
+/// What importing one entry did (migration 0011's outcomes).
+public enum ImportOutcome: String, Sendable, CaseIterable {
+    case imported, unchanged, skipped
+    /// A byte cap of the store or the namespace would be passed; nothing stored.
+    case storeFull = "store_full"
+}
+
+/// What an import does with an entry already stored under the key.
+public enum ImportConflictPolicy: String, Sendable, CaseIterable {
+    case skip, replace, newer
+}
+
+/// Moving entries in and out whole (`teamcache export` / `import`).
+extension EntryStore {
+    /// Keys in (namespace, key) order after a position, with their stored sizes: the export
+    /// walks the unique index in pages and never holds more than a page of bodies.
+    static let exportKeys = """
+        SELECT id, namespace, key, stored_size FROM entries
+        WHERE ($1::text IS NULL OR namespace = $1) AND ($2::timestamptz IS NULL OR updated_at >= $2)
+          AND ($3::boolean OR (namespace, key) > ($4::text, $5::bytea))
+        ORDER BY namespace, key LIMIT $6
+        """
+    static let exportEntries = """
+        SELECT \(DumpedEntry.columns) FROM entries e LEFT JOIN entry_access a ON a.entry_id = e.id
+        WHERE e.id = ANY($1) ORDER BY e.namespace, e.key
+        """
+    static let importEntry = """
+        SELECT tc_import_entry($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::text::jsonb, $13, $14,
+            $15::text::timestamptz, $16::text::timestamptz, $17::text::timestamptz, $18::int4, $19, $20, $21, $22,
+            $23) AS outcome
+        """
+
+    /// Keys per page of the export walk, and bodies per fetch at most (by stored bytes).
+    static let exportPage = 1000
+    static let exportBytes = 16 * 1024 * 1024
+
+    /// Every entry (of `namespace`, updated since `since`), in (namespace, key) order, handed
+    /// to `emit` one at a time. Memory: one page of keys and at most `exportBytes` of bodies
+    /// (or one body, if larger). An entry written meanwhile is exported as it is when its page
+    /// is read; one deleted meanwhile is left out.
+    public func export(namespace: Namespace?, since: String?, _ emit: (DumpedEntry) throws -> Void) throws {
+        var after: (namespace: String, key: [UInt8])?
+        while true {
+            let page = try pool.withConnection { connection in
+                try connection.query(Self.exportKeys, [
+                    namespace.map { .text($0.name) } ?? .null, since.map { .text($0) } ?? .null, .bool(after == nil),
+                    .text(after?.namespace ?? ""), .bytes(after?.key ?? []), .int(Self.exportPage),
+                ]).rows
+            }
+            guard !page.isEmpty else { return }
+            var group: [Int64] = [], bytes = 0
+            for row in page {
+                guard let id = try row.int("id"), let size = try row.int("stored_size") else { continue }
+                if !group.isEmpty && bytes + size > Self.exportBytes {
+                    try exportGroup(group, emit)
+                    (group, bytes) = ([], 0)
+                }
+                group.append(Int64(id))
+                bytes += size
+            }
+            if !group.isEmpty { try exportGroup(group, emit) }
+            guard let last = page.last, let lastNamespace = try last.string("namespace"), let lastKey = try last.bytes("key")
+            else { return }
+            after = (lastNamespace, lastKey)
+            if page.count < Self.exportPage { return }
+        }
+    }
+
+    private func exportGroup(_ ids: [Int64], _ emit: (DumpedEntry) throws -> Void) throws {
+        let rows = try pool.withConnection { try $0.query(Self.exportEntries, [.intArray(ids)]).rows }
+        for row in rows { try emit(try DumpedEntry(row: row)) }
+    }
+
+    /// Imports `entries` in one transaction, taking their rows in (namespace, key) order (the
+    /// lock order every writer keeps). The outcomes come back in the order given. A statement
+    /// the server rejects rolls the whole transaction back; the caller then imports the
+    /// entries one at a time to find the one at fault.
+    public func importEntries(_ entries: [DumpedEntry], policy conflict: ImportConflictPolicy) throws -> [ImportOutcome] {
+        let order = entries.indices.sorted { left, right in
+            let (a, b) = (entries[left], entries[right])
+            if a.namespace != b.namespace { return a.namespace.utf8.lexicographicallyPrecedes(b.namespace.utf8) }
+            return a.key.lexicographicallyPrecedes(b.key)
+        }
+        let now = clock.now()
+        return try pool.withConnection { connection in
+            try connection.transaction { connection in
+                var outcomes = [ImportOutcome](repeating: .skipped, count: entries.count)
+                for index in order {
+                    let text = try connection.query(Self.importEntry, parameters(entries[index], conflict, now))
+                        .first?.string("outcome")
+                    guard let outcome = text.flatMap(ImportOutcome.init) else {
+                        throw PostgresError(.decoding, serverMessage: "tc_import_entry gave no outcome")
+                    }
+                    outcomes[index] = outcome
+                }
+                return outcomes
+            }
+        }
+    }
+
+    private func parameters(_ entry: DumpedEntry, _ conflict: ImportConflictPolicy, _ now: Date) -> [PostgresValue] {
+        [
+            .text(entry.namespace), .bytes(entry.key), .bytes(entry.body), .text(entry.encoding.rawValue),
+            .text(entry.contentType), .int(entry.identitySize), .text(entry.etag), .optionalText(entry.model),
+            .optionalText(entry.version), .optionalText(entry.promptDigest), .textArray(entry.tags),
+            .optionalText(entry.metadata), .int(entry.inputTokens), .int(entry.outputTokens), .text(entry.createdAt),
+            .text(entry.updatedAt), .text(entry.expiresAt), .int(entry.staleWhileRevalidate), .int(entry.hitCount),
+            .text(conflict.rawValue), .timestamp(now), .int(policy.storeHardCap), .double(policy.hardCapRatio),
+        ]
+    }
+}

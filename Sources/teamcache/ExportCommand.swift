@@ -1,0 +1,115 @@
+import CacheCore
+import Foundation
+import TeamCache
+
+enum ExportCommand {
+    static let usage = """
+        Usage: teamcache export [--namespace NS] [--since RFC3339] [--gzip] [database options] > dump.ndjson
+
+        Writes every entry (of NS; updated at or after --since) to standard output, one JSON
+        object a line: the key (or key_base64), the body in its stored encoding (body_base64),
+        content type, encoding, ETag, tags, model, version, metadata, tokens, created/updated/
+        expires timestamps, stale_until and the hit count. --gzip compresses the stream. Read
+        in pages from the database's (namespace, key) index: memory stays flat whatever the
+        store's size. Progress goes to standard error. `teamcache import` reads it back.
+
+        \(Help.database)
+        """
+
+    static func run(_ words: [String]) throws -> Int32 {
+        let arguments = try Arguments(words, valued: databaseFlags.union(["--namespace", "--since"]), switches: ["--gzip"])
+        if arguments.switches.contains("--help") {
+            print(usage)
+            return 0
+        }
+        let namespace = try arguments.values["--namespace"].map { text -> Namespace in
+            guard let namespace = Namespace(text) else { throw Arguments.Failure(description: "invalid namespace \(text)") }
+            return namespace
+        }
+        if let since = arguments.values["--since"], DumpedEntry.parseTimestamp(since) == nil {
+            throw Arguments.Failure(description: "--since must be an RFC 3339 timestamp, e.g. 2026-01-31T00:00:00Z")
+        }
+        return try DatabaseSession.with(arguments) { _, pool, configuration in
+            let store = EntryStore(pool: pool, policy: configuration.cache)
+            let output = DumpOutput(gzip: arguments.switches.contains("--gzip"))
+            var progress = Progress(verb: "exported")
+            try store.export(namespace: namespace, since: arguments.values["--since"]) { entry in
+                let line = entry.line()
+                try output.write(line)
+                progress.count(entries: 1, bytes: line.count)
+            }
+            try output.finish()
+            progress.finish()
+            return 0
+        }
+    }
+}
+
+/// Standard output, gzip-compressed or not, written through a buffer.
+final class DumpOutput {
+    private let gzip: GzipWriter?
+    private var buffer: [UInt8] = []
+
+    init(gzip: Bool) { self.gzip = gzip ? GzipWriter() : nil }
+
+    func write(_ bytes: [UInt8]) throws {
+        buffer += gzip?.write(bytes) ?? bytes
+        if buffer.count >= 1 << 20 { try flush() }
+    }
+
+    func finish() throws {
+        if let gzip { buffer += gzip.finish() }
+        try flush()
+    }
+
+    private func flush() throws {
+        var offset = 0
+        while offset < buffer.count {
+            let written = buffer[offset...].withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
+            if written < 0 {
+                if errno == EINTR { continue }
+                throw Arguments.Failure(description: "standard output: write failed (errno \(errno))")
+            }
+            offset += written
+        }
+        buffer.removeAll(keepingCapacity: true)
+    }
+}
+
+/// A line on standard error once a second (entries, bytes, rate, and ETA when the total is
+/// known), and a last one at the end.
+struct Progress {
+    let verb: String
+    let unit: String
+    var total: Int?
+    private(set) var entries = 0
+    private(set) var bytes = 0
+    private let started = Date()
+    private var lastShown = Date()
+
+    init(verb: String, unit: String = "entries", total: Int? = nil) {
+        self.verb = verb
+        self.unit = unit
+        self.total = total
+    }
+
+    mutating func count(entries: Int, bytes: Int, done: Int? = nil) {
+        self.entries += entries
+        self.bytes += bytes
+        guard Date().timeIntervalSince(lastShown) >= 1 else { return }
+        lastShown = Date()
+        show(done: done)
+    }
+
+    func show(done: Int? = nil, extra: String = "") {
+        let seconds = max(Date().timeIntervalSince(started), 0.001)
+        var line = "\(verb) \(entries) \(unit), \(String(format: "%.1f", Double(bytes) / 1e6)) MB, "
+            + "\(Int(Double(entries) / seconds)) \(unit)/s"
+        if let total, let done, done > 0, total > done {
+            line += ", ETA \(Int(seconds * Double(total - done) / Double(done))) s"
+        }
+        printError(line + extra)
+    }
+
+    func finish(extra: String = "") { show(extra: extra) }
+}

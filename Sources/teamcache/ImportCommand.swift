@@ -1,0 +1,237 @@
+import CacheCore
+import Foundation
+import Postgres
+import TeamCache
+
+enum ImportCommand {
+    static let usage = """
+        Usage: teamcache import [--namespace NS] [--on-conflict skip|replace|newer] [database options] < dump.ndjson[.gz]
+
+        Reads a dump (`teamcache export`'s lines, gzip or not: detected) from standard input
+        and stores each entry exactly as dumped (timestamps, window and hit count included),
+        500 entries to a transaction. --namespace puts every entry into NS. An entry already
+        stored under its key is kept (skip, the default), overwritten (replace), or
+        overwritten when the dump's is newer (newer); one that already is the dump's entry is
+        left alone, so importing a dump twice changes nothing the second time.
+
+        A malformed line is reported with its number and skipped whole, never half-stored;
+        the byte caps apply (an entry past one is reported as store_full). Progress goes to
+        standard error, then a summary. Lines from other tools may leave out etag,
+        identity_size, encoding, content_type and the timestamps, and give `body` as text.
+
+        Exit status 0 once the whole input was read (rejected lines included), 1 when the
+        import stopped (the database went away: running it again is safe).
+
+        \(Help.database)
+        """
+
+    static func run(_ words: [String]) throws -> Int32 {
+        let arguments = try Arguments(words, valued: databaseFlags.union(["--namespace", "--on-conflict"]), switches: [])
+        if arguments.switches.contains("--help") {
+            print(usage)
+            return 0
+        }
+        let namespace = try arguments.values["--namespace"].map { text -> Namespace in
+            guard let namespace = Namespace(text) else { throw Arguments.Failure(description: "invalid namespace \(text)") }
+            return namespace
+        }
+        let conflictText = arguments.values["--on-conflict"] ?? "skip"
+        guard let conflict = ImportConflictPolicy(rawValue: conflictText) else {
+            throw Arguments.Failure(description: "--on-conflict must be skip, replace or newer")
+        }
+        return try DatabaseSession.with(arguments) { _, pool, configuration in
+            var run = ImportRun(store: EntryStore(pool: pool, policy: configuration.cache), namespace: namespace,
+                                conflict: conflict)
+            return try run.readAll()
+        }
+    }
+}
+
+/// One import: lines in, chunks committed, a summary out.
+struct ImportRun {
+    let store: EntryStore
+    let namespace: Namespace?
+    let conflict: ImportConflictPolicy
+    static let chunkEntries = 500
+    static let chunkBytes = 16 * 1024 * 1024
+    static let reportedRejections = 20
+
+    private var chunk: [(line: Int, entry: DumpedEntry)] = []
+    private var chunkBytes = 0
+    private var outcomes: [ImportOutcome: Int] = [:]
+    private var rejected: [(line: Int, reason: String)] = []
+    private var rejectedCount = 0
+    private var progress: Progress
+
+    init(store: EntryStore, namespace: Namespace?, conflict: ImportConflictPolicy) {
+        (self.store, self.namespace, self.conflict) = (store, namespace, conflict)
+        progress = Progress(verb: "read", unit: "lines", total: Self.inputSize())
+    }
+
+    /// Reads standard input to its end; the exit status.
+    mutating func readAll() throws -> Int32 {
+        var lines = try DumpLines(maxLine: store.policy.maxBodyBytes * 2 + (1 << 20))
+        do {
+            while let (number, line) = try lines.next() {
+                guard let line else {
+                    reject(number, "line longer than the body limit allows")
+                    continue
+                }
+                if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") }) { continue }
+                accept(number, line)
+                progress.count(entries: 1, bytes: line.count, done: lines.consumed)
+                if chunk.count >= Self.chunkEntries || chunkBytes >= Self.chunkBytes { try commit() }
+            }
+            try commit()
+        } catch let error as PostgresError where error.isUnavailable {
+            summary(stopped: "the database is unavailable (\(error)); running the same import again is safe")
+            return 1
+        }
+        summary(stopped: nil)
+        return 0
+    }
+
+    private mutating func accept(_ number: Int, _ line: [UInt8]) {
+        do {
+            let entry = try DumpedEntry.parse(line, namespace: namespace, policy: store.policy, now: store.clock.now())
+            chunk.append((number, entry))
+            chunkBytes += entry.body.count
+        } catch {
+            reject(number, error.reason)
+        }
+    }
+
+    private mutating func reject(_ number: Int, _ reason: String) {
+        rejectedCount += 1
+        if rejected.count < Self.reportedRejections { rejected.append((number, reason)) }
+    }
+
+    /// Commits the chunk in one transaction; if the server refuses a statement (the whole
+    /// transaction rolled back), entry by entry, to reject only the one at fault.
+    private mutating func commit() throws {
+        guard !chunk.isEmpty else { return }
+        defer { (chunk, chunkBytes) = ([], 0) }
+        do {
+            record(try store.importEntries(chunk.map(\.entry), policy: conflict))
+        } catch let error as PostgresError where error.kind == .query && !error.isUnavailable {
+            for (number, entry) in chunk {
+                do { record(try store.importEntries([entry], policy: conflict), lines: [number]) } catch let error as PostgresError
+                    where error.kind == .query && !error.isUnavailable {
+                    reject(number, "the database refused it (SQLSTATE \(error.sqlState?.code ?? "?"))")
+                }
+            }
+        }
+    }
+
+    private mutating func record(_ results: [ImportOutcome], lines: [Int]? = nil) {
+        for (index, outcome) in results.enumerated() {
+            outcomes[outcome, default: 0] += 1
+            if outcome == .storeFull {
+                reject((lines ?? chunk.map(\.line))[index], "store_full: a byte cap of the store or the namespace (507)")
+                rejectedCount -= 1  // counted as store_full, listed with the rejections
+            }
+        }
+    }
+
+    private func summary(stopped: String?) {
+        let counts = ImportOutcome.allCases.map { "\($0.rawValue) \(outcomes[$0, default: 0])" }.joined(separator: ", ")
+        progress.finish(extra: "; \(counts), rejected \(rejectedCount)")
+        for (number, reason) in rejected { printError("  line \(number): \(reason)") }
+        let listed = rejected.count, total = rejectedCount + outcomes[.storeFull, default: 0]
+        if total > listed { printError("  … and \(total - listed) more") }
+        if let stopped { printError("import stopped: \(stopped)") }
+    }
+
+    /// Standard input's size when it is a regular file (for the ETA).
+    private static func inputSize() -> Int? {
+        var info = stat()
+        guard fstat(0, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_size > 0 else { return nil }
+        return Int(info.st_size)
+    }
+}
+
+/// Standard input as numbered lines (gzip detected by its magic bytes and inflated as it
+/// streams). A line longer than `maxLine` comes back as nil (and is skipped to its end)
+/// rather than buffered whole.
+struct DumpLines {
+    private let maxLine: Int
+    private var gzip: GzipReader?
+    private var decided = false
+    private var pending: [UInt8] = []
+    private var start = 0
+    private var number = 0
+    private var overlong = false
+    private var ended = false
+    /// Bytes read from standard input so far.
+    private(set) var consumed = 0
+
+    init(maxLine: Int) throws { self.maxLine = maxLine }
+
+    mutating func next() throws -> (Int, [UInt8]?)? {
+        while true {
+            if let newline = pending[start...].firstIndex(of: UInt8(ascii: "\n")) {
+                let line = Array(pending[start..<newline])
+                start = newline + 1
+                number += 1
+                if overlong {
+                    overlong = false
+                    return (number, nil)
+                }
+                return (number, line)
+            }
+            if pending.count - start > maxLine {
+                // Too long: drop what is buffered and skip to its newline.
+                overlong = true
+                pending.removeAll(keepingCapacity: true)
+                start = 0
+            }
+            if ended {
+                guard start < pending.count || overlong else { return nil }
+                let line = Array(pending[start...])
+                (pending, start) = ([], 0)
+                number += 1
+                if overlong {
+                    overlong = false
+                    return (number, nil)
+                }
+                return (number, line)
+            }
+            try fill()
+        }
+    }
+
+    private mutating func fill() throws {
+        if start > 0 {
+            pending.removeSubrange(..<start)
+            start = 0
+        }
+        var chunk = [UInt8](repeating: 0, count: 1 << 20)
+        let count = chunk.withUnsafeMutableBytes { read(0, $0.baseAddress, $0.count) }
+        if count < 0 {
+            if errno == EINTR { return }
+            throw Arguments.Failure(description: "standard input: read failed (errno \(errno))")
+        }
+        consumed += count
+        chunk.removeSubrange(count...)
+        if !decided && !chunk.isEmpty {
+            decided = true
+            // gzip's magic: 1f 8b.
+            if chunk.count >= 2 && chunk[0] == 0x1f && chunk[1] == 0x8b { gzip = try GzipReader() }
+        }
+        if let gzip {
+            gzip.feed(chunk)
+            while true {
+                let piece = try gzip.read()
+                if piece.isEmpty { break }
+                pending += piece
+            }
+            if count == 0 {
+                guard gzip.ended else { throw Arguments.Failure(description: "standard input: the gzip stream is truncated") }
+                ended = true
+            }
+        } else {
+            pending += chunk
+            if count == 0 { ended = true }
+        }
+    }
+}

@@ -1,0 +1,126 @@
+import CacheCore
+import Foundation
+import Postgres
+import TeamCache
+import Testing
+import TestSupport
+
+/// `teamcache export` and `teamcache import` (the binary, against a real PostgreSQL, beside a
+/// live service on the same database).
+@Suite(.serialized) struct DumpTests {
+    /// Runs the debug binary through the shell (stdin and stdout redirected to files); the
+    /// exit status and what it wrote to standard error.
+    static func cli(_ arguments: String, url: String, stdin: URL? = nil, stdout: URL? = nil) throws -> (Int32, String) {
+        let binary = TestPaths.repository.appendingPathComponent(".build/debug/teamcache").path
+        let errors = FileManager.default.temporaryDirectory.appendingPathComponent("dump-\(UUID().uuidString).err")
+        defer { try? FileManager.default.removeItem(at: errors) }
+        var command = "exec '\(binary)' \(arguments) --database-url '\(url)' --log-level error"
+        if let stdin { command += " < '\(stdin.path)'" }
+        command += " > '\(stdout?.path ?? "/dev/null")' 2> '\(errors.path)'"
+        let status = try Subprocess.run(["/bin/sh", "-c", command], output: URL(fileURLWithPath: "/dev/null"))
+        return (status, (try? String(contentsOf: errors, encoding: .utf8)) ?? "")
+    }
+
+    struct Answer: Equatable {
+        let status: Int
+        let body: [UInt8]
+        let headers: [String?]
+    }
+
+    static func answer(_ service: TestService, _ path: String) throws -> Answer {
+        let response = try service.request("GET", path, headers: [("Accept-Encoding", "gzip")])
+        return Answer(status: response.status, body: response.body,
+                      headers: ["ETag", "Expires", "Last-Modified", "Content-Type", "Content-Encoding"]
+                        .map { response.header($0) })
+    }
+
+    /// Export, wipe, import: every entry answers byte for byte as before (body, ETag, Expires,
+    /// Last-Modified, type, encoding), a descriptor's lookup too; the same dump again changes
+    /// nothing.
+    @Test func exportWipeImportRestoresEveryEntryExactly() throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "dump")
+        let base = TestDatabase.shared.url
+        let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(database)"
+        let service = try TestService {
+            $0.databaseURL = url
+            $0.authEnabled = false
+        }
+        defer { service.stop() }
+        let namespace = "dumped"
+        let large = Array(String(repeating: "{\"answer\":\"forty-two\"},", count: 400).utf8)
+        let paths = [entryPath(namespace, "small"), entryPath(namespace, "large"), entryPath(namespace, "gzipped"),
+                     entryPath(namespace, "%FF%FEbinary"), entryPath(namespace, "tagged")]
+        #expect(try service.request("PUT", paths[0] + "?ttl=600", body: Array("{\"a\":1}".utf8)).status == 201)
+        #expect(try service.request("PUT", paths[1], headers: [("Content-Type", "application/json")], body: large).status == 201)
+        #expect(try service.request("PUT", paths[2], headers: [("Content-Encoding", "gzip")],
+                                    body: Gzip.compress(Array("zipped".utf8), level: 6)).status == 201)
+        #expect(try service.request("PUT", paths[3], body: [0, 1, 2, 255]).status == 201)
+        #expect(try service.request("PUT", paths[4], headers: [("Cache-Tag", "x, y"),
+                                                               ("Cache-Control", "stale-while-revalidate=30")],
+                                    body: Array("tagged".utf8)).status == 201)
+        let descriptor = "\"model\":\"m\",\"prompt\":\"dump me\""
+        #expect(try service.request("POST", "/v1/caches/\(namespace)/upsert", json: "{\(descriptor),\"response\":\"r\","
+            + "\"metadata\":{\"input_tokens\":7,\"finish_reason\":\"stop\"}}").status == 201)
+        let before = try paths.map { try Self.answer(service, $0) }
+        let lookup = try object(try service.request("POST", "/v1/caches/\(namespace)/lookup", json: "{\(descriptor)}"))
+        #expect(before.allSatisfy { $0.status == 200 })
+
+        let dump = FileManager.default.temporaryDirectory.appendingPathComponent("dump-\(UUID().uuidString).ndjson.gz")
+        defer { try? FileManager.default.removeItem(at: dump) }
+        let (exported, exportLog) = try Self.cli("export --namespace \(namespace) --gzip", url: url, stdout: dump)
+        #expect(exported == 0 && exportLog.contains("exported 6 entries"), "\(exportLog)")
+        #expect(try service.request("POST", "/v1/caches/\(namespace)/evict", json: "{\"all\":true}").status == 200)
+        #expect(try service.request("GET", paths[0]).status == 404)
+
+        let (imported, importLog) = try Self.cli("import", url: url, stdin: dump)
+        #expect(imported == 0 && importLog.contains("imported 6, unchanged 0"), "\(importLog)")
+        #expect(try paths.map { try Self.answer(service, $0) } == before)
+        let again = try object(try service.request("POST", "/v1/caches/\(namespace)/lookup", json: "{\(descriptor)}"))
+        #expect(again["hit"] as? Bool == true && again["response"] as? String == "r")
+        #expect((again["metadata"] as? [String: Any])?["finish_reason"] as? String == "stop")
+        #expect(again["key"] as? String == lookup["key"] as? String)
+
+        let (twice, twiceLog) = try Self.cli("import", url: url, stdin: dump)
+        #expect(twice == 0 && twiceLog.contains("imported 0, unchanged 6"), "\(twiceLog)")
+    }
+
+    /// A malformed line is reported by number and skipped whole; the rest of the input is
+    /// stored; a line past a namespace's byte cap is reported as store_full, and the import
+    /// still completes; another tool's minimal lines (text body, no ETag) are accepted.
+    @Test func badLinesAreReportedAndSkippedWhole() throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "dumpbad")
+        let base = TestDatabase.shared.url
+        let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(database)"
+        let service = try TestService {
+            $0.databaseURL = url
+            $0.authEnabled = false
+        }
+        defer { service.stop() }
+        #expect(try service.request("PUT", "/v1/caches/tiny/settings", json: "{\"max_bytes\":100}").status == 200)
+        let lines = [
+            "{\"namespace\":\"bad\",\"key\":\"ok\",\"body\":\"fine\"}",
+            "{\"namespace\":\"bad\",\"key\":\"k\",\"body\":\"x\",\"etag\":\"\\\"wrong\\\"\"}",
+            "not json at all",
+            "",
+            "{\"namespace\":\"Bad Namespace\",\"key\":\"k\",\"body\":\"x\"}",
+            "{\"namespace\":\"bad\",\"key\":\"k2\",\"body_base64\":\"!!!\"}",
+            "{\"namespace\":\"bad\",\"key\":\"k3\",\"body\":\"x\",\"expires_at\":\"tomorrow\"}",
+            "{\"namespace\":\"tiny\",\"key\":\"big\",\"body\":\"\(String(repeating: "z", count: 500))\"}",
+            "{\"namespace\":\"bad\",\"key\":\"also ok\",\"body\":\"fine too\",\"tags\":[\"t\"]}",
+        ]
+        let input = FileManager.default.temporaryDirectory.appendingPathComponent("dump-\(UUID().uuidString).ndjson")
+        defer { try? FileManager.default.removeItem(at: input) }
+        try lines.joined(separator: "\n").write(to: input, atomically: true, encoding: .utf8)
+        let (status, log) = try Self.cli("import", url: url, stdin: input)
+        #expect(status == 0, "\(log)")
+        #expect(log.contains("imported 2") && log.contains("store_full 1") && log.contains("rejected 5"), "\(log)")
+        for (line, reason) in [(2, "etag does not match"), (3, "not a JSON object"), (5, "invalid namespace"),
+                               (6, "body_base64 is not base64"), (7, "expires_at must be an RFC 3339"), (8, "store_full")] {
+            #expect(log.contains("line \(line): \(reason)"), "line \(line) in \(log)")
+        }
+        #expect(try service.request("GET", entryPath("bad", "ok")).text == "fine")
+        #expect(try service.request("GET", entryPath("bad", "also%20ok")).text == "fine too")
+        #expect(try service.request("GET", entryPath("bad", "k")).status == 404)
+        #expect(try service.request("GET", entryPath("tiny", "big")).status == 404)
+    }
+}
