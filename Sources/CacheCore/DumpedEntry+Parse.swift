@@ -37,7 +37,6 @@ extension DumpedEntry {
             }
         }
         guard identity.count <= policy.maxBodyBytes else { throw DumpLineError("body larger than TEAMCACHE_MAX_BODY_BYTES") }
-        guard !identity.isEmpty else { throw DumpLineError("empty body") }
         let etag = ETag.of(identity: identity)
         if let given = json["etag"] { guard given.stringValue == etag else { throw DumpLineError("etag does not match the body") } }
         if let given = json["identity_size"] {
@@ -45,18 +44,21 @@ extension DumpedEntry {
         }
         let created = try timestampMember(json, "created_at").map { $0 } ?? timestamp(now)
         let updated = try timestampMember(json, "updated_at").map { $0 } ?? created
-        let expires = try timestampMember(json, "expires_at").map { $0 }
-            ?? timestamp(now.addingTimeInterval(Double(policy.defaultTTL)))
+        let expires = try timestampMember(json, "expires_at")
+        // As a write's TTL: at most TEAMCACHE_MAX_TTL ahead.
+        if let expires, let date = parseTimestamp(expires), date > now.addingTimeInterval(Double(policy.maxTTL)) {
+            throw DumpLineError("expires_at is further ahead than TEAMCACHE_MAX_TTL")
+        }
         var entry = DumpedEntry(
             namespace: namespace, key: key, body: body, encoding: encoding,
-            contentType: try text(json, "content_type", limit: 256) ?? "application/octet-stream",
+            contentType: try contentTypeMember(json),
             identitySize: identity.count, etag: etag, model: try text(json, "model", limit: 256),
             version: try text(json, "version", limit: 256), promptDigest: try text(json, "prompt_digest", limit: 128),
             tags: try tagsMember(json), metadata: try metadataMember(json),
             inputTokens: try count(json, "input_tokens"), outputTokens: try count(json, "output_tokens"),
             createdAt: created, updatedAt: updated, expiresAt: expires,
             staleWhileRevalidate: try count(json, "stale_while_revalidate", max: min(policy.maxTTL, Int(Int32.max))),
-            hitCount: try count(json, "hit_count"))
+            hitCount: try count(json, "hit_count"), lastAccessedAt: try timestampMember(json, "last_accessed_at"))
         entry.staleUntil = nil
         return entry
     }
@@ -95,6 +97,17 @@ extension DumpedEntry {
             throw DumpLineError("encoding must be identity or gzip")
         }
         return (body, encoding)
+    }
+
+    /// As the API takes a `Content-Type`: a media type (with a `/`) of at most 256 bytes, and,
+    /// since it goes into every hit's head, no control characters (a CR or LF would split it).
+    private static func contentTypeMember(_ json: JSONValue) throws(DumpLineError) -> String {
+        guard let value = json["content_type"], value != .null else { return "application/octet-stream" }
+        guard let text = value.stringValue, (1...256).contains(text.utf8.count), text.contains("/"),
+              text.utf8.allSatisfy({ ($0 >= 0x20 && $0 != 0x7F) || $0 == 0x09 }) else {
+            throw DumpLineError("content_type must be a media type of at most 256 bytes without control characters")
+        }
+        return text
     }
 
     /// An optional string member without NUL, at most `limit` bytes.
@@ -142,15 +155,25 @@ extension DumpedEntry {
 
     /// RFC 3339 with or without fractional seconds; nil otherwise.
     public static func parseTimestamp(_ text: String) -> Date? {
-        let plain = ISO8601DateFormatter()
-        let fractional = ISO8601DateFormatter()
-        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return fractional.date(from: text) ?? plain.date(from: text)
+        Formatters.shared.withLock { $0.fractional.date(from: text) ?? $0.plain.date(from: text) }
     }
 
     static func timestamp(_ date: Date) -> String {
+        Formatters.shared.withLock { $0.fractional.string(from: date) }
+    }
+}
+
+/// Made once (a formatter is costly to make, and a dump has millions of lines), used under a lock.
+private final class Formatters: @unchecked Sendable {
+    // @unchecked: the formatters are touched only inside `withLock`.
+    static let shared = Formatters()
+    private let lock = NSLock()
+    let plain = ISO8601DateFormatter()
+    let fractional: ISO8601DateFormatter = {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.string(from: date)
-    }
+        return formatter
+    }()
+
+    func withLock<T>(_ body: (Formatters) -> T) -> T { lock.withLock { body(self) } }
 }

@@ -25,9 +25,12 @@ public struct DumpedEntry: Sendable, Equatable {
     public var outputTokens: Int
     public var createdAt: String
     public var updatedAt: String
-    public var expiresAt: String
+    /// nil (a line from another tool without one): the namespace's default TTL from now.
+    public var expiresAt: String?
     public var staleWhileRevalidate: Int
     public var hitCount: Int
+    /// nil: now (the idle clock of an imported entry starts at its import).
+    public var lastAccessedAt: String?
 
     /// The columns `init(row:)` reads, timestamps already in the dump's form.
     static let columns = """
@@ -36,18 +39,20 @@ public struct DumpedEntry: Sendable, Equatable {
         \(timestamp("e.created_at")) AS created_at, \(timestamp("e.updated_at")) AS updated_at,
         \(timestamp("e.expires_at")) AS expires_at,
         \(timestamp("e.expires_at + make_interval(secs => e.stale_while_revalidate::float8)")) AS stale_until,
-        e.stale_while_revalidate, coalesce(a.hit_count, 0) AS hit_count
+        e.stale_while_revalidate, coalesce(a.hit_count, 0) AS hit_count,
+        \(timestamp("a.last_accessed_at")) AS last_accessed_at
         """
 
     public init(namespace: String, key: [UInt8], body: [UInt8], encoding: BodyEncoding, contentType: String,
                 identitySize: Int, etag: String, model: String?, version: String?, promptDigest: String?,
                 tags: [String], metadata: String?, inputTokens: Int, outputTokens: Int, createdAt: String,
-                updatedAt: String, expiresAt: String, staleWhileRevalidate: Int, hitCount: Int) {
+                updatedAt: String, expiresAt: String?, staleWhileRevalidate: Int, hitCount: Int,
+                lastAccessedAt: String?) {
         (self.namespace, self.key, self.body, self.encoding, self.contentType) = (namespace, key, body, encoding, contentType)
         (self.identitySize, self.etag, self.model, self.version, self.promptDigest) = (identitySize, etag, model, version, promptDigest)
         (self.tags, self.metadata, self.inputTokens, self.outputTokens) = (tags, metadata, inputTokens, outputTokens)
         (self.createdAt, self.updatedAt, self.expiresAt) = (createdAt, updatedAt, expiresAt)
-        (self.staleWhileRevalidate, self.hitCount) = (staleWhileRevalidate, hitCount)
+        (self.staleWhileRevalidate, self.hitCount, self.lastAccessedAt) = (staleWhileRevalidate, hitCount, lastAccessedAt)
     }
 
     private static func timestamp(_ column: String) -> String {
@@ -71,6 +76,7 @@ public struct DumpedEntry: Sendable, Equatable {
         (self.createdAt, self.updatedAt, self.expiresAt) = (createdAt, updatedAt, expiresAt)
         staleWhileRevalidate = max(0, try row.int("stale_while_revalidate") ?? 0)
         hitCount = max(0, try row.int("hit_count") ?? 0)
+        lastAccessedAt = try row.string("last_accessed_at")
         staleUntil = try row.string("stale_until")
     }
 
@@ -93,9 +99,10 @@ public struct DumpedEntry: Sendable, Equatable {
             ("prompt_digest", promptDigest.map { .string($0) } ?? .null),
             ("metadata", metadata.flatMap { try? JSONParser.parse($0) } ?? .null),
             ("input_tokens", .int(inputTokens)), ("output_tokens", .int(outputTokens)),
-            ("created_at", .string(createdAt)), ("updated_at", .string(updatedAt)), ("expires_at", .string(expiresAt)),
-            ("stale_while_revalidate", .int(staleWhileRevalidate)),
+            ("created_at", .string(createdAt)), ("updated_at", .string(updatedAt)),
+            ("expires_at", expiresAt.map { .string($0) } ?? .null), ("stale_while_revalidate", .int(staleWhileRevalidate)),
             ("stale_until", staleUntil.map { .string($0) } ?? .null), ("hit_count", .int(hitCount)),
+            ("last_accessed_at", lastAccessedAt.map { .string($0) } ?? .null),
         ]
         return Array(JSONValue.object(members).serialized.utf8) + [UInt8(ascii: "\n")]
     }

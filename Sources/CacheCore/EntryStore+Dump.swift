@@ -4,6 +4,8 @@ import Postgres
 /// What importing one entry did (migration 0011's outcomes).
 public enum ImportOutcome: String, Sendable, CaseIterable {
     case imported, unchanged, skipped
+    /// Its expiry and window had passed already: not imported.
+    case expired
     /// A byte cap of the store or the namespace would be passed; nothing stored.
     case storeFull = "store_full"
 }
@@ -16,21 +18,28 @@ public enum ImportConflictPolicy: String, Sendable, CaseIterable {
 /// Moving entries in and out whole (`teamcache export` / `import`).
 extension EntryStore {
     /// Keys in (namespace, key) order after a position, with their stored sizes: the export
-    /// walks the unique index in pages and never holds more than a page of bodies.
-    static let exportKeys = """
-        SELECT id, namespace, key, stored_size FROM entries
-        WHERE ($1::text IS NULL OR namespace = $1) AND ($2::timestamptz IS NULL OR updated_at >= $2)
-          AND ($3::boolean OR (namespace, key) > ($4::text, $5::bytea))
-        ORDER BY namespace, key LIMIT $6
-        """
+    /// walks the unique index in pages and never holds more than a page of bodies. One
+    /// statement per combination of filters, each a plain index range: a prepared statement
+    /// with `$n IS NULL OR …` would, once PostgreSQL switches it to a generic plan, lose the
+    /// range and rescan the index from its start for every page.
+    static func exportKeys(namespace: Bool, since: Bool, after: Bool) -> String {
+        var conditions: [String] = []
+        if namespace { conditions.append("namespace = $1") }
+        if after { conditions.append(namespace ? "key > $2" : "(namespace, key) > ($1, $2)") }
+        let next = 1 + (namespace ? 1 : 0) + (after ? (namespace ? 1 : 2) : 0)
+        if since { conditions.append("updated_at >= $\(next)::text::timestamptz") }
+        let filter = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
+        return "SELECT id, namespace, key, stored_size FROM entries \(filter) ORDER BY namespace, key LIMIT \(exportPage)"
+    }
+
     static let exportEntries = """
         SELECT \(DumpedEntry.columns) FROM entries e LEFT JOIN entry_access a ON a.entry_id = e.id
         WHERE e.id = ANY($1) ORDER BY e.namespace, e.key
         """
     static let importEntry = """
         SELECT tc_import_entry($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::text::jsonb, $13, $14,
-            $15::text::timestamptz, $16::text::timestamptz, $17::text::timestamptz, $18::int4, $19, $20, $21, $22,
-            $23) AS outcome
+            $15::text::timestamptz, $16::text::timestamptz, $17::text::timestamptz, $18::int4, $19,
+            $20::text::timestamptz, $21, $22, $23, $24, $25) AS outcome
         """
 
     /// Keys per page of the export walk, and bodies per fetch at most (by stored bytes).
@@ -44,12 +53,14 @@ extension EntryStore {
     public func export(namespace: Namespace?, since: String?, _ emit: (DumpedEntry) throws -> Void) throws {
         var after: (namespace: String, key: [UInt8])?
         while true {
-            let page = try pool.withConnection { connection in
-                try connection.query(Self.exportKeys, [
-                    namespace.map { .text($0.name) } ?? .null, since.map { .text($0) } ?? .null, .bool(after == nil),
-                    .text(after?.namespace ?? ""), .bytes(after?.key ?? []), .int(Self.exportPage),
-                ]).rows
+            var parameters: [PostgresValue] = namespace.map { [.text($0.name)] } ?? []
+            if let after {
+                if namespace == nil { parameters.append(.text(after.namespace)) }
+                parameters.append(.bytes(after.key))
             }
+            if let since { parameters.append(.text(since)) }
+            let sql = Self.exportKeys(namespace: namespace != nil, since: since != nil, after: after != nil)
+            let page = try pool.withConnection { try $0.query(sql, parameters).rows }
             guard !page.isEmpty else { return }
             var group: [Int64] = [], bytes = 0
             for row in page {
@@ -79,10 +90,12 @@ extension EntryStore {
     /// the server rejects rolls the whole transaction back; the caller then imports the
     /// entries one at a time to find the one at fault.
     public func importEntries(_ entries: [DumpedEntry], policy conflict: ImportConflictPolicy) throws -> [ImportOutcome] {
+        // Ties (one key twice, as a --namespace merge makes) keep the input's order: the later line wins.
         let order = entries.indices.sorted { left, right in
             let (a, b) = (entries[left], entries[right])
             if a.namespace != b.namespace { return a.namespace.utf8.lexicographicallyPrecedes(b.namespace.utf8) }
-            return a.key.lexicographicallyPrecedes(b.key)
+            if a.key != b.key { return a.key.lexicographicallyPrecedes(b.key) }
+            return left < right
         }
         let now = clock.now()
         return try pool.withConnection { connection in
@@ -107,8 +120,9 @@ extension EntryStore {
             .text(entry.contentType), .int(entry.identitySize), .text(entry.etag), .optionalText(entry.model),
             .optionalText(entry.version), .optionalText(entry.promptDigest), .textArray(entry.tags),
             .optionalText(entry.metadata), .int(entry.inputTokens), .int(entry.outputTokens), .text(entry.createdAt),
-            .text(entry.updatedAt), .text(entry.expiresAt), .int(entry.staleWhileRevalidate), .int(entry.hitCount),
-            .text(conflict.rawValue), .timestamp(now), .int(policy.storeHardCap), .double(policy.hardCapRatio),
+            .text(entry.updatedAt), .optionalText(entry.expiresAt), .int(entry.staleWhileRevalidate), .int(entry.hitCount),
+            .optionalText(entry.lastAccessedAt), .text(conflict.rawValue), .timestamp(now), .int(policy.defaultTTL),
+            .int(policy.storeHardCap), .double(policy.hardCapRatio),
         ]
     }
 }

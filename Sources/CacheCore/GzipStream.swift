@@ -15,7 +15,8 @@ public final class GzipWriter {
 
     /// The compressed bytes for `bytes` (possibly none yet: zlib buffers).
     public func write(_ bytes: [UInt8]) -> [UInt8] {
-        run(bytes, flush: Z_NO_FLUSH)
+        precondition(!finished, "write after finish")
+        return run(bytes, flush: Z_NO_FLUSH)
     }
 
     /// The rest of the stream, trailer included; nothing more may be written.
@@ -63,6 +64,12 @@ public final class GzipReader {
 
     deinit { inflateEnd(stream.pointer) }
 
+    /// zlib may hold inflated bytes it could not hand out (the last call filled its piece).
+    private var holdsOutput = false
+
+    /// Whether fed bytes (or bytes zlib holds) are still waiting to be read out.
+    public var hasOutput: Bool { pendingOffset < pending.count || holdsOutput }
+
     /// Hands in compressed bytes; read them out with `read` until it returns empty.
     public func feed(_ bytes: [UInt8]) {
         if pendingOffset >= pending.count {
@@ -81,24 +88,35 @@ public final class GzipReader {
         let produced = pending.withUnsafeBufferPointer { input -> Int in
             output.withUnsafeMutableBufferPointer { out -> Int in
                 var written = 0
-                while written < out.count && pendingOffset < input.count {
-                    stream.pointer.pointee.next_in = UnsafeMutablePointer(mutating: input.baseAddress! + pendingOffset)
-                    stream.pointer.pointee.avail_in = uInt(input.count - pendingOffset)
+                while written < out.count && (pendingOffset < input.count || holdsOutput) {
+                    let left = input.count - pendingOffset
+                    stream.pointer.pointee.next_in = left > 0 ? UnsafeMutablePointer(mutating: input.baseAddress! + pendingOffset) : nil
+                    stream.pointer.pointee.avail_in = uInt(left)
                     stream.pointer.pointee.next_out = out.baseAddress! + written
                     stream.pointer.pointee.avail_out = uInt(out.count - written)
                     let status = inflate(stream.pointer, Z_NO_FLUSH)
-                    let taken = input.count - pendingOffset - Int(stream.pointer.pointee.avail_in)
+                    let taken = left - Int(stream.pointer.pointee.avail_in)
+                    let before = written
                     pendingOffset += taken
                     written = out.count - Int(stream.pointer.pointee.avail_out)
+                    // A full piece: zlib may hold more output than it could hand out.
+                    holdsOutput = stream.pointer.pointee.avail_out == 0
                     if status == Z_STREAM_END {
                         // Another member may follow: start over on what is left.
+                        holdsOutput = false
                         ended = pendingOffset >= input.count
                         if inflateReset(stream.pointer) != Z_OK { failed = true }
+                        if failed { break }
                         continue
                     }
                     ended = false
-                    if status != Z_OK && status != Z_BUF_ERROR { failed = true }
-                    if failed || taken == 0 { break }
+                    if status == Z_BUF_ERROR {
+                        // No progress possible without more input.
+                        holdsOutput = false
+                        break
+                    }
+                    if status != Z_OK { failed = true }
+                    if failed || (taken == 0 && written == before) { break }
                 }
                 return written
             }

@@ -86,6 +86,11 @@ struct ImportRun {
         } catch let error as PostgresError where error.isUnavailable {
             summary(stopped: "the database is unavailable (\(error)); running the same import again is safe")
             return 1
+        } catch let error as DumpInputError {
+            // What was read whole is still stored; the summary says where it stopped.
+            try commit()
+            summary(stopped: "\(error.description) after line \(lines.number); running the import again is safe")
+            return 1
         }
         summary(stopped: nil)
         return 0
@@ -150,18 +155,24 @@ struct ImportRun {
     }
 }
 
+/// Why standard input could not be read to its end.
+struct DumpInputError: Error, CustomStringConvertible {
+    let description: String
+}
+
 /// Standard input as numbered lines (gzip detected by its magic bytes and inflated as it
 /// streams). A line longer than `maxLine` comes back as nil (and is skipped to its end)
-/// rather than buffered whole.
+/// rather than buffered whole; inflated bytes are taken a piece at a time, so a gzip bomb
+/// never holds more than a line's limit and a piece.
 struct DumpLines {
     private let maxLine: Int
     private var gzip: GzipReader?
     private var decided = false
     private var pending: [UInt8] = []
     private var start = 0
-    private var number = 0
+    private(set) var number = 0
     private var overlong = false
-    private var ended = false
+    private var inputEnded = false
     /// Bytes read from standard input so far.
     private(set) var consumed = 0
 
@@ -170,13 +181,11 @@ struct DumpLines {
     mutating func next() throws -> (Int, [UInt8]?)? {
         while true {
             if let newline = pending[start...].firstIndex(of: UInt8(ascii: "\n")) {
-                let line = Array(pending[start..<newline])
+                let tooLong = overlong || newline - start > maxLine
+                let line = tooLong ? nil : Array(pending[start..<newline])
                 start = newline + 1
                 number += 1
-                if overlong {
-                    overlong = false
-                    return (number, nil)
-                }
+                overlong = false
                 return (number, line)
             }
             if pending.count - start > maxLine {
@@ -185,53 +194,72 @@ struct DumpLines {
                 pending.removeAll(keepingCapacity: true)
                 start = 0
             }
-            if ended {
+            if inputEnded && gzip.map({ !$0.hasOutput }) ?? true {
+                // A gzip stream must end whole: a cut one would otherwise end in half a line.
+                if let gzip, !gzip.ended { throw DumpInputError(description: "standard input: the gzip stream is truncated") }
                 guard start < pending.count || overlong else { return nil }
-                let line = Array(pending[start...])
-                (pending, start) = ([], 0)
+                let line = overlong ? nil : Array(pending[start...])
+                (pending, start, overlong) = ([], 0, false)
                 number += 1
-                if overlong {
-                    overlong = false
-                    return (number, nil)
-                }
                 return (number, line)
             }
             try fill()
         }
     }
 
+    /// More bytes into `pending`: an inflated piece if the gzip reader has one, else a read.
     private mutating func fill() throws {
         if start > 0 {
             pending.removeSubrange(..<start)
             start = 0
         }
+        if let gzip {
+            let piece = try inflate(gzip)
+            if !piece.isEmpty {
+                pending += piece
+                return
+            }
+            if inputEnded {
+                // Nothing more will come: the stream must have ended whole.
+                guard gzip.ended else { throw DumpInputError(description: "standard input: the gzip stream is truncated") }
+                return
+            }
+        }
+        guard !inputEnded else { return }
         var chunk = [UInt8](repeating: 0, count: 1 << 20)
         let count = chunk.withUnsafeMutableBytes { read(0, $0.baseAddress, $0.count) }
         if count < 0 {
             if errno == EINTR { return }
-            throw Arguments.Failure(description: "standard input: read failed (errno \(errno))")
+            throw DumpInputError(description: "standard input: read failed (errno \(errno))")
         }
         consumed += count
         chunk.removeSubrange(count...)
-        if !decided && !chunk.isEmpty {
+        if count == 0 { inputEnded = true }
+        if !decided {
+            // gzip's magic, 1f 8b: decided on two bytes (or the end), however the reads split.
+            pending += chunk
+            guard pending.count >= 2 || inputEnded else { return }
             decided = true
-            // gzip's magic: 1f 8b.
-            if chunk.count >= 2 && chunk[0] == 0x1f && chunk[1] == 0x8b { gzip = try GzipReader() }
-        }
-        if let gzip {
+            if pending.count >= 2 && pending[0] == 0x1f && pending[1] == 0x8b {
+                let reader = try DumpInputError.wrap { try GzipReader() }
+                reader.feed(pending)
+                pending = []
+                gzip = reader
+            }
+        } else if let gzip {
             gzip.feed(chunk)
-            while true {
-                let piece = try gzip.read()
-                if piece.isEmpty { break }
-                pending += piece
-            }
-            if count == 0 {
-                guard gzip.ended else { throw Arguments.Failure(description: "standard input: the gzip stream is truncated") }
-                ended = true
-            }
         } else {
             pending += chunk
-            if count == 0 { ended = true }
         }
+    }
+
+    private func inflate(_ gzip: GzipReader) throws -> [UInt8] {
+        try DumpInputError.wrap { try gzip.read() }
+    }
+}
+
+extension DumpInputError {
+    static func wrap<T>(_ body: () throws -> T) throws -> T {
+        do { return try body() } catch { throw DumpInputError(description: "standard input: not a valid gzip stream") }
     }
 }

@@ -142,6 +142,12 @@ func run(_ pieces: [[UInt8]], limits: HTTPParserLimits) -> [Outcome] {
     @Test func otherTransferCodingsAre501AndVersionsAre505() {
         #expect(parse("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n") == [.failure(501)])
         #expect(parse("GET / HTTP/2.0\r\nHost: x\r\n\r\n") == [.failure(505)])
+        // The HTTP/2 preface is refused on its whole first line, however it arrives; a line
+        // that only starts like it is parsed as HTTP/1 (found by the fuzzer: `PRI ` then
+        // `UnsafeBu` was refused, the same bytes at once were not).
+        #expect(parse("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") == [.failure(400)])
+        #expect(parse("PRI UnsafeBu") == [])
+        #expect(parse("PRI / HTTP/1.1\r\nHost: x\r\n\r\n").count == 1)
     }
 
     @Test func limitsAreEnforced() {

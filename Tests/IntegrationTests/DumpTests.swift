@@ -107,20 +107,51 @@ import TestSupport
             "{\"namespace\":\"bad\",\"key\":\"k3\",\"body\":\"x\",\"expires_at\":\"tomorrow\"}",
             "{\"namespace\":\"tiny\",\"key\":\"big\",\"body\":\"\(String(repeating: "z", count: 500))\"}",
             "{\"namespace\":\"bad\",\"key\":\"also ok\",\"body\":\"fine too\",\"tags\":[\"t\"]}",
+            "{\"namespace\":\"bad\",\"key\":\"split\",\"body\":\"x\",\"content_type\":\"text/html\\r\\nX-Evil: 1\"}",
+            "{\"namespace\":\"bad\",\"key\":\"gone\",\"body\":\"x\",\"expires_at\":\"2020-01-01T00:00:00Z\"}",
         ]
         let input = FileManager.default.temporaryDirectory.appendingPathComponent("dump-\(UUID().uuidString).ndjson")
         defer { try? FileManager.default.removeItem(at: input) }
         try lines.joined(separator: "\n").write(to: input, atomically: true, encoding: .utf8)
         let (status, log) = try Self.cli("import", url: url, stdin: input)
         #expect(status == 0, "\(log)")
-        #expect(log.contains("imported 2") && log.contains("store_full 1") && log.contains("rejected 5"), "\(log)")
+        #expect(log.contains("imported 2") && log.contains("expired 1") && log.contains("store_full 1")
+                    && log.contains("rejected 6"), "\(log)")
         for (line, reason) in [(2, "etag does not match"), (3, "not a JSON object"), (5, "invalid namespace"),
-                               (6, "body_base64 is not base64"), (7, "expires_at must be an RFC 3339"), (8, "store_full")] {
+                               (6, "body_base64 is not base64"), (7, "expires_at must be an RFC 3339"), (8, "store_full"),
+                               (10, "content_type must be a media type")] {
             #expect(log.contains("line \(line): \(reason)"), "line \(line) in \(log)")
         }
         #expect(try service.request("GET", entryPath("bad", "ok")).text == "fine")
         #expect(try service.request("GET", entryPath("bad", "also%20ok")).text == "fine too")
         #expect(try service.request("GET", entryPath("bad", "k")).status == 404)
         #expect(try service.request("GET", entryPath("tiny", "big")).status == 404)
+        #expect(try service.request("GET", entryPath("bad", "gone")).status == 404)
+    }
+
+    /// A gzip dump cut short: what was read whole is stored, the import says where it
+    /// stopped and exits 1; running it again on the whole dump completes it.
+    @Test func aTruncatedGzipDumpStopsCleanly() throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "dumpcut")
+        let base = TestDatabase.shared.url
+        let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(database)"
+        var lines = ""
+        for index in 0..<3000 {
+            lines += "{\"namespace\":\"cut\",\"key\":\"k\(index)\",\"body\":\"\(UUID().uuidString) \(index)\"}\n"
+        }
+        let writer = GzipWriter()
+        let whole = writer.write(Array(lines.utf8)) + writer.finish()
+        let folder = FileManager.default.temporaryDirectory
+        let full = folder.appendingPathComponent("dump-\(UUID().uuidString).gz")
+        let cut = folder.appendingPathComponent("dump-\(UUID().uuidString).gz")
+        defer { [full, cut].forEach { try? FileManager.default.removeItem(at: $0) } }
+        try Data(whole).write(to: full)
+        try Data(whole.prefix(whole.count / 2)).write(to: cut)
+        let (status, log) = try Self.cli("import", url: url, stdin: cut)
+        #expect(status == 1 && log.contains("truncated"), "\(log)")
+        let (again, againLog) = try Self.cli("import", url: url, stdin: full)
+        #expect(again == 0 && againLog.contains("rejected 0"), "\(againLog)")
+        let connection = try PostgresConnection(url: url)
+        #expect(try connection.query("SELECT count(*)::int8 AS n FROM entries WHERE namespace = 'cut'").first?.int("n") == 3000)
     }
 }
