@@ -29,7 +29,8 @@ extension EntryStore {
         let next = 1 + (namespace ? 1 : 0) + (after ? (namespace ? 1 : 2) : 0)
         if since { conditions.append("updated_at >= $\(next)::text::timestamptz") }
         let filter = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
-        return "SELECT id, namespace, key, stored_size FROM entries \(filter) ORDER BY namespace, key LIMIT \(exportPage)"
+        return "SELECT id, namespace, key, stored_size FROM entries \(filter) ORDER BY namespace, key "
+            + "LIMIT $\(next + (since ? 1 : 0))"
     }
 
     static let exportEntries = """
@@ -53,31 +54,52 @@ extension EntryStore {
     public func export(namespace: Namespace?, since: String?, _ emit: (DumpedEntry) throws -> Void) throws {
         var after: (namespace: String, key: [UInt8])?
         while true {
-            var parameters: [PostgresValue] = namespace.map { [.text($0.name)] } ?? []
-            if let after {
-                if namespace == nil { parameters.append(.text(after.namespace)) }
-                parameters.append(.bytes(after.key))
-            }
-            if let since { parameters.append(.text(since)) }
-            let sql = Self.exportKeys(namespace: namespace != nil, since: since != nil, after: after != nil)
-            let page = try pool.withConnection { try $0.query(sql, parameters).rows }
-            guard !page.isEmpty else { return }
-            var group: [Int64] = [], bytes = 0
-            for row in page {
-                guard let id = try row.int("id"), let size = try row.int("stored_size") else { continue }
-                if !group.isEmpty && bytes + size > Self.exportBytes {
-                    try exportGroup(group, emit)
-                    (group, bytes) = ([], 0)
-                }
-                group.append(Int64(id))
-                bytes += size
-            }
-            if !group.isEmpty { try exportGroup(group, emit) }
-            guard let last = page.last, let lastNamespace = try last.string("namespace"), let lastKey = try last.bytes("key")
-            else { return }
-            after = (lastNamespace, lastKey)
-            if page.count < Self.exportPage { return }
+            let page = try exportPage(namespace: namespace, since: since, after: after, limit: Self.exportPage,
+                                      byteBudget: .max, emit)
+            guard let last = page.last else { return }
+            after = last
+            if !page.more { return }
         }
+    }
+
+    /// One page of the export: up to `limit` entries after `after` (and, past the first,
+    /// only while their bodies fit `byteBudget`), handed to `emit`. `last`: the position to
+    /// go on from; `more`: whether entries may follow it.
+    @discardableResult
+    public func exportPage(namespace: Namespace?, since: String?, after: (namespace: String, key: [UInt8])?,
+                           limit: Int, byteBudget: Int, _ emit: (DumpedEntry) throws -> Void) throws
+        -> (last: (namespace: String, key: [UInt8])?, more: Bool) {
+        var parameters: [PostgresValue] = namespace.map { [.text($0.name)] } ?? []
+        if let after {
+            if namespace == nil { parameters.append(.text(after.namespace)) }
+            parameters.append(.bytes(after.key))
+        }
+        if let since { parameters.append(.text(since)) }
+        let pageSize = min(max(1, limit), Self.exportPage)
+        parameters.append(.int(pageSize))
+        let sql = Self.exportKeys(namespace: namespace != nil, since: since != nil, after: after != nil)
+        let page = try pool.withConnection { try $0.query(sql, parameters).rows }
+        var group: [Int64] = [], groupBytes = 0, pageBytes = 0
+        var last: (namespace: String, key: [UInt8])?
+        for row in page {
+            guard let id = try row.int("id"), let size = try row.int("stored_size"),
+                  let rowNamespace = try row.string("namespace"), let key = try row.bytes("key") else { continue }
+            // A page ends early once its bodies pass the budget: the next page starts here.
+            if last != nil && pageBytes + size > byteBudget {
+                if !group.isEmpty { try exportGroup(group, emit) }
+                return (last, true)
+            }
+            if !group.isEmpty && groupBytes + size > Self.exportBytes {
+                try exportGroup(group, emit)
+                (group, groupBytes) = ([], 0)
+            }
+            group.append(Int64(id))
+            groupBytes += size
+            pageBytes += size
+            last = (rowNamespace, key)
+        }
+        if !group.isEmpty { try exportGroup(group, emit) }
+        return (last, page.count == pageSize)
     }
 
     private func exportGroup(_ ids: [Int64], _ emit: (DumpedEntry) throws -> Void) throws {

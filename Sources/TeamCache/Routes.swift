@@ -86,6 +86,8 @@ extension Application {
             secured("GET", "/v1/caches/{ns}/stats", .read, api.namespaceStats),
             secured("GET", "/v1/caches/{ns}/settings", .admin, api.getSettings),
             secured("PUT", "/v1/caches/{ns}/settings", .admin, api.putSettings),
+            secured("GET", "/v1/caches/{ns}/export", .admin, api.exportPage),
+            secured("POST", "/v1/caches/{ns}/import", .admin, api.importLines),
             secured("GET", "/v1/stats", .admin, api.globalStats),
         ]
         routes.append(metricsNeedAuth

@@ -47,48 +47,36 @@ enum ImportCommand {
     }
 }
 
-/// One import: lines in, chunks committed, a summary out.
+/// One import from standard input: lines in, `DumpImport` commits them, a summary out.
 struct ImportRun {
-    let store: EntryStore
-    let namespace: Namespace?
-    let conflict: ImportConflictPolicy
-    static let chunkEntries = 500
-    static let chunkBytes = 16 * 1024 * 1024
-    static let reportedRejections = 20
-
-    private var chunk: [(line: Int, entry: DumpedEntry)] = []
-    private var chunkBytes = 0
-    private var outcomes: [ImportOutcome: Int] = [:]
-    private var rejected: [(line: Int, reason: String)] = []
-    private var rejectedCount = 0
+    private var work: DumpImport
     private var progress: Progress
 
     init(store: EntryStore, namespace: Namespace?, conflict: ImportConflictPolicy) {
-        (self.store, self.namespace, self.conflict) = (store, namespace, conflict)
+        work = DumpImport(store: store, namespace: namespace, conflict: conflict)
         progress = Progress(verb: "read", unit: "lines", total: Self.inputSize())
     }
 
     /// Reads standard input to its end; the exit status.
     mutating func readAll() throws -> Int32 {
-        var lines = try DumpLines(maxLine: store.policy.maxBodyBytes * 2 + (1 << 20))
+        var lines = try DumpLines(maxLine: work.store.policy.maxBodyBytes * 2 + (1 << 20))
         do {
             while let (number, line) = try lines.next() {
                 guard let line else {
-                    reject(number, "line longer than the body limit allows")
+                    work.reject(number, "line longer than the body limit allows")
                     continue
                 }
                 if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") }) { continue }
-                accept(number, line)
+                try work.add(line, number: number)
                 progress.count(entries: 1, bytes: line.count, done: lines.consumed)
-                if chunk.count >= Self.chunkEntries || chunkBytes >= Self.chunkBytes { try commit() }
             }
-            try commit()
+            try work.commit()
         } catch let error as PostgresError where error.isUnavailable {
             summary(stopped: "the database is unavailable (\(error)); running the same import again is safe")
             return 1
         } catch let error as DumpInputError {
             // What was read whole is still stored; the summary says where it stopped.
-            try commit()
+            try work.commit()
             summary(stopped: "\(error.description) after line \(lines.number); running the import again is safe")
             return 1
         }
@@ -96,54 +84,10 @@ struct ImportRun {
         return 0
     }
 
-    private mutating func accept(_ number: Int, _ line: [UInt8]) {
-        do {
-            let entry = try DumpedEntry.parse(line, namespace: namespace, policy: store.policy, now: store.clock.now())
-            chunk.append((number, entry))
-            chunkBytes += entry.body.count
-        } catch {
-            reject(number, error.reason)
-        }
-    }
-
-    private mutating func reject(_ number: Int, _ reason: String) {
-        rejectedCount += 1
-        if rejected.count < Self.reportedRejections { rejected.append((number, reason)) }
-    }
-
-    /// Commits the chunk in one transaction; if the server refuses a statement (the whole
-    /// transaction rolled back), entry by entry, to reject only the one at fault.
-    private mutating func commit() throws {
-        guard !chunk.isEmpty else { return }
-        defer { (chunk, chunkBytes) = ([], 0) }
-        do {
-            record(try store.importEntries(chunk.map(\.entry), policy: conflict))
-        } catch let error as PostgresError where error.kind == .query && !error.isUnavailable {
-            for (number, entry) in chunk {
-                do { record(try store.importEntries([entry], policy: conflict), lines: [number]) } catch let error as PostgresError
-                    where error.kind == .query && !error.isUnavailable {
-                    reject(number, "the database refused it (SQLSTATE \(error.sqlState?.code ?? "?"))")
-                }
-            }
-        }
-    }
-
-    private mutating func record(_ results: [ImportOutcome], lines: [Int]? = nil) {
-        for (index, outcome) in results.enumerated() {
-            outcomes[outcome, default: 0] += 1
-            if outcome == .storeFull {
-                reject((lines ?? chunk.map(\.line))[index], "store_full: a byte cap of the store or the namespace (507)")
-                rejectedCount -= 1  // counted as store_full, listed with the rejections
-            }
-        }
-    }
-
     private func summary(stopped: String?) {
-        let counts = ImportOutcome.allCases.map { "\($0.rawValue) \(outcomes[$0, default: 0])" }.joined(separator: ", ")
-        progress.finish(extra: "; \(counts), rejected \(rejectedCount)")
-        for (number, reason) in rejected { printError("  line \(number): \(reason)") }
-        let listed = rejected.count, total = rejectedCount + outcomes[.storeFull, default: 0]
-        if total > listed { printError("  … and \(total - listed) more") }
+        progress.finish(extra: "; \(work.counts)")
+        for (number, reason) in work.rejections { printError("  line \(number): \(reason)") }
+        if work.unlisted > 0 { printError("  … and \(work.unlisted) more") }
         if let stopped { printError("import stopped: \(stopped)") }
     }
 
