@@ -12,7 +12,7 @@ NGINX_PID=""
 DURATION=${BENCH_DURATION:-10}
 PORT=${BENCH_PORT:-18580}
 NGINX_PORT=${BENCH_NGINX_PORT:-18581}
-BIN="$REPO/.build/release/teamcache"
+BIN="${BENCH_BIN:-$REPO/.build/release/teamcache}"
 
 bench_cleanup() {
   [ -n "$SERVER_PID" ] && kill -TERM "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
