@@ -18,8 +18,22 @@ public enum Subprocess {
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
         let cArguments = argv.map { strdup($0) } + [nil]
         defer { cArguments.forEach { free($0) } }
+        // The child starts with no signal blocked and the usual dispositions: a process that
+        // blocks SIGTERM in its threads (to take it through a signal source) or ignores
+        // SIGPIPE would otherwise hand that on, and a daemon started this way (PgBouncer)
+        // could then never be stopped with a signal.
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var none = sigset_t(), defaults = sigset_t()
+        sigemptyset(&none)
+        sigemptyset(&defaults)
+        for signal in [SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGQUIT] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, argv[0], &actions, nil, cArguments, environ)
+        let spawned = posix_spawn(&pid, argv[0], &actions, &attributes, cArguments, environ)
         guard spawned == 0 else { throw SubprocessError.spawnFailed(argv[0], spawned) }
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 {

@@ -100,8 +100,12 @@ enum TestDatabaseMigration {
     }
 }
 
-/// One PgBouncer for every service of a test process run with TEAMCACHE_TEST_POOLER; left
-/// running until the process exits (it dies with the test cluster behind it).
+/// One PgBouncer for every service of a test process run with TEAMCACHE_TEST_POOLER,
+/// stopped when the process exits (it is a daemon: nothing else would stop it).
 enum SharedPgBouncer {
-    static let instance = Result { try PgBouncer(serverConnections: 8) }
+    static let instance: Result<PgBouncer, any Error> = {
+        let started = Result { try PgBouncer(serverConnections: 8) }
+        atexit { if case .success(let bouncer) = SharedPgBouncer.instance { bouncer.stop() } }
+        return started
+    }()
 }
