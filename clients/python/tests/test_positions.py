@@ -76,3 +76,4 @@ def test_positions_parse_only_postgresql_form() -> None:
     assert parse("16/B374D848") == 0x16_B374_D848
     for bad in (None, "", "/", "1/", "/1", "1/2/3", "123456789/0", "g/0", "0x1/0"):
         assert parse(bad) is None, bad
+

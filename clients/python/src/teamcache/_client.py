@@ -157,6 +157,18 @@ class _Routes:
     def set_settings(self, namespace: str, *, default_ttl: int | None = None, max_bytes: int | None = None) -> Any:
         return self._run(op.set_settings(namespace, default_ttl=default_ttl, max_bytes=max_bytes))
 
+    def export_page(self, namespace: str, *, after: str | None = None, limit: int | None = None,
+                    since: str | None = None) -> Any:
+        """One page of the namespace's dump lines (admin): ``(lines, next_cursor)``; pass the cursor
+        as ``after`` for the next page, until it is None."""
+        return self._run(op.export_page(namespace, after=after, limit=limit, since=since))
+
+    def import_lines(self, namespace: str, lines: Iterable[bytes | str], *, on_conflict: str = "skip") -> Any:
+        """Stores dump lines (an export's, or ``{"key": ..., "body": ...}`` of your own) into the
+        namespace (admin); the server's counts (``imported``, ``unchanged``, ``rejected``, …).
+        Keep a call to a few thousand lines; send more in parts."""
+        return self._run(op.import_lines(namespace, lines, on_conflict=on_conflict))
+
     def health(self) -> Any:
         return self._run(op.operation("/healthz"))
 

@@ -3,6 +3,7 @@ async client (which differ only in how they send)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -260,6 +261,32 @@ def settings(namespace: str) -> Call:
 def set_settings(namespace: str, *, default_ttl: int | None = None, max_bytes: int | None = None) -> Call:
     document = {"default_ttl": default_ttl, "max_bytes": max_bytes}
     return _json_call("PUT", namespace_path(namespace) + "/settings", document, _document, {200})
+
+
+def export_page(namespace: str, *, after: str | None = None, limit: int | None = None,
+                since: str | None = None) -> Call:
+    """One page of dump lines: ``(lines, next_cursor)``; the cursor is None on the last page."""
+    params = {name: str(value) for name, value in (("after", after), ("limit", limit), ("since", since))
+              if value is not None}
+
+    def parse(_status: int, headers: Mapping[str, str], body: bytes) -> tuple[list[bytes], str | None]:
+        # httpx has already inflated a gzip answer.
+        return [line for line in body.split(b"\n") if line.strip()], headers.get("teamcache-next-cursor")
+
+    return Call("GET", namespace_path(namespace) + "/export", parse, frozenset({200}), params=params,
+                headers={"Accept-Encoding": "gzip"})
+
+
+def import_lines(namespace: str, lines: Iterable[bytes | str], *, on_conflict: str = "skip") -> Call:
+    """Dump lines into the namespace, gzip-compressed on the way; the server's summary. Safe to
+    send again (an identical entry is ``unchanged``)."""
+    if on_conflict not in ("skip", "replace", "newer"):
+        raise ValueError("on_conflict must be skip, replace or newer")
+    payload = b"\n".join(line.encode() if isinstance(line, str) else line for line in lines) + b"\n"
+    return Call("POST", namespace_path(namespace) + "/import", _document, frozenset({200}),
+                params={"on_conflict": on_conflict},
+                headers={"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"},
+                content=gzip.compress(payload, compresslevel=6))
 
 
 def operation(path: str, accept: Iterable[int] = (200,), text: bool = False) -> Call:
