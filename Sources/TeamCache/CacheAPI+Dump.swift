@@ -52,6 +52,9 @@ extension CacheAPI {
         } ?? .skip
         let body = try Self.importBody(request)
         var work = DumpImport(store: store, namespace: namespace, conflict: conflict, listed: 100)
+        // Whatever was imported (chunks may have committed before a failure): this process's
+        // kept copies of the namespace go; other replicas hear of each key from its notification.
+        defer { near?.invalidate(namespace.name, nil) }
         try guarded(request) {
             var number = 0
             for line in body.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
@@ -61,8 +64,6 @@ extension CacheAPI {
             }
             try work.commit()
         }
-        // Whatever was imported: this process's kept copies of the namespace go.
-        near?.invalidate(namespace.name, nil)
         var members: [(String, JSONValue)] = ImportOutcome.allCases.map { ($0.rawValue, .int(work.outcomes[$0, default: 0])) }
         members.append(("rejected", .int(work.rejected)))
         members.append(("errors", .array(work.rejections.map { rejection in
