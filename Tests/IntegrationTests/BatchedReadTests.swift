@@ -87,6 +87,9 @@ import TestSupport
         #expect(try service.request("PUT", path, body: [7]).status == 201)
         let admin = try PostgresConnection(url: url)
         let readers = try readerPIDs(admin, count: 1)
+        // The backend exists before the loop has the session (it connects, checks it reached a
+        // primary and prepares first): stop it only once a read has gone through the loop.
+        try waitForABatchedRead(service, path)
 
         for pid in readers { kill(pid, SIGSTOP) }
         let started = Date()
@@ -118,6 +121,16 @@ import TestSupport
     }
 
     /// The backends of the service's read connections, once `count` of them are connected.
+    private func waitForABatchedRead(_ service: TestService, _ path: String) throws {
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            _ = try service.request("GET", path)
+            if metricSample(try service.request("GET", "/metrics").text, "teamcache_db_read_batch_size_count") > 0 { return }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        throw CocoaError(.fileReadUnknown)
+    }
+
     private func readerPIDs(_ admin: PostgresConnection, count: Int, excluding: [Int32] = []) throws -> [Int32] {
         let deadline = Date().addingTimeInterval(10)
         while Date() < deadline {
