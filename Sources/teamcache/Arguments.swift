@@ -1,3 +1,4 @@
+import CacheCore
 import Foundation
 
 /// Flags of one command: `--name value`, `--name=value`, or a bare switch.
@@ -48,3 +49,13 @@ func printError(_ text: String) {
 
 /// The flags every command that reaches the database takes.
 let databaseFlags: Set<String> = ["--database-url", "--data-dir", "--migrations-dir", "--log-level"]
+
+extension Arguments {
+    /// `--namespace NS`, checked as the API checks a namespace (nil when not given).
+    func namespace() throws -> Namespace? {
+        try values["--namespace"].map { text in
+            guard let namespace = Namespace(text) else { throw Failure(description: "invalid namespace \(text)") }
+            return namespace
+        }
+    }
+}

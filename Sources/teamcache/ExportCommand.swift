@@ -22,10 +22,7 @@ enum ExportCommand {
             print(usage)
             return 0
         }
-        let namespace = try arguments.values["--namespace"].map { text -> Namespace in
-            guard let namespace = Namespace(text) else { throw Arguments.Failure(description: "invalid namespace \(text)") }
-            return namespace
-        }
+        let namespace = try arguments.namespace()
         if let since = arguments.values["--since"], DumpedEntry.parseTimestamp(since) == nil {
             throw Arguments.Failure(description: "--since must be an RFC 3339 timestamp, e.g. 2026-01-31T00:00:00Z")
         }

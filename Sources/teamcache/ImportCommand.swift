@@ -31,10 +31,7 @@ enum ImportCommand {
             print(usage)
             return 0
         }
-        let namespace = try arguments.values["--namespace"].map { text -> Namespace in
-            guard let namespace = Namespace(text) else { throw Arguments.Failure(description: "invalid namespace \(text)") }
-            return namespace
-        }
+        let namespace = try arguments.namespace()
         let conflictText = arguments.values["--on-conflict"] ?? "skip"
         guard let conflict = ImportConflictPolicy(rawValue: conflictText) else {
             throw Arguments.Failure(description: "--on-conflict must be skip, replace or newer")

@@ -21,6 +21,23 @@ import TestSupport
         return (status, (try? String(contentsOf: errors, encoding: .utf8)) ?? "")
     }
 
+    /// A database of the test's own, as a URL under the suite's server.
+    static func databaseURL(prefix: String) throws -> String {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: prefix)
+        let base = TestDatabase.shared.url
+        return base + (base.contains("?") ? "&" : "?") + "dbname=\(database)"
+    }
+
+    /// A service on a database of its own (auth off unless asked), and that database's URL.
+    static func service(prefix: String, auth: Bool = false) throws -> (TestService, String) {
+        let url = try databaseURL(prefix: prefix)
+        let service = try TestService {
+            $0.databaseURL = url
+            $0.authEnabled = auth
+        }
+        return (service, url)
+    }
+
     struct Answer: Equatable {
         let status: Int
         let body: [UInt8]
@@ -38,13 +55,7 @@ import TestSupport
     /// Last-Modified, type, encoding), a descriptor's lookup too; the same dump again changes
     /// nothing.
     @Test func exportWipeImportRestoresEveryEntryExactly() throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "dump")
-        let base = TestDatabase.shared.url
-        let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(database)"
-        let service = try TestService {
-            $0.databaseURL = url
-            $0.authEnabled = false
-        }
+        let (service, url) = try Self.service(prefix: "dump")
         defer { service.stop() }
         let namespace = "dumped"
         let large = Array(String(repeating: "{\"answer\":\"forty-two\"},", count: 400).utf8)
@@ -88,13 +99,7 @@ import TestSupport
     /// stored; a line past a namespace's byte cap is reported as store_full, and the import
     /// still completes; another tool's minimal lines (text body, no ETag) are accepted.
     @Test func badLinesAreReportedAndSkippedWhole() throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "dumpbad")
-        let base = TestDatabase.shared.url
-        let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(database)"
-        let service = try TestService {
-            $0.databaseURL = url
-            $0.authEnabled = false
-        }
+        let (service, url) = try Self.service(prefix: "dumpbad")
         defer { service.stop() }
         #expect(try service.request("PUT", "/v1/caches/tiny/settings", json: "{\"max_bytes\":100}").status == 200)
         let lines = [
@@ -132,9 +137,7 @@ import TestSupport
     /// A gzip dump cut short: what was read whole is stored, the import says where it
     /// stopped and exits 1; running it again on the whole dump completes it.
     @Test func aTruncatedGzipDumpStopsCleanly() throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "dumpcut")
-        let base = TestDatabase.shared.url
-        let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(database)"
+        let url = try Self.databaseURL(prefix: "dumpcut")
         var lines = ""
         for index in 0..<3000 {
             lines += "{\"namespace\":\"cut\",\"key\":\"k\(index)\",\"body\":\"\(UUID().uuidString) \(index)\"}\n"
@@ -159,10 +162,7 @@ import TestSupport
     /// (gzip when asked), then `POST …/import` of those lines into a wiped namespace gives
     /// the same answers; admin scope only; a bad cursor or policy is a 400.
     @Test func httpExportPagesAndImportRoundTrip() throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "dumphttp")
-        let base = TestDatabase.shared.url
-        let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(database)"
-        let service = try TestService { $0.databaseURL = url }
+        let (service, _) = try Self.service(prefix: "dumphttp", auth: true)
         defer { service.stop() }
         let admin = try service.token([.read, .write, .admin], namespaces: "*")
         let writer = try service.token([.read, .write], namespaces: "*")
