@@ -29,7 +29,9 @@ public final class RawClient {
     /// `from`: a loopback source address (127.x.y.z) to connect from, so one test can act as
     /// many clients.
     public init(port: Int, timeout: TimeInterval = 5, from source: String? = nil) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        // Close-on-exec: a test that spawns a process (pg_ctl starting a cluster) would otherwise
+        // hand it this socket, and the connection would outlive its client, still counted.
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         if let source {
             var local = sockaddr_in()
             local.sin_family = sa_family_t(AF_INET)

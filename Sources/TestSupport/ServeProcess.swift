@@ -52,7 +52,7 @@ public final class ServeProcess {
 
     /// A port free on loopback right now (the kernel's pick), for a child to listen on.
     public static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         defer { Glibc.close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
