@@ -65,7 +65,17 @@ public final class EntryReadBatcher: @unchecked Sendable {
     /// the server is no standby). Any statement sent after that probe sees at least that much.
     public private(set) var replayed: WALPosition?
     /// Monotonic nanoseconds as of which this standby is known current (see `WALHistory`).
-    public private(set) var currentAsOf: UInt64?
+    public private(set) var currentAsOf: UInt64? {
+        didSet { published.withLock { $0 = currentAsOf } }
+    }
+    /// `currentAsOf` for other threads (the metrics collector), under its own lock.
+    private let published = NSLockedValue<UInt64?>(nil)
+
+    /// How far behind the primary this standby may be right now, in seconds, from any
+    /// thread; nil when unknown (down, not a standby, or not current at all).
+    public func publishedStaleness(now: UInt64) -> TimeInterval? {
+        published.withLock { value in value.map { now >= $0 ? TimeInterval(now - $0) / 1e9 : 0 } }
+    }
 
     /// `replicaOf`: this batcher reads from a standby of the primary `WALHistory` samples;
     /// it then probes the standby's replay position between batches.
@@ -195,4 +205,15 @@ public final class EntryReadBatcher: @unchecked Sendable {
         }
         for (read, outcome) in zip(batch, outcomes) { read.completion(outcome) }
     }
+}
+
+/// A value behind a lock, for the few places one thread writes what another reads.
+final class NSLockedValue<Value>: @unchecked Sendable {
+    // @unchecked: `value` is touched only inside `withLock`.
+    private let lock = NSLock()
+    private var value: Value
+
+    init(_ value: Value) { self.value = value }
+
+    func withLock<T>(_ body: (inout Value) -> T) -> T { lock.withLock { body(&value) } }
 }

@@ -116,6 +116,7 @@ public final class Application: Sendable {
             reads.replicaReads = metrics.counter("teamcache_db_reads_total",
                                                  "Batched entry reads by the database that answered them.",
                                                  labels: ["database"])
+            Self.exposeStandbyLag(replicas, metrics)
         }
         server = HTTPServer(configuration: http,
                             routes: Self.routes(api: api, operations: operations, auth: auth, reads: reads,
@@ -198,6 +199,20 @@ public final class Application: Sendable {
         return (0..<max(1, configuration.http.eventLoops)).map { _ in
             EntryReadBatcher(url: url, maxBatch: configuration.readBatch, timeout: configuration.readTimeout,
                              limits: configuration.directSessionLimits, batchSizes: nil, replicaOf: history)
+        }
+    }
+
+    /// The read standby's lag as its loops last saw it: the largest over the loops, -1 while
+    /// any loop knows nothing (the standby is down, not a standby, or not current at all).
+    private static func exposeStandbyLag(_ replicas: [EntryReadBatcher], _ metrics: MetricsRegistry) {
+        let lag = metrics.gauge("teamcache_read_standby_lag_seconds",
+                                "How far behind the primary the read standby may be (-1: unknown, not read from).")
+        metrics.addCollector {
+            var time = timespec()
+            clock_gettime(CLOCK_MONOTONIC, &time)
+            let now = UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+            let seen = replicas.map { $0.publishedStaleness(now: now) }
+            lag.set([], seen.contains(where: { $0 == nil }) ? -1 : seen.compactMap { $0 }.max() ?? -1)
         }
     }
 

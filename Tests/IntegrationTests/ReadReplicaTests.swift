@@ -131,10 +131,14 @@ import TestSupport
         let standbyBefore = try Self.reads(service, "standby")
         for _ in 0..<5 { #expect(try service.request("GET", path).text == "v2") }
         #expect(try Self.reads(service, "standby") == standbyBefore, "a standby 1.2 s behind answered")
+        let lagging = metricSample(try service.request("GET", "/metrics").text, "teamcache_read_standby_lag_seconds")
+        #expect(lagging >= 1, "the lag gauge said \(lagging) s for a standby paused 1.2 s")
         try cluster.setStandbyReplay(paused: false)
         // Caught up, and idle: the standby is current again and serves.
         Thread.sleep(forTimeInterval: 0.5)
         #expect(try service.request("GET", path).text == "v2")
         #expect(try Self.reads(service, "standby") > standbyBefore)
+        let current = metricSample(try service.request("GET", "/metrics").text, "teamcache_read_standby_lag_seconds")
+        #expect(current >= 0 && current < 0.5, "the lag gauge said \(current) s for a caught-up standby")
     }
 }
