@@ -36,20 +36,22 @@ extension DumpedEntry {
                 throw DumpLineError("body is not valid gzip")
             }
         }
-        guard identity.count <= policy.maxBodyBytes else { throw DumpLineError("body larger than TEAMCACHE_MAX_BODY_BYTES") }
-        let etag = ETag.of(identity: identity)
-        if let given = json["etag"] { guard given.stringValue == etag else { throw DumpLineError("etag does not match the body") } }
-        if let given = json["identity_size"] {
-            guard given.integerValue == identity.count else { throw DumpLineError("identity_size does not match the body") }
+        guard identity.count <= policy.maxBodyBytes else {
+            throw DumpLineError("body larger than TEAMCACHE_MAX_BODY_BYTES")
         }
-        let created = try timestampMember(json, "created_at").map { $0 } ?? timestamp(now)
-        let updated = try timestampMember(json, "updated_at").map { $0 } ?? created
+        let etag = ETag.of(identity: identity)
+        if let given = json["etag"], given.stringValue != etag { throw DumpLineError("etag does not match the body") }
+        if let given = json["identity_size"], given.integerValue != identity.count {
+            throw DumpLineError("identity_size does not match the body")
+        }
+        let created = try timestampMember(json, "created_at") ?? timestamp(now)
+        let updated = try timestampMember(json, "updated_at") ?? created
         let expires = try timestampMember(json, "expires_at")
         // As a write's TTL: at most TEAMCACHE_MAX_TTL ahead.
         if let expires, let date = parseTimestamp(expires), date > now.addingTimeInterval(Double(policy.maxTTL)) {
             throw DumpLineError("expires_at is further ahead than TEAMCACHE_MAX_TTL")
         }
-        var entry = DumpedEntry(
+        return DumpedEntry(
             namespace: namespace, key: key, body: body, encoding: encoding,
             contentType: try contentTypeMember(json),
             identitySize: identity.count, etag: etag, model: try text(json, "model", limit: 256),
@@ -59,8 +61,6 @@ extension DumpedEntry {
             createdAt: created, updatedAt: updated, expiresAt: expires,
             staleWhileRevalidate: try count(json, "stale_while_revalidate", max: min(policy.maxTTL, Int(Int32.max))),
             hitCount: try count(json, "hit_count"), lastAccessedAt: try timestampMember(json, "last_accessed_at"))
-        entry.staleUntil = nil
-        return entry
     }
 
     private static func namespaceMember(_ json: JSONValue) throws(DumpLineError) -> String {

@@ -43,41 +43,8 @@ public struct DumpedEntry: Sendable, Equatable {
         \(timestamp("a.last_accessed_at")) AS last_accessed_at
         """
 
-    public init(namespace: String, key: [UInt8], body: [UInt8], encoding: BodyEncoding, contentType: String,
-                identitySize: Int, etag: String, model: String?, version: String?, promptDigest: String?,
-                tags: [String], metadata: String?, inputTokens: Int, outputTokens: Int, createdAt: String,
-                updatedAt: String, expiresAt: String?, staleWhileRevalidate: Int, hitCount: Int,
-                lastAccessedAt: String?) {
-        (self.namespace, self.key, self.body, self.encoding, self.contentType) = (namespace, key, body, encoding, contentType)
-        (self.identitySize, self.etag, self.model, self.version, self.promptDigest) = (identitySize, etag, model, version, promptDigest)
-        (self.tags, self.metadata, self.inputTokens, self.outputTokens) = (tags, metadata, inputTokens, outputTokens)
-        (self.createdAt, self.updatedAt, self.expiresAt) = (createdAt, updatedAt, expiresAt)
-        (self.staleWhileRevalidate, self.hitCount, self.lastAccessedAt) = (staleWhileRevalidate, hitCount, lastAccessedAt)
-    }
-
     private static func timestamp(_ column: String) -> String {
         "to_char((\(column)) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
-    }
-
-    init(row: PostgresRow) throws {
-        guard let namespace = try row.string("namespace"), let key = try row.bytes("key"), let body = try row.bytes("body"),
-              let encoding = try row.string("encoding").flatMap(BodyEncoding.init),
-              let contentType = try row.string("content_type"), let identitySize = try row.int("identity_size"),
-              let etag = try row.string("etag"), let createdAt = try row.string("created_at"),
-              let updatedAt = try row.string("updated_at"), let expiresAt = try row.string("expires_at") else {
-            throw PostgresError(.decoding, serverMessage: "entry row has unexpected NULLs")
-        }
-        (self.namespace, self.key, self.body, self.encoding, self.contentType) = (namespace, key, body, encoding, contentType)
-        (self.identitySize, self.etag) = (identitySize, etag)
-        (model, version, promptDigest) = (try row.string("model"), try row.string("version"), try row.string("prompt_digest"))
-        tags = try row.stringArray("tags") ?? []
-        metadata = try row.string("metadata")
-        (inputTokens, outputTokens) = (try row.int("input_tokens") ?? 0, try row.int("output_tokens") ?? 0)
-        (self.createdAt, self.updatedAt, self.expiresAt) = (createdAt, updatedAt, expiresAt)
-        staleWhileRevalidate = max(0, try row.int("stale_while_revalidate") ?? 0)
-        hitCount = max(0, try row.int("hit_count") ?? 0)
-        lastAccessedAt = try row.string("last_accessed_at")
-        staleUntil = try row.string("stale_until")
     }
 
     /// Written for readers only.
@@ -105,5 +72,28 @@ public struct DumpedEntry: Sendable, Equatable {
             ("last_accessed_at", lastAccessedAt.map { .string($0) } ?? .null),
         ]
         return Array(JSONValue.object(members).serialized.utf8) + [UInt8(ascii: "\n")]
+    }
+}
+
+extension DumpedEntry {
+    /// An export row (`columns`).
+    init(row: PostgresRow) throws {
+        guard let namespace = try row.string("namespace"), let key = try row.bytes("key"),
+              let body = try row.bytes("body"),
+              let encoding = try row.string("encoding").flatMap(BodyEncoding.init),
+              let contentType = try row.string("content_type"), let identitySize = try row.int("identity_size"),
+              let etag = try row.string("etag"), let createdAt = try row.string("created_at"),
+              let updatedAt = try row.string("updated_at"), let expiresAt = try row.string("expires_at") else {
+            throw PostgresError(.decoding, serverMessage: "entry row has unexpected NULLs")
+        }
+        self.init(namespace: namespace, key: key, body: body, encoding: encoding, contentType: contentType,
+                  identitySize: identitySize, etag: etag, model: try row.string("model"),
+                  version: try row.string("version"), promptDigest: try row.string("prompt_digest"),
+                  tags: try row.stringArray("tags") ?? [], metadata: try row.string("metadata"),
+                  inputTokens: try row.int("input_tokens") ?? 0, outputTokens: try row.int("output_tokens") ?? 0,
+                  createdAt: createdAt, updatedAt: updatedAt, expiresAt: expiresAt,
+                  staleWhileRevalidate: max(0, try row.int("stale_while_revalidate") ?? 0),
+                  hitCount: max(0, try row.int("hit_count") ?? 0), lastAccessedAt: try row.string("last_accessed_at"),
+                  staleUntil: try row.string("stale_until"))
     }
 }

@@ -65,16 +65,12 @@ public final class EntryReadBatcher: @unchecked Sendable {
     /// the server is no standby). Any statement sent after that probe sees at least that much.
     public private(set) var replayed: WALPosition?
     /// Monotonic nanoseconds as of which this standby is known current (see `WALHistory`).
-    public private(set) var currentAsOf: UInt64? {
-        didSet { published.withLock { $0 = currentAsOf } }
-    }
-    /// `currentAsOf` for other threads (the metrics collector), under its own lock.
-    private let published = NSLockedValue<UInt64?>(nil)
-
-    /// How far behind the primary this standby may be right now, in seconds, from any
-    /// thread; nil when unknown (down, not a standby, or not current at all).
-    public func publishedStaleness(now: UInt64) -> TimeInterval? {
-        published.withLock { value in value.map { now >= $0 ? TimeInterval(now - $0) / 1e9 : 0 } }
+    /// Set on the loop; read there and by the metrics collector, so kept under a lock.
+    private let known = NSLock()
+    private var knownCurrentAsOf: UInt64?
+    private var currentAsOf: UInt64? {
+        get { known.withLock { knownCurrentAsOf } }
+        set { known.withLock { knownCurrentAsOf = newValue } }
     }
 
     /// `replicaOf`: this batcher reads from a standby of the primary `WALHistory` samples;
@@ -110,7 +106,7 @@ public final class EntryReadBatcher: @unchecked Sendable {
         replayed.map { $0 >= position } ?? false
     }
 
-    /// How far behind the primary a read sent at `now` may be, at most (nil: unknown).
+    /// How far behind the primary a read sent at `now` may be, at most (nil: unknown). Any thread.
     public func staleness(now: UInt64) -> TimeInterval? {
         currentAsOf.map { now >= $0 ? TimeInterval(now - $0) / 1e9 : 0 }
     }
@@ -207,13 +203,3 @@ public final class EntryReadBatcher: @unchecked Sendable {
     }
 }
 
-/// A value behind a lock, for the few places one thread writes what another reads.
-final class NSLockedValue<Value>: @unchecked Sendable {
-    // @unchecked: `value` is touched only inside `withLock`.
-    private let lock = NSLock()
-    private var value: Value
-
-    init(_ value: Value) { self.value = value }
-
-    func withLock<T>(_ body: (inout Value) -> T) -> T { lock.withLock { body(&value) } }
-}

@@ -45,9 +45,7 @@ extension EntryStore {
     /// Records where the primary stands into `history`, stamped with the time before asking
     /// (so the stamp never runs ahead of the position).
     public func samplePosition(into history: WALHistory) throws {
-        var time = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &time)
-        let before = UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+        let before = WALHistory.now
         history.record(try position(Self.flushedPosition), at: before)
     }
 }

@@ -6,16 +6,18 @@ public final class GzipWriter {
     private let stream = ZStream()
     private var finished = false
 
-    public init(level: Int32 = 6) {
-        // windowBits 15 + 16: the gzip wrapper. Fails only without memory.
-        precondition(czlib_deflate_init2(stream.pointer, level, 15 + 16, 8) == Z_OK, "deflateInit2 failed")
+    /// Throws when zlib cannot start (no memory, a level outside 1-9).
+    public init(level: Int32 = 6) throws(Gzip.Failure) {
+        // windowBits 15 + 16: the gzip wrapper.
+        guard czlib_deflate_init2(stream.pointer, level, 15 + 16, 8) == Z_OK else { throw .malformed }
     }
 
     deinit { deflateEnd(stream.pointer) }
 
-    /// The compressed bytes for `bytes` (possibly none yet: zlib buffers).
+    /// The compressed bytes for `bytes` (possibly none yet: zlib buffers); after `finish`,
+    /// nothing (the stream is closed).
     public func write(_ bytes: [UInt8]) -> [UInt8] {
-        precondition(!finished, "write after finish")
+        guard !finished else { return [] }
         return run(bytes, flush: Z_NO_FLUSH)
     }
 

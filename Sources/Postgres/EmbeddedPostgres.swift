@@ -213,10 +213,18 @@ public final class EmbeddedPostgres: @unchecked Sendable {
     @discardableResult
     private func run(_ tool: String, _ arguments: [String], what: String, tolerate: Bool = false) throws -> Int32 {
         let executable = tool == "test" ? "/usr/bin/test" : try Self.locate(tool)
-        let command = runsAsRoot ? ["/usr/sbin/runuser", "-u", "postgres", "--", executable] : [executable]
+        return try Self.runAsOwner([executable] + arguments, what: what, tolerate: tolerate)
+    }
+
+    /// Runs `command` as a cluster's owner: `postgres` when this process is root (PostgreSQL
+    /// and PgBouncer refuse to run as root), else this user. Its status; unless `tolerate`, a
+    /// failure throws with the end of what it printed.
+    @discardableResult
+    public static func runAsOwner(_ command: [String], what: String, tolerate: Bool = false) throws -> Int32 {
+        let owner = getuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] : []
         let output = FileManager.default.temporaryDirectory.appendingPathComponent("teamcache-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: output) }
-        let status = try Subprocess.run(command + arguments, output: output)
+        let status = try Subprocess.run(owner + command, output: output)
         if status != 0 && !tolerate {
             let text = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
             throw EmbeddedPostgresError.commandFailed(what: what, status: status, output: String(text.suffix(2000)))

@@ -21,6 +21,13 @@ public final class WALHistory: @unchecked Sendable {
         current = UInt64(max(0, currentFor) * 1e9)
     }
 
+    /// Monotonic nanoseconds (CLOCK_MONOTONIC, the clock the event loops' `nanoseconds` read).
+    public static var now: UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+    }
+
     /// The primary stood at `position` at monotonic time `at` (nanoseconds).
     public func record(_ position: WALPosition, at: UInt64) {
         lock.withLock {

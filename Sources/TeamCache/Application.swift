@@ -208,10 +208,8 @@ public final class Application: Sendable {
         let lag = metrics.gauge("teamcache_read_standby_lag_seconds",
                                 "How far behind the primary the read standby may be (-1: unknown, not read from).")
         metrics.addCollector {
-            var time = timespec()
-            clock_gettime(CLOCK_MONOTONIC, &time)
-            let now = UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
-            let seen = replicas.map { $0.publishedStaleness(now: now) }
+            let now = WALHistory.now
+            let seen = replicas.map { $0.staleness(now: now) }
             lag.set([], seen.contains(where: { $0 == nil }) ? -1 : seen.compactMap { $0 }.max() ?? -1)
         }
     }

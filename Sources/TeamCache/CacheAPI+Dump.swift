@@ -76,18 +76,11 @@ extension CacheAPI {
 
     /// The request's dump, inflated when sent as gzip (at most `importRequestBytes`).
     private static func importBody(_ request: HTTPRequest) throws -> [UInt8] {
-        let coding = HeaderList.split(request.headers, "Content-Encoding").map { $0.lowercased() }.filter { $0 != "identity" }
-        switch coding {
-        case []: return request.body
-        case ["gzip"], ["x-gzip"]:
-            do { return try Gzip.decompress(request.body, limit: importRequestBytes) } catch Gzip.Failure.tooLarge {
-                throw HTTPError(413, "The dump inflates past \(importRequestBytes) bytes; send it in parts.")
-            } catch {
-                throw HTTPError(400, "The body is declared gzip but is not a valid gzip stream.", title: "Bad gzip")
-            }
-        default:
-            throw HTTPError(415, "Only gzip request bodies (or none) are accepted as Content-Encoding.",
-                            headers: HTTPHeaders([("Accept-Encoding", "gzip")]))
+        guard try bodyIsGzip(request) else { return request.body }
+        do { return try Gzip.decompress(request.body, limit: importRequestBytes) } catch Gzip.Failure.tooLarge {
+            throw HTTPError(413, "The dump inflates past \(importRequestBytes) bytes; send it in parts.")
+        } catch {
+            throw badGzip
         }
     }
 

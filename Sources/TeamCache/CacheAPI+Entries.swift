@@ -161,24 +161,35 @@ extension CacheAPI {
     }
 
     private func storedBody(_ request: HTTPRequest, contentType: String) throws -> StoredBody {
+        guard try Self.bodyIsGzip(request) else {
+            guard request.body.count <= policy.maxBodyBytes else { throw tooLarge() }
+            return StoredBody.fromIdentity(request.body, contentType: contentType, policy: policy)
+        }
+        do {
+            return try StoredBody.fromGzip(request.body, policy: policy)
+        } catch .tooLarge {
+            throw tooLarge()
+        } catch {
+            throw Self.badGzip
+        }
+    }
+
+    /// Whether the request body is gzip (else identity): `Content-Encoding` may name gzip or
+    /// nothing; any other coding is a 415.
+    static func bodyIsGzip(_ request: HTTPRequest) throws -> Bool {
         let coding = HeaderList.split(request.headers, "Content-Encoding").map { $0.lowercased() }
             .filter { $0 != "identity" }
         switch coding {
-        case []:
-            guard request.body.count <= policy.maxBodyBytes else { throw tooLarge() }
-            return StoredBody.fromIdentity(request.body, contentType: contentType, policy: policy)
-        case ["gzip"], ["x-gzip"]:
-            do {
-                return try StoredBody.fromGzip(request.body, policy: policy)
-            } catch .tooLarge {
-                throw tooLarge()
-            } catch {
-                throw HTTPError(400, "The body is declared gzip but is not a valid gzip stream.", title: "Bad gzip")
-            }
+        case []: return false
+        case ["gzip"], ["x-gzip"]: return true
         default:
             throw HTTPError(415, "Only gzip request bodies (or none) are accepted as Content-Encoding.",
                             headers: HTTPHeaders([("Accept-Encoding", "gzip")]))
         }
+    }
+
+    static var badGzip: HTTPError {
+        HTTPError(400, "The body is declared gzip but is not a valid gzip stream.", title: "Bad gzip")
     }
 
     private func tooLarge() -> HTTPError {

@@ -143,28 +143,27 @@ struct LoopReads: Sendable {
             return
         }
         let standby = replicas.isEmpty || !standbyAllowed ? nil : minimum ?? WALPosition(0)
-        read(plan, request, responder, mayPark: true, standby: standby)
+        // A client that names a position always reads a database, re-reads after a wait too:
+        // this process's kept copy may predate a write another replica acknowledged, until
+        // that write's notification arrives.
+        read(plan, request, responder, mayPark: true, standby: standby, nearCache: minimum == nil)
     }
 
     /// One read of the plan's entry by the loop's batcher, and what follows from it.
     /// `standby`: the read may be served by the standby if it has replayed that far (nil:
     /// from the primary: re-reads after a wait, and every read without a standby).
     private func read(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder, mayPark: Bool,
-                      standby: WALPosition? = nil) {
+                      standby: WALPosition? = nil, nearCache: Bool) {
         guard case .read(let namespace, let key, _, let finish) = plan else { return }
         let api = self.api
         // Noted before the read: a wake-up of the key after this point is not lost.
         let since = waiters?.now ?? 0
-        // A client that names a position always reads a database (re-reads after a wait too):
-        // this process's kept copy may predate a write another replica acknowledged, until
-        // that write's notification arrives.
-        if let near, request.headers[CacheAPI.minPositionHeader] == nil,
-           let entry = near.entry(namespace.name, key.bytes) {
-            follow(plan, request, responder, since: since) { try finish(entry, mayPark) }
+        if nearCache, let near, let entry = near.entry(namespace.name, key.bytes) {
+            follow(plan, request, responder, since: since, nearCache: nearCache) { try finish(entry, mayPark) }
             return
         }
         if let standby, let replica = usableReplica(responder.loop, replayed: standby, namespace, key) {
-            readFromStandby(replica, plan, request, responder, mayPark: mayPark, since: since)
+            readFromStandby(replica, plan, request, responder, mayPark: mayPark, since: since, nearCache: nearCache)
             return
         }
         // Noted before the read too: what it reads is kept only if no write invalidated it since.
@@ -180,16 +179,18 @@ struct LoopReads: Sendable {
                 responder.offload { try finish(entry, false).resolved() }
             case .found(let entry):
                 near?.admit(entry, since: nearSince)
-                follow(plan, request, responder, since: since) { try finish(entry, mayPark) }
+                follow(plan, request, responder, since: since, nearCache: nearCache) { try finish(entry, mayPark) }
             case .absent:
-                follow(plan, request, responder, since: since) { try finish(nil, mayPark) }
+                follow(plan, request, responder, since: since, nearCache: nearCache) { try finish(nil, mayPark) }
             }
         }
         // The loop's connection is not up (yet): read through the pool on a worker, and go on
         // here with what it found, so the request can still wait.
         if !queued {
             responder.offload({ try api.guarded(request) { try api.store.fetch(namespace, key) } }) { fetched in
-                follow(plan, request, responder, since: since) { try finish(fetched.get(), mayPark) }
+                follow(plan, request, responder, since: since, nearCache: nearCache) {
+                    try finish(fetched.get(), mayPark)
+                }
             }
         }
     }
@@ -215,10 +216,10 @@ struct LoopReads: Sendable {
     /// read from the standby is kept in the near-cache: the cache's fill guard knows only
     /// the invalidations this process has seen, and a standby's answer may predate them.
     private func readFromStandby(_ replica: EntryReadBatcher, _ plan: ReadPlan, _ request: HTTPRequest,
-                                 _ responder: Responder, mayPark: Bool, since: UInt64) {
+                                 _ responder: Responder, mayPark: Bool, since: UInt64, nearCache: Bool) {
         guard case .read(let namespace, let key, _, let finish) = plan else { return }
         let now = api.store.clock.now()
-        let fromPrimary = { read(plan, request, responder, mayPark: mayPark) }
+        let fromPrimary = { read(plan, request, responder, mayPark: mayPark, nearCache: nearCache) }
         let queued = replica.read(namespace, key) { outcome in
             guard case .found(let entry) = outcome, entry.expiresAt > now,
                   entry.identitySize <= Self.inlineEntryLimit else {
@@ -228,7 +229,7 @@ struct LoopReads: Sendable {
             }
             replicaReads?.inc(["standby"])
             near?.noteRead(namespace.name, key.bytes)
-            follow(plan, request, responder, since: since) { try finish(entry, mayPark) }
+            follow(plan, request, responder, since: since, nearCache: nearCache) { try finish(entry, mayPark) }
         }
         if !queued { fromPrimary() }
     }
@@ -236,18 +237,18 @@ struct LoopReads: Sendable {
     /// Answers on the loop, hands what may block to a worker (and goes on with its result
     /// here), or parks the request until its key changes or its time is up.
     private func follow(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder, since: UInt64,
-                        _ step: () throws -> ReadAnswer) {
+                        nearCache: Bool, _ step: () throws -> ReadAnswer) {
         do {
             switch try step() {
             case .response(let response):
                 responder.respond(response)
             case .blocking(let work):
                 responder.offload(work) { result in
-                    follow(plan, request, responder, since: since) { try result.get() }
+                    follow(plan, request, responder, since: since, nearCache: nearCache) { try result.get() }
                 }
             case .park(let seconds):
                 guard case .read(let namespace, let key, _, _) = plan, let waiters else {
-                    read(plan, request, responder, mayPark: false)
+                    read(plan, request, responder, mayPark: false, nearCache: nearCache)
                     return
                 }
                 // Its client left while it was being read again: nobody to wait for.
@@ -256,14 +257,14 @@ struct LoopReads: Sendable {
                 responder.allowWaiting(seconds)
                 let parking = waiters.park(namespace: namespace.name, key: key.bytes, since: since,
                                            loop: responder.loop, at: at) { final in
-                    read(plan, request, responder, mayPark: !final)
+                    read(plan, request, responder, mayPark: !final, nearCache: nearCache)
                 }
                 switch parking {
                 case .parked(let waiter):
                     // A client that hangs up stops waiting at once: no waiter kept to its deadline.
                     responder.whenClientLeaves { waiters.cancel(waiter) }
-                case .wokenMeanwhile: read(plan, request, responder, mayPark: true)
-                case .full: read(plan, request, responder, mayPark: false)
+                case .wokenMeanwhile: read(plan, request, responder, mayPark: true, nearCache: nearCache)
+                case .full: read(plan, request, responder, mayPark: false, nearCache: nearCache)
                 }
             }
         } catch {

@@ -51,13 +51,8 @@ public final class PgBouncer: Sendable {
         try settings.write(to: folder.appendingPathComponent("pgbouncer.ini"), atomically: true, encoding: .utf8)
         try "\"postgres\" \"\"\n".write(to: folder.appendingPathComponent("users.txt"), atomically: true,
                                         encoding: .utf8)
-        let command = (getuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] : [])
-            + [binary, "-d", folder.appendingPathComponent("pgbouncer.ini").path]
-        let output = folder.appendingPathComponent("start.log")
-        let status = try Subprocess.run(command, output: output)
-        guard status == 0 else {
-            throw PgBouncerError.failed((try? String(contentsOf: output, encoding: .utf8)) ?? "exit \(status)")
-        }
+        try EmbeddedPostgres.runAsOwner([binary, "-d", folder.appendingPathComponent("pgbouncer.ini").path],
+                                        what: "start pgbouncer")
         // `-d` returns once daemonised; wait until it accepts connections.
         for _ in 0..<100 where (try? RawClient(port: port, timeout: 1)) == nil {
             Thread.sleep(forTimeInterval: 0.05)

@@ -128,13 +128,6 @@ public final class ReplicatedCluster: @unchecked Sendable {
     }
 
     private func tool(_ name: String, _ arguments: [String], tolerate: Bool = false) throws {
-        let executable = try EmbeddedPostgres.locate(name)
-        let command = (getuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] : []) + [executable] + arguments
-        let output = root.appendingPathComponent("\(name).out")
-        let status = try Subprocess.run(command, output: output)
-        if status != 0 && !tolerate {
-            let text = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
-            throw EmbeddedPostgresError.commandFailed(what: name, status: status, output: String(text.suffix(2000)))
-        }
+        try EmbeddedPostgres.runAsOwner([try EmbeddedPostgres.locate(name)] + arguments, what: name, tolerate: tolerate)
     }
 }

@@ -28,7 +28,7 @@ enum ExportCommand {
         }
         return try DatabaseSession.with(arguments) { _, pool, configuration in
             let store = EntryStore(pool: pool, policy: configuration.cache)
-            let output = DumpOutput(gzip: arguments.switches.contains("--gzip"))
+            let output = try DumpOutput(gzip: arguments.switches.contains("--gzip"))
             var progress = Progress(verb: "exported")
             try store.export(namespace: namespace, since: arguments.values["--since"]) { entry in
                 let line = entry.line()
@@ -47,7 +47,7 @@ final class DumpOutput {
     private let gzip: GzipWriter?
     private var buffer: [UInt8] = []
 
-    init(gzip: Bool) { self.gzip = gzip ? GzipWriter() : nil }
+    init(gzip: Bool) throws { self.gzip = gzip ? try GzipWriter() : nil }
 
     func write(_ bytes: [UInt8]) throws {
         buffer += gzip?.write(bytes) ?? bytes
@@ -71,42 +71,4 @@ final class DumpOutput {
         }
         buffer.removeAll(keepingCapacity: true)
     }
-}
-
-/// A line on standard error once a second (entries, bytes, rate, and ETA when the total is
-/// known), and a last one at the end.
-struct Progress {
-    let verb: String
-    let unit: String
-    var total: Int?
-    private(set) var entries = 0
-    private(set) var bytes = 0
-    private let started = Date()
-    private var lastShown = Date()
-
-    init(verb: String, unit: String = "entries", total: Int? = nil) {
-        self.verb = verb
-        self.unit = unit
-        self.total = total
-    }
-
-    mutating func count(entries: Int, bytes: Int, done: Int? = nil) {
-        self.entries += entries
-        self.bytes += bytes
-        guard Date().timeIntervalSince(lastShown) >= 1 else { return }
-        lastShown = Date()
-        show(done: done)
-    }
-
-    func show(done: Int? = nil, extra: String = "") {
-        let seconds = max(Date().timeIntervalSince(started), 0.001)
-        var line = "\(verb) \(entries) \(unit), \(String(format: "%.1f", Double(bytes) / 1e6)) MB, "
-            + "\(Int(Double(entries) / seconds)) \(unit)/s"
-        if let total, let done, done > 0, total > done {
-            line += ", ETA \(Int(seconds * Double(total - done) / Double(done))) s"
-        }
-        printError(line + extra)
-    }
-
-    func finish(extra: String = "") { show(extra: extra) }
 }

@@ -8,7 +8,7 @@ import Testing
     @Test func gzipStreamsRoundTripInPieces() throws {
         var original: [UInt8] = []
         for index in 0..<50_000 { original += Array("line \(index) of a dump\n".utf8) }
-        let writer = GzipWriter()
+        let writer = try GzipWriter()
         var compressed: [UInt8] = []
         var offset = 0
         while offset < original.count {
@@ -17,7 +17,7 @@ import Testing
             offset = end
         }
         compressed += writer.finish()
-        let second = GzipWriter()
+        let second = try GzipWriter()
         let tail = second.write(Array("a second member\n".utf8)) + second.finish()
         let reader = try GzipReader(maxPiece: 4096)
         var inflated: [UInt8] = []
@@ -31,6 +31,8 @@ import Testing
             }
         }
         #expect(inflated == original + Array("a second member\n".utf8))
+        #expect(second.write([1, 2, 3]).isEmpty && second.finish().isEmpty, "a finished stream takes nothing more")
+        #expect(throws: Gzip.Failure.self) { try GzipWriter(level: 42) }
         #expect(reader.ended)
         let truncated = try GzipReader()
         truncated.feed(Array(compressed.prefix(compressed.count / 2)))

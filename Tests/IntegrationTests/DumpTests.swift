@@ -142,7 +142,7 @@ import TestSupport
         for index in 0..<3000 {
             lines += "{\"namespace\":\"cut\",\"key\":\"k\(index)\",\"body\":\"\(UUID().uuidString) \(index)\"}\n"
         }
-        let writer = GzipWriter()
+        let writer = try GzipWriter()
         let whole = writer.write(Array(lines.utf8)) + writer.finish()
         let folder = FileManager.default.temporaryDirectory
         let full = folder.appendingPathComponent("dump-\(UUID().uuidString).gz")

@@ -73,22 +73,10 @@ import TestSupport
         let path = entryPath("failover", "after")
         #expect(try service.request("PUT", path, body: Array("after".utf8)).status == 201)
         #expect(try service.request("GET", path).text == "after")
-        let namespace = TestService.namespace("failover-wait")
-        let descriptor = "\"model\":\"m\",\"prompt\":\"after the failover\""
         // The listener reconnects on its own schedule; a waiter parked before that is
         // still answered (it re-checks when the listener comes back), so give it a moment.
         Thread.sleep(forTimeInterval: 1)
-        let first = try object(try service.request("POST", "/v1/caches/\(namespace)/lookup",
-                                                   json: "{\(descriptor),\"lease\":30}"))
-        let lease = try #require((first["lease"] as? [String: Any])?["id"] as? String)
-        let (group, answers) = WaitTests.burst(2, ports: [service.port], namespace: namespace,
-                                               body: "{\(descriptor),\"lease\":30,\"wait\":10}")
-        Thread.sleep(forTimeInterval: 0.5)
-        let filled = ProcessInfo.processInfo.systemUptime
-        #expect(try WaitTests.upsert(service.port, namespace, descriptor, lease: lease) == 201)
-        #expect(group.wait(timeout: .now() + 10) == .success)
-        let took = ProcessInfo.processInfo.systemUptime - filled
-        #expect(answers.value.count == 2 && took < 1, "waiters answered \(took) s after the fill")
+        try WaitTests.fillWakesWaiters(service, count: 2, prefix: "failover-wait")
     }
 
     /// One writer: PUTs of new keys, as fast as answers come, until told to stop.

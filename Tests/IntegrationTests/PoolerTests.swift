@@ -59,7 +59,7 @@ import TestSupport
         #expect(failed.isEmpty, "\(failed.count) failed, first: \(failed.prefix(3)); pgbouncer: \(bouncer.log.suffix(800))")
         #expect(service.app.eviction.runCycle() != nil)
         #expect(service.app.eviction.runCycle() != nil, "the first cycle's lock was released")
-        try wakesAWaiter(service)
+        try WaitTests.fillWakesWaiters(service, count: 3, prefix: "pooled-wait")
     }
 
     /// One client's mix of every kind of request, each checked for its expected status.
@@ -90,25 +90,5 @@ import TestSupport
                 check("DELETE", try service.request("DELETE", path), [204, 404])
             }
         }
-    }
-
-    /// A lookup that waits on a lease is answered by the fill within a second: the fill's
-    /// notification reached this process's listener.
-    func wakesAWaiter(_ service: TestService) throws {
-        let namespace = TestService.namespace("pooled-wait")
-        let descriptor = "\"model\":\"m\",\"prompt\":\"one call\""
-        let first = try object(try service.request("POST", "/v1/caches/\(namespace)/lookup",
-                                                   json: "{\(descriptor),\"lease\":30}"))
-        let lease = try #require((first["lease"] as? [String: Any])?["id"] as? String)
-        let (group, answers) = WaitTests.burst(3, ports: [service.port], namespace: namespace,
-                                               body: "{\(descriptor),\"lease\":30,\"wait\":10}")
-        Thread.sleep(forTimeInterval: 0.5)
-        #expect(answers.value.isEmpty)
-        let filled = ProcessInfo.processInfo.systemUptime
-        #expect(try WaitTests.upsert(service.port, namespace, descriptor, lease: lease) == 201)
-        #expect(group.wait(timeout: .now() + 10) == .success)
-        let took = ProcessInfo.processInfo.systemUptime - filled
-        #expect(answers.value.count == 3 && answers.value.allSatisfy { $0.object["hit"] as? Bool == true })
-        #expect(took < 1, "waiters answered \(took) s after the fill")
     }
 }

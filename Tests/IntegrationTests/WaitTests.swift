@@ -45,6 +45,27 @@ import TestSupport
             body: Array("{\(descriptor),\"response\":\"the answer\"\(leaseMember)}".utf8)).status
     }
 
+    /// One caller takes a lease, `count` more park on it with `wait`, and the holder's fill
+    /// answers every one of them with the hit within a second: the fill's notification
+    /// reached this process's listener.
+    static func fillWakesWaiters(_ service: TestService, count: Int, prefix: String) throws {
+        let namespace = TestService.namespace(prefix)
+        let descriptor = "\"model\":\"m\",\"prompt\":\"one call\""
+        let first = try object(try service.request("POST", "/v1/caches/\(namespace)/lookup",
+                                                   json: "{\(descriptor),\"lease\":30}"))
+        let lease = try #require((first["lease"] as? [String: Any])?["id"] as? String)
+        let (group, answers) = burst(count, ports: [service.port], namespace: namespace,
+                                     body: "{\(descriptor),\"lease\":30,\"wait\":10}")
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(answers.value.isEmpty)
+        let filled = ProcessInfo.processInfo.systemUptime
+        #expect(try upsert(service.port, namespace, descriptor, lease: lease) == 201)
+        #expect(group.wait(timeout: .now() + 10) == .success)
+        let took = ProcessInfo.processInfo.systemUptime - filled
+        #expect(answers.value.count == count && answers.value.allSatisfy { $0.object["hit"] as? Bool == true })
+        #expect(took < 1, "waiters answered \(took) s after the fill")
+    }
+
     static func waitForLease(_ answers: Locked<[Answer]>) -> String? {
         for _ in 0..<100 {
             if let lease = answers.value.compactMap({ ($0.object["lease"] as? [String: Any])?["id"] as? String }).first {
