@@ -18,6 +18,8 @@ public struct CachePolicy: Sendable {
     public var hardCapRatio = 1.1
     /// Entries not read for this long are evicted (30 days).
     public var idleTTL = 30 * 24 * 3600
+    /// How long the change feed keeps a change (7 days); a cursor older answers 410 Gone.
+    public var changeRetention = 7 * 24 * 3600
 
     public init() {}
 

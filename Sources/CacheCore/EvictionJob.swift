@@ -19,7 +19,9 @@ public final class EvictionJob: Sendable {
     public struct Report: Sendable, Equatable {
         public var entries: [Reason: Int] = [:]
         public var bytes: [Reason: Int] = [:]
-        public var isEmpty: Bool { entries.values.allSatisfy { $0 == 0 } }
+        /// Changes dropped from the feed (older than the retention).
+        public var changesTrimmed = 0
+        public var isEmpty: Bool { entries.values.allSatisfy { $0 == 0 } && changesTrimmed == 0 }
     }
 
     static let lockKey: Int64 = 0x7463_6576_6963  // "tcevic"
@@ -152,7 +154,7 @@ public final class EvictionJob: Sendable {
             metrics?.record(report, seconds: Date().timeIntervalSince(started))
             if !report.isEmpty {
                 logger.info("eviction cycle", Reason.allCases.map { ($0.rawValue, .int(report.entries[$0] ?? 0)) }
-                    + [("bytes", .int(report.bytes.values.reduce(0, +)))])
+                    + [("bytes", .int(report.bytes.values.reduce(0, +))), ("changes_trimmed", .int(report.changesTrimmed))])
             }
             return report
         } catch {
@@ -182,6 +184,9 @@ public final class EvictionJob: Sendable {
         }
         // Leases that ran out unfilled: their keys are free for the next caller either way.
         try leases?.sweep(on: connection)
+        // The change feed keeps what a follower may still ask for; older changes go.
+        report.changesTrimmed = try EntryStore.trimChanges(
+            before: now.addingTimeInterval(-Double(policy.changeRetention)), on: connection)
         if policy.storeMaxBytes > 0, let stored = try connection.query(Self.storeBytes).first?.int("stored"),
            stored > Int(policy.storeMaxBytes) {
             try shrink("", excess: stored - Int(policy.storeMaxBytes), started: now, on: connection, into: &report)

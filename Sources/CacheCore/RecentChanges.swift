@@ -10,6 +10,8 @@ public struct RecentChanges: Sendable {
     /// Changes so far; note it before a read.
     public private(set) var count: UInt64 = 0
     private var last: [String: [[UInt8]: UInt64]] = [:]
+    /// The last change of any key of a namespace (the change feed's waiters ask this).
+    private var lastInNamespace: [String: UInt64] = [:]
     private var remembered = 0
     private var forgottenBefore: UInt64 = 0
     public let bound: Int
@@ -21,10 +23,12 @@ public struct RecentChanges: Sendable {
         count &+= 1
         if remembered >= bound {
             last = [:]
+            lastInNamespace = [:]
             remembered = 0
             forgottenBefore = count
         }
         if last[namespace, default: [:]].updateValue(count, forKey: key ?? []) == nil { remembered += 1 }
+        lastInNamespace[namespace] = count
     }
 
     /// A change of everything (notifications may have been missed).
@@ -33,9 +37,11 @@ public struct RecentChanges: Sendable {
         forgottenBefore = count
     }
 
-    /// Whether (namespace, key) may have changed after `since` (a count noted earlier).
+    /// Whether (namespace, key) may have changed after `since` (a count noted earlier). The
+    /// empty key (no entry has one) asks whether any key of the namespace did.
     public func changed(_ namespace: String, _ key: [UInt8], since: UInt64) -> Bool {
         if since < forgottenBefore { return true }
+        if key.isEmpty { return (lastInNamespace[namespace] ?? 0) > since }
         let keys = last[namespace]
         return max(keys?[key] ?? 0, keys?[[]] ?? 0) > since
     }

@@ -12,6 +12,8 @@ import HTTPServer
 /// transfer cut short resumes from its last page instead of starting over.
 extension CacheAPI {
     static let nextCursorHeader = "TeamCache-Next-Cursor"
+    /// On an export's first page: the change feed's cursor as the export began.
+    static let changesCursorHeader = "TeamCache-Changes-Cursor"
     static let exportPageBytes = 16 * 1024 * 1024
     /// Most inflated bytes of one import request (a dump split over requests goes further).
     static let importRequestBytes = 64 * 1024 * 1024
@@ -28,12 +30,15 @@ extension CacheAPI {
             return text
         }
         var body: [UInt8] = []
+        // The first page says where a follower of the change feed starts, taken before it reads.
+        let feedCursor = after == nil ? try guarded(request) { try store.sequenceChanges() } : nil
         let page = try guarded(request) {
             try store.exportPage(namespace: namespace, since: since, after: after.map { (namespace.name, $0) },
                                  limit: limit, byteBudget: Self.exportPageBytes) { body += $0.line() }
         }
         var headers = HTTPHeaders([("Content-Type", "application/x-ndjson"), ("Vary", "Accept-Encoding")])
         if page.more, let last = page.last { headers.add(Self.nextCursorHeader, Self.cursor(last.key)) }
+        if let feedCursor { headers.add(Self.changesCursorHeader, String(feedCursor)) }
         if AcceptEncoding.allowsGzip(request.headers) && body.count > 256 {
             body = Gzip.compress(body, level: policy.compressionLevel)
             headers.add("Content-Encoding", "gzip")

@@ -133,6 +133,8 @@ struct SettingReader {
         config.cache.storeMaxBytes = Int64(try integer("TEAMCACHE_MAX_BYTES", 0...(1 << 60), default: 0))
         config.cache.hardCapRatio = try number("TEAMCACHE_HARD_CAP_RATIO", 1...10, default: 1.1)
         config.cache.idleTTL = Int(try duration("TEAMCACHE_IDLE_TTL", 60...3_153_600_000, default: 30 * 86400))
+        config.cache.changeRetention = Int(try duration("TEAMCACHE_CHANGE_RETENTION", 60...3_153_600_000,
+                                                        default: 7 * 86400))
         config.evictionInterval = try duration("TEAMCACHE_EVICTION_INTERVAL", 1...86400, default: 60)
         config.accessFlushInterval = try duration("TEAMCACHE_ACCESS_FLUSH_INTERVAL", 0.05...3600, default: 2)
         config.accessTracking = try flag("TEAMCACHE_ACCESS_TRACKING", default: true)

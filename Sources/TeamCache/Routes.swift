@@ -90,6 +90,8 @@ extension Application {
             secured("POST", "/v1/caches/{ns}/import", .admin, api.importLines),
             secured("GET", "/v1/stats", .admin, api.globalStats),
         ]
+        let feed = ChangeFeedRoute(api: api, auth: auth, waiters: reads.waiters)
+        routes.append(deferWrites ? feed.route() : feed.blockingRoute())
         routes.append(metricsNeedAuth
             ? secured("GET", "/metrics", .admin) { request, _ in operations.prometheus(request) }
             : Route("GET", "/metrics", .worker, handler: operations.prometheus))

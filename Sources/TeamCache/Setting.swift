@@ -73,6 +73,8 @@ public struct Setting: Sendable {
         Setting(variable: "TEAMCACHE_MAX_TTL", flag: nil, defaultValue: "365d", help: "Largest ?ttl= accepted."),
         Setting(variable: "TEAMCACHE_STALE_RETENTION", flag: nil, defaultValue: "24h",
                 help: "How long expired entries are kept for max-stale."),
+        Setting(variable: "TEAMCACHE_CHANGE_RETENTION", flag: nil, defaultValue: "7d",
+                help: "How long the change feed keeps changes; an older cursor answers 410 Gone."),
         Setting(variable: "TEAMCACHE_COMPRESSION_LEVEL", flag: nil, defaultValue: "6", help: "zlib level (1-9)."),
         Setting(variable: "TEAMCACHE_MAX_BYTES", flag: nil, defaultValue: "0",
                 help: "Soft cap of the store in stored bytes (0: none); LRU eviction keeps under it."),

@@ -29,6 +29,10 @@ final class Waiters: @unchecked Sendable {
         }
     }
 
+    /// The key a waiter parks on to wake at a change of any key of its namespace (no entry
+    /// has an empty key).
+    static let anyKey: [UInt8] = []
+
     /// How often a waiter re-checks while the listener is down (notifications may be lost).
     static let fallbackRecheck: TimeInterval = 1
 
@@ -120,6 +124,8 @@ final class Waiters: @unchecked Sendable {
             var taken: [Waiter] = []
             if let key {
                 taken = keys.removeValue(forKey: key).map { Array($0.values) } ?? []
+                // Waiters on the whole namespace (the change feed's) wake at any of its keys.
+                taken += keys.removeValue(forKey: Self.anyKey).map { Array($0.values) } ?? []
             } else {
                 taken = keys.values.flatMap(\.values)
                 keys = [:]

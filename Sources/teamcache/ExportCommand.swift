@@ -13,6 +13,9 @@ enum ExportCommand {
         in pages from the database's (namespace, key) index: memory stays flat whatever the
         store's size. Progress goes to standard error. `teamcache import` reads it back.
 
+        Standard error also names the change feed's cursor as the export began: a follower
+        that loads this dump follows GET /v1/caches/NS/changes?since=CURSOR from there.
+
         \(Help.database)
         """
 
@@ -29,6 +32,11 @@ enum ExportCommand {
         return try DatabaseSession.with(arguments) { _, pool, configuration in
             let store = EntryStore(pool: pool, policy: configuration.cache)
             let output = try DumpOutput(gzip: arguments.switches.contains("--gzip"))
+            // Taken before the first page: every change after it is either in the dump or
+            // in the feed after it (both, for a change made while exporting: replaying it is
+            // idempotent).
+            let cursor = try store.sequenceChanges()
+            FileHandle.standardError.write(Data("teamcache export: change feed cursor \(cursor)\n".utf8))
             var progress = Progress(verb: "exported")
             try store.export(namespace: namespace, since: arguments.values["--since"]) { entry in
                 let line = entry.line()

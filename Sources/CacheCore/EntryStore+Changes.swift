@@ -1,0 +1,138 @@
+import Foundation
+import Postgres
+
+/// The change feed (migration 0012): numbered by a sequencer run before each read, read by
+/// (namespace, seq) from a cursor, trimmed by the eviction cycle.
+extension EntryStore {
+    static let sequenceChanges = "SELECT tc_sequence_changes($1::int4) AS head"
+    /// Rows numbered per sequencer run at most (a backlog is numbered over several reads).
+    static let sequencerBatch = 10_000
+
+    /// The head, the namespace's floor and its changes after `$2`, in one statement (so one
+    /// snapshot: every change numbered at or below the head it reads is in it). The entry's
+    /// id comes with a put whose version the entry still holds, for its body.
+    static let readChanges = """
+        WITH head AS (
+            SELECT h.last, coalesce((SELECT floor FROM change_feed_floors WHERE namespace = $1), 0) AS floor
+            FROM change_feed_head h)
+        SELECT head.last AS head, head.floor AS floor, c.seq, c.kind, c.key, c.etag, c.identity_size, c.stored_size,
+            c.content_type, \(timestamp("c.expires_at")) AS expires_at,
+            \(timestamp("c.expires_at + make_interval(secs => c.stale_while_revalidate::float8)")) AS stale_until,
+            e.id AS entry_id
+        FROM head
+        LEFT JOIN LATERAL (SELECT * FROM entry_changes WHERE namespace = $1 AND seq > $2 ORDER BY seq LIMIT $3) c ON true
+        LEFT JOIN entries e ON c.kind = 'put' AND e.namespace = $1 AND e.key = c.key AND e.etag = c.etag
+        ORDER BY c.seq
+        """
+    static let changeBodies = "SELECT id, etag, body, encoding FROM entries WHERE id = ANY($1)"
+    static let trimChanges = "SELECT tc_trim_changes($1, $2::int4) AS trimmed"
+    /// Bodies of one feed page at most (stored bytes; a page holds at least one change).
+    public static let feedPageBytes = 16 * 1024 * 1024
+
+    private static func timestamp(_ column: String) -> String {
+        "to_char((\(column)) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+    }
+
+    /// Numbers the changes committed so far; returns the feed's head.
+    @discardableResult
+    public func sequenceChanges() throws -> Int64 {
+        try pool.withConnection { try Self.sequenceChanges(on: $0) }
+    }
+
+    static func sequenceChanges(on connection: PostgresConnection) throws -> Int64 {
+        guard let head = try connection.query(Self.sequenceChanges, [.int(Self.sequencerBatch)]).first?.int("head") else {
+            throw PostgresError(.decoding, serverMessage: "tc_sequence_changes gave no head")
+        }
+        return Int64(head)
+    }
+
+    /// Up to `limit` changes of `namespace` after `cursor`, in feed order, with the bodies
+    /// of puts still current when `bodies` (at most `feedPageBytes` of them, and then the
+    /// page ends early). Throws `FeedCursorError` for a cursor that cannot be followed.
+    public func changes(_ namespace: Namespace, after cursor: Int64, limit: Int, bodies: Bool) throws -> FeedPage {
+        let limit = min(max(1, limit), 10_000)
+        return try pool.withConnection { connection in
+            try Self.sequenceChanges(on: connection)
+            let rows = try connection.query(Self.readChanges, [.text(namespace.name), .int(Int(cursor)), .int(limit)]).rows
+            guard let head = try rows.first?.int("head").map(Int64.init),
+                  let floor = try rows.first?.int("floor").map(Int64.init) else {
+                throw PostgresError(.decoding, serverMessage: "change feed head missing")
+            }
+            if cursor < floor { throw FeedCursorError.gone(floor: floor) }
+            if cursor > head { throw FeedCursorError.ahead(head: head) }
+            var changes = try rows.compactMap(Self.change)
+            var more = changes.count == limit
+            if bodies {
+                let kept = Self.withinBudget(changes)
+                more = more || kept < changes.count
+                changes.removeLast(changes.count - kept)
+                try Self.attachBodies(&changes, on: connection)
+            }
+            // A full page goes on after its last change; a short one has seen everything up
+            // to the head (the same snapshot), so the next ask starts there.
+            let next = more ? (changes.last?.cursor ?? cursor) : max(cursor, head)
+            return FeedPage(changes: changes, next: next, more: more)
+        }
+    }
+
+    /// A feed row; nil for the head-only row of an empty page.
+    private static func change(_ row: PostgresRow) throws -> FeedChange? {
+        guard let seq = try row.int("seq") else { return nil }
+        guard let kind = try row.string("kind").flatMap(FeedChange.Kind.init), let key = try row.bytes("key") else {
+            throw PostgresError(.decoding, serverMessage: "change row has unexpected NULLs")
+        }
+        return FeedChange(cursor: Int64(seq), kind: kind, key: key, etag: try row.string("etag"),
+                          identitySize: try row.int("identity_size"), storedSize: try row.int("stored_size"),
+                          contentType: try row.string("content_type"), expiresAt: try row.string("expires_at"),
+                          staleUntil: try row.string("stale_until"), entryID: try row.int("entry_id").map(Int64.init))
+    }
+
+    /// How many of `changes` fit the page's body budget (at least one).
+    static func withinBudget(_ changes: [FeedChange]) -> Int {
+        var bytes = 0
+        for (index, change) in changes.enumerated() where change.entryID != nil {
+            bytes += max(0, change.storedSize ?? 0)
+            if bytes > feedPageBytes && index > 0 { return index }
+        }
+        return changes.count
+    }
+
+    /// Fetches the bodies of puts whose entry still held their version; one replaced since
+    /// (a change after this page's snapshot) is left without: its own change follows.
+    private static func attachBodies(_ changes: inout [FeedChange], on connection: PostgresConnection) throws {
+        let ids = changes.compactMap(\.entryID)
+        guard !ids.isEmpty else { return }
+        var found: [Int64: (etag: String, body: [UInt8], encoding: BodyEncoding)] = [:]
+        for row in try connection.query(Self.changeBodies, [.intArray(ids)]).rows {
+            guard let id = try row.int("id"), let etag = try row.string("etag"), let body = try row.bytes("body"),
+                  let encoding = try row.string("encoding").flatMap(BodyEncoding.init) else { continue }
+            found[Int64(id)] = (etag, body, encoding)
+        }
+        for index in changes.indices {
+            guard let id = changes[index].entryID, let stored = found[id], stored.etag == changes[index].etag else { continue }
+            changes[index].body = stored.body
+            changes[index].encoding = stored.encoding
+        }
+    }
+
+    /// Numbers what is pending, then drops changes older than `before` in batches; returns
+    /// how many went. Run by the eviction cycle.
+    @discardableResult
+    static func trimChanges(before: Date, on connection: PostgresConnection) throws -> Int {
+        // Old rows nobody has read yet get their numbers first, so trimming them raises the
+        // floor. A backlog takes several runs; bounded, so steady writes cannot keep it here.
+        var head = try connection.query("SELECT last FROM change_feed_head").first?.int("last").map(Int64.init) ?? 0
+        for _ in 0..<100 {
+            let numbered = try sequenceChanges(on: connection)
+            defer { head = numbered }
+            if numbered - head < Int64(Self.sequencerBatch) { break }
+        }
+        var total = 0
+        while true {
+            let trimmed = try connection.query(Self.trimChanges, [.timestamp(before), .int(Self.sequencerBatch)])
+                .first?.int("trimmed") ?? 0
+            total += trimmed
+            if trimmed < Self.sequencerBatch { return total }
+        }
+    }
+}

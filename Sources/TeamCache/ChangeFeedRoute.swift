@@ -1,0 +1,156 @@
+import CacheCore
+import CacheKeys
+import Foundation
+import HTTPServer
+
+/// `GET /v1/caches/{ns}/changes?since&limit&wait&include=body` (read scope): a namespace's
+/// committed changes after a cursor, as one JSON document, for followers that keep their own
+/// copy (an app's local cache, an edge cache).
+///
+/// The read runs on a worker (it numbers pending changes first, a write). With `wait`, an
+/// empty page parks the request on its loop, as a lookup's `wait` does, until any key of the
+/// namespace changes (the key listener's notification) or its time is up, then reads again:
+/// it holds no worker and no connection meanwhile.
+struct ChangeFeedRoute: Sendable {
+    let api: CacheAPI
+    let auth: Authenticator
+    /// Where an empty page waits (nil, batched reads off: it answers at once).
+    var waiters: Waiters?
+
+    static let template = "/v1/caches/{ns}/changes"
+
+    /// What a request asks for, parsed once.
+    struct Ask: Sendable {
+        var namespace: Namespace
+        var cursor: Int64
+        var limit: Int
+        var bodies: Bool
+        /// Monotonic nanoseconds until which an empty page may wait (0: it may not).
+        var waitUntil: UInt64
+    }
+
+    func route() -> Route {
+        Route("GET", Self.template, precheck: Application.precheck(auth, .read)) { request, responder in
+            let ask: Ask
+            do {
+                ask = try Self.parse(request, now: responder.loop.nanoseconds)
+            } catch {
+                responder.respond { throw error }
+                return
+            }
+            read(ask, request, responder, mayPark: true)
+        }
+    }
+
+    /// The same read on a worker, never waiting (the request fuzzer, which has no event loop).
+    func blockingRoute() -> Route {
+        let api = self.api
+        return Route("GET", Self.template, .worker, precheck: Application.precheck(auth, .read),
+                     handler: Application.secured(api, auth, .read) { request, _ in
+                         let ask = try Self.parse(request, now: 0)
+                         do {
+                             let page = try api.store.changes(ask.namespace, after: ask.cursor, limit: ask.limit,
+                                                              bodies: ask.bodies)
+                             return Self.response(page, request, api: api)
+                         } catch let error as FeedCursorError {
+                             throw Self.problem(error)
+                         }
+                     })
+    }
+
+    static func parse(_ request: HTTPRequest, now: UInt64) throws -> Ask {
+        let namespace = try RequestParsing.namespace(request)
+        let query = try RequestParsing.query(request)
+        let cursor = try query["since"].map { text -> Int64 in
+            guard let cursor = FeedCursor.parse(text) else {
+                throw HTTPError(400, "`since` must be a cursor from an earlier page's `next` (or 0 for the start).")
+            }
+            return cursor
+        } ?? 0
+        let limit = try RequestParsing.integer("limit", in: query, 1...10_000) ?? 1000
+        let bodies: Bool
+        switch query["include"] {
+        case nil: bodies = false
+        case "body": bodies = true
+        default: throw HTTPError(400, "`include` may only be `body`.")
+        }
+        let wait = try CacheAPI.waitSeconds(query["wait"], status: 400) ?? 0
+        return Ask(namespace: namespace, cursor: cursor, limit: limit, bodies: bodies,
+                   waitUntil: wait > 0 ? now + UInt64(wait * 1e9) : 0)
+    }
+
+    /// Authorizes and reads on a worker; answers on the loop, or parks an empty page.
+    private func read(_ ask: Ask, _ request: HTTPRequest, _ responder: Responder, mayPark: Bool) {
+        let api = self.api, auth = self.auth
+        // Noted before the read: a change landing between the read and the parking is not lost.
+        let since = waiters?.now ?? 0
+        responder.offload({
+            try api.guarded(request) {
+                _ = try auth.authorize(request, .read, namespace: ask.namespace)
+                let page: FeedPage
+                do {
+                    page = try api.store.changes(ask.namespace, after: ask.cursor, limit: ask.limit, bodies: ask.bodies)
+                } catch let error as FeedCursorError {
+                    throw Self.problem(error)
+                }
+                // Built here, not on the loop: a page of bodies is megabytes to serialize and gzip.
+                return (page.changes.isEmpty, Self.response(page, request, api: api))
+            }
+        }) { result in
+            switch result {
+            case .failure(let error):
+                responder.respond { throw error }
+            case .success(let (empty, response)):
+                let now = responder.loop.nanoseconds
+                guard empty, mayPark, ask.waitUntil > now, let waiters, !responder.clientLeft else {
+                    responder.respond(response)
+                    return
+                }
+                park(ask, request, responder, empty: response, since: since, waiters: waiters, now: now)
+            }
+        }
+    }
+
+    private func park(_ ask: Ask, _ request: HTTPRequest, _ responder: Responder, empty: HTTPResponse, since: UInt64,
+                      waiters: Waiters, now: UInt64) {
+        let remaining = Double(ask.waitUntil - now) / 1e9
+        let seconds = waiters.recheckDelay(untilDeadline: remaining)
+        responder.allowWaiting(seconds)
+        // Reads again from the cursor it was asked with: an empty page moved nothing but `next`.
+        let parking = waiters.park(namespace: ask.namespace.name, key: Waiters.anyKey, since: since,
+                                   loop: responder.loop, at: now + UInt64(seconds * 1e9)) { final in
+            read(ask, request, responder, mayPark: !final)
+        }
+        switch parking {
+        case .parked(let waiter): responder.whenClientLeaves { waiters.cancel(waiter) }
+        case .wokenMeanwhile: read(ask, request, responder, mayPark: true)
+        case .full: responder.respond(empty)
+        }
+    }
+
+    static func problem(_ error: FeedCursorError) -> HTTPError {
+        switch error {
+        case .gone(let floor):
+            HTTPError(410, "Changes after this cursor are no longer kept (older than the feed's retention, or the "
+                      + "store was wiped); resync from an export and follow from its cursor. Cursors from \(floor) on "
+                      + "can be followed.", title: "Cursor too old")
+        case .ahead(let head):
+            HTTPError(410, "This cursor is ahead of the feed (whose head is \(head)): it comes from another store, "
+                      + "or this one was restored from a backup. Resync from an export.", title: "Cursor unknown")
+        }
+    }
+
+    static func response(_ page: FeedPage, _ request: HTTPRequest, api: CacheAPI) -> HTTPResponse {
+        let document = JSONValue.object([
+            ("changes", .array(page.changes.map(\.json))), ("next", .string(String(page.next))), ("more", .bool(page.more)),
+        ])
+        var body = Array(document.serialized.utf8)
+        var headers = HTTPHeaders([("Content-Type", "application/json"), ("Vary", "Accept-Encoding"),
+                                   ("Cache-Control", "no-store")])
+        if AcceptEncoding.allowsGzip(request.headers) && body.count > 1024 {
+            body = Gzip.compress(body, level: api.policy.compressionLevel)
+            headers.add("Content-Encoding", "gzip")
+        }
+        return HTTPResponse(status: 200, headers: headers, body: body)
+    }
+}
