@@ -55,6 +55,9 @@ public struct SessionLimits: Sendable, Equatable {
             ("statement_timeout", statementTimeout), ("lock_timeout", lockTimeout),
             ("idle_in_transaction_session_timeout", idleInTransactionTimeout),
         ].map { "-c \($0.0)=\(Self.milliseconds($0.1))" }.joined(separator: " ")
+            // Every statement here is a short index walk: JIT compiling one (hundreds of
+            // milliseconds, set off by a misestimated plan) never pays back.
+            + " -c jit=off"
         let ours = [
             ("connect_timeout", String(max(2, Int(connectTimeout.rounded(.up))))),
             ("keepalives", "1"),
