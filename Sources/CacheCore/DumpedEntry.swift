@@ -76,20 +76,24 @@ public struct DumpedEntry: Sendable, Equatable {
 }
 
 extension DumpedEntry {
-    /// An export row (`columns`).
-    init(row: PostgresRow) throws {
+    /// An export row (`columns`), opened if sealed: a dump holds what the entry answers, and
+    /// an import seals it again under the target namespace's key. nil when a sealed entry
+    /// does not open (the keyring logs and counts it; the export goes on without it).
+    init?(row: PostgresRow, keyring: Keyring, pool: ConnectionPool) throws {
         guard let namespace = try row.string("namespace"), let key = try row.bytes("key"),
-              let body = try row.bytes("body"),
-              let encoding = try row.string("encoding").flatMap(BodyEncoding.init),
+              let stored = try row.bytes("body"), let storedEncoding = try row.string("encoding"),
               let contentType = try row.string("content_type"), let identitySize = try row.int("identity_size"),
               let etag = try row.string("etag"), let createdAt = try row.string("created_at"),
               let updatedAt = try row.string("updated_at"), let expiresAt = try row.string("expires_at") else {
             throw PostgresError(.decoding, serverMessage: "entry row has unexpected NULLs")
         }
+        guard case .plain(let body, let encoding, let metadata) = keyring.open(
+            namespace: namespace, key: key, etag: etag, body: stored, encoding: storedEncoding,
+            metadata: try row.string("metadata"), pool: pool) else { return nil }
         self.init(namespace: namespace, key: key, body: body, encoding: encoding, contentType: contentType,
                   identitySize: identitySize, etag: etag, model: try row.string("model"),
                   version: try row.string("version"), promptDigest: try row.string("prompt_digest"),
-                  tags: try row.stringArray("tags") ?? [], metadata: try row.string("metadata"),
+                  tags: try row.stringArray("tags") ?? [], metadata: metadata,
                   inputTokens: try row.int("input_tokens") ?? 0, outputTokens: try row.int("output_tokens") ?? 0,
                   createdAt: createdAt, updatedAt: updatedAt, expiresAt: expiresAt,
                   staleWhileRevalidate: max(0, try row.int("stale_while_revalidate") ?? 0),

@@ -72,6 +72,13 @@ public struct EntryWrite: Sendable {
     public var staleWhileRevalidate = 0
     public var writerTokenID: Int64?
     public var condition: WriteCondition = .none
+    /// What is stored instead of the body, its encoding and the metadata, when the namespace
+    /// is encrypted (set by the store, `EntryStore.sealed`).
+    var sealed: (body: [UInt8], encoding: String, metadata: String?)?
+
+    var storedBytes: [UInt8] { sealed?.body ?? body.bytes }
+    var storedEncoding: String { sealed?.encoding ?? body.encoding.rawValue }
+    var storedMetadata: String? { sealed.map(\.metadata) ?? metadata }
 
     public init(namespace: Namespace, key: EntryKey, body: StoredBody, contentType: String) {
         self.namespace = namespace

@@ -90,11 +90,11 @@ enum EntryGroupWrite {
         let now = store.clock.now()
         let parameters: [PostgresValue] = [
             .textArray(writes.map(\.namespace.name)), .bytesArray(writes.map(\.key.bytes)),
-            .bytesArray(writes.map(\.body.bytes)), .textArray(writes.map(\.body.encoding.rawValue)),
+            .bytesArray(writes.map(\.storedBytes)), .textArray(writes.map(\.storedEncoding)),
             .textArray(writes.map(\.contentType)), .intArray(writes.map { Int64($0.body.identitySize) }),
             .textArray(writes.map(\.body.etag)), .optionalTextArray(writes.map(\.model)),
             .optionalTextArray(writes.map(\.version)), .optionalTextArray(writes.map(\.promptDigest)),
-            .textArray(writes.map { jsonArray($0.tags) }), .optionalTextArray(writes.map(\.metadata)),
+            .textArray(writes.map { jsonArray($0.tags) }), .optionalTextArray(writes.map(\.storedMetadata)),
             .intArray(writes.map { Int64($0.inputTokens) }), .intArray(writes.map { Int64($0.outputTokens) }),
             .optionalIntArray(writes.map { $0.ttlSeconds.map(Int64.init) }),
             .optionalIntArray(writes.map(\.writerTokenID)),

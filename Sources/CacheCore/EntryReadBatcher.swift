@@ -18,8 +18,9 @@ public final class EntryReadBatcher: @unchecked Sendable {
     public enum Outcome {
         case found(StoredEntry)
         case absent
-        /// The entry's stored body is over `inlineBodyLimit`: it was not sent, and the
-        /// caller reads the entry through the pool, off the loop.
+        /// The entry's stored body is over `inlineBodyLimit` (it was not sent), or it is sealed
+        /// under a data key this process has not loaded yet: the caller reads the entry
+        /// through the pool, off the loop, where the key may be fetched.
         case oversized
         case failed(PostgresError)
     }
@@ -53,6 +54,7 @@ public final class EntryReadBatcher: @unchecked Sendable {
     static let probeInterval: UInt64 = 100_000_000
 
     private let connection: LoopConnection
+    private let keyring: Keyring
     private let maxBatch: Int
     private let batchSizes: HistogramFamily?
     private var waiting: [Read] = []
@@ -76,7 +78,8 @@ public final class EntryReadBatcher: @unchecked Sendable {
     /// `replicaOf`: this batcher reads from a standby of the primary `WALHistory` samples;
     /// it then probes the standby's replay position between batches.
     public init(url: String, maxBatch: Int, timeout: TimeInterval, limits: SessionLimits = SessionLimits(),
-                batchSizes: HistogramFamily?, replicaOf primary: WALHistory? = nil) {
+                batchSizes: HistogramFamily?, replicaOf primary: WALHistory? = nil, keyring: Keyring = Keyring(master: nil)) {
+        self.keyring = keyring
         // Named apart from the pool's connections, for pg_stat_activity.
         var configuration = LoopConnection.Configuration(
             url: url, overrides: ["application_name": primary == nil ? Self.applicationName : Self.replicaName],
@@ -161,8 +164,8 @@ public final class EntryReadBatcher: @unchecked Sendable {
         }
         batchSizes?.observe([], Double(batch.count))
         let parameters: [PostgresValue] = [.textArray(batch.map(\.namespace.name)), .bytesArray(batch.map(\.key.bytes))]
-        connection.send(Self.selectBatch, parameters) { result in
-            Self.deliver(result, to: batch)
+        connection.send(Self.selectBatch, parameters) { [keyring] result in
+            Self.deliver(result, to: batch, keyring: keyring)
         }
     }
 
@@ -183,7 +186,7 @@ public final class EntryReadBatcher: @unchecked Sendable {
         }
     }
 
-    private static func deliver(_ result: Result<PostgresResult, PostgresError>, to batch: [Read]) {
+    private static func deliver(_ result: Result<PostgresResult, PostgresError>, to batch: [Read], keyring: Keyring) {
         let outcomes: [Outcome]
         do {
             var found = [Outcome](repeating: .absent, count: batch.count)
@@ -191,7 +194,16 @@ public final class EntryReadBatcher: @unchecked Sendable {
                 guard let ordinal = try row.int("ordinal"), (1...batch.count).contains(ordinal) else {
                     throw PostgresError(.decoding, serverMessage: "batch row without a valid ordinal")
                 }
-                found[ordinal - 1] = try row.bool("oversized") == true ? .oversized : .found(try EntryStore.entry(row))
+                if try row.bool("oversized") == true {
+                    found[ordinal - 1] = .oversized
+                    continue
+                }
+                switch try EntryStore.decode(row, keyring: keyring, pool: nil) {
+                case .entry(let entry): found[ordinal - 1] = .found(entry)
+                case .keyNotLoaded: found[ordinal - 1] = .oversized
+                // Does not open (logged and counted): a miss, which the next write replaces.
+                case .broken: found[ordinal - 1] = .absent
+                }
             }
             outcomes = found
         } catch {

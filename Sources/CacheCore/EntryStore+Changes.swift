@@ -27,7 +27,7 @@ extension EntryStore {
                            WHERE c.kind = 'put' AND namespace = $1 AND key = c.key AND etag = c.etag LIMIT 1) e ON true
         ORDER BY c.seq
         """
-    static let changeBodies = "SELECT id, etag, body, encoding FROM entries WHERE id = ANY($1)"
+    static let changeBodies = "SELECT id, namespace, key, etag, body, encoding FROM entries WHERE id = ANY($1)"
     static let trimChanges = "SELECT tc_trim_changes($1, $2::int4) AS trimmed"
     /// Bodies of one feed page at most (stored bytes; a page holds at least one change).
     public static let feedPageBytes = 16 * 1024 * 1024
@@ -69,7 +69,7 @@ extension EntryStore {
                 let kept = Self.withinBudget(changes)
                 more = more || kept < changes.count
                 changes.removeLast(changes.count - kept)
-                try Self.attachBodies(&changes, on: connection)
+                try attachBodies(&changes, on: connection)
             }
             // A full page goes on after its last change; a short one has seen everything up
             // to the head (the same snapshot), so the next ask starts there.
@@ -102,13 +102,18 @@ extension EntryStore {
 
     /// Fetches the bodies of puts whose entry still held their version; one replaced since
     /// (a change after this page's snapshot) is left without: its own change follows.
-    private static func attachBodies(_ changes: inout [FeedChange], on connection: PostgresConnection) throws {
+    private func attachBodies(_ changes: inout [FeedChange], on connection: PostgresConnection) throws {
         let ids = changes.compactMap(\.entryID)
         guard !ids.isEmpty else { return }
         var found: [Int64: (etag: String, body: [UInt8], encoding: BodyEncoding)] = [:]
         for row in try connection.query(Self.changeBodies, [.intArray(ids)]).rows {
-            guard let id = try row.int("id"), let etag = try row.string("etag"), let body = try row.bytes("body"),
-                  let encoding = try row.string("encoding").flatMap(BodyEncoding.init) else { continue }
+            guard let id = try row.int("id"), let namespace = try row.string("namespace"), let key = try row.bytes("key"),
+                  let etag = try row.string("etag"), let stored = try row.bytes("body"),
+                  let storedEncoding = try row.string("encoding") else { continue }
+            // Sealed bodies are opened (one that does not open is left out, logged and counted).
+            guard case .plain(let body, let encoding, _) = keyring.open(
+                namespace: namespace, key: key, etag: etag, body: stored, encoding: storedEncoding, metadata: nil,
+                pool: pool) else { continue }
             found[Int64(id)] = (etag, body, encoding)
         }
         for index in changes.indices {

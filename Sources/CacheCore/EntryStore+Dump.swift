@@ -104,7 +104,9 @@ extension EntryStore {
 
     private func exportGroup(_ ids: [Int64], _ emit: (DumpedEntry) throws -> Void) throws {
         let rows = try pool.withConnection { try $0.query(Self.exportEntries, [.intArray(ids)]).rows }
-        for row in rows { try emit(try DumpedEntry(row: row)) }
+        for row in rows {
+            if let entry = try DumpedEntry(row: row, keyring: keyring, pool: pool) { try emit(entry) }
+        }
     }
 
     /// Imports `entries` in one transaction, taking their rows in (namespace, key) order (the
@@ -120,11 +122,18 @@ extension EntryStore {
             return left < right
         }
         let now = clock.now()
+        // Sealed as every write to an encrypted namespace is (keys read before the transaction).
+        var sealing: [String: Keyring.DataKey?] = [:]
+        for entry in entries where sealing[entry.namespace] == nil {
+            sealing[entry.namespace] = .some(try keyring.sealingKey(for: entry.namespace, pool))
+        }
         return try pool.withConnection { connection in
             try connection.transaction { connection in
                 var outcomes = [ImportOutcome](repeating: .skipped, count: entries.count)
                 for index in order {
-                    let text = try connection.query(Self.importEntry, parameters(entries[index], conflict, now))
+                    let entry = entries[index]
+                    let text = try connection.query(Self.importEntry,
+                                                    parameters(entry, conflict, now, sealedWith: sealing[entry.namespace] ?? nil))
                         .first?.string("outcome")
                     guard let outcome = text.flatMap(ImportOutcome.init) else {
                         throw PostgresError(.decoding, serverMessage: "tc_import_entry gave no outcome")
@@ -136,12 +145,17 @@ extension EntryStore {
         }
     }
 
-    private func parameters(_ entry: DumpedEntry, _ conflict: ImportConflictPolicy, _ now: Date) -> [PostgresValue] {
-        [
-            .text(entry.namespace), .bytes(entry.key), .bytes(entry.body), .text(entry.encoding.rawValue),
+    private func parameters(_ entry: DumpedEntry, _ conflict: ImportConflictPolicy, _ now: Date,
+                            sealedWith dataKey: Keyring.DataKey?) -> [PostgresValue] {
+        let stored = dataKey.map {
+            Keyring.seal(body: entry.body, encoding: entry.encoding, metadata: entry.metadata, namespace: entry.namespace,
+                         key: entry.key, etag: entry.etag, with: $0)
+        } ?? (body: entry.body, encoding: entry.encoding.rawValue, metadata: entry.metadata)
+        return [
+            .text(entry.namespace), .bytes(entry.key), .bytes(stored.body), .text(stored.encoding),
             .text(entry.contentType), .int(entry.identitySize), .text(entry.etag), .optionalText(entry.model),
             .optionalText(entry.version), .optionalText(entry.promptDigest), .textArray(entry.tags),
-            .optionalText(entry.metadata), .int(entry.inputTokens), .int(entry.outputTokens), .text(entry.createdAt),
+            .optionalText(stored.metadata), .int(entry.inputTokens), .int(entry.outputTokens), .text(entry.createdAt),
             .text(entry.updatedAt), .optionalText(entry.expiresAt), .int(entry.staleWhileRevalidate), .int(entry.hitCount),
             .optionalText(entry.lastAccessedAt), .text(conflict.rawValue), .timestamp(now), .int(policy.defaultTTL),
             .int(policy.storeHardCap), .double(policy.hardCapRatio),

@@ -26,13 +26,17 @@ public final class EntryStore: Sendable {
     /// Writes learn the primary's WAL position after they commit (there is a standby to
     /// read one's own writes from); otherwise that round trip is skipped.
     public let tracksPositions: Bool
+    /// Seals writes to encrypted namespaces and opens what they stored.
+    public let keyring: Keyring
     private let writes: EntryWriteBatcher
 
     /// `concurrentWriteBatches`: how many write transactions may run at once (each carries
     /// every write that queued while the others ran).
     public init(pool: ConnectionPool, policy: CachePolicy, clock: any Clock = SystemClock(),
-                concurrentWriteBatches: Int = 4, writeBatchSizes: HistogramFamily? = nil, tracksPositions: Bool = false) {
+                concurrentWriteBatches: Int = 4, writeBatchSizes: HistogramFamily? = nil, tracksPositions: Bool = false,
+                keyring: Keyring = Keyring(master: nil)) {
         self.pool = pool
+        self.keyring = keyring
         self.tracksPositions = tracksPositions
         self.policy = policy
         self.clock = clock
@@ -42,7 +46,12 @@ public final class EntryStore: Sendable {
     /// The entry under `key`, whatever its freshness; nil when absent.
     public func fetch(_ namespace: Namespace, _ key: EntryKey) throws -> StoredEntry? {
         try pool.withConnection { connection in
-            try connection.query(Self.selectEntry, [.text(namespace.name), .bytes(key.bytes)]).first.map(Self.entry)
+            guard let row = try connection.query(Self.selectEntry, [.text(namespace.name), .bytes(key.bytes)]).first else {
+                return nil
+            }
+            // One that does not open is a miss (logged and counted): the next write replaces it.
+            guard case .entry(let entry) = try Self.decode(row, keyring: keyring, pool: pool) else { return nil }
+            return entry
         }
     }
 
@@ -50,7 +59,19 @@ public final class EntryStore: Sendable {
     /// calls share transactions (see `EntryWriteBatcher`); the outcome is returned once the
     /// entry is committed.
     public func put(_ write: EntryWrite) throws -> WriteOutcome {
-        try writes.put(write, into: self)
+        try writes.put(try sealed(write), into: self)
+    }
+
+    /// `write` as it is stored: sealed when its namespace is encrypted. Blocking (the
+    /// namespace's key is read at most every few seconds); throws rather than store plain
+    /// what should be sealed.
+    func sealed(_ write: EntryWrite) throws -> EntryWrite {
+        guard let dataKey = try keyring.sealingKey(for: write.namespace.name, pool) else { return write }
+        var sealed = write
+        sealed.sealed = Keyring.seal(body: write.body.bytes, encoding: write.body.encoding, metadata: write.metadata,
+                                     namespace: write.namespace.name, key: write.key.bytes, etag: write.body.etag,
+                                     with: dataKey)
+        return sealed
     }
 
     /// As `put`, without waiting: `completion` gets the outcome once the entry is committed
@@ -60,17 +81,25 @@ public final class EntryStore: Sendable {
     public func submit(_ write: EntryWrite,
                        committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)? = nil,
                        completion: @escaping @Sendable (Result<WriteOutcome, any Error>, WALPosition?) -> Void) {
-        writes.submit(write, into: self, committed: committed, completion: completion)
+        let stored: EntryWrite
+        do {
+            stored = try sealed(write)
+        } catch {
+            committed?(.failure(error))
+            completion(.failure(error), nil)
+            return
+        }
+        writes.submit(stored, into: self, committed: committed, completion: completion)
     }
 
     /// One write in a statement (and a transaction) of its own.
     func putOne(_ write: EntryWrite) throws -> WriteOutcome {
         let condition = Self.condition(write.condition)
         let parameters: [PostgresValue] = [
-            .text(write.namespace.name), .bytes(write.key.bytes), .bytes(write.body.bytes),
-            .text(write.body.encoding.rawValue), .text(write.contentType), .int(write.body.identitySize),
+            .text(write.namespace.name), .bytes(write.key.bytes), .bytes(write.storedBytes),
+            .text(write.storedEncoding), .text(write.contentType), .int(write.body.identitySize),
             .text(write.body.etag), .optionalText(write.model), .optionalText(write.version),
-            .optionalText(write.promptDigest), .textArray(write.tags), write.metadata.map { .jsonb($0) } ?? .null,
+            .optionalText(write.promptDigest), .textArray(write.tags), write.storedMetadata.map { .jsonb($0) } ?? .null,
             .int(write.inputTokens), .int(write.outputTokens), .timestamp(clock.now()),
             write.ttlSeconds.map { .int($0) } ?? .null, .int(policy.defaultTTL),
             write.writerTokenID.map { .int($0) } ?? .null, .text(condition.name), .textArray(condition.tags),
@@ -120,20 +149,36 @@ public final class EntryStore: Sendable {
         }
     }
 
-    static func entry(_ row: PostgresRow) throws -> StoredEntry {
+    /// A read row, its body and metadata opened if sealed.
+    enum Decoded {
+        case entry(StoredEntry)
+        /// Sealed under a key not in memory, and `pool` was nil (a loop may not block).
+        case keyNotLoaded
+        /// Sealed, and it does not open (logged and counted by the keyring).
+        case broken
+    }
+
+    static func decode(_ row: PostgresRow, keyring: Keyring, pool: ConnectionPool?) throws -> Decoded {
         guard let id = try row.int("id"), let namespace = try row.string("namespace"), let key = try row.bytes("key"),
-              let body = try row.bytes("body"), let encoding = try row.string("encoding").flatMap(BodyEncoding.init),
+              let stored = try row.bytes("body"), let storedEncoding = try row.string("encoding"),
               let contentType = try row.string("content_type"), let identitySize = try row.int("identity_size"),
               let etag = try row.string("etag"), let updatedAt = try row.date("updated_at"),
               let expiresAt = try row.date("expires_at") else {
             throw PostgresError(.decoding, serverMessage: "entry row has unexpected NULLs")
         }
-        return StoredEntry(id: Int64(id), namespace: namespace, key: key, body: body, encoding: encoding,
-                           contentType: contentType, identitySize: identitySize, etag: etag,
-                           model: try row.string("model"), metadata: try row.string("metadata"),
-                           inputTokens: try row.int("input_tokens") ?? 0, outputTokens: try row.int("output_tokens") ?? 0,
-                           updatedAt: updatedAt, expiresAt: expiresAt,
-                           // An older schema's row has no window; a negative one (written by hand) is none.
-                           staleWhileRevalidate: max(0, (try? row.int("stale_while_revalidate")) ?? 0))
+        let body: [UInt8], encoding: BodyEncoding, metadata: String?
+        switch keyring.open(namespace: namespace, key: key, etag: etag, body: stored, encoding: storedEncoding,
+                            metadata: try row.string("metadata"), pool: pool) {
+        case .plain(let opened, let inner, let openedMetadata): (body, encoding, metadata) = (opened, inner, openedMetadata)
+        case .keyNotLoaded: return .keyNotLoaded
+        case .broken: return .broken
+        }
+        return .entry(StoredEntry(id: Int64(id), namespace: namespace, key: key, body: body, encoding: encoding,
+                                  contentType: contentType, identitySize: identitySize, etag: etag,
+                                  model: try row.string("model"), metadata: metadata,
+                                  inputTokens: try row.int("input_tokens") ?? 0, outputTokens: try row.int("output_tokens") ?? 0,
+                                  updatedAt: updatedAt, expiresAt: expiresAt,
+                                  // An older schema's row has no window; a negative one (written by hand) is none.
+                                  staleWhileRevalidate: max(0, (try? row.int("stale_while_revalidate")) ?? 0)))
     }
 }

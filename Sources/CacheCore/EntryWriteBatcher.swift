@@ -200,11 +200,11 @@ final class EntryWriteBatcher: @unchecked Sendable {
         let conditions = sorted.map { EntryStore.condition($0.condition) }
         let parameters: [PostgresValue] = [
             .textArray(sorted.map(\.namespace.name)), .bytesArray(sorted.map(\.key.bytes)),
-            .bytesArray(sorted.map(\.body.bytes)), .textArray(sorted.map(\.body.encoding.rawValue)),
+            .bytesArray(sorted.map(\.storedBytes)), .textArray(sorted.map(\.storedEncoding)),
             .textArray(sorted.map(\.contentType)), .intArray(sorted.map { Int64($0.body.identitySize) }),
             .textArray(sorted.map(\.body.etag)), .optionalTextArray(sorted.map(\.model)),
             .optionalTextArray(sorted.map(\.version)), .optionalTextArray(sorted.map(\.promptDigest)),
-            .textArray(sorted.map { jsonArray($0.tags) }), .optionalTextArray(sorted.map(\.metadata)),
+            .textArray(sorted.map { jsonArray($0.tags) }), .optionalTextArray(sorted.map(\.storedMetadata)),
             .intArray(sorted.map { Int64($0.inputTokens) }), .intArray(sorted.map { Int64($0.outputTokens) }),
             .optionalIntArray(sorted.map { $0.ttlSeconds.map(Int64.init) }), .optionalIntArray(sorted.map(\.writerTokenID)),
             .textArray(conditions.map(\.name)), .textArray(conditions.map { jsonArray($0.tags) }),

@@ -15,6 +15,29 @@ public enum Bytes {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// The bytes of hex text (either case); nil for anything else, an odd length included.
+    public static func fromHex(_ text: String) -> [UInt8]? {
+        let digits = Array(text.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        func value(_ digit: UInt8) -> UInt8? {
+            switch digit {
+            case 0x30...0x39: digit - 0x30
+            case 0x61...0x66: digit - 0x61 + 10
+            case 0x41...0x46: digit - 0x41 + 10
+            default: nil
+            }
+        }
+        var out: [UInt8] = []
+        out.reserveCapacity(digits.count / 2)
+        var index = 0
+        while index < digits.count {
+            guard let high = value(digits[index]), let low = value(digits[index + 1]) else { return nil }
+            out.append(high << 4 | low)
+            index += 2
+        }
+        return out
+    }
+
     /// `count` bytes from OpenSSL's CSPRNG.
     public static func random(count: Int) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: count)

@@ -44,12 +44,16 @@ public final class Application: Sendable {
         // A quarter of the pool commits writes; the rest stays free for reads, flushes and eviction.
         // With a standby to read from, writes learn their WAL position (read-your-writes).
         let primaryHistory = configuration.readDatabaseURL != nil && configuration.readBatch > 0 ? WALHistory() : nil
+        // Every data key unwrapped before anything is served: a missing or wrong master key
+        // stops the start, naming the variable, instead of serving misses (or ciphertext).
+        let keyring = Keyring(master: configuration.masterKeys, metrics: metrics)
+        try keyring.loadAll(pool)
         store = EntryStore(pool: pool, policy: configuration.cache, clock: clock,
                            concurrentWriteBatches: max(1, configuration.poolSize / 4),
                            writeBatchSizes: metrics.histogram("teamcache_db_write_batch_size",
                                                               "Entry writes per committed transaction.",
                                                               bounds: [1, 2, 4, 8, 16, 32, 64]),
-                           tracksPositions: primaryHistory != nil)
+                           tracksPositions: primaryHistory != nil, keyring: keyring)
         let flusher = FlushTrigger()
         tracker = AccessTracker(pool: pool, metrics: metrics, enabled: configuration.accessTracking,
                                 batchSize: configuration.accessFlushBatch, batchFull: { flusher.fire() })
@@ -104,8 +108,9 @@ public final class Application: Sendable {
         // handlers enforce the exact entry limit (413 with nothing stored).
         var http = configuration.http
         http.limits.maxBodyBytes = configuration.cache.maxBodyBytes + 64 * 1024
-        let readers = Self.readers(configuration: configuration, url: database.url, metrics: metrics)
-        let replicas = Self.replicas(configuration: configuration, history: primaryHistory, metrics: metrics)
+        let readers = Self.readers(configuration: configuration, url: database.url, metrics: metrics, keyring: keyring)
+        let replicas = Self.replicas(configuration: configuration, history: primaryHistory, metrics: metrics,
+                                     keyring: keyring)
         self.readers = readers + replicas
         var reads = LoopReads(api: api, auth: auth, readers: readers)
         reads.waiters = waiters
@@ -180,25 +185,26 @@ public final class Application: Sendable {
     static let counterFoldInterval: TimeInterval = 1
 
     /// One read batcher per event loop, each with its own database connection (beside the pool).
-    private static func readers(configuration: Configuration, url: String, metrics: MetricsRegistry)
+    private static func readers(configuration: Configuration, url: String, metrics: MetricsRegistry, keyring: Keyring)
         -> [EntryReadBatcher] {
         guard configuration.readBatch > 0 else { return [] }
         let sizes = metrics.histogram("teamcache_db_read_batch_size", "Entry reads per batched statement.",
                                       bounds: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
         return (0..<max(1, configuration.http.eventLoops)).map { _ in
             EntryReadBatcher(url: url, maxBatch: configuration.readBatch, timeout: configuration.readTimeout,
-                             limits: configuration.sessionLimits, batchSizes: sizes)
+                             limits: configuration.sessionLimits, batchSizes: sizes, keyring: keyring)
         }
     }
 
     /// One standby reader per event loop when TEAMCACHE_READ_DATABASE_URL is set (and reads
     /// are batched: the pool's reads stay on the primary).
-    private static func replicas(configuration: Configuration, history: WALHistory?, metrics: MetricsRegistry)
-        -> [EntryReadBatcher] {
+    private static func replicas(configuration: Configuration, history: WALHistory?, metrics: MetricsRegistry,
+                                 keyring: Keyring) -> [EntryReadBatcher] {
         guard let url = configuration.readDatabaseURL, let history else { return [] }
         return (0..<max(1, configuration.http.eventLoops)).map { _ in
             EntryReadBatcher(url: url, maxBatch: configuration.readBatch, timeout: configuration.readTimeout,
-                             limits: configuration.directSessionLimits, batchSizes: nil, replicaOf: history)
+                             limits: configuration.directSessionLimits, batchSizes: nil, replicaOf: history,
+                             keyring: keyring)
         }
     }
 

@@ -59,6 +59,13 @@ public final class CacheAPI: Sendable {
                                 headers: HTTPHeaders([("Retry-After", "1")]))
             }
             throw HTTPError(500, "A database error occurred; quote the request id when reporting it.")
+        } catch let unavailable as Keyring.Unavailable {
+            // Never stored plain: the write is refused until this replica can use the key
+            // (another replica may: retry).
+            failures.log(.error, "encrypted namespace without a usable key", kind: "keyring",
+                         [("request_id", .string(request.requestID)), ("namespace", .string(unavailable.namespace))])
+            throw HTTPError(503, "This namespace is encrypted and this server cannot use its key; retry shortly.",
+                            headers: HTTPHeaders([("Retry-After", "1")]))
         }
     }
 

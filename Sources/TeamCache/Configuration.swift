@@ -17,6 +17,9 @@ public struct Configuration: Sendable {
     /// A hot standby of the primary that serves fresh hits while it lags at most `readMaxLag`.
     public var readDatabaseURL: String?
     public var readMaxLag: TimeInterval = 1
+    /// Master keys of encrypted namespaces (TEAMCACHE_MASTER_KEY_FILE); nil: none given, and
+    /// the service refuses to start if any namespace is encrypted.
+    public var masterKeys: MasterKeys?
     public var dataDirectory = URL(fileURLWithPath: ".teamcache")
     public var migrationsDirectory: URL?
     public var logLevel = LogLevel.info
@@ -77,6 +80,14 @@ struct SettingReader {
         config.directDatabaseURL = values["TEAMCACHE_DIRECT_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
         config.sessionLimits.transactionPooler = try pooler(config)
         config.readDatabaseURL = values["TEAMCACHE_READ_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
+        if let path = values["TEAMCACHE_MASTER_KEY_FILE"], !path.isEmpty {
+            do {
+                config.masterKeys = try MasterKeys.load(path: path)
+            } catch {
+                throw ConfigurationError(variable: "TEAMCACHE_MASTER_KEY_FILE", value: path,
+                                         allowed: "a readable file of keys, one a line (64 hex digits): \(error)")
+            }
+        }
         // At least what 100 ms sampling and probing can tell apart; at most the minute of WAL
         // history kept (older is unknown, so too far behind).
         config.readMaxLag = try duration("TEAMCACHE_READ_MAX_LAG", 0.3...60, default: 1)

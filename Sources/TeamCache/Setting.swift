@@ -20,6 +20,8 @@ public struct Setting: Sendable {
                 help: "A hot standby (direct URL): fresh hits are read from it while it lags at most TEAMCACHE_READ_MAX_LAG."),
         Setting(variable: "TEAMCACHE_READ_MAX_LAG", flag: nil, defaultValue: "1s",
                 help: "Most replay lag (0.3s-60s) at which the standby still serves; past it reads go to the primary."),
+        Setting(variable: "TEAMCACHE_MASTER_KEY_FILE", flag: nil, defaultValue: "(none)",
+                help: "File of master keys (one a line, 64 hex digits; the first wraps new data keys) for encrypted namespaces."),
         Setting(variable: "TEAMCACHE_DATA_DIR", flag: "--data-dir", defaultValue: "./.teamcache",
                 help: "Folder of the embedded PostgreSQL cluster."),
         Setting(variable: "TEAMCACHE_MIGRATIONS_DIR", flag: "--migrations-dir", defaultValue: "(found)",

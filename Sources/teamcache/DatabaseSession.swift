@@ -1,3 +1,4 @@
+import CacheCore
 import Foundation
 import Observability
 import Postgres
@@ -24,5 +25,13 @@ enum DatabaseSession {
         session.limits.lockTimeout = 60
         let pool = ConnectionPool(session)
         return try body(database, pool, configuration)
+    }
+
+    /// The store a command reads and writes entries through: its keyring holds every data
+    /// key, unwrapped by TEAMCACHE_MASTER_KEY_FILE (or the command stops, naming it).
+    static func store(_ pool: ConnectionPool, _ configuration: Configuration) throws -> EntryStore {
+        let keyring = Keyring(master: configuration.masterKeys)
+        try keyring.loadAll(pool)
+        return EntryStore(pool: pool, policy: configuration.cache, keyring: keyring)
     }
 }

@@ -30,7 +30,7 @@ enum ExportCommand {
             throw Arguments.Failure(description: "--since must be an RFC 3339 timestamp, e.g. 2026-01-31T00:00:00Z")
         }
         return try DatabaseSession.with(arguments) { _, pool, configuration in
-            let store = EntryStore(pool: pool, policy: configuration.cache)
+            let store = try DatabaseSession.store(pool, configuration)
             let output = try DumpOutput(gzip: arguments.switches.contains("--gzip"))
             // Taken before the first page: every change after it is either in the dump or
             // in the feed after it (both, for a change made while exporting: replaying it is

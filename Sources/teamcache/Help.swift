@@ -10,7 +10,8 @@ enum Help {
           serve        run the HTTP service (no configuration: embedded PostgreSQL under ./.teamcache)
           migrate      apply database migrations (--status, --dry-run)
           tokens       create, list and revoke API tokens
-          namespaces   show or set a namespace's default TTL and byte quota
+          namespaces   show or set a namespace's default TTL, byte quota and encryption
+          keys         generate a master key; rotate data keys (encryption at rest)
           evict        run one eviction cycle now (for cron)
           export       write every entry (of a namespace) to standard output as JSON lines
           import       store a dump read from standard input (idempotent; gzip detected)

@@ -37,7 +37,7 @@ enum ImportCommand {
             throw Arguments.Failure(description: "--on-conflict must be skip, replace or newer")
         }
         return try DatabaseSession.with(arguments) { _, pool, configuration in
-            var run = ImportRun(store: EntryStore(pool: pool, policy: configuration.cache), namespace: namespace,
+            var run = ImportRun(store: try DatabaseSession.store(pool, configuration), namespace: namespace,
                                 conflict: conflict)
             return try run.readAll()
         }

@@ -2,14 +2,14 @@ import Foundation
 import Observability
 import TeamCache
 
-/// `teamcache <command>`: serve, migrate, tokens, namespaces, evict, export, import, version, help.
+/// `teamcache <command>`: serve, migrate, tokens, namespaces, keys, evict, export, import, version, help.
 func main() -> Int32 {
     var words = Array(CommandLine.arguments.dropFirst())
     let command = words.isEmpty ? "help" : words.removeFirst()
     let commands: [String: ([String]) throws -> Int32] = [
         "serve": ServeCommand.run, "migrate": MigrateCommand.run, "tokens": TokensCommand.run,
         "namespaces": NamespacesCommand.run, "evict": EvictCommand.run,
-        "export": ExportCommand.run, "import": ImportCommand.run,
+        "export": ExportCommand.run, "import": ImportCommand.run, "keys": KeysCommand.run,
         "version": { _ in print("teamcache \(TeamCacheVersion.current)"); return 0 },
         "help": { _ in print(Help.overview); return 0 }, "--help": { _ in print(Help.overview); return 0 },
     ]

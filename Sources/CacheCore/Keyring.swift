@@ -1,0 +1,256 @@
+import Foundation
+import Hashing
+import Observability
+import Postgres
+
+/// The namespaces' data keys (migration 0013), unwrapped in memory by the master keys.
+///
+/// A sealed body is its data key's id (8 bytes, big-endian) and AES-256-GCM's `nonce ‖
+/// ciphertext ‖ tag` of the stored bytes (gzip or identity, as before sealing); sealed
+/// metadata is the same, base64 in `{"teamcache_sealed": …}`. The associated data binds
+/// each to its namespace, key, ETag, inner encoding and part, so a row copied to another
+/// key, a body swapped with another version's, or a flipped byte does not open.
+public final class Keyring: @unchecked Sendable {
+    // @unchecked: `byID` and `current` are guarded by `lock`; the rest is immutable.
+    public static let sealedPrefix = "aes256gcm/"
+    static let sealedMetadataMember = "teamcache_sealed"
+    /// How long a namespace's sealing key (or its having none) is trusted before it is read
+    /// again: a namespace encrypted while the service runs seals writes within this.
+    static let currentFor: TimeInterval = 10
+
+    public struct DataKey: Sendable {
+        public let id: Int64
+        public let namespace: String
+        let bytes: [UInt8]
+    }
+
+    public enum Failure: Error, CustomStringConvertible, Equatable {
+        /// Namespaces are encrypted and no master key was given.
+        case masterKeyMissing(namespaces: [String])
+        /// No key of the file has the fingerprint a data key was wrapped with.
+        case noMasterKey(namespace: String, masterKeyID: String)
+        /// The fingerprint matched but the wrapped key does not open (tampered, or corrupt).
+        case unwrapFailed(namespace: String, id: Int64)
+
+        public var description: String {
+            switch self {
+            case .masterKeyMissing(let namespaces):
+                "namespaces \(namespaces.prefix(5).joined(separator: ", ")) are encrypted: set TEAMCACHE_MASTER_KEY_FILE "
+                    + "to the file that holds their master key"
+            case .noMasterKey(let namespace, let id):
+                "TEAMCACHE_MASTER_KEY_FILE holds no key \(id), which wraps namespace \(namespace)'s data key"
+            case .unwrapFailed(let namespace, let id):
+                "TEAMCACHE_MASTER_KEY_FILE: data key \(id) of namespace \(namespace) does not unwrap (wrong key, or tampered)"
+            }
+        }
+    }
+
+    /// A write to an encrypted namespace this process cannot seal for: refused, never stored plain.
+    public struct Unavailable: Error, CustomStringConvertible {
+        public let namespace: String
+        public var description: String { "namespace \(namespace) is encrypted and this process cannot use its key" }
+    }
+
+    public let master: MasterKeys?
+    private let lock = NSLock()
+    private var byID: [Int64: DataKey] = [:]
+    private var current: [String: (key: DataKey?, until: TimeInterval)] = [:]
+    private let integrityErrors: CounterFamily?
+    private let failures = LogThrottle(Logger(component: "keyring"))
+
+    public init(master: MasterKeys?, metrics: MetricsRegistry? = nil) {
+        self.master = master
+        integrityErrors = metrics?.counter("teamcache_integrity_errors_total",
+                                           "Sealed entries that did not open (tampered or corrupt): answered as misses.",
+                                           labels: ["namespace"])
+    }
+
+    static let selectKeys = "SELECT id, namespace, wrapped, master_key_id FROM data_keys"
+    static let selectCurrent = """
+        SELECT id, namespace, wrapped, master_key_id FROM data_keys WHERE namespace = $1 ORDER BY id DESC LIMIT 1
+        """
+    static let selectKey = "SELECT id, namespace, wrapped, master_key_id FROM data_keys WHERE id = $1"
+    static let insertKey = "INSERT INTO data_keys (namespace, wrapped, master_key_id) VALUES ($1, $2, $3) RETURNING id"
+
+    /// Unwraps every data key (at start-up); throws the reason the service must not start.
+    public func loadAll(_ pool: ConnectionPool) throws {
+        let rows = try pool.withConnection { try $0.query(Self.selectKeys).rows }
+        guard !rows.isEmpty else { return }
+        guard master != nil else {
+            let namespaces = Set(try rows.compactMap { try $0.string("namespace") }).sorted()
+            throw Failure.masterKeyMissing(namespaces: namespaces)
+        }
+        let keys = try rows.map(unwrap)
+        lock.withLock { for key in keys { byID[key.id] = key } }
+    }
+
+    private func unwrap(_ row: PostgresRow) throws -> DataKey {
+        guard let id = try row.int("id"), let namespace = try row.string("namespace"),
+              let wrapped = try row.bytes("wrapped"), let masterID = try row.string("master_key_id") else {
+            throw PostgresError(.decoding, serverMessage: "data key row has unexpected NULLs")
+        }
+        guard let master else { throw Failure.masterKeyMissing(namespaces: [namespace]) }
+        guard let wrapping = master.key(id: masterID) else { throw Failure.noMasterKey(namespace: namespace, masterKeyID: masterID) }
+        guard let bytes = AESGCM.open(wrapped, key: wrapping.bytes, aad: Self.wrappingAAD(namespace)),
+              bytes.count == AESGCM.keyByteCount else {
+            throw Failure.unwrapFailed(namespace: namespace, id: Int64(id))
+        }
+        return DataKey(id: Int64(id), namespace: namespace, bytes: bytes)
+    }
+
+    static func wrappingAAD(_ namespace: String) -> [UInt8] { Array("teamcache data key\0\(namespace)".utf8) }
+
+    /// A new data key for `namespace`, wrapped by the file's first master key; it seals the
+    /// namespace's writes from now on (within `currentFor` on running services).
+    @discardableResult
+    public func createKey(for namespace: String, _ pool: ConnectionPool) throws -> DataKey {
+        guard let master else { throw Failure.masterKeyMissing(namespaces: [namespace]) }
+        let bytes = Bytes.random(count: AESGCM.keyByteCount)
+        let wrapped = AESGCM.seal(bytes, key: master.sealing.bytes, aad: Self.wrappingAAD(namespace))
+        let id = try pool.withConnection {
+            try $0.query(Self.insertKey, [.text(namespace), .bytes(wrapped), .text(master.sealing.id)]).first?.int("id")
+        }
+        guard let id else { throw PostgresError(.decoding, serverMessage: "no data key id") }
+        let key = DataKey(id: Int64(id), namespace: namespace, bytes: bytes)
+        lock.withLock {
+            byID[key.id] = key
+            current[namespace] = (key, Date().timeIntervalSince1970 + Self.currentFor)
+        }
+        return key
+    }
+
+    /// Re-wraps every data key under the file's first master key (`teamcache keys rotate`), in
+    /// one transaction; bodies are not touched. Returns how many keys were re-wrapped.
+    public func rewrapAll(_ pool: ConnectionPool) throws -> Int {
+        guard let master else { throw Failure.masterKeyMissing(namespaces: []) }
+        return try pool.withConnection { connection in
+            try connection.transaction { connection in
+                let rows = try connection.query(Self.selectKeys + " ORDER BY id FOR UPDATE").rows
+                for row in rows {
+                    let key = try unwrap(row)
+                    let wrapped = AESGCM.seal(key.bytes, key: master.sealing.bytes, aad: Self.wrappingAAD(key.namespace))
+                    _ = try connection.query("UPDATE data_keys SET wrapped = $1, master_key_id = $2 WHERE id = $3",
+                                             [.bytes(wrapped), .text(master.sealing.id), .int(Int(key.id))])
+                }
+                return rows.count
+            }
+        }
+    }
+
+    /// The key writes to `namespace` are sealed with; nil when it is not encrypted. Read
+    /// from the database at most every `currentFor` seconds per namespace (blocking).
+    public func sealingKey(for namespace: String, _ pool: ConnectionPool, fresh: Bool = false) throws -> DataKey? {
+        let now = Date().timeIntervalSince1970
+        if !fresh, let known = lock.withLock({ current[namespace] }), known.until > now { return known.key }
+        let row = try pool.withConnection { try $0.query(Self.selectCurrent, [.text(namespace)]).first }
+        var key: DataKey?
+        if let row {
+            do {
+                key = try unwrap(row)
+            } catch {
+                // Never store plain what should be sealed: the write is refused.
+                failures.log(.error, "data key unusable", kind: "unwrap", [("namespace", .string(namespace)),
+                                                                           ("error", .string("\(error)"))])
+                throw Unavailable(namespace: namespace)
+            }
+        }
+        lock.withLock {
+            if let key { byID[key.id] = key }
+            current[namespace] = (key, now + Self.currentFor)
+        }
+        return key
+    }
+
+    /// The data key `id`, from memory, else (with `pool`) from the database.
+    func dataKey(id: Int64, _ pool: ConnectionPool?) -> DataKey? {
+        if let key = lock.withLock({ byID[id] }) { return key }
+        guard let pool, let row = try? pool.withConnection({ try $0.query(Self.selectKey, [.int(Int(id))]).first }),
+              let key = try? unwrap(row) else { return nil }
+        lock.withLock { byID[key.id] = key }
+        return key
+    }
+
+    // MARK: Sealing
+
+    /// Associated data: each field length-prefixed, so no two (namespace, key, …) run together.
+    static func aad(_ namespace: String, _ key: [UInt8], _ etag: String, _ encoding: BodyEncoding, part: String) -> [UInt8] {
+        var out = Array("teamcache sealed v1".utf8)
+        for field in [Array(namespace.utf8), key, Array(etag.utf8), Array(encoding.rawValue.utf8), Array(part.utf8)] {
+            let count = UInt32(clamping: field.count)
+            out += [UInt8(count >> 24), UInt8(count >> 16 & 0xff), UInt8(count >> 8 & 0xff), UInt8(count & 0xff)]
+            out += field
+        }
+        return out
+    }
+
+    /// What is stored for a body, its encoding and metadata under `dataKey`.
+    public static func seal(body: [UInt8], encoding: BodyEncoding, metadata: String?, namespace: String, key: [UInt8],
+                            etag: String, with dataKey: DataKey) -> (body: [UInt8], encoding: String, metadata: String?) {
+        var id = [UInt8](repeating: 0, count: 8)
+        for index in 0..<8 { id[index] = UInt8(truncatingIfNeeded: dataKey.id >> (56 - 8 * index)) }
+        let sealedBody = id + AESGCM.seal(body, key: dataKey.bytes,
+                                          aad: aad(namespace, key, etag, encoding, part: "body"))
+        let sealedMetadata = metadata.map { text -> String in
+            let sealed = id + AESGCM.seal(Array(text.utf8), key: dataKey.bytes,
+                                          aad: aad(namespace, key, etag, encoding, part: "metadata"))
+            return "{\"\(sealedMetadataMember)\":\"\(Data(sealed).base64EncodedString())\"}"
+        }
+        return (sealedBody, sealedPrefix + encoding.rawValue, sealedMetadata)
+    }
+
+    /// A stored entry's body and metadata, opened.
+    public enum Opened: Sendable {
+        case plain(body: [UInt8], encoding: BodyEncoding, metadata: String?)
+        /// Sealed under a key this process has not loaded, and it was asked not to block.
+        case keyNotLoaded
+        /// Does not open: tampered, corrupt, or an encoding no build knows. Logged and counted.
+        case broken
+    }
+
+    /// Opens a stored entry (plain ones pass through). `pool` nil: never blocks (on a loop),
+    /// and a key not in memory is `.keyNotLoaded`.
+    public func open(namespace: String, key: [UInt8], etag: String, body: [UInt8], encoding: String,
+                     metadata: String?, pool: ConnectionPool?) -> Opened {
+        if let plain = BodyEncoding(rawValue: encoding) { return .plain(body: body, encoding: plain, metadata: metadata) }
+        guard encoding.hasPrefix(Self.sealedPrefix),
+              let inner = BodyEncoding(rawValue: String(encoding.dropFirst(Self.sealedPrefix.count))),
+              let id = Self.keyID(body[...]) else { return broken(namespace, "unknown encoding") }
+        guard let dataKey = dataKey(id: id, pool) else {
+            return pool == nil ? .keyNotLoaded : broken(namespace, "no usable data key \(id)")
+        }
+        guard dataKey.namespace == namespace,
+              let opened = AESGCM.open(body[8...], key: dataKey.bytes, aad: Self.aad(namespace, key, etag, inner, part: "body"))
+        else { return broken(namespace, "body does not open") }
+        guard let metadata else { return .plain(body: opened, encoding: inner, metadata: nil) }
+        guard let sealed = Self.sealedMetadata(metadata), Self.keyID(sealed[...]) == id,
+              let text = AESGCM.open(sealed[8...], key: dataKey.bytes,
+                                     aad: Self.aad(namespace, key, etag, inner, part: "metadata")),
+              let plainMetadata = String(validating: text, as: UTF8.self) else {
+            return broken(namespace, "metadata does not open")
+        }
+        return .plain(body: opened, encoding: inner, metadata: plainMetadata)
+    }
+
+    private func broken(_ namespace: String, _ why: String) -> Opened {
+        integrityErrors?.inc([namespace])
+        // The namespace and the reason only: never the key, the body or key material.
+        failures.log(.error, "sealed entry does not open; answered as a miss", kind: why,
+                     [("namespace", .string(namespace)), ("reason", .string(why))])
+        return .broken
+    }
+
+    static func keyID(_ bytes: ArraySlice<UInt8>) -> Int64? {
+        guard bytes.count >= 8 + AESGCM.overhead else { return nil }
+        var id: Int64 = 0
+        for byte in bytes.prefix(8) { id = id << 8 | Int64(byte) }
+        return id
+    }
+
+    /// The sealed bytes of stored metadata (`{"teamcache_sealed":"<base64>"}`, as PostgreSQL
+    /// prints that jsonb back: `{"teamcache_sealed": "<base64>"}`).
+    static func sealedMetadata(_ text: String) -> [UInt8]? {
+        guard let start = text.range(of: "\(sealedMetadataMember)\""), let open = text[start.upperBound...].firstIndex(of: "\""),
+              let close = text[text.index(after: open)...].firstIndex(of: "\"") else { return nil }
+        return Data(base64Encoded: String(text[text.index(after: open)..<close])).map(Array.init)
+    }
+}

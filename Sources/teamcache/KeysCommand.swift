@@ -1,0 +1,68 @@
+import CacheCore
+import Foundation
+import TeamCache
+
+/// `teamcache keys`: master keys and the namespaces' data keys (encryption at rest).
+enum KeysCommand {
+    static let usage = """
+        Usage:
+          teamcache keys generate
+          teamcache keys rotate [--reencrypt NS]
+
+        generate prints a new master key line (64 hex digits) for TEAMCACHE_MASTER_KEY_FILE.
+
+        rotate re-wraps every namespace's data key under the first key of
+        TEAMCACHE_MASTER_KEY_FILE, in one transaction; bodies are not touched. To rotate the
+        master key: put the new key on the file's first line with the old one after it (on
+        every replica: each line unwraps, the first wraps), run rotate, then drop the old line.
+
+        --reencrypt NS also gives NS a new data key and seals every entry of NS again under it,
+        200 to a transaction, while the service runs (running services seal new writes with
+        the new key within 10 seconds). Entries not yet rewritten still open with the old key.
+
+        \(Help.database)
+        """
+
+    static func run(_ words: [String]) throws -> Int32 {
+        let arguments = try Arguments(words, valued: databaseFlags.union(["--reencrypt"]), switches: [])
+        guard arguments.positional.count == 1, !arguments.switches.contains("--help") else {
+            print(usage)
+            return arguments.switches.contains("--help") ? 0 : 2
+        }
+        switch arguments.positional[0] {
+        case "generate":
+            print(MasterKeys.generateLine())
+            return 0
+        case "rotate":
+            let namespace = try arguments.values["--reencrypt"].map { text -> Namespace in
+                guard let namespace = Namespace(text) else {
+                    throw Arguments.Failure(description: "--reencrypt takes a namespace (^[a-z0-9][a-z0-9._-]{0,63}$)")
+                }
+                return namespace
+            }
+            return try DatabaseSession.with(arguments) { _, pool, configuration in
+                guard configuration.masterKeys != nil else {
+                    throw Arguments.Failure(description: "set TEAMCACHE_MASTER_KEY_FILE to the file of master keys")
+                }
+                let store = try DatabaseSession.store(pool, configuration)
+                let count = try store.keyring.rewrapAll(pool)
+                printError("teamcache keys: re-wrapped \(count) data keys under master key "
+                    + "\(configuration.masterKeys?.sealing.id ?? "?")")
+                guard let namespace else { return 0 }
+                guard try store.keyring.sealingKey(for: namespace.name, pool, fresh: true) != nil else {
+                    throw Arguments.Failure(description: "namespace \(namespace.name) is not encrypted (namespaces set --encrypt)")
+                }
+                try store.keyring.createKey(for: namespace.name, pool)
+                let report = try store.reencrypt(namespace) { progress in
+                    printError("teamcache keys: sealed \(progress.rewritten) entries so far")
+                }
+                printError("teamcache keys: \(namespace.name) sealed again under a new data key: \(report.rewritten) "
+                    + "rewritten, \(report.unchanged) already current or rewritten meanwhile, \(report.broken) did not open")
+                return report.broken == 0 ? 0 : 1
+            }
+        default:
+            print(usage)
+            return 2
+        }
+    }
+}
