@@ -16,7 +16,7 @@ public final class Keyring: @unchecked Sendable {
     static let sealedMetadataMember = "teamcache_sealed"
     /// How long a namespace's sealing key (or its having none) is trusted before it is read
     /// again: a namespace encrypted while the service runs seals writes within this.
-    static let currentFor: TimeInterval = 10
+    public static let currentFor: TimeInterval = 10
 
     public struct DataKey: Sendable {
         public let id: Int64

@@ -15,15 +15,16 @@ enum NamespacesCommand {
         --encrypt stores the namespace's bodies and metadata AES-256-GCM encrypted under a data
         key of its own, wrapped by the first key of TEAMCACHE_MASTER_KEY_FILE (which every
         replica then needs). It then seals the entries stored before, 200 to a transaction,
-        while the service runs; running services seal new writes within 10 seconds. It stays
-        on (leaving it out does not decrypt). Encrypt only once every replica runs a build
-        that knows encryption.
+        while the service runs. Running services learn of the key within 10 seconds, so a
+        second pass follows after --settle seconds (15) for what they wrote plain meanwhile.
+        It stays on (leaving it out does not decrypt). Encrypt only once every replica runs a
+        build that knows encryption.
 
         \(Help.database)
         """
 
     static func run(_ words: [String]) throws -> Int32 {
-        let arguments = try Arguments(words, valued: databaseFlags.union(["--default-ttl", "--max-bytes"]),
+        let arguments = try Arguments(words, valued: databaseFlags.union(["--default-ttl", "--max-bytes", "--settle"]),
                                       switches: ["--encrypt"])
         guard arguments.positional.count == 2, !arguments.switches.contains("--help") else {
             print(usage)
@@ -48,7 +49,9 @@ enum NamespacesCommand {
                     return bytes
                 }
                 try store.setSettings(namespace, NamespaceSettings(defaultTTL: ttl, maxBytes: maxBytes))
-                if arguments.switches.contains("--encrypt") { try encrypt(namespace, store) }
+                if arguments.switches.contains("--encrypt") {
+                    try encrypt(namespace, store, settle: try KeysCommand.settle(arguments))
+                }
             }
             let settings = try store.settings(namespace)
             let encrypted = try store.keyring.sealingKey(for: namespace.name, pool, fresh: true) != nil
@@ -59,13 +62,11 @@ enum NamespacesCommand {
     }
 
     /// Gives the namespace its first data key (if it has none) and seals what is stored.
-    private static func encrypt(_ namespace: Namespace, _ store: EntryStore) throws {
+    private static func encrypt(_ namespace: Namespace, _ store: EntryStore, settle: TimeInterval) throws {
         if try store.keyring.sealingKey(for: namespace.name, store.pool, fresh: true) == nil {
             try store.keyring.createKey(for: namespace.name, store.pool)
         }
-        let report = try store.reencrypt(namespace) { progress in
-            printError("teamcache namespaces: sealed \(progress.rewritten) entries so far")
-        }
+        let report = try KeysCommand.sealAll(namespace, store, settle: settle, verb: "namespaces")
         printError("teamcache namespaces: \(namespace.name) is encrypted; sealed \(report.rewritten) entries"
             + " (\(report.unchanged) already sealed or rewritten meanwhile, \(report.broken) did not open)")
     }

@@ -27,7 +27,7 @@ import TestSupport
     }
 
     static func encrypt(_ namespace: String, url: String, keys: String) throws {
-        let (status, errors) = try DumpTests.cli("namespaces set \(namespace) --encrypt", url: url, masterKeyFile: keys)
+        let (status, errors) = try DumpTests.cli("namespaces set \(namespace) --encrypt --settle 0", url: url, masterKeyFile: keys)
         #expect(status == 0, "\(errors)")
     }
 
@@ -173,7 +173,7 @@ import TestSupport
         defer { service.stop() }
         #expect(try service.request("GET", entryPath(namespace, "k7")).body == bodies["k7"])
 
-        let (reencrypted, output) = try DumpTests.cli("keys rotate --reencrypt \(namespace)", url: url, masterKeyFile: newOnly)
+        let (reencrypted, output) = try DumpTests.cli("keys rotate --reencrypt \(namespace) --settle 0", url: url, masterKeyFile: newOnly)
         #expect(reencrypted == 0, "\(output)")
         #expect(output.contains("250 rewritten"), "\(output)")
         let after = try Self.stored(namespace, "k7", url: url).body
@@ -181,5 +181,37 @@ import TestSupport
         for (key, body) in bodies {
             #expect(try service.request("GET", entryPath(namespace, key)).body == body, "\(key)")
         }
+    }
+
+    /// A running service that knew the namespace as plain keeps writing plain for up to 10 s
+    /// after `--encrypt`: the second pass, after `--settle`, seals what it wrote, so nothing
+    /// written before the command returned is left plain.
+    @Test func writesDuringTheSwitchAreSealedToo() throws {
+        let url = try DumpTests.databaseURL(prefix: "settle")
+        let keys = try Self.keyFile([MasterKeys.generateLine()])
+        let service = try Self.service(url: url, keys: keys)
+        defer { service.stop() }
+        let namespace = "switching"
+        #expect(try service.request("PUT", entryPath(namespace, "first"), body: [1]).status == 201)
+        let stop = Locked(false)
+        let writer = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            var index = 0
+            while !stop.value {
+                _ = try? service.request("PUT", entryPath(namespace, "w\(index % 50)"), body: Array("v\(index)".utf8))
+                index += 1
+                Thread.sleep(forTimeInterval: 0.02)
+            }
+            writer.signal()
+        }
+        let (status, errors) = try DumpTests.cli("namespaces set \(namespace) --encrypt --settle 11", url: url,
+                                                 masterKeyFile: keys)
+        stop.update { $0 = true }
+        #expect(writer.wait(timeout: .now() + 10) == .success)
+        #expect(status == 0, "\(errors)")
+        let connection = try PostgresConnection(url: url, limits: .unbounded)
+        let plain = try connection.query("SELECT count(*) AS n FROM entries WHERE namespace = $1 AND encoding NOT LIKE 'aes256gcm/%'",
+                                         [.text(namespace)]).first?.int("n")
+        #expect(plain == 0)
     }
 }
