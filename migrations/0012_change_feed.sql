@@ -15,6 +15,9 @@
 -- order: the second writer waited for the first's row lock, so its row was inserted (and
 -- given a larger id) after the first committed, and no run can see the second without the
 -- first. Changes to different keys commute, so any order of them replays to the same store.
+-- No write may commit between the floors below and the triggers: it would have neither.
+LOCK TABLE entries IN SHARE ROW EXCLUSIVE MODE;
+
 CREATE SEQUENCE entry_changes_id;
 CREATE TABLE entry_changes (
     -- Insertion order: the sequencer numbers committed rows by it.
@@ -31,14 +34,17 @@ CREATE TABLE entry_changes (
     content_type           text,
     expires_at             timestamptz,
     stale_while_revalidate integer,
-    changed_at             timestamptz NOT NULL DEFAULT now()
+    changed_at             timestamptz NOT NULL DEFAULT now(),
+    -- When the sequencer numbered it: retention counts from here, so a change committed by a
+    -- long transaction is not trimmed (raising the floor past current cursors) as it appears.
+    numbered_at            timestamptz
 );
 -- The sequencer's work list: rows not numbered yet, in insertion order.
 CREATE INDEX entry_changes_pending ON entry_changes (id) WHERE seq IS NULL;
 -- A namespace's feed, read from a cursor.
 CREATE UNIQUE INDEX entry_changes_feed ON entry_changes (namespace, seq) WHERE seq IS NOT NULL;
--- Trimming by age: rows arrive in time order, so a BRIN index costs writes almost nothing.
-CREATE INDEX entry_changes_age ON entry_changes USING brin (changed_at);
+-- Trimming by age: rows are numbered in time order, so a BRIN index costs almost nothing.
+CREATE INDEX entry_changes_age ON entry_changes USING brin (numbered_at);
 
 -- The last number handed out. One row: its lock orders the sequencer's runs.
 CREATE TABLE change_feed_head (
@@ -66,6 +72,20 @@ BEGIN
     RETURN NULL;
 END $$;
 
+-- A rewrite that changes nothing a follower sees (a re-encryption: same ETag, expiry, type
+-- and window) is not a change.
+CREATE FUNCTION tc_feed_updated_rows() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO entry_changes (namespace, key, kind, etag, identity_size, stored_size, content_type, expires_at,
+                               stale_while_revalidate)
+    SELECT n.namespace, n.key, 'put', n.etag, n.identity_size, n.stored_size, n.content_type, n.expires_at,
+           n.stale_while_revalidate
+    FROM new_rows n JOIN old_rows o ON o.id = n.id
+    WHERE (n.etag, n.expires_at, n.content_type, n.stale_while_revalidate, n.key)
+          IS DISTINCT FROM (o.etag, o.expires_at, o.content_type, o.stale_while_revalidate, o.key);
+    RETURN NULL;
+END $$;
+
 CREATE FUNCTION tc_feed_old_rows() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO entry_changes (namespace, key, kind) SELECT namespace, key, 'delete' FROM old_rows;
@@ -84,21 +104,24 @@ BEGIN
     SELECT namespace, v_last FROM entry_changes
     UNION SELECT namespace, v_last FROM namespace_counters WHERE namespace <> ''
     ON CONFLICT (namespace) DO UPDATE SET floor = EXCLUDED.floor;
-    TRUNCATE entry_changes;
+    -- DELETE, not TRUNCATE: a feed reader holds entry_changes while it joins entries (which
+    -- the TRUNCATE holds), and TRUNCATE's lock would wait for it: a deadlock.
+    DELETE FROM entry_changes;
     RETURN NULL;
 END $$;
 
 CREATE TRIGGER entries_feed_insert AFTER INSERT ON entries
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tc_feed_new_rows();
 CREATE TRIGGER entries_feed_update AFTER UPDATE ON entries
-    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tc_feed_new_rows();
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tc_feed_updated_rows();
 CREATE TRIGGER entries_feed_delete AFTER DELETE ON entries
     REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION tc_feed_old_rows();
 CREATE TRIGGER entries_feed_truncate AFTER TRUNCATE ON entries
     FOR EACH STATEMENT EXECUTE FUNCTION tc_feed_truncated();
 
 -- Numbers up to p_limit committed rows, in insertion order, after the head; returns the new
--- head. The head's row lock is taken first, in its own statement: the numbering statement's
+-- head. With nothing pending it only reads the head: no lock, no transaction id, no WAL (a row
+-- committed after that check is numbered by a later run, above this head). The head's row lock is taken first, in its own statement: the numbering statement's
 -- snapshot (a new one per statement in a volatile function under READ COMMITTED) is then
 -- taken after the previous run committed, so it sees that run's numbers and never numbers a
 -- row twice. Run it in a transaction of its own (autocommit), never in REPEATABLE READ.
@@ -107,12 +130,16 @@ DECLARE
     v_last bigint;
     v_numbered bigint;
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM entry_changes WHERE seq IS NULL) THEN
+        RETURN (SELECT last FROM change_feed_head);
+    END IF;
     SELECT last INTO v_last FROM change_feed_head FOR UPDATE;
     WITH pending AS (
         SELECT ctid AS row_id, row_number() OVER (ORDER BY id) AS n
         FROM (SELECT ctid, id FROM entry_changes WHERE seq IS NULL ORDER BY id LIMIT p_limit) AS next_rows),
     numbered AS (
-        UPDATE entry_changes c SET seq = v_last + p.n FROM pending p WHERE c.ctid = p.row_id RETURNING c.seq)
+        UPDATE entry_changes c SET seq = v_last + p.n, numbered_at = clock_timestamp()
+        FROM pending p WHERE c.ctid = p.row_id RETURNING c.seq)
     SELECT max(seq) INTO v_numbered FROM numbered;
     IF v_numbered IS NULL THEN
         RETURN v_last;
@@ -121,7 +148,7 @@ BEGIN
     RETURN v_numbered;
 END $$;
 
--- Drops up to p_limit numbered rows older than p_before, raising their namespaces' floors;
+-- Drops up to p_limit rows numbered before p_before, raising their namespaces' floors;
 -- returns how many went.
 CREATE FUNCTION tc_trim_changes(p_before timestamptz, p_limit integer) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
@@ -129,8 +156,8 @@ DECLARE
 BEGIN
     WITH gone AS (
         DELETE FROM entry_changes WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM entry_changes WHERE changed_at < p_before AND seq IS NOT NULL LIMIT p_limit))
-          AND changed_at < p_before AND seq IS NOT NULL
+            SELECT ctid FROM entry_changes WHERE numbered_at < p_before LIMIT p_limit))
+          AND numbered_at < p_before
         RETURNING namespace, seq),
     floors AS (
         INSERT INTO change_feed_floors (namespace, floor) SELECT namespace, max(seq) FROM gone GROUP BY namespace

@@ -27,3 +27,23 @@ CREATE INDEX data_keys_namespace ON data_keys (namespace, id);
 ALTER TABLE entries DROP CONSTRAINT entries_encoding_check;
 ALTER TABLE entries ADD CONSTRAINT entries_encoding_check
     CHECK (encoding IN ('identity', 'gzip', 'aes256gcm/identity', 'aes256gcm/gzip')) NOT VALID;
+
+-- The database itself refuses a plain body in an encrypted namespace, whoever writes it: a
+-- replica that has not yet learned of the namespace's key (it looks keys up every 10 s), or
+-- an older build. The writer then learns the key and the client retries (503). One check per
+-- statement, and none while no namespace is encrypted.
+CREATE FUNCTION tc_refuse_plain_in_encrypted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM data_keys) AND EXISTS (
+        SELECT 1 FROM new_rows n
+        WHERE n.encoding NOT LIKE 'aes256gcm/%' AND EXISTS (SELECT 1 FROM data_keys k WHERE k.namespace = n.namespace))
+    THEN
+        RAISE EXCEPTION 'a plain body for an encrypted namespace' USING ERRCODE = 'TCE01';
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER entries_sealed_insert AFTER INSERT ON entries
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tc_refuse_plain_in_encrypted();
+CREATE TRIGGER entries_sealed_update AFTER UPDATE ON entries
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tc_refuse_plain_in_encrypted();

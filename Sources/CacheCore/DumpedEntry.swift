@@ -87,7 +87,7 @@ extension DumpedEntry {
               let updatedAt = try row.string("updated_at"), let expiresAt = try row.string("expires_at") else {
             throw PostgresError(.decoding, serverMessage: "entry row has unexpected NULLs")
         }
-        guard case .plain(let body, let encoding, let metadata) = keyring.open(
+        guard case .plain(let body, let encoding, let metadata) = try keyring.open(
             namespace: namespace, key: key, etag: etag, body: stored, encoding: storedEncoding,
             metadata: try row.string("metadata"), pool: pool) else { return nil }
         self.init(namespace: namespace, key: key, body: body, encoding: encoding, contentType: contentType,

@@ -36,10 +36,28 @@ extension EntryStore {
         "to_char((\(column)) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
     }
 
-    /// Numbers the changes committed so far; returns the feed's head.
+    /// Sequencer runs per feed read at most: a backlog of this many batches is numbered
+    /// before the page is read; past it the page says `more` (and does not wait).
+    static let sequencerRunsPerRead = 10
+
+    /// Numbers the changes committed so far (up to `sequencerRunsPerRead` batches); returns the
+    /// feed's head and whether a backlog is left. One run at a time per process: readers
+    /// woken together queue here, not on the head row's lock with a pool connection each, and
+    /// each then finds nothing pending (a read-only check).
     @discardableResult
-    public func sequenceChanges() throws -> Int64 {
-        try pool.withConnection { try Self.sequenceChanges(on: $0) }
+    public func sequenceChanges() throws -> (head: Int64, backlog: Bool) {
+        try sequencerGate.withLock {
+            try pool.withConnection { connection in
+                var head = try Self.sequenceChanges(on: connection)
+                for _ in 1..<Self.sequencerRunsPerRead {
+                    // A run that moved nothing found nothing pending (a cheap read).
+                    let next = try Self.sequenceChanges(on: connection)
+                    if next == head { return (head, false) }
+                    head = next
+                }
+                return (head, true)
+            }
+        }
     }
 
     static func sequenceChanges(on connection: PostgresConnection) throws -> Int64 {
@@ -54,8 +72,8 @@ extension EntryStore {
     /// page ends early). Throws `FeedCursorError` for a cursor that cannot be followed.
     public func changes(_ namespace: Namespace, after cursor: Int64, limit: Int, bodies: Bool) throws -> FeedPage {
         let limit = min(max(1, limit), 10_000)
+        let backlog = try sequenceChanges().backlog
         return try pool.withConnection { connection in
-            try Self.sequenceChanges(on: connection)
             let rows = try connection.query(Self.readChanges, [.text(namespace.name), .int(Int(cursor)), .int(limit)]).rows
             guard let head = try rows.first?.int("head").map(Int64.init),
                   let floor = try rows.first?.int("floor").map(Int64.init) else {
@@ -64,7 +82,7 @@ extension EntryStore {
             if cursor < floor { throw FeedCursorError.gone(floor: floor) }
             if cursor > head { throw FeedCursorError.ahead(head: head) }
             var changes = try rows.compactMap(Self.change)
-            var more = changes.count == limit
+            var more = changes.count == limit || backlog
             if bodies {
                 let kept = Self.withinBudget(changes)
                 more = more || kept < changes.count
@@ -111,7 +129,7 @@ extension EntryStore {
                   let etag = try row.string("etag"), let stored = try row.bytes("body"),
                   let storedEncoding = try row.string("encoding") else { continue }
             // Sealed bodies are opened (one that does not open is left out, logged and counted).
-            guard case .plain(let body, let encoding, _) = keyring.open(
+            guard case .plain(let body, let encoding, _) = try keyring.open(
                 namespace: namespace, key: key, etag: etag, body: stored, encoding: storedEncoding, metadata: nil,
                 pool: pool) else { continue }
             found[Int64(id)] = (etag, body, encoding)

@@ -23,7 +23,8 @@ extension EntryStore {
     /// Rewrites each row only if it is still the version read (ETag, encoding and write time:
     /// a writer that replaced it meanwhile sealed its own version); the timestamps stay.
     static let rewriteRows = """
-        UPDATE entries e SET body = u.body, encoding = u.encoding, metadata = u.metadata::jsonb
+        UPDATE entries e SET body = u.body, encoding = u.encoding, metadata = u.metadata::jsonb,
+            stored_size = octet_length(u.body)
         FROM unnest($1::int8[], $2::bytea[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
              AS u(id, body, encoding, metadata, old_etag, old_encoding, old_updated_at)
         WHERE e.id = u.id AND e.etag = u.old_etag AND e.encoding = u.old_encoding
@@ -55,7 +56,7 @@ extension EntryStore {
                     report.unchanged += 1
                     continue
                 }
-                guard case .plain(let body, let inner, let metadata) = keyring.open(
+                guard case .plain(let body, let inner, let metadata) = try keyring.open(
                     namespace: namespace.name, key: key, etag: etag, body: stored, encoding: encoding,
                     metadata: try row.string("metadata"), pool: pool) else {
                     report.broken += 1

@@ -29,6 +29,8 @@ public final class EntryStore: Sendable {
     /// Seals writes to encrypted namespaces and opens what they stored.
     public let keyring: Keyring
     private let writes: EntryWriteBatcher
+    /// One change-feed sequencer run at a time from this process (`sequenceChanges`).
+    let sequencerGate = NSLock()
 
     /// `concurrentWriteBatches`: how many write transactions may run at once (each carries
     /// every write that queued while the others ran).
@@ -167,7 +169,7 @@ public final class EntryStore: Sendable {
             throw PostgresError(.decoding, serverMessage: "entry row has unexpected NULLs")
         }
         let body: [UInt8], encoding: BodyEncoding, metadata: String?
-        switch keyring.open(namespace: namespace, key: key, etag: etag, body: stored, encoding: storedEncoding,
+        switch try keyring.open(namespace: namespace, key: key, etag: etag, body: stored, encoding: storedEncoding,
                             metadata: try row.string("metadata"), pool: pool) {
         case .plain(let opened, let inner, let openedMetadata): (body, encoding, metadata) = (opened, inner, openedMetadata)
         case .keyNotLoaded: return .keyNotLoaded

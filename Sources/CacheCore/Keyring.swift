@@ -5,9 +5,13 @@ import Postgres
 
 /// The namespaces' data keys (migration 0013), unwrapped in memory by the master keys.
 ///
-/// A sealed body is its data key's id (8 bytes, big-endian) and AES-256-GCM's `nonce ‖
-/// ciphertext ‖ tag` of the stored bytes (gzip or identity, as before sealing); sealed
-/// metadata is the same, base64 in `{"teamcache_sealed": …}`. The associated data binds
+/// A sealed body is its data key's id (8 bytes, big-endian), a random salt (16 bytes) and
+/// AES-256-GCM's `nonce ‖ ciphertext ‖ tag` of the stored bytes (gzip or identity, as before
+/// sealing), under a key derived for this one message from the data key and the salt
+/// (HKDF-SHA256). Random 96-bit nonces under one key are safe for about 2^32 messages (NIST
+/// SP 800-38D), which a busy namespace would reach in days; a key per message lifts that
+/// limit with no counter to keep. Sealed metadata is the same, base64 in
+/// `{"teamcache_sealed": …}`. The associated data binds
 /// each to its namespace, key, ETag, inner encoding and part, so a row copied to another
 /// key, a body swapped with another version's, or a flipped byte does not open.
 public final class Keyring: @unchecked Sendable {
@@ -17,6 +21,10 @@ public final class Keyring: @unchecked Sendable {
     /// How long a namespace's sealing key (or its having none) is trusted before it is read
     /// again: a namespace encrypted while the service runs seals writes within this.
     public static let currentFor: TimeInterval = 10
+    static let saltByteCount = 16
+    /// The id and salt before each sealed message.
+    static let headerByteCount = 8 + saltByteCount
+    static let messageKeyInfo = Array("teamcache seal v1".utf8)
 
     public struct DataKey: Sendable {
         public let id: Int64
@@ -114,7 +122,7 @@ public final class Keyring: @unchecked Sendable {
         let key = DataKey(id: Int64(id), namespace: namespace, bytes: bytes)
         lock.withLock {
             byID[key.id] = key
-            current[namespace] = (key, Date().timeIntervalSince1970 + Self.currentFor)
+            current[namespace] = (key, ProcessInfo.processInfo.systemUptime + Self.currentFor)
         }
         return key
     }
@@ -140,7 +148,7 @@ public final class Keyring: @unchecked Sendable {
     /// The key writes to `namespace` are sealed with; nil when it is not encrypted. Read
     /// from the database at most every `currentFor` seconds per namespace (blocking).
     public func sealingKey(for namespace: String, _ pool: ConnectionPool, fresh: Bool = false) throws -> DataKey? {
-        let now = Date().timeIntervalSince1970
+        let now = ProcessInfo.processInfo.systemUptime
         if !fresh, let known = lock.withLock({ current[namespace] }), known.until > now { return known.key }
         let row = try pool.withConnection { try $0.query(Self.selectCurrent, [.text(namespace)]).first }
         var key: DataKey?
@@ -161,13 +169,26 @@ public final class Keyring: @unchecked Sendable {
         return key
     }
 
-    /// The data key `id`, from memory, else (with `pool`) from the database.
-    func dataKey(id: Int64, _ pool: ConnectionPool?) -> DataKey? {
+    /// Every namespace's sealing key is read again at its next write (the database refused a
+    /// plain write: a namespace was encrypted since it was last read).
+    public func forgetSealingKeys() {
+        lock.withLock { current = [:] }
+    }
+
+    /// The data key `id`, from memory, else (with `pool`) from the database: nil when there is
+    /// no such key or it does not unwrap; a database failure throws (it is no integrity error).
+    func dataKey(id: Int64, _ pool: ConnectionPool?) throws -> DataKey? {
         if let key = lock.withLock({ byID[id] }) { return key }
-        guard let pool, let row = try? pool.withConnection({ try $0.query(Self.selectKey, [.int(Int(id))]).first }),
-              let key = try? unwrap(row) else { return nil }
-        lock.withLock { byID[key.id] = key }
-        return key
+        guard let pool, let row = try pool.withConnection({ try $0.query(Self.selectKey, [.int(Int(id))]).first }) else {
+            return nil
+        }
+        do {
+            let key = try unwrap(row)
+            lock.withLock { byID[key.id] = key }
+            return key
+        } catch is Failure {
+            return nil
+        }
     }
 
     // MARK: Sealing
@@ -186,16 +207,31 @@ public final class Keyring: @unchecked Sendable {
     /// What is stored for a body, its encoding and metadata under `dataKey`.
     public static func seal(body: [UInt8], encoding: BodyEncoding, metadata: String?, namespace: String, key: [UInt8],
                             etag: String, with dataKey: DataKey) -> (body: [UInt8], encoding: String, metadata: String?) {
-        var id = [UInt8](repeating: 0, count: 8)
-        for index in 0..<8 { id[index] = UInt8(truncatingIfNeeded: dataKey.id >> (56 - 8 * index)) }
-        let sealedBody = id + AESGCM.seal(body, key: dataKey.bytes,
-                                          aad: aad(namespace, key, etag, encoding, part: "body"))
+        let sealedBody = sealMessage(body, dataKey, aad: aad(namespace, key, etag, encoding, part: "body"))
         let sealedMetadata = metadata.map { text -> String in
-            let sealed = id + AESGCM.seal(Array(text.utf8), key: dataKey.bytes,
-                                          aad: aad(namespace, key, etag, encoding, part: "metadata"))
+            let sealed = sealMessage(Array(text.utf8), dataKey, aad: aad(namespace, key, etag, encoding, part: "metadata"))
             return "{\"\(sealedMetadataMember)\":\"\(Data(sealed).base64EncodedString())\"}"
         }
         return (sealedBody, sealedPrefix + encoding.rawValue, sealedMetadata)
+    }
+
+    /// `id ‖ salt ‖ AES-GCM(message key)`: the message key is derived from the data key and a
+    /// fresh salt, so no (key, nonce) pair ever repeats however many messages a key seals.
+    static func sealMessage(_ plaintext: [UInt8], _ dataKey: DataKey, aad: [UInt8]) -> [UInt8] {
+        var header = [UInt8](repeating: 0, count: 8)
+        for index in 0..<8 { header[index] = UInt8(truncatingIfNeeded: dataKey.id >> (56 - 8 * index)) }
+        let salt = Bytes.random(count: saltByteCount)
+        let messageKey = HKDF.sha256(secret: dataKey.bytes, salt: salt, info: messageKeyInfo, count: AESGCM.keyByteCount)
+        return header + salt + AESGCM.seal(plaintext, key: messageKey, aad: aad)
+    }
+
+    /// The plaintext of `sealed` (as `sealMessage` made it) under `dataKey`; nil if it does not open.
+    static func openMessage(_ sealed: ArraySlice<UInt8>, _ dataKey: DataKey, aad: [UInt8]) -> [UInt8]? {
+        guard sealed.count >= headerByteCount + AESGCM.overhead else { return nil }
+        let start = sealed.startIndex
+        let salt = Array(sealed[(start + 8)..<(start + headerByteCount)])
+        let messageKey = HKDF.sha256(secret: dataKey.bytes, salt: salt, info: messageKeyInfo, count: AESGCM.keyByteCount)
+        return AESGCM.open(sealed[(start + headerByteCount)...], key: messageKey, aad: aad)
     }
 
     /// A stored entry's body and metadata, opened.
@@ -210,21 +246,20 @@ public final class Keyring: @unchecked Sendable {
     /// Opens a stored entry (plain ones pass through). `pool` nil: never blocks (on a loop),
     /// and a key not in memory is `.keyNotLoaded`.
     public func open(namespace: String, key: [UInt8], etag: String, body: [UInt8], encoding: String,
-                     metadata: String?, pool: ConnectionPool?) -> Opened {
+                     metadata: String?, pool: ConnectionPool?) throws -> Opened {
         if let plain = BodyEncoding(rawValue: encoding) { return .plain(body: body, encoding: plain, metadata: metadata) }
         guard encoding.hasPrefix(Self.sealedPrefix),
               let inner = BodyEncoding(rawValue: String(encoding.dropFirst(Self.sealedPrefix.count))),
               let id = Self.keyID(body[...]) else { return broken(namespace, "unknown encoding") }
-        guard let dataKey = dataKey(id: id, pool) else {
+        guard let dataKey = try dataKey(id: id, pool) else {
             return pool == nil ? .keyNotLoaded : broken(namespace, "no usable data key \(id)")
         }
         guard dataKey.namespace == namespace,
-              let opened = AESGCM.open(body[8...], key: dataKey.bytes, aad: Self.aad(namespace, key, etag, inner, part: "body"))
+              let opened = Self.openMessage(body[...], dataKey, aad: Self.aad(namespace, key, etag, inner, part: "body"))
         else { return broken(namespace, "body does not open") }
         guard let metadata else { return .plain(body: opened, encoding: inner, metadata: nil) }
         guard let sealed = Self.sealedMetadata(metadata), Self.keyID(sealed[...]) == id,
-              let text = AESGCM.open(sealed[8...], key: dataKey.bytes,
-                                     aad: Self.aad(namespace, key, etag, inner, part: "metadata")),
+              let text = Self.openMessage(sealed[...], dataKey, aad: Self.aad(namespace, key, etag, inner, part: "metadata")),
               let plainMetadata = String(validating: text, as: UTF8.self) else {
             return broken(namespace, "metadata does not open")
         }
@@ -240,7 +275,7 @@ public final class Keyring: @unchecked Sendable {
     }
 
     static func keyID(_ bytes: ArraySlice<UInt8>) -> Int64? {
-        guard bytes.count >= 8 + AESGCM.overhead else { return nil }
+        guard bytes.count >= headerByteCount + AESGCM.overhead else { return nil }
         var id: Int64 = 0
         for byte in bytes.prefix(8) { id = id << 8 | Int64(byte) }
         return id

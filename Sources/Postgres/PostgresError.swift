@@ -23,6 +23,8 @@ public struct SQLState: Hashable, Sendable, CustomStringConvertible {
     public static let insufficientResources = SQLState("53000")
     public static let diskFull = SQLState("53100")
     public static let raiseException = SQLState("P0001")
+    /// TeamCache's own (migration 0013): a plain body written to an encrypted namespace.
+    public static let plainInEncryptedNamespace = SQLState("TCE01")
 }
 
 /// A failure talking to PostgreSQL.

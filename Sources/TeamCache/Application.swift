@@ -47,7 +47,15 @@ public final class Application: Sendable {
         // Every data key unwrapped before anything is served: a missing or wrong master key
         // stops the start, naming the variable, instead of serving misses (or ciphertext).
         let keyring = Keyring(master: configuration.masterKeys, metrics: metrics)
-        try keyring.loadAll(pool)
+        do {
+            try keyring.loadAll(pool)
+        } catch let error as PostgresError where error.isUnavailable {
+            // The database is not reachable yet (the service starts unready and waits for it):
+            // keys are then read when first needed, and a key that does not unwrap refuses the
+            // write (503) and answers its entries as misses, logged.
+            logger.warn("data keys not checked at start: the database is unavailable",
+                        [("error", .string(error.description))])
+        }
         store = EntryStore(pool: pool, policy: configuration.cache, clock: clock,
                            concurrentWriteBatches: max(1, configuration.poolSize / 4),
                            writeBatchSizes: metrics.histogram("teamcache_db_write_batch_size",

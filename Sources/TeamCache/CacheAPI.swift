@@ -49,6 +49,12 @@ public final class CacheAPI: Sendable {
     func guarded<T>(_ request: HTTPRequest, _ body: () throws -> T) throws -> T {
         do {
             return try body()
+        } catch let error as PostgresError where error.sqlState == .plainInEncryptedNamespace {
+            // This replica sealed with what it knew, and the namespace was encrypted since:
+            // it reads the keys again, and the client's retry is sealed.
+            store.keyring.forgetSealingKeys()
+            throw HTTPError(503, "This namespace was just encrypted; retry shortly.",
+                            headers: HTTPHeaders([("Retry-After", "1")]))
         } catch let error as PostgresError {
             failures.log(.warn, "database error", kind: error.description,
                          [("request_id", .string(request.requestID)), ("error", .string(error.description))])

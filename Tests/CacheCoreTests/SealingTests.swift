@@ -34,6 +34,13 @@ import Testing
         #expect(AESGCM.open([UInt8](repeating: 0, count: 64), key: [1, 2, 3], aad: []) == nil)
     }
 
+    /// RFC 5869 test case 1.
+    @Test func hkdfMatchesTheRFC() {
+        let okm = HKDF.sha256(secret: [UInt8](repeating: 0x0b, count: 22), salt: Array(0x00...0x0c),
+                              info: Array(0xf0...0xf9), count: 42)
+        #expect(Bytes.hex(okm) == "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865")
+    }
+
     @Test func masterKeyFiles() throws {
         let line = MasterKeys.generateLine()
         #expect(line.utf8.count == 64)

@@ -165,6 +165,7 @@ import TestSupport
             }
         }
         let before = try Self.stored(namespace, "k7", url: url).body
+        let feedBefore = try Self.feedHead(namespace, url: url)
         let (status, errors) = try DumpTests.cli("keys rotate", url: url, masterKeyFile: try Self.keyFile([new, old]))
         #expect(status == 0, "\(errors)")
         #expect(try Self.stored(namespace, "k7", url: url).body == before)
@@ -181,6 +182,16 @@ import TestSupport
         for (key, body) in bodies {
             #expect(try service.request("GET", entryPath(namespace, key)).body == body, "\(key)")
         }
+        // Sealing again changed nothing a follower sees: no change in the feed.
+        let page = try ChangeFeedTests.page(service, namespace, since: feedBefore)
+        #expect(page.status == 200 && page.changes.isEmpty, "\(page.changes.count) changes")
+    }
+
+    /// The feed's head as a follower of `namespace` would start from now.
+    static func feedHead(_ namespace: String, url: String) throws -> String {
+        let connection = try PostgresConnection(url: url, limits: .unbounded)
+        let head = try connection.query("SELECT tc_sequence_changes(100000) AS head").first?.int("head")
+        return String(try #require(head))
     }
 
     /// A running service that knew the namespace as plain keeps writing plain for up to 10 s
@@ -209,6 +220,16 @@ import TestSupport
         stop.update { $0 = true }
         #expect(writer.wait(timeout: .now() + 10) == .success)
         #expect(status == 0, "\(errors)")
+        // The service still took the namespace for plain (it reads keys every 10 s) when it
+        // began: the database refused its plain writes (503), and the retry was sealed.
+        let second = TestService.namespace("switch")
+        #expect(try service.request("PUT", entryPath(second, "k"), body: [1]).status == 201)
+        try Self.encrypt(second, url: url, keys: keys)
+        let refused = try service.request("PUT", entryPath(second, "k"), body: [2])
+        #expect(refused.status == 503, "\(refused.status)")
+        #expect(try service.request("PUT", entryPath(second, "k"), body: [3]).status == 200)
+        #expect(try Self.stored(second, "k", url: url).encoding.hasPrefix("aes256gcm/"))
+        #expect(try service.request("GET", entryPath(second, "k")).body == [3])
         let connection = try PostgresConnection(url: url, limits: .unbounded)
         let plain = try connection.query("SELECT count(*) AS n FROM entries WHERE namespace = $1 AND encoding NOT LIKE 'aes256gcm/%'",
                                          [.text(namespace)]).first?.int("n")

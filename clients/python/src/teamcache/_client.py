@@ -163,6 +163,15 @@ class _Routes:
         as ``after`` for the next page, until it is None."""
         return self._run(op.export_page(namespace, after=after, limit=limit, since=since))
 
+    def changes(self, namespace: str, *, since: str | int = 0, limit: int | None = None,
+                wait: float | None = None, include_body: bool = False) -> Any:
+        """One page of the namespace's committed changes after ``since`` (read scope):
+        ``{"changes": [...], "next": cursor, "more": bool}``. Apply each change in order (``put``:
+        the key's ``etag``, ``size``, ``expires_at``, and ``body_base64`` with ``include_body``;
+        ``delete``: drop the key), then ask again from ``next``; ``wait`` holds an empty page
+        for the next change. A cursor too old raises ``ProblemError`` (410): resync."""
+        return self._run(op.changes(namespace, since=since, limit=limit, wait=wait, include_body=include_body))
+
     def import_lines(self, namespace: str, lines: Iterable[bytes | str], *, on_conflict: str = "skip") -> Any:
         """Stores dump lines (an export's, or ``{"key": ..., "body": ...}`` of your own) into the
         namespace (admin); the server's counts (``imported``, ``unchanged``, ``rejected``, …).

@@ -277,6 +277,26 @@ def export_page(namespace: str, *, after: str | None = None, limit: int | None =
                 headers={"Accept-Encoding": "gzip"})
 
 
+def changes(namespace: str, *, since: str | int = 0, limit: int | None = None, wait: float | None = None,
+            include_body: bool = False) -> Call:
+    """One page of the namespace's change feed: ``{"changes": [...], "next": cursor, "more": bool}``.
+    A cursor too old (or from another store) raises ``ProblemError`` with status 410: resync
+    from an export, whose first page names the cursor to follow from."""
+    params = {"since": str(since)}
+    if limit is not None:
+        params["limit"] = str(limit)
+    if wait is not None:
+        params["wait"] = _wait(wait)
+    if include_body:
+        params["include"] = "body"
+
+    def parse(_status: int, _headers: Mapping[str, str], body: bytes) -> Any:
+        return json.loads(body)
+
+    return Call("GET", namespace_path(namespace) + "/changes", parse, frozenset({200}), params=params,
+                headers={"Accept-Encoding": "gzip"}, extra_timeout=wait or 0)
+
+
 def import_lines(namespace: str, lines: Iterable[bytes | str], *, on_conflict: str = "skip") -> Call:
     """Dump lines into the namespace, gzip-compressed on the way; the server's summary. Safe to
     send again (an identical entry is ``unchanged``)."""
