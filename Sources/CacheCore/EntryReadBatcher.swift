@@ -200,7 +200,7 @@ public final class EntryReadBatcher: @unchecked Sendable {
                 }
                 switch try EntryStore.decode(row, keyring: keyring, pool: nil) {
                 case .entry(let entry): found[ordinal - 1] = .found(entry)
-                case .keyNotLoaded: found[ordinal - 1] = .oversized
+                case .offLoop: found[ordinal - 1] = .oversized
                 // Does not open (logged and counted): a miss, which the next write replaces.
                 case .broken: found[ordinal - 1] = .absent
                 }

@@ -154,8 +154,8 @@ public final class EntryStore: Sendable {
     /// A read row, its body and metadata opened if sealed.
     enum Decoded {
         case entry(StoredEntry)
-        /// Sealed under a key not in memory, and `pool` was nil (a loop may not block).
-        case keyNotLoaded
+        /// Sealed, and it must be opened off the loop (`pool` was nil): see `Keyring.Opened.offLoop`.
+        case offLoop
         /// Sealed, and it does not open (logged and counted by the keyring).
         case broken
     }
@@ -172,7 +172,7 @@ public final class EntryStore: Sendable {
         switch try keyring.open(namespace: namespace, key: key, etag: etag, body: stored, encoding: storedEncoding,
                             metadata: try row.string("metadata"), pool: pool) {
         case .plain(let opened, let inner, let openedMetadata): (body, encoding, metadata) = (opened, inner, openedMetadata)
-        case .keyNotLoaded: return .keyNotLoaded
+        case .offLoop: return .offLoop
         case .broken: return .broken
         }
         return .entry(StoredEntry(id: Int64(id), namespace: namespace, key: key, body: body, encoding: encoding,

@@ -237,22 +237,28 @@ public final class Keyring: @unchecked Sendable {
     /// A stored entry's body and metadata, opened.
     public enum Opened: Sendable {
         case plain(body: [UInt8], encoding: BodyEncoding, metadata: String?)
-        /// Sealed under a key this process has not loaded, and it was asked not to block.
-        case keyNotLoaded
+        /// Asked not to block (on a loop), and opening needs more: a key this process has not
+        /// loaded, or a body past `loopOpenLimit` (opening it would stall the loop's other requests).
+        case offLoop
         /// Does not open: tampered, corrupt, or an encoding no build knows. Logged and counted.
         case broken
     }
 
+    /// Sealed bodies opened on an event loop at most (a batch of 256 reads stays under a
+    /// millisecond of AES); larger ones are opened on a worker.
+    static let loopOpenLimit = 16 * 1024
+
     /// Opens a stored entry (plain ones pass through). `pool` nil: never blocks (on a loop),
-    /// and a key not in memory is `.keyNotLoaded`.
+    /// and what cannot be opened at once there is `.offLoop`.
     public func open(namespace: String, key: [UInt8], etag: String, body: [UInt8], encoding: String,
                      metadata: String?, pool: ConnectionPool?) throws -> Opened {
         if let plain = BodyEncoding(rawValue: encoding) { return .plain(body: body, encoding: plain, metadata: metadata) }
         guard encoding.hasPrefix(Self.sealedPrefix),
               let inner = BodyEncoding(rawValue: String(encoding.dropFirst(Self.sealedPrefix.count))),
               let id = Self.keyID(body[...]) else { return broken(namespace, "unknown encoding") }
+        if pool == nil && body.count > Self.loopOpenLimit { return .offLoop }
         guard let dataKey = try dataKey(id: id, pool) else {
-            return pool == nil ? .keyNotLoaded : broken(namespace, "no usable data key \(id)")
+            return pool == nil ? .offLoop : broken(namespace, "no usable data key \(id)")
         }
         guard dataKey.namespace == namespace,
               let opened = Self.openMessage(body[...], dataKey, aad: Self.aad(namespace, key, etag, inner, part: "body"))
