@@ -5,13 +5,13 @@ import Postgres
 
 /// The namespaces' data keys (migration 0013), unwrapped in memory by the master keys.
 ///
-/// A sealed body is its data key's id (8 bytes, big-endian), a random salt (16 bytes) and
+/// A sealed body is its data key's id (8 bytes, big-endian), a salt (16 bytes) and
 /// AES-256-GCM's `nonce ‖ ciphertext ‖ tag` of the stored bytes (gzip or identity, as before
-/// sealing), under a key derived for this one message from the data key and the salt
-/// (HKDF-SHA256). Random 96-bit nonces under one key are safe for about 2^32 messages (NIST
-/// SP 800-38D), which a busy namespace would reach in days; a key per message lifts that
-/// limit with no counter to keep. Sealed metadata is the same, base64 in
-/// `{"teamcache_sealed": …}`. The associated data binds
+/// sealing), under a key derived from the data key and the salt (HKDF-SHA256). Random 96-bit
+/// nonces under one key are safe for about 2^32 messages (NIST SP 800-38D), which a busy
+/// namespace would reach in days; each process seals under a salt of its own, and takes a
+/// new one every 2^28 messages (`SaltedKeys`), so no derived key comes near the bound.
+/// Sealed metadata is the same, base64 in `{"teamcache_sealed": …}`. The associated data binds
 /// each to its namespace, key, ETag, inner encoding and part, so a row copied to another
 /// key, a body swapped with another version's, or a flipped byte does not open.
 public final class Keyring: @unchecked Sendable {
@@ -169,6 +169,14 @@ public final class Keyring: @unchecked Sendable {
         return key
     }
 
+    /// Whether `namespace` has a data key (no unwrapping: for display).
+    public static func isEncrypted(_ namespace: String, _ pool: ConnectionPool) throws -> Bool {
+        try pool.withConnection {
+            try $0.query("SELECT EXISTS (SELECT 1 FROM data_keys WHERE namespace = $1) AS encrypted", [.text(namespace)])
+                .first?.bool("encrypted") ?? false
+        }
+    }
+
     /// Every namespace's sealing key is read again at its next write (the database refused a
     /// plain write: a namespace was encrypted since it was last read).
     public func forgetSealingKeys() {
@@ -215,14 +223,13 @@ public final class Keyring: @unchecked Sendable {
         return (sealedBody, sealedPrefix + encoding.rawValue, sealedMetadata)
     }
 
-    /// `id ‖ salt ‖ AES-GCM(message key)`: the message key is derived from the data key and a
-    /// fresh salt, so no (key, nonce) pair ever repeats however many messages a key seals.
+    /// `id ‖ salt ‖ AES-GCM(derived key)`: the key is derived from the data key and the salt
+    /// this process seals with (`SaltedKeys`), so no derived key seals more than 2^28 messages.
     static func sealMessage(_ plaintext: [UInt8], _ dataKey: DataKey, aad: [UInt8]) -> [UInt8] {
         var header = [UInt8](repeating: 0, count: 8)
         for index in 0..<8 { header[index] = UInt8(truncatingIfNeeded: dataKey.id >> (56 - 8 * index)) }
-        let salt = Bytes.random(count: saltByteCount)
-        let messageKey = HKDF.sha256(secret: dataKey.bytes, salt: salt, info: messageKeyInfo, count: AESGCM.keyByteCount)
-        return header + salt + AESGCM.seal(plaintext, key: messageKey, aad: aad)
+        let (salt, derived) = SaltedKeys.shared.forSealing(dataKey.bytes)
+        return header + salt + AESGCM.seal(plaintext, key: derived, aad: aad)
     }
 
     /// The plaintext of `sealed` (as `sealMessage` made it) under `dataKey`; nil if it does not open.
@@ -230,8 +237,8 @@ public final class Keyring: @unchecked Sendable {
         guard sealed.count >= headerByteCount + AESGCM.overhead else { return nil }
         let start = sealed.startIndex
         let salt = Array(sealed[(start + 8)..<(start + headerByteCount)])
-        let messageKey = HKDF.sha256(secret: dataKey.bytes, salt: salt, info: messageKeyInfo, count: AESGCM.keyByteCount)
-        return AESGCM.open(sealed[(start + headerByteCount)...], key: messageKey, aad: aad)
+        let derived = SaltedKeys.shared.forOpening(dataKey.bytes, salt: salt)
+        return AESGCM.open(sealed[(start + headerByteCount)...], key: derived, aad: aad)
     }
 
     /// A stored entry's body and metadata, opened.
@@ -293,5 +300,50 @@ public final class Keyring: @unchecked Sendable {
         guard let start = text.range(of: "\(sealedMetadataMember)\""), let open = text[start.upperBound...].firstIndex(of: "\""),
               let close = text[text.index(after: open)...].firstIndex(of: "\"") else { return nil }
         return Data(base64Encoded: String(text[text.index(after: open)..<close])).map(Array.init)
+    }
+}
+
+/// The derived keys of this process: one salt (and its key) per data key for sealing, renewed
+/// after `sealsPerSalt` messages; and the keys of the salts met when opening, so a hit derives
+/// nothing (there are only as many salts as writer processes and renewals). Keyed by the
+/// data key's bytes, not its id: two stores in one process (tests) may share ids.
+final class SaltedKeys: @unchecked Sendable {
+    // @unchecked: both tables are guarded by `lock`.
+    static let shared = SaltedKeys()
+    static let sealsPerSalt: UInt64 = 1 << 28
+    /// Opening keys kept at most; past it the table starts over (the next opens derive again).
+    static let bound = 4096
+
+    private let lock = NSLock()
+    private var sealing: [[UInt8]: (salt: [UInt8], key: [UInt8], used: UInt64)] = [:]
+    private var opening: [[UInt8]: [UInt8]] = [:]
+
+    func forSealing(_ dataKey: [UInt8]) -> (salt: [UInt8], key: [UInt8]) {
+        let current: (salt: [UInt8], key: [UInt8])? = lock.withLock {
+            guard var entry = sealing[dataKey], entry.used < Self.sealsPerSalt else { return nil }
+            entry.used += 1
+            sealing[dataKey] = entry
+            return (entry.salt, entry.key)
+        }
+        if let current { return current }
+        let salt = Bytes.random(count: Keyring.saltByteCount)
+        let key = derive(dataKey, salt)
+        lock.withLock { sealing[dataKey] = (salt, key, 1) }
+        return (salt, key)
+    }
+
+    func forOpening(_ dataKey: [UInt8], salt: [UInt8]) -> [UInt8] {
+        let name = dataKey + salt
+        if let key = lock.withLock({ opening[name] }) { return key }
+        let key = derive(dataKey, salt)
+        lock.withLock {
+            if opening.count >= Self.bound { opening = [:] }
+            opening[name] = key
+        }
+        return key
+    }
+
+    private func derive(_ dataKey: [UInt8], _ salt: [UInt8]) -> [UInt8] {
+        HKDF.sha256(secret: dataKey, salt: salt, info: Keyring.messageKeyInfo, count: AESGCM.keyByteCount)
     }
 }

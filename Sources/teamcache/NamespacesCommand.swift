@@ -34,7 +34,10 @@ enum NamespacesCommand {
             throw Arguments.Failure(description: "namespace must match ^[a-z0-9][a-z0-9._-]{0,63}$")
         }
         return try DatabaseSession.with(arguments) { _, pool, configuration in
-            let store = try DatabaseSession.store(pool, configuration)
+            // Keys are needed (and checked) only to encrypt: showing or setting a quota works
+            // without the master key file.
+            let store = arguments.switches.contains("--encrypt") ? try DatabaseSession.store(pool, configuration)
+                : EntryStore(pool: pool, policy: configuration.cache)
             if arguments.positional[0] == "set" {
                 let ttl = try arguments.values["--default-ttl"].map { text -> Int in
                     guard let seconds = Duration.seconds(text) else {
@@ -54,7 +57,7 @@ enum NamespacesCommand {
                 }
             }
             let settings = try store.settings(namespace)
-            let encrypted = try store.keyring.sealingKey(for: namespace.name, pool, fresh: true) != nil
+            let encrypted = try Keyring.isEncrypted(namespace.name, pool)
             print("namespace \(namespace.name): default_ttl=\(settings.defaultTTL.map(String.init) ?? "server default")"
                 + " max_bytes=\(settings.maxBytes.map(String.init) ?? "none") encrypted=\(encrypted)")
             return 0
