@@ -65,14 +65,15 @@ public enum AESGCM {
                     guard EVP_DecryptUpdate(context, out.baseAddress, &length, base + nonceByteCount,
                                             Int32(bodyCount)) == 1 else { return false }
                 }
-                // The expected tag; EVP_CTRL_GCM_SET_TAG takes a mutable pointer but only reads it.
-                var tag = Array(input[(nonceByteCount + bodyCount)...])
-                guard EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_TAG, Int32(tagByteCount), &tag) == 1 else {
+                // The expected tag, read in place (EVP_CTRL_GCM_SET_TAG takes a mutable pointer
+                // but only reads it).
+                let tag = UnsafeMutableRawPointer(mutating: base + nonceByteCount + bodyCount)
+                guard EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_TAG, Int32(tagByteCount), tag) == 1 else {
                     return false
                 }
                 var final: Int32 = 0
                 // GCM writes nothing at the end; an empty plaintext still needs somewhere to point.
-                var scratch = [UInt8](repeating: 0, count: 16)
+                var scratch: UInt8 = 0
                 if let start = out.baseAddress, bodyCount > 0 {
                     return EVP_DecryptFinal_ex(context, start + Int(length), &final) == 1
                 }
