@@ -184,29 +184,19 @@ import TestSupport
         #expect(statuses[401, default: 0] >= 20 && statuses[401, default: 0] <= 22, "\(statuses)")
         #expect(statuses[429, default: 0] >= 38, "\(statuses)")
 
-        // 12,000 made-up tokens from 600 addresses: more than the cache holds. A connection
-        // closed before its answer is sent again and counted: it has been seen about once in
-        // 12,000 under CI's full parallel load and not explained yet (see the closing notes),
-        // so it is bounded and reported here rather than hidden or fatal.
-        var closedBeforeAnswer = 0
+        // 12,000 made-up tokens from 600 addresses: more than the cache holds. Every one is
+        // answered. (A connection closed before its answer was seen here about once in 12,000
+        // under CI's load: RawClient closed a failed connect's socket twice, the second time
+        // another thread's new socket. It is fixed, and this is strict again.)
         for client in 0..<600 {
             let source = "127.1.\(client / 250).\(client % 250 + 1)"
             for index in 0..<20 {
                 let request = "GET \(path) HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer tc_\(client)x\(index)\r\n\r\n"
-                do {
-                    let connection = try RawClient(port: service.port, timeout: 5, from: source)
-                    try connection.send(request)
-                    _ = try connection.readResponse()
-                } catch RawClient.Failure.closed {
-                    closedBeforeAnswer += 1
-                    let connection = try RawClient(port: service.port, timeout: 5, from: source)
-                    try connection.send(request)
-                    _ = try connection.readResponse()
-                }
+                let connection = try RawClient(port: service.port, timeout: 5, from: source)
+                try connection.send(request)
+                _ = try connection.readResponse()
             }
         }
-        #expect(closedBeforeAnswer <= 3, "\(closedBeforeAnswer) connections closed before their answer")
-        if closedBeforeAnswer > 0 { print("unknown-token flood: \(closedBeforeAnswer) connections closed before their answer") }
         // With the token table locked, only a cached token can still be checked.
         let holder = try PostgresConnection(url: database.url, limits: .unbounded)
         try holder.execute("BEGIN; LOCK TABLE api_tokens IN ACCESS EXCLUSIVE MODE")
