@@ -46,10 +46,21 @@ CREATE UNIQUE INDEX entry_changes_feed ON entry_changes (namespace, seq) WHERE s
 -- Trimming by age: rows are numbered in time order, so a BRIN index costs almost nothing.
 CREATE INDEX entry_changes_age ON entry_changes USING brin (numbered_at);
 
--- The last number handed out. One row: its lock orders the sequencer's runs.
+-- The last number handed out. One row: its lock orders the sequencer's runs. `timeline`:
+-- the WAL timeline it was handed out on (see tc_sequence_changes).
 CREATE TABLE change_feed_head (
     only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
-    last     bigint  NOT NULL
+    last     bigint  NOT NULL,
+    timeline text    NOT NULL
+);
+-- Numbers never handed out on this database's history: after a failover to a standby that
+-- had not replayed the last commits (or a restore to a point in time), the old primary may
+-- have handed out numbers after the new one's head. The new timeline skips a gap, so a cursor
+-- inside one (from the lost history) answers 410 instead of silently skipping the changes
+-- that the new timeline numbers again.
+CREATE TABLE change_feed_gaps (
+    after_seq  bigint NOT NULL,
+    before_seq bigint NOT NULL
 );
 -- Per namespace, the highest number no longer in the feed (trimmed, or lost to a TRUNCATE):
 -- a cursor below it may have missed changes, so it answers 410 Gone (resync from an export).
@@ -58,9 +69,15 @@ CREATE TABLE change_feed_floors (
     floor     bigint NOT NULL
 );
 
+-- The timeline the primary writes WAL on now (a promotion or a point-in-time restore starts
+-- a new one).
+CREATE FUNCTION tc_wal_timeline() RETURNS text LANGUAGE sql VOLATILE AS $$
+    SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)
+$$;
+
 -- Entries stored before the feed existed have no feed rows: following such a namespace from
 -- cursor 0 would miss them, so its floor starts at 1 (and the head with it).
-INSERT INTO change_feed_head (last) VALUES (1);
+INSERT INTO change_feed_head (last, timeline) VALUES (1, tc_wal_timeline());
 INSERT INTO change_feed_floors (namespace, floor) SELECT DISTINCT namespace, 1 FROM entries;
 
 CREATE FUNCTION tc_feed_new_rows() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -128,12 +145,21 @@ CREATE TRIGGER entries_feed_truncate AFTER TRUNCATE ON entries
 CREATE FUNCTION tc_sequence_changes(p_limit integer) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     v_last bigint;
+    v_timeline text;
+    v_now_timeline text;
     v_numbered bigint;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM entry_changes WHERE seq IS NULL) THEN
         RETURN (SELECT last FROM change_feed_head);
     END IF;
-    SELECT last INTO v_last FROM change_feed_head FOR UPDATE;
+    SELECT last, timeline INTO v_last, v_timeline FROM change_feed_head FOR UPDATE;
+    v_now_timeline := tc_wal_timeline();
+    IF v_now_timeline IS DISTINCT FROM v_timeline THEN
+        -- A new timeline: numbers after this head may have been handed out (and lost) on the
+        -- history it branched from. Skip far past them (10^12: room for millions of failovers).
+        INSERT INTO change_feed_gaps (after_seq, before_seq) VALUES (v_last, v_last + 1000000000000);
+        v_last := v_last + 1000000000000;
+    END IF;
     WITH pending AS (
         SELECT ctid AS row_id, row_number() OVER (ORDER BY id) AS n
         FROM (SELECT ctid, id FROM entry_changes WHERE seq IS NULL ORDER BY id LIMIT p_limit) AS next_rows),
@@ -141,11 +167,8 @@ BEGIN
         UPDATE entry_changes c SET seq = v_last + p.n, numbered_at = clock_timestamp()
         FROM pending p WHERE c.ctid = p.row_id RETURNING c.seq)
     SELECT max(seq) INTO v_numbered FROM numbered;
-    IF v_numbered IS NULL THEN
-        RETURN v_last;
-    END IF;
-    UPDATE change_feed_head SET last = v_numbered;
-    RETURN v_numbered;
+    UPDATE change_feed_head SET last = coalesce(v_numbered, v_last), timeline = v_now_timeline;
+    RETURN coalesce(v_numbered, v_last);
 END $$;
 
 -- Drops up to p_limit rows numbered before p_before, raising their namespaces' floors;

@@ -17,6 +17,7 @@ extension EntryStore {
     static let readChanges = """
         SELECT (SELECT last FROM change_feed_head) AS head,
             coalesce((SELECT floor FROM change_feed_floors WHERE namespace = $1), 0) AS floor,
+            EXISTS (SELECT 1 FROM change_feed_gaps WHERE $2 > after_seq AND $2 < before_seq) AS lost,
             c.seq, c.kind, c.key, c.etag, c.identity_size, c.stored_size, c.content_type,
             \(timestamp("c.expires_at")) AS expires_at,
             \(timestamp("c.expires_at + make_interval(secs => c.stale_while_revalidate::float8)")) AS stale_until,
@@ -80,6 +81,7 @@ extension EntryStore {
                 throw PostgresError(.decoding, serverMessage: "change feed head missing")
             }
             if cursor < floor { throw FeedCursorError.gone(floor: floor) }
+            if try rows.first?.bool("lost") == true { throw FeedCursorError.lost }
             if cursor > head { throw FeedCursorError.ahead(head: head) }
             var changes = try rows.compactMap(Self.change)
             var more = changes.count == limit || backlog

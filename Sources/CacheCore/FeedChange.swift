@@ -64,6 +64,9 @@ public enum FeedCursorError: Error, Equatable {
     /// The cursor is past the feed's head: it came from another store, or this one was
     /// restored from an older backup; the follower must resync too.
     case ahead(head: Int64)
+    /// The cursor was handed out on a history this database no longer has (a failover to a
+    /// standby that had not replayed it, or a point-in-time restore): resync.
+    case lost
 }
 
 /// A feed cursor: decimal digits, 0 for "from the start" (total: anything else is nil).

@@ -134,6 +134,10 @@ struct ChangeFeedRoute: Sendable {
             HTTPError(410, "Changes after this cursor are no longer kept (older than the feed's retention, or the "
                       + "store was wiped); resync from an export and follow from its cursor. Cursors from \(floor) on "
                       + "can be followed.", title: "Cursor too old")
+        case .lost:
+            HTTPError(410, "This cursor comes from a history the database no longer has (a failover to a standby that "
+                      + "had not replayed it, or a restore); changes after it may be lost. Resync from an export.",
+                      title: "Cursor lost in a failover")
         case .ahead(let head):
             HTTPError(410, "This cursor is ahead of the feed (whose head is \(head)): it comes from another store, "
                       + "or this one was restored from a backup. Resync from an export.", title: "Cursor unknown")

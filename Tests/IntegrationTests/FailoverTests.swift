@@ -69,6 +69,55 @@ import TestSupport
 
     /// After the failover, reads (the loops' batched-read connections) and the listener
     /// (a waiter woken by its fill) work on the new primary.
+    /// An asynchronous standby promoted before it replayed the last commit: the new primary
+    /// numbers its changes on a new timeline past a gap, so a follower whose cursor came from
+    /// the lost commit is told to resync (410) instead of silently skipping the changes numbered
+    /// again, while a follower from before the loss follows on.
+    @Test func aFollowerPastLostCommitsIsToldToResync() throws {
+        let cluster = try ReplicatedCluster("feedloss", synchronous: false)
+        defer { cluster.remove() }
+        let service = try TestService {
+            $0.databaseURL = cluster.failoverURL
+            $0.authEnabled = false
+        }
+        defer { service.stop() }
+        let namespace = "followed"
+        #expect(try service.request("PUT", entryPath(namespace, "kept"), body: [1]).status == 201)
+        let before = try ChangeFeedTests.page(service, namespace, since: "0")
+        #expect(before.changes.count == 1)
+        // The standby has everything so far; then it stops receiving WAL (an asynchronous
+        // standby cut off), and one more commit is made (and followed) on the primary only.
+        // (Pausing replay is not enough: promotion replays whatever was received.)
+        let primary = try PostgresConnection(url: cluster.url(port: cluster.primaryPort), limits: .unbounded)
+        let flushed = try #require(try primary.query("SELECT pg_current_wal_lsn()::text AS lsn").first?.string("lsn"))
+        let standby = try PostgresConnection(url: cluster.url(port: cluster.standbyPort), limits: .unbounded)
+        #expect(Self.waitFor(seconds: 10) {
+            (try? standby.query("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn AS done", [.text(flushed)])
+                .first?.bool("done")) == true
+        }, "the standby never caught up")
+        _ = try standby.query("ALTER SYSTEM SET primary_conninfo = ''")
+        _ = try standby.query("SELECT pg_reload_conf()")
+        #expect(Self.waitFor(seconds: 10) {
+            (try? standby.query("SELECT count(*) AS n FROM pg_stat_wal_receiver").first?.int("n")) == 0
+        }, "the standby's WAL receiver did not stop")
+        #expect(try service.request("PUT", entryPath(namespace, "lost"), body: [2]).status == 201)
+        let followed = try ChangeFeedTests.page(service, namespace, since: before.next)
+        #expect(followed.changes.map { $0["key"] as? String } == ["lost"])
+        try cluster.killPrimary()
+        try cluster.promoteStandby()
+        #expect(Self.waitFor(seconds: 10) { (try? service.request("GET", "/readyz").status) == 200 },
+                "/readyz never became ready on the promoted standby")
+        #expect(Self.waitFor(seconds: 10) {
+            (try? service.request("PUT", entryPath(namespace, "after"), body: [3]).status) == 201
+        }, "no write succeeded on the promoted standby")
+        #expect(try service.request("GET", entryPath(namespace, "lost")).status == 404)
+        let past = try ChangeFeedTests.page(service, namespace, since: followed.next)
+        #expect(past.status == 410, "\(past.status) \(past.object)")
+        #expect(past.object["title"] as? String == "Cursor lost in a failover")
+        let resumed = try ChangeFeedTests.page(service, namespace, since: before.next)
+        #expect(resumed.status == 200 && resumed.changes.map { $0["key"] as? String } == ["after"], "\(resumed.object)")
+    }
+
     func readsAndWaitsFollow(_ service: TestService) throws {
         let path = entryPath("failover", "after")
         #expect(try service.request("PUT", path, body: Array("after".utf8)).status == 201)
