@@ -91,9 +91,11 @@ extension EntryStore {
                 changes.removeLast(changes.count - kept)
                 try attachBodies(&changes, on: connection)
             }
-            // A full page goes on after its last change; a short one has seen everything up
-            // to the head (the same snapshot), so the next ask starts there.
-            let next = more ? (changes.last?.cursor ?? cursor) : max(cursor, head)
+            // The next ask starts after the last change given (or where this one did). A short
+            // page has seen everything up to the head, so it could start at the head; starting
+            // at the namespace's own last change instead makes caught-up followers of one
+            // namespace ask the same question, which one database read answers for all.
+            let next = changes.last?.cursor ?? cursor
             return FeedPage(changes: changes, next: next, more: more)
         }
     }

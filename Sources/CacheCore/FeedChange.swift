@@ -49,8 +49,8 @@ public struct FeedChange: Sendable, Equatable {
 /// One page of a feed: its changes in feed order, and the cursor to ask from next.
 public struct FeedPage: Sendable {
     public var changes: [FeedChange]
-    /// After the last change given, or the feed's head when the namespace had no more: a
-    /// follower asking from it again sees only changes committed later.
+    /// The last change given (or the cursor asked from, when none): a follower asking from it
+    /// again sees only changes after those it was given.
     public var next: Int64
     /// Whether more changes may follow `next` right now (the page was cut by its limit or budget).
     public var more: Bool

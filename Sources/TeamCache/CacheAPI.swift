@@ -17,6 +17,8 @@ public final class CacheAPI: Sendable {
     /// Write answers sent without `TeamCache-Position` (it could not be learned in time).
     let positionsMissing: CounterFamily?
     let inflated: InflatedBodies
+    /// Change feed pages shared by followers asking the same question.
+    let feedPages: FeedPages
     /// Hot entries answered without a database read (nil: none); every write here drops
     /// its key before it answers.
     let near: NearCache?
@@ -34,6 +36,7 @@ public final class CacheAPI: Sendable {
         self.leases = leases
         self.waiters = waiters
         self.inflated = inflated
+        feedPages = FeedPages(metrics: metrics)
         self.tracker = tracker
         self.eviction = eviction
         upserts = metrics?.counter("teamcache_upserts_total", "Writes by namespace and outcome.",

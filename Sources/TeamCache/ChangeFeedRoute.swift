@@ -84,23 +84,35 @@ struct ChangeFeedRoute: Sendable {
         let api = self.api, auth = self.auth
         // Noted before the read: a change landing between the read and the parking is not lost.
         let since = waiters?.now ?? 0
+        let question = FeedPages.Question(namespace: ask.namespace.name, cursor: ask.cursor, limit: ask.limit,
+                                          bodies: ask.bodies, gzip: AcceptEncoding.allowsGzip(request.headers))
+        let waiters = self.waiters
         responder.offload({
             try api.guarded(request) {
                 _ = try auth.authorize(request, .read, namespace: ask.namespace)
+                // Followers woken together by one write mostly ask the same: one reads.
+                if let shared = api.feedPages.answer(question, waiters: waiters) { return shared }
                 let page: FeedPage
                 do {
                     page = try api.store.changes(ask.namespace, after: ask.cursor, limit: ask.limit, bodies: ask.bodies)
                 } catch let error as FeedCursorError {
+                    api.feedPages.abandon(question)
                     throw Self.problem(error)
+                } catch {
+                    api.feedPages.abandon(question)
+                    throw error
                 }
                 // Built here, not on the loop: a page of bodies is megabytes to serialize and gzip.
-                return (page.changes.isEmpty, Self.response(page, request, api: api))
+                let response = Self.response(page, request, api: api)
+                api.feedPages.keep(question, since: since, empty: page.changes.isEmpty, response: response)
+                return (page.changes.isEmpty, response)
             }
         }) { result in
             switch result {
             case .failure(let error):
                 responder.respond { throw error }
-            case .success(let (empty, response)):
+            case .success(let answer):
+                let (empty, response) = answer
                 let now = responder.loop.nanoseconds
                 guard empty, mayPark, ask.waitUntil > now, let waiters, !responder.clientLeft else {
                     responder.respond(response)

@@ -74,6 +74,11 @@ final class Waiters: @unchecked Sendable {
 
     var listenerUp: Bool { lock.withLock { listenerIsUp } }
 
+    /// Whether any key of `namespace` may have changed after `since` (a count noted earlier).
+    func changed(_ namespace: String, since: UInt64) -> Bool {
+        lock.withLock { wakes.changed(namespace, Self.anyKey, since: since) }
+    }
+
     /// How long from now a waiter may sleep before it must re-check by itself.
     func recheckDelay(untilDeadline deadline: TimeInterval) -> TimeInterval {
         listenerUp ? deadline : min(deadline, Self.fallbackRecheck)

@@ -261,6 +261,8 @@ import TestSupport
         #expect(afterOld.changes.count == 1)
         clock.advance(by: 7200)
         #expect(service.app.eviction.runCycle()?.changesTrimmed == 1)
+        // A trim sends no notification: a page shared among followers is reused up to 1 s.
+        Thread.sleep(forTimeInterval: 1.1)
         #expect(try Self.page(service, namespace, since: "0").status == 410)
         #expect(try Self.page(service, namespace, since: afterOld.next).status == 200)
         #expect(try service.request("PUT", entryPath(namespace, "new"), body: [1]).status == 201)
@@ -288,5 +290,47 @@ import TestSupport
         #expect(try service.request("PUT", entryPath(namespace, "after"), body: [1]).status == 201)
         let page = try Self.page(service, namespace, since: cursor)
         #expect(page.changes.map { $0["key"] as? String } == ["after"])
+    }
+
+    /// Forty followers caught up on one namespace long-poll from the same cursor; one write
+    /// wakes them all, and they are answered from a handful of database reads, not forty.
+    @Test func followersWokenTogetherShareTheirRead() throws {
+        // A service of its own: its metrics count only this test's pages.
+        let service = try TestService { $0.authEnabled = false }
+        defer { service.stop() }
+        let namespace = TestService.namespace("feedshare")
+        #expect(try service.request("PUT", entryPath(namespace, "first"), body: [1]).status == 201)
+        let caughtUp = try Self.page(service, namespace, since: "0")
+        #expect(caughtUp.changes.count == 1)
+        let answers = Locked<[Page]>([])
+        let group = DispatchGroup()
+        for _ in 0..<40 {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                if let page = try? Self.page(service, namespace, since: caughtUp.next, query: "&wait=20") {
+                    answers.update { $0.append(page) }
+                }
+            }
+        }
+        Thread.sleep(forTimeInterval: 1.5)
+        let before = try Self.pages(service)
+        #expect(try service.request("PUT", entryPath(namespace, "second"), body: [2]).status == 201)
+        #expect(group.wait(timeout: .now() + 15) == .success)
+        let after = try Self.pages(service)
+        #expect(answers.value.count == 40)
+        #expect(answers.value.allSatisfy { $0.changes.map { $0["key"] as? String } == ["second"] })
+        let read = after.database - before.database
+        #expect(read <= 10, "\(read) database reads for 40 woken followers (\(after.shared - before.shared) shared)")
+    }
+
+    /// `teamcache_feed_pages_total` by source.
+    static func pages(_ service: TestService) throws -> (database: Double, shared: Double) {
+        let text = String(decoding: try service.request("GET", "/metrics").body, as: UTF8.self)
+        func sample(_ source: String) -> Double {
+            let prefix = "teamcache_feed_pages_total{source=\"\(source)\"} "
+            return text.split(separator: "\n").first { $0.hasPrefix(prefix) }.flatMap { Double($0.dropFirst(prefix.count)) } ?? 0
+        }
+        return (sample("database"), sample("shared"))
     }
 }
