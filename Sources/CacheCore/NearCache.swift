@@ -23,6 +23,14 @@ public final class NearCache: @unchecked Sendable {
     struct Key: Hashable {
         let namespace: String
         let key: [UInt8]
+
+        /// The key's bytes hashed in one call: the synthesized hash combines them one by one,
+        /// which showed in a profile of near-cache hits.
+        func hash(into hasher: inout Hasher) {
+            hasher.combine(namespace)
+            hasher.combine(key.count)
+            key.withUnsafeBytes { hasher.combine(bytes: $0) }
+        }
     }
 
     private final class Node {
