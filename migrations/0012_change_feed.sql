@@ -34,7 +34,6 @@ CREATE TABLE entry_changes (
     content_type           text,
     expires_at             timestamptz,
     stale_while_revalidate integer,
-    changed_at             timestamptz NOT NULL DEFAULT now(),
     -- When the sequencer numbered it: retention counts from here, so a change committed by a
     -- long transaction is not trimmed (raising the floor past current cursors) as it appears.
     numbered_at            timestamptz

@@ -18,10 +18,10 @@ public final class EntryReadBatcher: @unchecked Sendable {
     public enum Outcome {
         case found(StoredEntry)
         case absent
-        /// The entry's stored body is over `inlineBodyLimit` (it was not sent), or it is sealed
-        /// under a data key this process has not loaded yet: the caller reads the entry
-        /// through the pool, off the loop, where the key may be fetched.
-        case oversized
+        /// The entry must be read through the pool, off the loop: its stored body is over
+        /// `inlineBodyLimit` (it was not sent), or it is sealed and opening it here would block
+        /// or take long (a data key not loaded yet, a large body: `Keyring.Opened.offLoop`).
+        case readOffLoop
         case failed(PostgresError)
     }
 
@@ -195,12 +195,12 @@ public final class EntryReadBatcher: @unchecked Sendable {
                     throw PostgresError(.decoding, serverMessage: "batch row without a valid ordinal")
                 }
                 if try row.bool("oversized") == true {
-                    found[ordinal - 1] = .oversized
+                    found[ordinal - 1] = .readOffLoop
                     continue
                 }
                 switch try EntryStore.decode(row, keyring: keyring, pool: nil) {
                 case .entry(let entry): found[ordinal - 1] = .found(entry)
-                case .offLoop: found[ordinal - 1] = .oversized
+                case .offLoop: found[ordinal - 1] = .readOffLoop
                 // Does not open (logged and counted): a miss, which the next write replaces.
                 case .broken: found[ordinal - 1] = .absent
                 }

@@ -133,7 +133,7 @@ extension EntryStore {
                 for index in order {
                     let entry = entries[index]
                     let text = try connection.query(Self.importEntry,
-                                                    parameters(entry, conflict, now, sealedWith: sealing[entry.namespace] ?? nil))
+                                                    try parameters(entry, conflict, now, sealedWith: sealing[entry.namespace] ?? nil))
                         .first?.string("outcome")
                     guard let outcome = text.flatMap(ImportOutcome.init) else {
                         throw PostgresError(.decoding, serverMessage: "tc_import_entry gave no outcome")
@@ -146,9 +146,9 @@ extension EntryStore {
     }
 
     private func parameters(_ entry: DumpedEntry, _ conflict: ImportConflictPolicy, _ now: Date,
-                            sealedWith dataKey: Keyring.DataKey?) -> [PostgresValue] {
-        let stored = dataKey.map {
-            Keyring.seal(body: entry.body, encoding: entry.encoding, metadata: entry.metadata, namespace: entry.namespace,
+                            sealedWith dataKey: Keyring.DataKey?) throws -> [PostgresValue] {
+        let stored = try dataKey.map {
+            try Keyring.seal(body: entry.body, encoding: entry.encoding, metadata: entry.metadata, namespace: entry.namespace,
                          key: entry.key, etag: entry.etag, with: $0)
         } ?? (body: entry.body, encoding: entry.encoding.rawValue, metadata: entry.metadata)
         return [

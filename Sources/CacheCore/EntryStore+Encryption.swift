@@ -62,7 +62,7 @@ extension EntryStore {
                     report.broken += 1
                     continue
                 }
-                let sealed = Keyring.seal(body: body, encoding: inner, metadata: metadata, namespace: namespace.name,
+                let sealed = try Keyring.seal(body: body, encoding: inner, metadata: metadata, namespace: namespace.name,
                                           key: key, etag: etag, with: target)
                 rewrites.append((Int64(id), sealed.body, sealed.encoding, sealed.metadata, etag, encoding, updatedAt))
             }

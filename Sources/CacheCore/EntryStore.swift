@@ -70,7 +70,7 @@ public final class EntryStore: Sendable {
     func sealed(_ write: EntryWrite) throws -> EntryWrite {
         guard let dataKey = try keyring.sealingKey(for: write.namespace.name, pool) else { return write }
         var sealed = write
-        sealed.sealed = Keyring.seal(body: write.body.bytes, encoding: write.body.encoding, metadata: write.metadata,
+        sealed.sealed = try Keyring.seal(body: write.body.bytes, encoding: write.body.encoding, metadata: write.metadata,
                                      namespace: write.namespace.name, key: write.key.bytes, etag: write.body.etag,
                                      with: dataKey)
         return sealed

@@ -114,7 +114,7 @@ public final class Keyring: @unchecked Sendable {
     public func createKey(for namespace: String, _ pool: ConnectionPool) throws -> DataKey {
         guard let master else { throw Failure.masterKeyMissing(namespaces: [namespace]) }
         let bytes = Bytes.random(count: AESGCM.keyByteCount)
-        let wrapped = AESGCM.seal(bytes, key: master.sealing.bytes, aad: Self.wrappingAAD(namespace))
+        let wrapped = try AESGCM.seal(bytes, key: master.sealing.bytes, aad: Self.wrappingAAD(namespace))
         let id = try pool.withConnection {
             try $0.query(Self.insertKey, [.text(namespace), .bytes(wrapped), .text(master.sealing.id)]).first?.int("id")
         }
@@ -136,7 +136,7 @@ public final class Keyring: @unchecked Sendable {
                 let rows = try connection.query(Self.selectKeys + " ORDER BY id FOR UPDATE").rows
                 for row in rows {
                     let key = try unwrap(row)
-                    let wrapped = AESGCM.seal(key.bytes, key: master.sealing.bytes, aad: Self.wrappingAAD(key.namespace))
+                    let wrapped = try AESGCM.seal(key.bytes, key: master.sealing.bytes, aad: Self.wrappingAAD(key.namespace))
                     _ = try connection.query("UPDATE data_keys SET wrapped = $1, master_key_id = $2 WHERE id = $3",
                                              [.bytes(wrapped), .text(master.sealing.id), .int(Int(key.id))])
                 }
@@ -214,10 +214,10 @@ public final class Keyring: @unchecked Sendable {
 
     /// What is stored for a body, its encoding and metadata under `dataKey`.
     public static func seal(body: [UInt8], encoding: BodyEncoding, metadata: String?, namespace: String, key: [UInt8],
-                            etag: String, with dataKey: DataKey) -> (body: [UInt8], encoding: String, metadata: String?) {
-        let sealedBody = sealMessage(body, dataKey, aad: aad(namespace, key, etag, encoding, part: "body"))
-        let sealedMetadata = metadata.map { text -> String in
-            let sealed = sealMessage(Array(text.utf8), dataKey, aad: aad(namespace, key, etag, encoding, part: "metadata"))
+                            etag: String, with dataKey: DataKey) throws -> (body: [UInt8], encoding: String, metadata: String?) {
+        let sealedBody = try sealMessage(body, dataKey, aad: aad(namespace, key, etag, encoding, part: "body"))
+        let sealedMetadata = try metadata.map { text -> String in
+            let sealed = try sealMessage(Array(text.utf8), dataKey, aad: aad(namespace, key, etag, encoding, part: "metadata"))
             return "{\"\(sealedMetadataMember)\":\"\(Data(sealed).base64EncodedString())\"}"
         }
         return (sealedBody, sealedPrefix + encoding.rawValue, sealedMetadata)
@@ -225,11 +225,11 @@ public final class Keyring: @unchecked Sendable {
 
     /// `id ‖ salt ‖ AES-GCM(derived key)`: the key is derived from the data key and the salt
     /// this process seals with (`SaltedKeys`), so no derived key seals more than 2^28 messages.
-    static func sealMessage(_ plaintext: [UInt8], _ dataKey: DataKey, aad: [UInt8]) -> [UInt8] {
+    static func sealMessage(_ plaintext: [UInt8], _ dataKey: DataKey, aad: [UInt8]) throws -> [UInt8] {
         var header = [UInt8](repeating: 0, count: 8)
         for index in 0..<8 { header[index] = UInt8(truncatingIfNeeded: dataKey.id >> (56 - 8 * index)) }
-        let (salt, derived) = SaltedKeys.shared.forSealing(dataKey.bytes)
-        return header + salt + AESGCM.seal(plaintext, key: derived, aad: aad)
+        let (salt, derived) = try SaltedKeys.shared.forSealing(dataKey.bytes)
+        return header + salt + (try AESGCM.seal(plaintext, key: derived, aad: aad))
     }
 
     /// The plaintext of `sealed` (as `sealMessage` made it) under `dataKey`; nil if it does not open.
@@ -237,7 +237,7 @@ public final class Keyring: @unchecked Sendable {
         guard sealed.count >= headerByteCount + AESGCM.overhead else { return nil }
         let start = sealed.startIndex
         let salt = Array(sealed[(start + 8)..<(start + headerByteCount)])
-        let derived = SaltedKeys.shared.forOpening(dataKey.bytes, salt: salt)
+        guard let derived = try? SaltedKeys.shared.forOpening(dataKey.bytes, salt: salt) else { return nil }
         return AESGCM.open(sealed[(start + headerByteCount)...], key: derived, aad: aad)
     }
 
@@ -341,7 +341,7 @@ final class SaltedKeys: @unchecked Sendable {
     private var sealing: [[UInt8]: (salt: [UInt8], key: [UInt8], used: UInt64)] = [:]
     private var opening: [Name: [UInt8]] = [:]
 
-    func forSealing(_ dataKey: [UInt8]) -> (salt: [UInt8], key: [UInt8]) {
+    func forSealing(_ dataKey: [UInt8]) throws -> (salt: [UInt8], key: [UInt8]) {
         let current: (salt: [UInt8], key: [UInt8])? = lock.withLock {
             guard var entry = sealing[dataKey], entry.used < Self.sealsPerSalt else { return nil }
             entry.used += 1
@@ -350,15 +350,15 @@ final class SaltedKeys: @unchecked Sendable {
         }
         if let current { return current }
         let salt = Bytes.random(count: Keyring.saltByteCount)
-        let key = derive(dataKey, salt)
+        let key = try derive(dataKey, salt)
         lock.withLock { sealing[dataKey] = (salt, key, 1) }
         return (salt, key)
     }
 
-    func forOpening(_ dataKey: [UInt8], salt: [UInt8]) -> [UInt8] {
+    func forOpening(_ dataKey: [UInt8], salt: [UInt8]) throws -> [UInt8] {
         let name = Name(dataKey, salt)
         if let key = lock.withLock({ opening[name] }) { return key }
-        let key = derive(dataKey, salt)
+        let key = try derive(dataKey, salt)
         lock.withLock {
             if opening.count >= Self.bound { opening = [:] }
             opening[name] = key
@@ -366,7 +366,7 @@ final class SaltedKeys: @unchecked Sendable {
         return key
     }
 
-    private func derive(_ dataKey: [UInt8], _ salt: [UInt8]) -> [UInt8] {
-        HKDF.sha256(secret: dataKey, salt: salt, info: Keyring.messageKeyInfo, count: AESGCM.keyByteCount)
+    private func derive(_ dataKey: [UInt8], _ salt: [UInt8]) throws -> [UInt8] {
+        try HKDF.sha256(secret: dataKey, salt: salt, info: Keyring.messageKeyInfo, count: AESGCM.keyByteCount)
     }
 }

@@ -13,9 +13,16 @@ public struct MasterKeys: Sendable {
         let bytes: [UInt8]
     }
 
+    /// Every key of the file, in its order (the first is `sealing`).
     public let keys: [Key]
-    /// The key new data keys are wrapped with.
-    public var sealing: Key { keys[0] }
+    /// The key new data keys are wrapped with: the file's first.
+    public let sealing: Key
+
+    /// Only `parse` makes one, from a file holding at least one key.
+    private init(sealing: Key, others: [Key]) {
+        self.sealing = sealing
+        keys = [sealing] + others
+    }
 
     public enum Failure: Error, CustomStringConvertible, Equatable {
         case unreadable(String)
@@ -42,8 +49,8 @@ public struct MasterKeys: Sendable {
             guard let bytes = decode(line) else { throw .malformed(line: index + 1) }
             keys.append(Key(id: fingerprint(bytes), bytes: bytes))
         }
-        guard !keys.isEmpty else { throw .empty }
-        return MasterKeys(keys: keys)
+        guard let first = keys.first else { throw .empty }
+        return MasterKeys(sealing: first, others: Array(keys.dropFirst()))
     }
 
     public static func load(path: String) throws(Failure) -> MasterKeys {

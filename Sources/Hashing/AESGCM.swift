@@ -12,18 +12,26 @@ public enum AESGCM {
     /// What sealing adds to a message.
     public static let overhead = nonceByteCount + tagByteCount
 
+    /// Sealing could not be done: a key of the wrong size, or OpenSSL without AES-256-GCM (a
+    /// provider configuration) or out of memory. Nothing is stored then.
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
     /// The cipher, fetched once (as SHA256's digest is: OpenSSL 3 looks an implementation up
-    /// again on every use otherwise). An `EVP_CIPHER` is immutable and shared between threads.
-    private nonisolated(unsafe) static let cipher: OpaquePointer = {
-        guard let fetched = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil) else { fatalError("OpenSSL has no AES-256-GCM") }
-        return fetched
-    }()
+    /// again on every use otherwise); nil when this OpenSSL offers none. An `EVP_CIPHER` is
+    /// immutable and shared between threads.
+    private nonisolated(unsafe) static let cipher: OpaquePointer? = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil)
 
     /// `plaintext` sealed under `key` (32 bytes) with a fresh random nonce, bound to `aad`.
-    public static func seal(_ plaintext: [UInt8], key: [UInt8], aad: [UInt8]) -> [UInt8] {
-        precondition(key.count == keyByteCount, "AES-256 needs a 32-byte key")
+    public static func seal(_ plaintext: [UInt8], key: [UInt8], aad: [UInt8]) throws(Failure) -> [UInt8] {
+        guard key.count == keyByteCount else { throw Failure(description: "AES-256 needs a 32-byte key") }
+        guard let cipher else { throw Failure(description: "OpenSSL offers no AES-256-GCM") }
+        guard plaintext.count < Int(Int32.max) - tagByteCount, aad.count < Int(Int32.max) else {
+            throw Failure(description: "message too long")
+        }
         let nonce = Bytes.random(count: nonceByteCount)
-        guard let context = EVP_CIPHER_CTX_new() else { fatalError("EVP_CIPHER_CTX_new failed") }
+        guard let context = EVP_CIPHER_CTX_new() else { throw Failure(description: "EVP_CIPHER_CTX_new failed") }
         defer { EVP_CIPHER_CTX_free(context) }
         var sealed = nonce + [UInt8](repeating: 0, count: plaintext.count + tagByteCount)
         var ok = EVP_EncryptInit_ex2(context, cipher, key, nonce, nil) == 1
@@ -39,15 +47,15 @@ public enum AESGCM {
             ok = ok && EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_GET_TAG, Int32(tagByteCount),
                                            body + plaintext.count) == 1
         }
-        // Encryption with a valid key and lengths cannot fail but by allocation inside OpenSSL.
-        precondition(ok, "AES-256-GCM encryption failed")
+        guard ok else { throw Failure(description: "AES-256-GCM encryption failed") }
         return sealed
     }
 
     /// The plaintext of `sealed`, or nil when it does not open: wrong key, other associated
     /// data, or any byte changed. Total: any input, of any length, is answered.
     public static func open(_ sealed: ArraySlice<UInt8>, key: [UInt8], aad: [UInt8]) -> [UInt8]? {
-        guard key.count == keyByteCount, sealed.count >= overhead, sealed.count - overhead < Int(Int32.max) else {
+        guard let cipher, key.count == keyByteCount, sealed.count >= overhead, sealed.count - overhead < Int(Int32.max),
+              aad.count < Int(Int32.max) else {
             return nil
         }
         guard let context = EVP_CIPHER_CTX_new() else { return nil }

@@ -9,7 +9,8 @@ public enum Subprocess {
     /// stdout/stderr to `output`; returns the exit status.
     public static func run(_ arguments: [String], output: URL) throws -> Int32 {
         // `env -C /` starts the tool from `/`: PostgreSQL's tools fail in a folder their user cannot read.
-        let argv = ["/usr/bin/env", "-C", "/"] + arguments
+        let launcher = "/usr/bin/env"
+        let argv = [launcher, "-C", "/"] + arguments
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -33,8 +34,8 @@ public enum Subprocess {
         posix_spawnattr_setsigdefault(&attributes, &defaults)
         posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, argv[0], &actions, &attributes, cArguments, environ)
-        guard spawned == 0 else { throw SubprocessError.spawnFailed(argv[0], spawned) }
+        let spawned = posix_spawn(&pid, launcher, &actions, &attributes, cArguments, environ)
+        guard spawned == 0 else { throw SubprocessError.spawnFailed(launcher, spawned) }
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 {
             guard errno == EINTR else { throw SubprocessError.waitFailed(errno) }

@@ -19,12 +19,11 @@ struct ChangeFeedRoute: Sendable {
 
     static let template = "/v1/caches/{ns}/changes"
 
-    /// What a request asks for, parsed once.
+    /// What a request asks for, parsed once: the page (which followers asking the same
+    /// share, `FeedPages`) and how long an empty one may wait.
     struct Ask: Sendable {
         var namespace: Namespace
-        var cursor: Int64
-        var limit: Int
-        var bodies: Bool
+        var page: FeedPages.Question
         /// Monotonic nanoseconds until which an empty page may wait (0: it may not).
         var waitUntil: UInt64
     }
@@ -49,8 +48,8 @@ struct ChangeFeedRoute: Sendable {
                      handler: Application.secured(api, auth, .read) { request, _ in
                          let ask = try Self.parse(request, now: 0)
                          do {
-                             let page = try api.store.changes(ask.namespace, after: ask.cursor, limit: ask.limit,
-                                                              bodies: ask.bodies)
+                             let page = try api.store.changes(ask.namespace, after: ask.page.cursor,
+                                                              limit: ask.page.limit, bodies: ask.page.bodies)
                              return Self.response(page, request, api: api)
                          } catch let error as FeedCursorError {
                              throw Self.problem(error)
@@ -75,8 +74,9 @@ struct ChangeFeedRoute: Sendable {
         default: throw HTTPError(400, "`include` may only be `body`.")
         }
         let wait = try CacheAPI.waitSeconds(query["wait"], status: 400) ?? 0
-        return Ask(namespace: namespace, cursor: cursor, limit: limit, bodies: bodies,
-                   waitUntil: wait > 0 ? now + UInt64(wait * 1e9) : 0)
+        let page = FeedPages.Question(namespace: namespace.name, cursor: cursor, limit: limit, bodies: bodies,
+                                      gzip: AcceptEncoding.allowsGzip(request.headers))
+        return Ask(namespace: namespace, page: page, waitUntil: wait > 0 ? now + UInt64(wait * 1e9) : 0)
     }
 
     /// Authorizes and reads on a worker; answers on the loop, or parks an empty page.
@@ -84,8 +84,7 @@ struct ChangeFeedRoute: Sendable {
         let api = self.api, auth = self.auth
         // Noted before the read: a change landing between the read and the parking is not lost.
         let since = waiters?.now ?? 0
-        let question = FeedPages.Question(namespace: ask.namespace.name, cursor: ask.cursor, limit: ask.limit,
-                                          bodies: ask.bodies, gzip: AcceptEncoding.allowsGzip(request.headers))
+        let question = ask.page
         let waiters = self.waiters
         responder.offload({
             try api.guarded(request) {
@@ -94,7 +93,8 @@ struct ChangeFeedRoute: Sendable {
                 if let shared = api.feedPages.answer(question, waiters: waiters) { return shared }
                 let page: FeedPage
                 do {
-                    page = try api.store.changes(ask.namespace, after: ask.cursor, limit: ask.limit, bodies: ask.bodies)
+                    page = try api.store.changes(ask.namespace, after: question.cursor, limit: question.limit,
+                                                 bodies: question.bodies)
                 } catch let error as FeedCursorError {
                     api.feedPages.abandon(question)
                     throw Self.problem(error)

@@ -15,7 +15,8 @@ import Observability
 /// over. A follower waits for another's read at most `joinFor`, then reads itself.
 final class FeedPages: @unchecked Sendable {
     // @unchecked: `pages`, `bytes` and `reading` are guarded by `state`.
-    struct Question: Hashable {
+    /// A page as a follower asks for it (`gzip`: whether its answer is compressed).
+    struct Question: Hashable, Sendable {
         let namespace: String
         let cursor: Int64
         let limit: Int

@@ -172,8 +172,8 @@ struct LoopReads: Sendable {
             switch outcome {
             case .failed(let error):
                 responder.respond { try api.guarded(request) { throw error } }
-            case .oversized:
-                // A large body is read and answered on a worker, through the pool.
+            case .readOffLoop:
+                // A large body, or a seal to open off the loop: read and answered on a worker, through the pool.
                 responder.offload { try api.perform(plan, request) }
             case .found(let entry) where entry.identitySize > Self.inlineEntryLimit:
                 responder.offload { try finish(entry, false).resolved() }

@@ -181,7 +181,7 @@ struct DumpLines {
             pending += chunk
             guard pending.count >= 2 || inputEnded else { return }
             decided = true
-            if pending.count >= 2 && pending[0] == 0x1f && pending[1] == 0x8b {
+            if pending.starts(with: [0x1f, 0x8b]) {
                 let reader = try DumpInputError.wrap { try GzipReader() }
                 reader.feed(pending)
                 pending = []

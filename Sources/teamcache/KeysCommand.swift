@@ -26,11 +26,12 @@ enum KeysCommand {
 
     static func run(_ words: [String]) throws -> Int32 {
         let arguments = try Arguments(words, valued: databaseFlags.union(["--reencrypt", "--settle"]), switches: [])
-        guard arguments.positional.count == 1, !arguments.switches.contains("--help") else {
+        guard arguments.positional.count == 1, let verb = arguments.positional.first,
+              !arguments.switches.contains("--help") else {
             print(usage)
             return arguments.switches.contains("--help") ? 0 : 2
         }
-        switch arguments.positional[0] {
+        switch verb {
         case "generate":
             print(MasterKeys.generateLine())
             return 0

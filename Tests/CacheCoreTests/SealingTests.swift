@@ -8,7 +8,7 @@ import Testing
     @Test func sealedBytesOpenOnlyWithTheirKeyAndContext() throws {
         let key = Bytes.random(count: 32), other = Bytes.random(count: 32)
         for plaintext in [[], Array("x".utf8), Bytes.random(count: 70_000)] {
-            let sealed = AESGCM.seal(plaintext, key: key, aad: Array("here".utf8))
+            let sealed = try AESGCM.seal(plaintext, key: key, aad: Array("here".utf8))
             #expect(sealed.count == plaintext.count + AESGCM.overhead)
             #expect(AESGCM.open(sealed, key: key, aad: Array("here".utf8)) == plaintext)
             #expect(AESGCM.open(sealed, key: other, aad: Array("here".utf8)) == nil)
@@ -22,7 +22,11 @@ import Testing
             }
         }
         // Two seals of one plaintext differ (a fresh nonce each time).
-        #expect(AESGCM.seal([1, 2, 3], key: key, aad: []) != AESGCM.seal([1, 2, 3], key: key, aad: []))
+        #expect(try AESGCM.seal([1, 2, 3], key: key, aad: []) != AESGCM.seal([1, 2, 3], key: key, aad: []))
+        // A key of the wrong size is refused, not a trap.
+        for size in [0, 16, 31, 33] {
+            #expect(throws: AESGCM.Failure.self) { try AESGCM.seal([1], key: Bytes.random(count: size), aad: []) }
+        }
     }
 
     /// Total on any input: random bytes of any length never open and never trap.
@@ -35,8 +39,8 @@ import Testing
     }
 
     /// RFC 5869 test case 1.
-    @Test func hkdfMatchesTheRFC() {
-        let okm = HKDF.sha256(secret: [UInt8](repeating: 0x0b, count: 22), salt: Array(0x00...0x0c),
+    @Test func hkdfMatchesTheRFC() throws {
+        let okm = try HKDF.sha256(secret: [UInt8](repeating: 0x0b, count: 22), salt: Array(0x00...0x0c),
                               info: Array(0xf0...0xf9), count: 42)
         #expect(Bytes.hex(okm) == "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865")
     }

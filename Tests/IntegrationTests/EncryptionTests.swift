@@ -26,6 +26,13 @@ import TestSupport
         }
     }
 
+    /// A database of its own, a new master key file, and a service using both.
+    static func serviceWithNewKey(prefix: String) throws -> (url: String, keys: String, service: TestService) {
+        let url = try DumpTests.databaseURL(prefix: prefix)
+        let keys = try keyFile([MasterKeys.generateLine()])
+        return (url, keys, try service(url: url, keys: keys))
+    }
+
     static func encrypt(_ namespace: String, url: String, keys: String) throws {
         let (status, errors) = try DumpTests.cli("namespaces set \(namespace) --encrypt --settle 0", url: url, masterKeyFile: keys)
         #expect(status == 0, "\(errors)")
@@ -50,9 +57,7 @@ import TestSupport
     /// service; both answer as before (body, ETag, gzip or identity, 304, descriptor metadata),
     /// while PostgreSQL holds none of their plaintext.
     @Test func entriesAreSealedAtRestAndAnsweredPlain() throws {
-        let url = try DumpTests.databaseURL(prefix: "sealed")
-        let keys = try Self.keyFile([MasterKeys.generateLine()])
-        let service = try Self.service(url: url, keys: keys)
+        let (url, keys, service) = try Self.serviceWithNewKey(prefix: "sealed")
         defer { service.stop() }
         let earlier = "sealed-earlier", later = "sealed-later"
         let secret = "secret-answer-42"
@@ -94,9 +99,7 @@ import TestSupport
     /// A flipped byte, or a sealed row copied under another key, answers a miss (no 500),
     /// logged and counted; the next write replaces it.
     @Test func tamperedEntriesAreMisses() throws {
-        let url = try DumpTests.databaseURL(prefix: "tamper")
-        let keys = try Self.keyFile([MasterKeys.generateLine()])
-        let service = try Self.service(url: url, keys: keys)
+        let (url, keys, service) = try Self.serviceWithNewKey(prefix: "tamper")
         defer { service.stop() }
         let namespace = "tampered"
         try Self.encrypt(namespace, url: url, keys: keys)
@@ -198,9 +201,7 @@ import TestSupport
     /// after `--encrypt`: the second pass, after `--settle`, seals what it wrote, so nothing
     /// written before the command returned is left plain.
     @Test func writesDuringTheSwitchAreSealedToo() throws {
-        let url = try DumpTests.databaseURL(prefix: "settle")
-        let keys = try Self.keyFile([MasterKeys.generateLine()])
-        let service = try Self.service(url: url, keys: keys)
+        let (url, keys, service) = try Self.serviceWithNewKey(prefix: "settle")
         defer { service.stop() }
         let namespace = "switching"
         #expect(try service.request("PUT", entryPath(namespace, "first"), body: [1]).status == 201)
