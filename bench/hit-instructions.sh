@@ -5,6 +5,9 @@
 # access-tracker flush included), not the kernel's work nor PostgreSQL's.
 #   GZIP=1 bash bench/hit-instructions.sh      gzip clients (default: identity clients)
 #   SECONDS_MEASURED=15 CONNECTIONS=16         the measured wrk run under callgrind
+#   KEYS=1000 WARM=20                          fewer keys, a longer warm-up: every key admitted
+#                                              to the near-cache (read twice) before counting
+#   KEEP_DUMP=FILE TOP=60                      keep the callgrind dump; list more parts
 source "$(dirname "$0")/lib.sh"
 need_tools
 command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
@@ -25,10 +28,10 @@ requests_total() {
   curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^teamcache_http_requests_total/ {s += $2} END {print s + 0}'
 }
 # Warm up (token cache, read connections, inflated bodies), then count from zero.
-KEYS=10000 wrk -t1 -c8 -d5s -s "$BENCH_DIR/lua/get.lua" "http://127.0.0.1:$PORT" >/dev/null
+KEYS=${KEYS:-10000} wrk -t1 -c8 -d${WARM:-5}s -s "$BENCH_DIR/lua/get.lua" "http://127.0.0.1:$PORT" >/dev/null
 callgrind_control -z "$SERVER_PID" >/dev/null
 before=$(requests_total)
-out=$(KEYS=10000 wrk -t1 -c"$connections" -d"${measured}s" -s "$BENCH_DIR/lua/get.lua" "http://127.0.0.1:$PORT")
+out=$(KEYS=${KEYS:-10000} wrk -t1 -c"$connections" -d"${measured}s" -s "$BENCH_DIR/lua/get.lua" "http://127.0.0.1:$PORT")
 callgrind_control -d "$SERVER_PID" >/dev/null
 after=$(requests_total)
 stop_server
@@ -37,6 +40,7 @@ echo "$out" | grep -q "Non-2xx" && { echo "$out"; echo "some hits failed"; exit 
 # The metrics request between the two readings counts once; it is not a hit.
 hits=$((after - before - 1))
 dump=$(ls "$WORK"/callgrind.out.*.1 | head -n 1)
+[ -n "${KEEP_DUMP:-}" ] && cp "$dump" "$KEEP_DUMP"
 total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
 echo "| clients | hits counted | instructions | per hit |"
 echo "| --- | --- | --- | --- |"
@@ -47,4 +51,4 @@ callgrind_annotate --inclusive=yes --threshold=100 --auto=no "$dump" 2>/dev/null
   awk -v n="$hits" '$1 ~ /^[0-9,]+$/ && match($0, /Sources\/[^ ]*/) {
     name = substr($0, RSTART, RLENGTH); gsub(",", "", $1)
     if ($1 / n >= 2000 && !seen[name]++) printf "%8d  %s\n", $1 / n, name }' |
-  head -n 30 | swift demangle --simplified --compact | cut -c1-160
+  head -n ${TOP:-30} | swift demangle --simplified --compact | cut -c1-160

@@ -243,8 +243,29 @@ public final class EventLoop: @unchecked Sendable {
            given.utf8.allSatisfy({ HTTPHeadParser.isTokenByte($0) || $0 == UInt8(ascii: ":") }) {
             return given
         }
-        requestCounter += 1
-        return requestIDPrefix + String(requestCounter, radix: 16)
+        requestCounter &+= 1
+        return Self.requestID(prefix: requestIDPrefix, counter: requestCounter)
+    }
+
+    /// `prefix` and `counter` in lowercase hex, written into one string (every request
+    /// without an id of its own gets one; interpolation made three strings of it).
+    static func requestID(prefix: String, counter: UInt64) -> String {
+        var digits = 1
+        while digits < 16 && counter >> (4 * digits) != 0 { digits += 1 }
+        let prefixLength = prefix.utf8.count
+        return String(unsafeUninitializedCapacity: prefixLength + digits) { buffer in
+            var index = 0
+            for byte in prefix.utf8 {
+                buffer[index] = byte
+                index += 1
+            }
+            for position in 0..<digits {
+                let nibble = UInt8(truncatingIfNeeded: counter >> (4 * (digits - 1 - position))) & 0xF
+                buffer[index] = nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
+                index += 1
+            }
+            return index
+        }
     }
 
     /// The access log line and the metrics of a finished request.

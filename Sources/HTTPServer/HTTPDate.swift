@@ -7,16 +7,17 @@ public enum HTTPDate {
     private static let dayBytes = days.map { Array($0.utf8) }
     private static let monthBytes = months.map { Array($0.utf8) }
 
-    /// `Sun, 06 Nov 1994 08:49:37 GMT` for Unix time `seconds`.
+    /// The first and last second IMF-fixdate's four-digit year can name (years 0 to 9999).
+    static let formattable = -62_167_219_200...253_402_300_799
+
+    /// `Sun, 06 Nov 1994 08:49:37 GMT` for Unix time `seconds`; the epoch's text for a time
+    /// outside years 0 to 9999 (a four-digit year cannot say it).
     ///
-    /// Written byte by byte into one fixed-size buffer: two of these go out with every
-    /// cache hit, and interpolation cost a dozen small strings each.
+    /// Written byte by byte into one fixed-size buffer, from calendar arithmetic rather than
+    /// `gmtime_r` (which takes the time-zone lock): two of these go out with every cache hit.
     public static func format(unixSeconds seconds: Int) -> String {
-        var time = time_t(seconds)
-        var parts = tm()
-        gmtime_r(&time, &parts)
-        let year = Int(parts.tm_year) + 1900
-        guard (0...9999).contains(year) else { return "Thu, 01 Jan 1970 00:00:00 GMT" }
+        guard formattable.contains(seconds) else { return "Thu, 01 Jan 1970 00:00:00 GMT" }
+        let time = CivilTime(unixSeconds: seconds)
         return String(unsafeUninitializedCapacity: 29) { buffer in
             var index = 0
             func put(_ byte: UInt8) {
@@ -31,20 +32,20 @@ public enum HTTPDate {
                     divisor /= 10
                 }
             }
-            for byte in dayBytes[Int(parts.tm_wday)] { put(byte) }
+            for byte in dayBytes[time.weekday] { put(byte) }
             put(UInt8(ascii: ","))
             put(UInt8(ascii: " "))
-            digits(Int(parts.tm_mday), 2)
+            digits(time.day, 2)
             put(UInt8(ascii: " "))
-            for byte in monthBytes[Int(parts.tm_mon)] { put(byte) }
+            for byte in monthBytes[time.month - 1] { put(byte) }
             put(UInt8(ascii: " "))
-            digits(year, 4)
+            digits(time.year, 4)
             put(UInt8(ascii: " "))
-            digits(Int(parts.tm_hour), 2)
+            digits(time.secondOfDay / 3600, 2)
             put(UInt8(ascii: ":"))
-            digits(Int(parts.tm_min), 2)
+            digits(time.secondOfDay / 60 % 60, 2)
             put(UInt8(ascii: ":"))
-            digits(Int(parts.tm_sec), 2)
+            digits(time.secondOfDay % 60, 2)
             for byte in " GMT".utf8 { put(byte) }
             return index
         }
@@ -66,5 +67,43 @@ public enum HTTPDate {
         fields.tm_min = Int32(clock[1])
         fields.tm_sec = Int32(clock[2])
         return Int(timegm(&fields))
+    }
+}
+
+/// A Unix time as a proleptic Gregorian UTC date and time of day, by the days-from-civil
+/// arithmetic of H. Hinnant's "chrono-compatible low-level date algorithms" (floor
+/// divisions, so times before 1970 come out right too). Only for `HTTPDate.formattable`
+/// times, where nothing overflows.
+struct CivilTime: Equatable {
+    let year: Int
+    /// 1...12
+    let month: Int
+    /// 1...31
+    let day: Int
+    /// 0 (Sunday) ... 6
+    let weekday: Int
+    let secondOfDay: Int
+}
+
+extension CivilTime {
+    init(unixSeconds seconds: Int) {
+        let days = Self.floorDivide(seconds, 86_400)
+        // 1970-01-01 was a Thursday.
+        let weekday = (days % 7 + 11) % 7
+        let shifted = days + 719_468  // days since 0000-03-01
+        let era = Self.floorDivide(shifted, 146_097)
+        let dayOfEra = shifted - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let monthFromMarch = (5 * dayOfYear + 2) / 153
+        let month = monthFromMarch < 10 ? monthFromMarch + 3 : monthFromMarch - 9
+        self.init(year: yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month: month,
+                  day: dayOfYear - (153 * monthFromMarch + 2) / 5 + 1, weekday: weekday,
+                  secondOfDay: seconds - days * 86_400)
+    }
+
+    private static func floorDivide(_ value: Int, _ divisor: Int) -> Int {
+        let quotient = value / divisor
+        return value % divisor < 0 ? quotient - 1 : quotient
     }
 }

@@ -1,5 +1,3 @@
-import Observability
-
 /// A response as bytes on the wire: the status line and fields, with the framing and
 /// connection fields the connection decides, and the body (joined to the head when small,
 /// so a typical answer is one buffer and one write).
@@ -15,47 +13,66 @@ enum ResponseSerializer {
     static let inlineBodyLimit = 4096
 
     /// `sendsBody`: false for HEAD (the fields still describe the body).
+    ///
+    /// The head is measured first and written into one buffer of exactly that size: every
+    /// response pays for this, and growing an array part by part cost more than the copies.
     static func serialize(_ response: HTTPResponse, sendsBody requested: Bool, version: HTTPVersion, keepAlive: Bool,
                           requestID: String, date: String, server: String) -> Wire {
         let sendsBody = requested && !response.forbidsBody && !response.body.isEmpty
         let inlineBody = sendsBody && response.body.count <= inlineBodyLimit
-        var head: [UInt8] = []
-        head.reserveCapacity(256 + response.headers.fields.count * 48 + (inlineBody ? response.body.count : 0))
-        head.append(contentsOf: statusLine(response.status))
-        for (name, value) in response.headers {
-            head.appendUTF8(name)
-            head.appendASCII(": ")
-            head.appendUTF8(value)
-            head.appendASCII("\r\n")
+        let status = statusLine(response.status)
+        let connection: StaticString? = !keepAlive ? "Connection: close\r\n"
+            : version == .http10 ? "Connection: keep-alive\r\n" : nil
+        var size = status.count + 6 + date.utf8.count + 10 + server.utf8.count + 2 + 2
+        for (name, value) in response.headers { size += name.utf8.count + value.utf8.count + 4 }
+        if !requestID.isEmpty { size += 14 + requestID.utf8.count + 2 }
+        if !response.forbidsBody { size += 16 + decimalLength(response.body.count) + 2 }
+        if let connection { size += connection.utf8CodeUnitCount }
+        if inlineBody { size += response.body.count }
+        let head = [UInt8](unsafeUninitializedCapacity: size) { buffer, initialized in
+            var out = WireWriter(buffer)
+            out.put(status)
+            for (name, value) in response.headers {
+                out.put(name)
+                out.put(": ")
+                out.put(value)
+                out.put("\r\n")
+            }
+            if !requestID.isEmpty {
+                // Written here rather than added to `response.headers`, which would copy the array.
+                out.put("X-Request-Id: ")
+                out.put(requestID)
+                out.put("\r\n")
+            }
+            out.put("Date: ")
+            out.put(date)
+            out.put("\r\nServer: ")
+            out.put(server)
+            out.put("\r\n")
+            if !response.forbidsBody {
+                out.put("Content-Length: ")
+                out.putDecimal(response.body.count)
+                out.put("\r\n")
+            }
+            if let connection { out.put(connection) }
+            out.put("\r\n")
+            if inlineBody { out.put(response.body) }
+            initialized = out.count
         }
-        if !requestID.isEmpty {
-            // Written here rather than added to `response.headers`, which would copy the array.
-            head.appendASCII("X-Request-Id: ")
-            head.appendUTF8(requestID)
-            head.appendASCII("\r\n")
-        }
-        head.appendASCII("Date: ")
-        head.appendUTF8(date)
-        head.appendASCII("\r\nServer: ")
-        head.appendUTF8(server)
-        head.appendASCII("\r\n")
-        if !response.forbidsBody {
-            head.appendASCII("Content-Length: ")
-            head.appendUTF8(String(response.body.count))
-            head.appendASCII("\r\n")
-        }
-        if !keepAlive {
-            head.appendASCII("Connection: close\r\n")
-        } else if version == .http10 {
-            head.appendASCII("Connection: keep-alive\r\n")
-        }
-        head.appendASCII("\r\n")
         guard sendsBody else { return Wire(head: head, separateBody: nil, bodyBytes: 0) }
-        if inlineBody {
-            head += response.body
-            return Wire(head: head, separateBody: nil, bodyBytes: response.body.count)
-        }
+        if inlineBody { return Wire(head: head, separateBody: nil, bodyBytes: response.body.count) }
         return Wire(head: head, separateBody: response.body, bodyBytes: response.body.count)
+    }
+
+    /// Digits of a non-negative count in decimal.
+    static func decimalLength(_ value: Int) -> Int {
+        var length = 1
+        var rest = value.magnitude / 10
+        while rest > 0 {
+            length += 1
+            rest /= 10
+        }
+        return length
     }
 
     private static let commonStatusLines: [Int: [UInt8]] = Dictionary(uniqueKeysWithValues:
@@ -65,5 +82,45 @@ enum ResponseSerializer {
 
     private static func statusLine(_ status: Int) -> [UInt8] {
         commonStatusLines[status] ?? Array("HTTP/1.1 \(status) \(HTTPStatus.reason(status))\r\n".utf8)
+    }
+}
+
+/// Copies parts into a buffer sized for them beforehand. Total: a part that would not fit
+/// is cut rather than written past the end (the serializer sizes the buffer from the same
+/// parts, so nothing is cut; a test checks the sizes agree).
+struct WireWriter {
+    private let buffer: UnsafeMutableBufferPointer<UInt8>
+    private(set) var count = 0
+
+    init(_ buffer: UnsafeMutableBufferPointer<UInt8>) { self.buffer = buffer }
+
+    mutating func put(_ bytes: UnsafeRawBufferPointer) {
+        let length = min(bytes.count, buffer.count - count)
+        guard length > 0, let source = bytes.baseAddress, let target = buffer.baseAddress else { return }
+        UnsafeMutableRawPointer(target + count).copyMemory(from: source, byteCount: length)
+        count += length
+    }
+
+    mutating func put(_ text: StaticString) {
+        put(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    mutating func put(_ bytes: [UInt8]) { bytes.withUnsafeBytes { put($0) } }
+
+    mutating func put(_ text: String) {
+        let done = text.utf8.withContiguousStorageIfAvailable { put(UnsafeRawBufferPointer($0)) }
+        if done == nil { put(Array(text.utf8)) }
+    }
+
+    /// A non-negative count in decimal (`ResponseSerializer.decimalLength` digits).
+    mutating func putDecimal(_ value: Int) {
+        let length = ResponseSerializer.decimalLength(value)
+        guard length <= buffer.count - count else { return }
+        var rest = value.magnitude
+        for position in stride(from: count + length - 1, through: count, by: -1) {
+            buffer[position] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: rest % 10)
+            rest /= 10
+        }
+        count += length
     }
 }

@@ -1,0 +1,75 @@
+@testable import HTTPServer
+import Testing
+
+/// The serializer measures a head before writing it into a buffer of that size: these
+/// check every kind of head it writes against the same head spelled out, so a size that
+/// disagrees with what is written (a cut field, stray bytes) shows.
+@Suite struct ResponseSerializerTests {
+    private func wire(_ response: HTTPResponse, method: String = "GET", version: HTTPVersion = .http11,
+                      keepAlive: Bool = true, requestID: String = "") -> String {
+        let wire = ResponseSerializer.serialize(response, sendsBody: method != "HEAD", version: version,
+                                                keepAlive: keepAlive, requestID: requestID,
+                                                date: "Tue, 01 Dec 2026 23:00:00 GMT", server: "teamcache")
+        return String(decoding: wire.head + (wire.separateBody ?? []), as: UTF8.self)
+    }
+
+    private let date = "Date: Tue, 01 Dec 2026 23:00:00 GMT\r\nServer: teamcache\r\n"
+
+    @Test func aHitWithFieldsAndASmallBodyIsOneBuffer() {
+        let response = HTTPResponse(status: 200, headers: HTTPHeaders([("Content-Type", "application/json"),
+                                                                       ("ETag", "\"abc\""), ("Vary", "Accept-Encoding")]),
+                                    body: Array("{\"a\":1}".utf8))
+        let serialized = ResponseSerializer.serialize(response, sendsBody: true, version: .http11, keepAlive: true,
+                                                      requestID: "r-1", date: "D", server: "S")
+        #expect(serialized.separateBody == nil && serialized.bodyBytes == 7)
+        #expect(wire(response, requestID: "tc-0-1f") == "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            + "ETag: \"abc\"\r\nVary: Accept-Encoding\r\nX-Request-Id: tc-0-1f\r\n" + date
+            + "Content-Length: 7\r\n\r\n{\"a\":1}")
+    }
+
+    @Test func headNotModifiedCloseAndHTTP10() {
+        let ok = HTTPResponse(status: 200, headers: HTTPHeaders(), body: Array(repeating: 0x61, count: 12345))
+        #expect(wire(ok, method: "HEAD") == "HTTP/1.1 200 OK\r\n" + date + "Content-Length: 12345\r\n\r\n")
+        #expect(wire(HTTPResponse(status: 304, headers: HTTPHeaders([("ETag", "\"e\"")])))
+            == "HTTP/1.1 304 Not Modified\r\nETag: \"e\"\r\n" + date + "\r\n")
+        #expect(wire(HTTPResponse(status: 204, headers: HTTPHeaders()), keepAlive: false)
+            == "HTTP/1.1 204 No Content\r\n" + date + "Connection: close\r\n\r\n")
+        #expect(wire(HTTPResponse(status: 404, headers: HTTPHeaders()), version: .http10)
+            == "HTTP/1.1 404 Not Found\r\n" + date + "Content-Length: 0\r\nConnection: keep-alive\r\n\r\n")
+        #expect(wire(HTTPResponse(status: 299, headers: HTTPHeaders([("X-É", "ü")]))).hasPrefix("HTTP/1.1 299 "))
+    }
+
+    @Test func aLargeBodyTravelsAsItsOwnBuffer() {
+        let body = Array(repeating: UInt8(0x62), count: ResponseSerializer.inlineBodyLimit + 1)
+        let serialized = ResponseSerializer.serialize(HTTPResponse(status: 200, headers: HTTPHeaders(), body: body),
+                                                      sendsBody: true, version: .http11, keepAlive: true,
+                                                      requestID: "", date: "D", server: "S")
+        #expect(serialized.separateBody == body)
+        #expect(String(decoding: serialized.head, as: UTF8.self)
+            == "HTTP/1.1 200 OK\r\nDate: D\r\nServer: S\r\nContent-Length: 4097\r\n\r\n")
+    }
+
+    @Test func decimalLengthsAndTheWriterNeverPassesItsEnd() {
+        for (value, digits) in [(0, 1), (9, 1), (10, 2), (99, 2), (100, 3), (Int.max, 19)] {
+            #expect(ResponseSerializer.decimalLength(value) == digits)
+        }
+        let bytes = [UInt8](unsafeUninitializedCapacity: 4) { buffer, initialized in
+            var out = WireWriter(buffer)
+            out.put("abc")
+            out.put("defg")
+            out.putDecimal(123)
+            initialized = out.count
+        }
+        #expect(bytes == Array("abcd".utf8))
+    }
+}
+
+@Suite struct RequestIDTests {
+    @Test func generatedIDsAreThePrefixAndTheCounterInHex() {
+        for (counter, hex) in [(UInt64(0), "0"), (1, "1"), (15, "f"), (16, "10"), (0xabc, "abc"),
+                               (UInt64.max, "ffffffffffffffff"), (1 << 60, "1000000000000000")] {
+            #expect(EventLoop.requestID(prefix: "9f-1-", counter: counter) == "9f-1-" + hex)
+            #expect(EventLoop.requestID(prefix: "", counter: counter) == String(counter, radix: 16))
+        }
+    }
+}
