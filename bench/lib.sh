@@ -134,3 +134,23 @@ pgbench_run() {
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }'; }
 
 server_rss_mb() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$SERVER_PID/status"; }
+
+# cpu_ticks PID... → "USER SYSTEM": clock ticks the processes (all their threads) have run,
+# from /proc/PID/stat; a process gone meanwhile counts 0.
+cpu_ticks() {
+  local user=0 system=0 pid fields
+  for pid in "$@"; do
+    fields=$(sed -E 's/^.*\) //' "/proc/$pid/stat" 2>/dev/null) || continue
+    read -r -a f <<<"$fields"
+    user=$((user + f[11])) system=$((system + f[12]))
+  done
+  echo "$user $system"
+}
+
+# cpu_per_request BEFORE AFTER REQUESTS → "USER_US SYSTEM_US": microseconds of CPU each
+# request cost, from two cpu_ticks readings.
+cpu_per_request() {
+  local -a before=($1) after=($2)
+  awk -v u=$((after[0] - before[0])) -v s=$((after[1] - before[1])) -v n="$3" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { if (n > 0) printf "%.1f %.1f", u / hz / n * 1e6, s / hz / n * 1e6; else print "? ?" }'
+}

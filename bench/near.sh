@@ -3,7 +3,9 @@
 # (gzip_static for gzip clients): 10,000 entries of ~2 KB JSON, random keys, wrk -t2 -c64,
 # auth on and access logs on for both; three alternating rounds, medians. The database's
 # transactions per hit during each TeamCache run (pg_stat_database), and the same hits
-# with the near-cache off (TEAMCACHE_NEAR_CACHE_BYTES=0) for comparison.
+# with the near-cache off (TEAMCACHE_NEAR_CACHE_BYTES=0) for comparison. For each side, the
+# CPU a request cost the server (user and kernel time, from /proc), the database's included
+# for TeamCache, so the ratio can be read against where the time goes.
 source "$(dirname "$0")/lib.sh"
 need_tools
 build_release
@@ -13,16 +15,35 @@ transactions() {
   psql -h "$(pg_socket)" -U postgres -d teamcache -tAc \
     "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'teamcache'"
 }
-# hits GZIP → "RPS P50 P99 TRANSACTIONS_PER_HIT"
+# The embedded cluster's postmaster and its backends (whose titles do not name the folder).
+postgres_pids() {
+  local postmaster; postmaster=$(head -n 1 "$WORK/data/postgres/postmaster.pid" 2>/dev/null) || return 0
+  echo "$postmaster $(pgrep -d ' ' -P "$postmaster" || true)"
+}
+# hits GZIP → "RPS P50 P99 TRANSACTIONS_PER_HIT USER_US SYSTEM_US DATABASE_US" (CPU per hit)
 hits() {
-  local before after out
+  local before after out cpu0 cpu1 db0 db1
   before=$(transactions)
+  cpu0=$(cpu_ticks "$SERVER_PID") db0=$(cpu_ticks $(postgres_pids))
   out=$(GZIP=$1 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua")
+  cpu1=$(cpu_ticks "$SERVER_PID") db1=$(cpu_ticks $(postgres_pids))
   after=$(transactions)
   read -r rps p50 p99 _ <<<"$out"
-  echo "$rps $p50 $p99 $(awk -v t=$((after - before)) -v r="$rps" -v d="$DURATION" 'BEGIN { printf "%.4f", t / (r * d) }')"
+  local requests; requests=$(awk -v r="$rps" -v d="$DURATION" 'BEGIN { printf "%d", r * d }')
+  read -r dbuser dbsystem <<<"$(cpu_per_request "$db0" "$db1" "$requests")"
+  echo "$rps $p50 $p99 $(awk -v t=$((after - before)) -v n="$requests" 'BEGIN { printf "%.4f", t / n }')" \
+    "$(cpu_per_request "$cpu0" "$cpu1" "$requests") $(awk -v a="$dbuser" -v b="$dbsystem" 'BEGIN { printf "%.1f", a + b }')"
 }
-nginx_hits() { GZIP=$1 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$NGINX_PORT" -s "$BENCH_DIR/lua/get.lua"; }
+# nginx_hits GZIP → "RPS P50 P99 USER_US SYSTEM_US" (CPU per request of its workers)
+nginx_hits() {
+  local out cpu0 cpu1 workers
+  workers=$(pgrep -d ' ' -P "$NGINX_PID")
+  cpu0=$(cpu_ticks $workers)
+  out=$(GZIP=$1 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$NGINX_PORT" -s "$BENCH_DIR/lua/get.lua")
+  cpu1=$(cpu_ticks $workers)
+  read -r rps p50 p99 _ <<<"$out"
+  echo "$rps $p50 $p99 $(cpu_per_request "$cpu0" "$cpu1" "$(awk -v r="$rps" -v d="$DURATION" 'BEGIN { printf "%d", r * d }')")"
+}
 
 python3 "$BENCH_DIR/mirror_files.py" --root "$WORK/www" --count 10000 >&2
 start_nginx
@@ -30,24 +51,28 @@ start_server
 python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >&2
 # Every key read twice (admitted on its second read), then a short run to settle.
 DURATION=5 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua" >/dev/null
-declare -A ours50 ours99 oursrps ourstx theirs theirs50 theirs99
+declare -A ours50 ours99 oursrps ourstx theirs theirs50 theirs99 oursu ourss oursdb theirsu theirss
 for gz in 0 1; do
-  o=() o50=() o99=() otx=() n=() n50=() n99=()
+  o=() o50=() o99=() otx=() ou=() os=() odb=() n=() n50=() n99=() nu=() ns=()
   for _ in 1 2 3; do
-    read -r rps p50 p99 tx <<<"$(hits "$gz")"; o+=("$rps"); o50+=("$p50"); o99+=("$p99"); otx+=("$tx")
-    read -r rps p50 p99 _ <<<"$(nginx_hits "$gz")"; n+=("$rps"); n50+=("$p50"); n99+=("$p99")
+    read -r rps p50 p99 tx user system db <<<"$(hits "$gz")"
+    o+=("$rps"); o50+=("$p50"); o99+=("$p99"); otx+=("$tx"); ou+=("$user"); os+=("$system"); odb+=("$db")
+    read -r rps p50 p99 user system <<<"$(nginx_hits "$gz")"
+    n+=("$rps"); n50+=("$p50"); n99+=("$p99"); nu+=("$user"); ns+=("$system")
   done
   oursrps[$gz]=$(median "${o[@]}"); ours50[$gz]=$(median "${o50[@]}"); ours99[$gz]=$(median "${o99[@]}")
-  ourstx[$gz]=$(median "${otx[@]}")
+  ourstx[$gz]=$(median "${otx[@]}"); oursu[$gz]=$(median "${ou[@]}"); ourss[$gz]=$(median "${os[@]}")
+  oursdb[$gz]=$(median "${odb[@]}")
   theirs[$gz]=$(median "${n[@]}"); theirs50[$gz]=$(median "${n50[@]}"); theirs99[$gz]=$(median "${n99[@]}")
+  theirsu[$gz]=$(median "${nu[@]}"); theirss[$gz]=$(median "${ns[@]}")
 done
 near_bytes=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '$1 == "teamcache_near_cache_bytes" {print $2}')
 stop_server
 start_server TEAMCACHE_NEAR_CACHE_BYTES=0
 python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >&2
 DURATION=5 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua" >/dev/null
-read -r off0 off050 off099 offtx0 <<<"$(hits 0)"
-read -r off1 off150 off199 offtx1 <<<"$(hits 1)"
+read -r off0 off050 off099 offtx0 _ <<<"$(hits 0)"
+read -r off1 off150 off199 offtx1 _ <<<"$(hits 1)"
 echo "| hits (-c$CONNECTIONS, median of 3) | teamcache req/s | p50 ms | p99 ms | db transactions per hit | nginx req/s | p50 ms | p99 ms | ratio |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for gz in 0 1; do
@@ -56,5 +81,12 @@ for gz in 0 1; do
 done
 echo "| identity clients, near-cache off (one run) | $off0 | $off050 | $off099 | $offtx0 | ${theirs[0]} | | | $(ratio "$off0" "${theirs[0]}") |"
 echo "| gzip clients, near-cache off (one run) | $off1 | $off150 | $off199 | $offtx1 | ${theirs[1]} | | | $(ratio "$off1" "${theirs[1]}") |"
+echo
+echo "| CPU per request, µs (median of 3) | teamcache user | teamcache kernel | its database | nginx user | nginx kernel |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for gz in 0 1; do
+  label=$([ "$gz" = 1 ] && echo "gzip clients" || echo "identity clients")
+  echo "| $label, near-cache on | ${oursu[$gz]} | ${ourss[$gz]} | ${oursdb[$gz]} | ${theirsu[$gz]} | ${theirss[$gz]} |"
+done
 echo
 echo "Near-cache held ${near_bytes%.*} bytes for 10,000 entries (TEAMCACHE_NEAR_CACHE_BYTES default 64 MiB)."
