@@ -73,7 +73,7 @@ public final class Authenticator: @unchecked Sendable {
         }
         // Sliced, not split: this runs on every request, and slices allocate nothing.
         guard let space = header.utf8.firstIndex(of: UInt8(ascii: " ")),
-              header[..<space].lowercased() == "bearer",
+              Self.isBearer(header.utf8[..<space]),
               case let secret = header[header.utf8.index(after: space)...], !secret.isEmpty, secret.utf8.count <= 256
         else {
             throw Self.unauthorized("Use `Authorization: Bearer <token>`.", error: "invalid_request")
@@ -148,6 +148,11 @@ public final class Authenticator: @unchecked Sendable {
     private func refundUnknownLookup(_ client: String) {
         guard let bucket = misses.value(client) else { return }
         misses.insert(client, (tokens: min(Self.unknownBurst, bucket.tokens + 1), updated: bucket.updated))
+    }
+
+    /// The scheme name `Bearer` in any case (RFC 9110 §11.1), compared without allocating.
+    static func isBearer(_ scheme: Substring.UTF8View) -> Bool {
+        scheme.count == 6 && zip(scheme, "bearer".utf8).allSatisfy { $0 | 0x20 == $1 }
     }
 
     static func unauthorized(_ detail: String, error: String?) -> HTTPError {
