@@ -108,7 +108,7 @@ struct WireWriter {
     mutating func put(_ bytes: [UInt8]) { bytes.withUnsafeBytes { put($0) } }
 
     mutating func put(_ text: String) {
-        let done = text.utf8.withContiguousStorageIfAvailable { put(UnsafeRawBufferPointer($0)) }
+        let done: Void? = text.utf8.withContiguousStorageIfAvailable { put(UnsafeRawBufferPointer($0)) }
         if done == nil { put(Array(text.utf8)) }
     }
 

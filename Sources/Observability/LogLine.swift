@@ -6,17 +6,26 @@ import Foundation
 /// Keeps the timestamp text of the current second, so a line costs a clock read and a few
 /// appends. Not thread-safe: each event loop owns one (its access log), and `Logger` makes
 /// one per line.
-public struct LogLine {
-    public private(set) var bytes: [UInt8] = []
+public struct LogLine: ~Copyable {
+    // The bytes live in memory of the line's own, appended to by copying: each event loop
+    // writes an access line per request, some twenty appends, and an array's generic append
+    // cost several times the copy. Not copyable, so two lines can never share that memory.
+    private var storage: UnsafeMutablePointer<UInt8>
+    private var capacity: Int
+    public private(set) var count = 0
     private var stampSecond = -1
     private var stampPrefix: [UInt8] = []
 
     public init(capacity: Int = 256) {
-        bytes.reserveCapacity(capacity)
+        self.capacity = max(16, capacity)
+        storage = UnsafeMutablePointer<UInt8>.allocate(capacity: self.capacity)
     }
 
-    public var isEmpty: Bool { bytes.isEmpty }
-    public var count: Int { bytes.count }
+    deinit { storage.deallocate() }
+
+    public var isEmpty: Bool { count == 0 }
+    /// The line's bytes (a copy).
+    public var bytes: [UInt8] { Array(UnsafeBufferPointer(start: storage, count: count)) }
 
     /// Starts a line with the timestamp, level, component and message.
     public mutating func begin(_ level: LogLevel, component: String, message: String) {
@@ -27,15 +36,15 @@ public struct LogLine {
             stampPrefix = Array(("{\"ts\":\"" + Self.secondText(now.tv_sec) + ".").utf8)
         }
         let millis = Int(now.tv_nsec / 1_000_000)
-        bytes += stampPrefix
-        bytes.append(UInt8(ascii: "0") + UInt8(millis / 100))
-        bytes.append(UInt8(ascii: "0") + UInt8(millis / 10 % 10))
-        bytes.append(UInt8(ascii: "0") + UInt8(millis % 10))
-        bytes.appendASCII("Z\",\"level\":\"")
-        bytes.appendUTF8(level.name)
-        bytes.appendASCII("\",\"component\":")
+        stampPrefix.withUnsafeBytes { append($0) }
+        append(UInt8(ascii: "0") + UInt8(millis / 100))
+        append(UInt8(ascii: "0") + UInt8(millis / 10 % 10))
+        append(UInt8(ascii: "0") + UInt8(millis % 10))
+        append("Z\",\"level\":\"")
+        append(level.name)
+        append("\",\"component\":")
         appendEscaped(component)
-        bytes.appendASCII(",\"msg\":")
+        append(",\"msg\":")
         appendEscaped(message)
     }
 
@@ -47,9 +56,9 @@ public struct LogLine {
     /// A value known to need no JSON escaping (an HTTP token, a route template).
     public mutating func field(_ key: String, token value: String) {
         appendKey(key)
-        bytes.append(UInt8(ascii: "\""))
-        bytes.appendUTF8(value)
-        bytes.append(UInt8(ascii: "\""))
+        append(UInt8(ascii: "\""))
+        append(value)
+        append(UInt8(ascii: "\""))
     }
 
     public mutating func field(_ key: String, _ value: Int) {
@@ -63,36 +72,35 @@ public struct LogLine {
         case .int(let number): field(key, number)
         case .double(let number):
             appendKey(key)
-            bytes += (number.isFinite ? String(number) : "null").utf8
+            append(number.isFinite ? String(number) : "null")
         case .bool(let flag):
             appendKey(key)
-            bytes += (flag ? "true" : "false").utf8
+            append(flag ? "true" : "false")
         }
     }
 
     /// Ends the line with `}` and a newline.
     public mutating func end() {
-        bytes.append(UInt8(ascii: "}"))
-        bytes.append(10)
+        append(UInt8(ascii: "}"))
+        append(10)
     }
 
-    /// Takes the bytes built so far, leaving the line empty (timestamp cache kept).
+    /// Takes the bytes built so far, leaving the line empty (timestamp cache and memory kept).
     public mutating func take() -> [UInt8] {
         let taken = bytes
-        bytes.removeAll(keepingCapacity: true)
+        count = 0
         return taken
     }
 
     /// Keys are identifiers chosen in code: quoted without escaping.
     private mutating func appendKey(_ key: String) {
-        bytes.append(UInt8(ascii: ","))
-        bytes.append(UInt8(ascii: "\""))
-        bytes.appendUTF8(key)
-        bytes.appendASCII("\":")
+        append(",\"")
+        append(key)
+        append("\":")
     }
 
     private mutating func appendInteger(_ value: Int) {
-        if value < 0 { bytes.append(UInt8(ascii: "-")) }
+        if value < 0 { append(UInt8(ascii: "-")) }
         var magnitude = value.magnitude
         var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
                      UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
@@ -104,13 +112,13 @@ public struct LogLine {
                 magnitude /= 10
                 count += 1
             } while magnitude > 0
-            for index in stride(from: count - 1, through: 0, by: -1) { bytes.append(buffer[index]) }
+            for index in stride(from: count - 1, through: 0, by: -1) { append(buffer[index]) }
         }
     }
 
     /// A JSON string: raw UTF-8 when nothing needs escaping (the usual case).
     private mutating func appendEscaped(_ text: String) {
-        bytes.append(UInt8(ascii: "\""))
+        append(UInt8(ascii: "\""))
         var needsEscape = false
         for byte in text.utf8 where byte < 0x20 || byte == 0x22 || byte == 0x5C {
             needsEscape = true
@@ -119,11 +127,47 @@ public struct LogLine {
         if needsEscape {
             var escaped = ""
             JSONText.appendString(text, to: &escaped)
-            bytes += escaped.utf8.dropFirst().dropLast()
+            Array(escaped.utf8.dropFirst().dropLast()).withUnsafeBytes { append($0) }
         } else {
-            bytes.appendUTF8(text)
+            append(text)
         }
-        bytes.append(UInt8(ascii: "\""))
+        append(UInt8(ascii: "\""))
+    }
+
+    // MARK: Appending
+
+    private mutating func append(_ source: UnsafeRawBufferPointer) {
+        guard let base = source.baseAddress, !source.isEmpty else { return }
+        reserve(source.count)
+        UnsafeMutableRawPointer(storage + count).copyMemory(from: base, byteCount: source.count)
+        count += source.count
+    }
+
+    private mutating func append(_ text: StaticString) {
+        append(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    private mutating func append(_ text: String) {
+        let done: Void? = text.utf8.withContiguousStorageIfAvailable { append(UnsafeRawBufferPointer($0)) }
+        if done == nil { Array(text.utf8).withUnsafeBytes { append($0) } }
+    }
+
+    private mutating func append(_ byte: UInt8) {
+        reserve(1)
+        storage[count] = byte
+        count += 1
+    }
+
+    /// Room for `extra` more bytes, doubling (a line of any length fits; the access log is
+    /// handed on at 32 KiB, so its memory stays near its initial capacity).
+    private mutating func reserve(_ extra: Int) {
+        guard extra > capacity - count else { return }
+        let grown = max(capacity * 2, count + extra)
+        let larger = UnsafeMutablePointer<UInt8>.allocate(capacity: grown)
+        larger.moveInitialize(from: storage, count: count)
+        storage.deallocate()
+        storage = larger
+        capacity = grown
     }
 
     /// `YYYY-MM-DDTHH:MM:SS` in UTC, through strftime (much cheaper than a formatter).

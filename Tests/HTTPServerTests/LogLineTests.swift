@@ -1,0 +1,52 @@
+import Foundation
+import Observability
+import Testing
+
+/// Log lines are built by copying into memory of the line's own: each must be one JSON
+/// object whatever its fields hold, however long it grows, and `take` must start afresh.
+@Suite struct LogLineTests {
+    private func object(_ bytes: [UInt8]) throws -> [String: Any] {
+        #expect(bytes.last == 10)
+        return try #require(try JSONSerialization.jsonObject(with: Data(bytes.dropLast())) as? [String: Any])
+    }
+
+    @Test func fieldsOfEveryKindMakeOneJSONObject() throws {
+        var line = LogLine(capacity: 1)
+        line.begin(.warn, component: "http", message: "a \"quoted\"\nmessage\u{301}")
+        line.field("route", token: "/v1/caches/{ns}")
+        line.field("status", 200)
+        line.field("negative", Int.min)
+        line.field("text", "tab\there \\ ünïcode \u{0}")
+        line.field("ratio", .double(0.25))
+        line.field("nan", .double(.nan))
+        line.field("flag", .bool(true))
+        line.field("long", String(repeating: "x", count: 100_000))
+        line.end()
+        let parsed = try object(line.bytes)
+        #expect(parsed["level"] as? String == "warn" && parsed["component"] as? String == "http")
+        #expect(parsed["msg"] as? String == "a \"quoted\"\nmessage\u{301}")
+        #expect(parsed["route"] as? String == "/v1/caches/{ns}")
+        #expect(parsed["status"] as? Int == 200 && parsed["negative"] as? Int == Int.min)
+        #expect(parsed["text"] as? String == "tab\there \\ ünïcode \u{0}")
+        #expect(parsed["ratio"] as? Double == 0.25 && parsed["nan"] is NSNull && parsed["flag"] as? Bool == true)
+        #expect((parsed["long"] as? String)?.count == 100_000)
+        #expect((parsed["ts"] as? String)?.hasSuffix("Z") == true)
+    }
+
+    @Test func takeHandsOverTheLinesAndStartsAfresh() throws {
+        var log = LogLine(capacity: 64)
+        for index in 0..<500 {
+            log.begin(.info, component: "http", message: "request")
+            log.field("n", index)
+            log.end()
+        }
+        let taken = log.take()
+        #expect(log.isEmpty && log.count == 0)
+        let lines = taken.split(separator: 10)
+        #expect(lines.count == 500)
+        #expect(try object(Array(lines[499]) + [10])["n"] as? Int == 499)
+        log.begin(.info, component: "c", message: "m")
+        log.end()
+        #expect(try object(log.take())["msg"] as? String == "m")
+    }
+}
