@@ -61,6 +61,20 @@ import Testing
             initialized = out.count
         }
         #expect(bytes == Array("abcd".utf8))
+        // Every kind of part, cut at the end: a short and a long string, a literal, bytes, digits.
+        let long = String(repeating: "é", count: 40)
+        for size in 0...12 {
+            let parts = [UInt8](unsafeUninitializedCapacity: size) { buffer, initialized in
+                var out = WireWriter(buffer)
+                out.put(String("ab"))
+                out.put(long)
+                out.put("xyz" as StaticString)
+                out.put([1, 2, 3])
+                out.putDecimal(98_765)
+                initialized = out.count
+            }
+            #expect(parts == Array((Array("ab".utf8) + Array(long.utf8)).prefix(size)))
+        }
     }
 }
 
