@@ -16,7 +16,7 @@ enum HTTPHeadParser {
         var headers = HTTPHeaders(capacity: 8)
         var method = "", target = "", version = HTTPVersion.http11
         while lineStart <= bytes.endIndex {
-            let newline = bytes[lineStart...].firstIndex(of: 10)
+            let newline = ByteSearch.firstIndex(of: 10, in: bytes, from: lineStart)
             let line = newline.map { bytes[lineStart..<$0 - 1] } ?? bytes[lineStart...]
             lineStart = (newline ?? bytes.endIndex) + 1
             if requestLine == nil {
@@ -69,7 +69,7 @@ enum HTTPHeadParser {
     private static func parseField(_ line: ArraySlice<UInt8>) -> Result<(String, String), HTTPParseError> {
         guard let first = line.first else { return .failure(.badRequest("Empty header line.")) }
         if first == 32 || first == 9 { return .failure(.badRequest("Obsolete line folding is not accepted.")) }
-        guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else {
+        guard let colon = ByteSearch.firstIndex(of: UInt8(ascii: ":"), in: line, from: line.startIndex) else {
             return .failure(.badRequest("Header line without a colon."))
         }
         let name = line[line.startIndex..<colon]

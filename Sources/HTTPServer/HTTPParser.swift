@@ -176,20 +176,29 @@ public struct HTTPParser: Sendable {
     private static let http2Preface = Array("PRI * HTTP/2.0\r\n".utf8)
 
     private mutating func findHeadEnd() -> HeadScan {
-        var index = max(start, scanned)
-        while index < buffer.count {
-            if buffer[index] == 10 {
+        let from = max(start, scanned)
+        let found: HeadScan? = buffer.withUnsafeBufferPointer { bytes in
+            var index = from
+            // From line feed to line feed (memchr), not byte by byte: this runs on every request.
+            while let lineFeed = ByteSearch.firstIndex(of: 10, in: bytes, from: index) {
                 // Only CRLF ends a line; a bare LF is a request-smuggling vector.
-                guard index > start, buffer[index - 1] == 13 else { return .bareLineFeed }
-                if index - start >= 3 && buffer[index - 2] == 10 && buffer[index - 3] == 13 {
-                    scanned = index + 1
-                    return .complete(end: index + 1)
+                guard lineFeed > start, bytes[lineFeed - 1] == 13 else { return .bareLineFeed }
+                if lineFeed - start >= 3 && bytes[lineFeed - 2] == 10 && bytes[lineFeed - 3] == 13 {
+                    return .complete(end: lineFeed + 1)
                 }
+                index = lineFeed + 1
             }
-            index += 1
+            return nil
         }
-        scanned = index
-        return .incomplete
+        switch found {
+        case .complete(let end)?:
+            scanned = end
+        case nil:
+            scanned = buffer.count
+            return .incomplete
+        default: break
+        }
+        return found ?? .incomplete
     }
 
     private mutating func headLimitFailure() -> Event? {
