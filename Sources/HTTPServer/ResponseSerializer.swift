@@ -108,18 +108,10 @@ struct WireWriter {
     mutating func put(_ bytes: [UInt8]) { bytes.withUnsafeBytes { put($0) } }
 
     mutating func put(_ text: String) {
-        // The view's own bulk copy, which handles the inline storage of short strings too
-        // (asking those for contiguous storage copies them out first); never past the end.
-        // That copy traps when the room is short, so the room is checked first (and a cut
-        // part copied byte by byte).
-        let room = UnsafeMutableBufferPointer(rebasing: buffer[count...])
-        guard text.utf8.count <= room.count else {
-            for (index, byte) in zip(room.indices, text.utf8) { room[index] = byte }
-            count = buffer.count
-            return
-        }
-        let (_, written) = room.initialize(from: text.utf8)
-        count += written
+        // Not `initialize(from: text.utf8)`: that traps when the room is short, and checking
+        // the room first cost more than this route saves.
+        let done: Void? = text.utf8.withContiguousStorageIfAvailable { put(UnsafeRawBufferPointer($0)) }
+        if done == nil { put(Array(text.utf8)) }
     }
 
     /// A non-negative count in decimal (`ResponseSerializer.decimalLength` digits).
