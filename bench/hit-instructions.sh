@@ -5,8 +5,10 @@
 # access-tracker flush included), not the kernel's work nor PostgreSQL's.
 #   GZIP=1 bash bench/hit-instructions.sh      gzip clients (default: identity clients)
 #   SECONDS_MEASURED=15 CONNECTIONS=16         the measured wrk run under callgrind
-#   KEYS=1000 WARM=20                          fewer keys, a longer warm-up: every key admitted
-#                                              to the near-cache (read twice) before counting
+#   KEYS=1000 WARM=20                          the defaults: few enough keys and a long enough
+#                                              warm-up under callgrind that every key is in the
+#                                              near-cache (read twice) before counting
+#   TEAMCACHE_NEAR_CACHE_BYTES=0               hits read from the database instead
 #   KEEP_DUMP=FILE TOP=60                      keep the callgrind dump; list more parts
 source "$(dirname "$0")/lib.sh"
 need_tools
@@ -28,10 +30,10 @@ requests_total() {
   curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^teamcache_http_requests_total/ {s += $2} END {print s + 0}'
 }
 # Warm up (token cache, read connections, inflated bodies), then count from zero.
-KEYS=${KEYS:-10000} wrk -t1 -c8 -d${WARM:-5}s -s "$BENCH_DIR/lua/get.lua" "http://127.0.0.1:$PORT" >/dev/null
+KEYS=${KEYS:-1000} wrk -t1 -c8 -d${WARM:-20}s -s "$BENCH_DIR/lua/get.lua" "http://127.0.0.1:$PORT" >/dev/null
 callgrind_control -z "$SERVER_PID" >/dev/null
 before=$(requests_total)
-out=$(KEYS=${KEYS:-10000} wrk -t1 -c"$connections" -d"${measured}s" -s "$BENCH_DIR/lua/get.lua" "http://127.0.0.1:$PORT")
+out=$(KEYS=${KEYS:-1000} wrk -t1 -c"$connections" -d"${measured}s" -s "$BENCH_DIR/lua/get.lua" "http://127.0.0.1:$PORT")
 callgrind_control -d "$SERVER_PID" >/dev/null
 after=$(requests_total)
 stop_server
