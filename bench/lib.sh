@@ -135,15 +135,21 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
 
 server_rss_mb() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$SERVER_PID/status"; }
 
-# cpu_ticks PID... → "USER SYSTEM": clock ticks the processes (all their threads) have run,
-# from /proc/PID/stat; a process gone meanwhile counts 0.
+# cpu_ticks [--children] PID... → "USER SYSTEM": clock ticks the processes (all their
+# threads) have run, from /proc/PID/stat; with --children, also what their children that
+# have exited ran (a backend gone meanwhile is counted by its postmaster). Fails when no
+# process given is alive.
 cpu_ticks() {
-  local user=0 system=0 pid fields
+  local user=0 system=0 pid fields alive=0 children=0
+  local -a f
+  [ "${1:-}" = --children ] && { children=1; shift; }
   for pid in "$@"; do
     fields=$(sed -E 's/^.*\) //' "/proc/$pid/stat" 2>/dev/null) || continue
     read -r -a f <<<"$fields"
-    user=$((user + f[11])) system=$((system + f[12]))
+    user=$((user + f[11])) system=$((system + f[12])) alive=$((alive + 1))
+    [ "$children" = 1 ] && user=$((user + f[13])) system=$((system + f[14]))
   done
+  [ "$alive" -gt 0 ] || { echo "no process alive among: $*" >&2; return 1; }
   echo "$user $system"
 }
 
@@ -151,6 +157,7 @@ cpu_ticks() {
 # request cost, from two cpu_ticks readings.
 cpu_per_request() {
   local -a before=($1) after=($2)
+  [ ${#before[@]} -eq 2 ] && [ ${#after[@]} -eq 2 ] || { echo "? ?"; return; }
   awk -v u=$((after[0] - before[0])) -v s=$((after[1] - before[1])) -v n="$3" -v hz="$(getconf CLK_TCK)" \
     'BEGIN { if (n > 0) printf "%.1f %.1f", u / hz / n * 1e6, s / hz / n * 1e6; else print "? ?" }'
 }

@@ -15,29 +15,34 @@ transactions() {
   psql -h "$(pg_socket)" -U postgres -d teamcache -tAc \
     "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'teamcache'"
 }
-# The embedded cluster's postmaster and its backends (whose titles do not name the folder).
-postgres_pids() {
-  local postmaster; postmaster=$(head -n 1 "$WORK/data/postgres/postmaster.pid" 2>/dev/null) || return 0
-  echo "$postmaster $(pgrep -d ' ' -P "$postmaster" || true)"
+# postgres_ticks → "USER SYSTEM" of the embedded cluster: the postmaster with what its exited
+# children ran, and its live backends (whose titles do not name the folder).
+postgres_ticks() {
+  local postmaster; postmaster=$(head -n 1 "$WORK/data/postgres/postmaster.pid")
+  local -a own live
+  read -r -a own <<<"$(cpu_ticks --children "$postmaster")"
+  read -r -a live <<<"$(cpu_ticks $(pgrep -d ' ' -P "$postmaster") 2>/dev/null || echo 0 0)"
+  echo "$((own[0] + live[0])) $((own[1] + live[1]))"
 }
 # hits GZIP → "RPS P50 P99 TRANSACTIONS_PER_HIT USER_US SYSTEM_US DATABASE_US" (CPU per hit)
 hits() {
   local before after out cpu0 cpu1 db0 db1
   before=$(transactions)
-  cpu0=$(cpu_ticks "$SERVER_PID") db0=$(cpu_ticks $(postgres_pids))
+  cpu0=$(cpu_ticks "$SERVER_PID") db0=$(postgres_ticks)
   out=$(GZIP=$1 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua")
-  cpu1=$(cpu_ticks "$SERVER_PID") db1=$(cpu_ticks $(postgres_pids))
+  cpu1=$(cpu_ticks "$SERVER_PID") db1=$(postgres_ticks)
   after=$(transactions)
   read -r rps p50 p99 _ <<<"$out"
   local requests; requests=$(awk -v r="$rps" -v d="$DURATION" 'BEGIN { printf "%d", r * d }')
   read -r dbuser dbsystem <<<"$(cpu_per_request "$db0" "$db1" "$requests")"
   echo "$rps $p50 $p99 $(awk -v t=$((after - before)) -v n="$requests" 'BEGIN { printf "%.4f", t / n }')" \
-    "$(cpu_per_request "$cpu0" "$cpu1" "$requests") $(awk -v a="$dbuser" -v b="$dbsystem" 'BEGIN { printf "%.1f", a + b }')"
+    "$(cpu_per_request "$cpu0" "$cpu1" "$requests")" \
+    "$([ "$dbuser" = "?" ] && echo "?" || awk -v a="$dbuser" -v b="$dbsystem" 'BEGIN { printf "%.1f", a + b }')"
 }
 # nginx_hits GZIP → "RPS P50 P99 USER_US SYSTEM_US" (CPU per request of its workers)
 nginx_hits() {
   local out cpu0 cpu1 workers
-  workers=$(pgrep -d ' ' -P "$NGINX_PID")
+  workers=$(pgrep -d ' ' -P "$NGINX_PID") || { echo "nginx has no workers" >&2; return 1; }
   cpu0=$(cpu_ticks $workers)
   out=$(GZIP=$1 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$NGINX_PORT" -s "$BENCH_DIR/lua/get.lua")
   cpu1=$(cpu_ticks $workers)

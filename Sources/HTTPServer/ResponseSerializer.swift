@@ -57,6 +57,9 @@ enum ResponseSerializer {
             if let connection { out.put(connection) }
             out.put("\r\n")
             if inlineBody { out.put(response.body) }
+            // Measured and written from the same parts: a disagreement is a bug here, and a
+            // cut head would go out malformed, so debug builds (the tests) stop on it.
+            assert(out.count == size, "response head measured \(size) bytes, wrote \(out.count)")
             initialized = out.count
         }
         guard sendsBody else { return Wire(head: head, separateBody: nil, bodyBytes: 0) }

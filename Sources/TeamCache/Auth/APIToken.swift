@@ -43,6 +43,8 @@ public struct APIToken: Sendable, Equatable {
 
     /// Whether `text` matches `pattern`, where `*` matches any run of bytes. Compared as
     /// UTF-8 bytes without allocating: a scoped token's pattern is matched on every request.
+    /// Bytes, not characters, are right here because namespace names are ASCII
+    /// (`RequestParsing`'s name rule), so no two spellings of one name exist.
     static func glob(_ pattern: String, matches text: String) -> Bool {
         var pattern = pattern, text = text
         return pattern.withUTF8 { pattern in text.withUTF8 { text in glob(pattern, matches: text) } }
