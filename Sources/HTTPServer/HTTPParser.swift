@@ -177,7 +177,7 @@ public struct HTTPParser: Sendable {
 
     private mutating func findHeadEnd() -> HeadScan {
         let from = max(start, scanned)
-        let found: HeadScan? = buffer.withUnsafeBufferPointer { bytes in
+        let found: HeadScan = buffer.withUnsafeBufferPointer { bytes in
             var index = from
             // From line feed to line feed (memchr), not byte by byte: this runs on every request.
             while let lineFeed = ByteSearch.firstIndex(of: 10, in: bytes, from: index) {
@@ -188,17 +188,14 @@ public struct HTTPParser: Sendable {
                 }
                 index = lineFeed + 1
             }
-            return nil
+            return .incomplete
         }
         switch found {
-        case .complete(let end)?:
-            scanned = end
-        case nil:
-            scanned = buffer.count
-            return .incomplete
-        default: break
+        case .complete(let end): scanned = end
+        case .incomplete: scanned = buffer.count
+        case .bareLineFeed: break
         }
-        return found ?? .incomplete
+        return found
     }
 
     private mutating func headLimitFailure() -> Event? {

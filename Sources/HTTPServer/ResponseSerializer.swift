@@ -1,3 +1,5 @@
+import Observability
+
 /// A response as bytes on the wire: the status line and fields, with the framing and
 /// connection fields the connection decides, and the body (joined to the head when small,
 /// so a typical answer is one buffer and one write).
@@ -113,8 +115,7 @@ struct WireWriter {
     mutating func put(_ text: String) {
         // Not `initialize(from: text.utf8)`: that traps when the room is short, and checking
         // the room first cost more than this route saves.
-        let done: Void? = text.utf8.withContiguousStorageIfAvailable { put(UnsafeRawBufferPointer($0)) }
-        if done == nil { put(Array(text.utf8)) }
+        text.withUTF8Bytes { put($0) }
     }
 
     /// A non-negative count in decimal (`ResponseSerializer.decimalLength` digits).

@@ -12,26 +12,20 @@ public enum AESGCM {
     /// What sealing adds to a message.
     public static let overhead = nonceByteCount + tagByteCount
 
-    /// Sealing could not be done: a key of the wrong size, or OpenSSL without AES-256-GCM (a
-    /// provider configuration) or out of memory. Nothing is stored then.
-    public struct Failure: Error, CustomStringConvertible {
-        public let description: String
-    }
-
     /// The cipher, fetched once (as SHA256's digest is: OpenSSL 3 looks an implementation up
     /// again on every use otherwise); nil when this OpenSSL offers none. An `EVP_CIPHER` is
     /// immutable and shared between threads.
     private nonisolated(unsafe) static let cipher: OpaquePointer? = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil)
 
     /// `plaintext` sealed under `key` (32 bytes) with a fresh random nonce, bound to `aad`.
-    public static func seal(_ plaintext: [UInt8], key: [UInt8], aad: [UInt8]) throws(Failure) -> [UInt8] {
-        guard key.count == keyByteCount else { throw Failure(description: "AES-256 needs a 32-byte key") }
-        guard let cipher else { throw Failure(description: "OpenSSL offers no AES-256-GCM") }
+    public static func seal(_ plaintext: [UInt8], key: [UInt8], aad: [UInt8]) throws(CryptoFailure) -> [UInt8] {
+        guard key.count == keyByteCount else { throw CryptoFailure(description: "AES-256 needs a 32-byte key") }
+        guard let cipher else { throw CryptoFailure(description: "OpenSSL offers no AES-256-GCM") }
         guard plaintext.count < Int(Int32.max) - tagByteCount, aad.count < Int(Int32.max) else {
-            throw Failure(description: "message too long")
+            throw CryptoFailure(description: "message too long")
         }
         let nonce = Bytes.random(count: nonceByteCount)
-        guard let context = EVP_CIPHER_CTX_new() else { throw Failure(description: "EVP_CIPHER_CTX_new failed") }
+        guard let context = EVP_CIPHER_CTX_new() else { throw CryptoFailure(description: "EVP_CIPHER_CTX_new failed") }
         defer { EVP_CIPHER_CTX_free(context) }
         var sealed = nonce + [UInt8](repeating: 0, count: plaintext.count + tagByteCount)
         var ok = EVP_EncryptInit_ex2(context, cipher, key, nonce, nil) == 1
@@ -47,7 +41,7 @@ public enum AESGCM {
             ok = ok && EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_GET_TAG, Int32(tagByteCount),
                                            body + plaintext.count) == 1
         }
-        guard ok else { throw Failure(description: "AES-256-GCM encryption failed") }
+        guard ok else { throw CryptoFailure(description: "AES-256-GCM encryption failed") }
         return sealed
     }
 

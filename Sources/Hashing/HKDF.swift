@@ -20,9 +20,9 @@ public enum HKDF {
     }
 
     /// `count` bytes derived from `secret` with `salt` and `info`.
-    public static func sha256(secret: [UInt8], salt: [UInt8], info: [UInt8], count: Int) throws(AESGCM.Failure) -> [UInt8] {
+    public static func sha256(secret: [UInt8], salt: [UInt8], info: [UInt8], count: Int) throws(CryptoFailure) -> [UInt8] {
         guard let kdf, let context = EVP_KDF_CTX_new(kdf) else {
-            throw AESGCM.Failure(description: "OpenSSL offers no HKDF")
+            throw CryptoFailure(description: "OpenSSL offers no HKDF")
         }
         defer { EVP_KDF_CTX_free(context) }
         var secret = secret, salt = salt, info = info
@@ -46,7 +46,7 @@ public enum HKDF {
                 }
             }
         }
-        guard ok == 1 else { throw AESGCM.Failure(description: "HKDF-SHA256 failed") }
+        guard ok == 1 else { throw CryptoFailure(description: "HKDF-SHA256 failed") }
         return out
     }
 }

@@ -1,12 +1,18 @@
 extension Array where Element == UInt8 {
     /// Appends a string's UTF-8 bytes as one copy; the generic append walks the view.
     public mutating func appendUTF8(_ text: String) {
-        var text = text
-        text.withUTF8 { append(contentsOf: $0) }
+        text.withUTF8Bytes { append(contentsOf: $0) }
     }
+}
 
-    /// Appends a literal's bytes as one copy, with no lazily initialised global to check.
-    public mutating func appendASCII(_ text: StaticString) {
-        append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+extension String {
+    /// Runs `body` on the string's UTF-8 bytes: in place when the string has contiguous
+    /// storage (native strings do), else on a copy. The byte writers of responses and log
+    /// lines copy strings through this.
+    public func withUTF8Bytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        if let done = try utf8.withContiguousStorageIfAvailable({ try body(UnsafeRawBufferPointer($0)) }) {
+            return done
+        }
+        return try Array(utf8).withUnsafeBytes(body)
     }
 }

@@ -148,8 +148,7 @@ public struct LogLine: ~Copyable {
     }
 
     private mutating func append(_ text: String) {
-        let done: Void? = text.utf8.withContiguousStorageIfAvailable { append(UnsafeRawBufferPointer($0)) }
-        if done == nil { Array(text.utf8).withUnsafeBytes { append($0) } }
+        text.withUTF8Bytes { append($0) }
     }
 
     private mutating func append(_ byte: UInt8) {
