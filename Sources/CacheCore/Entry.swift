@@ -38,9 +38,11 @@ public enum Freshness: Equatable, Sendable {
     public static func of(_ entry: StoredEntry, now: Date, maxStale: Int?) -> Freshness {
         let left = entry.expiresAt.timeIntervalSince(now)
         if left > 0 { return .fresh(ttl: wholeSeconds(left, up: true)) }
+        // The windows compare the exact interval: `max-stale=0` accepts nothing past expiry
+        // (rounding the overdue time down once served entries up to a second past it).
         let overdue = wholeSeconds(-left, up: false)
-        if overdue < entry.staleWhileRevalidate { return .revalidate(by: max(overdue, 1)) }
-        if let maxStale, overdue <= maxStale { return .stale(by: max(overdue, 1)) }
+        if -left < Double(entry.staleWhileRevalidate) { return .revalidate(by: max(overdue, 1)) }
+        if let maxStale, -left <= Double(maxStale) { return .stale(by: max(overdue, 1)) }
         return .expired
     }
 

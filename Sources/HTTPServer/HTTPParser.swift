@@ -255,17 +255,27 @@ public struct HTTPParser: Sendable {
         return .complete(line)
     }
 
-    /// chunk-size [ chunk-ext ]: hex digits, then optional `;` extensions, which are ignored.
+    /// chunk-size [ chunk-ext ] (RFC 9112 §7.1): hex digits, then optional whitespace (BWS)
+    /// and `;` extensions, which are ignored. Anything else after the digits (`3 garbage`,
+    /// `3x`, trailing spaces with no extension) is refused: a lenient reading here is how two
+    /// parsers in a chain come to disagree on where a body ends.
     static func parseChunkSize(_ line: [UInt8]) -> Int? {
         var size = 0
         var digits = 0
-        for byte in line {
-            if byte == UInt8(ascii: ";") || byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") { break }
-            guard let value = PercentDecoding.hexValue(byte), digits < 15 else { return nil }
+        var index = 0
+        while index < line.count, let value = PercentDecoding.hexValue(line[index]) {
+            guard digits < 15 else { return nil }
             size = size << 4 | Int(value)
             digits += 1
+            index += 1
         }
-        if digits == 0 || line.contains(where: { $0 == 0 || $0 == 13 }) { return nil }
+        guard digits > 0 else { return nil }
+        if index < line.count {
+            // chunk-ext = *( BWS ";" … ): whitespace only before a `;`.
+            while index < line.count, line[index] == UInt8(ascii: " ") || line[index] == UInt8(ascii: "\t") { index += 1 }
+            guard index < line.count, line[index] == UInt8(ascii: ";") else { return nil }
+        }
+        if line.contains(where: { $0 == 0 || $0 == 13 }) { return nil }
         return size
     }
 

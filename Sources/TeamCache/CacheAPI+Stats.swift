@@ -5,34 +5,39 @@ import HTTPServer
 
 /// `GET /v1/caches/{ns}/stats` and `GET /v1/stats`.
 extension CacheAPI {
+    /// Read scope sees keys, models and hit counts of the top entries; who wrote them
+    /// (`writer_token_id`) and what was asked (`prompt_digest`) only an admin of the namespace.
     func namespaceStats(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
-        try stats(request, namespace: try RequestParsing.namespace(request))
+        let namespace = try RequestParsing.namespace(request)
+        return try stats(request, namespace: namespace, detailed: principal.token?.administers(namespace) ?? true)
     }
 
     func globalStats(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
-        try stats(request, namespace: nil)
+        try stats(request, namespace: nil, detailed: true)
     }
 
-    private func stats(_ request: HTTPRequest, namespace: Namespace?) throws -> HTTPResponse {
+    private func stats(_ request: HTTPRequest, namespace: Namespace?, detailed: Bool) throws -> HTTPResponse {
         let top = try RequestParsing.integer("top", in: try RequestParsing.query(request), 0...1000) ?? 20
         return try guarded(request) {
             let stats = try store.stats(namespace, top: top)
-            return .json(200, Self.json(stats, global: namespace == nil).serialized)
+            return .json(200, Self.json(stats, global: namespace == nil, detailed: detailed).serialized)
         }
     }
 
-    static func json(_ stats: CacheStats, global: Bool) -> JSONValue {
+    static func json(_ stats: CacheStats, global: Bool, detailed: Bool) -> JSONValue {
         let top = stats.top.map { entry -> JSONValue in
             var members: [(String, JSONValue)] = []
             if global { members.append(("namespace", .string(entry.namespace))) }
             members += [
                 ("key", .string(EntryKey(entry.key)?.display ?? "")),
-                ("prompt_digest", entry.promptDigest.map(JSONValue.string) ?? .null),
                 ("model", entry.model.map(JSONValue.string) ?? .null),
                 ("hit_count", .int(entry.hitCount)),
                 ("last_accessed_at", .string(Timestamp.format(entry.lastAccessedAt))),
-                ("writer_token_id", entry.writerTokenID.map(JSONValue.int) ?? .null),
             ]
+            if detailed {
+                members += [("prompt_digest", entry.promptDigest.map(JSONValue.string) ?? .null),
+                            ("writer_token_id", entry.writerTokenID.map(JSONValue.int) ?? .null)]
+            }
             return .object(members)
         }
         return .object([

@@ -47,7 +47,7 @@ public struct Configuration: Sendable {
     public var accessFlushInterval: TimeInterval = 2
     public var accessFlushBatch = 100_000
     public var accessTracking = true
-    public var metricsRequireAuth = false
+    public var metricsRequireAuth = true
     public var tokenCacheTTL: TimeInterval = 10
     public var rateLimit: Double = 0
 
@@ -109,7 +109,7 @@ struct SettingReader {
             throw ConfigurationError(variable: "TEAMCACHE_AUTH", value: "off",
                                      allowed: "on when listening beyond loopback (\(host)): off is for local development")
         }
-        config.metricsRequireAuth = try flag("TEAMCACHE_METRICS_AUTH", default: false)
+        config.metricsRequireAuth = try flag("TEAMCACHE_METRICS_AUTH", default: true)
         config.poolSize = try integer("TEAMCACHE_DB_POOL_SIZE", 1...500, default: 16)
         config.acquireTimeout = try duration("TEAMCACHE_DB_ACQUIRE_TIMEOUT", 0.01...60, default: 2)
         // A worker without a database connection only waits for one: match the pool by default.

@@ -93,7 +93,7 @@ extension Application {
         let feed = ChangeFeedRoute(api: api, auth: auth, waiters: reads.waiters)
         routes.append(deferWrites ? feed.route() : feed.blockingRoute())
         routes.append(metricsNeedAuth
-            ? secured("GET", "/metrics", .admin) { request, _ in operations.prometheus(request) }
+            ? secured("GET", "/metrics", .metrics) { request, _ in operations.prometheus(request) }
             : Route("GET", "/metrics", .worker, handler: operations.prometheus))
         return routes
     }

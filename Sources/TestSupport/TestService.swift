@@ -48,6 +48,21 @@ public final class TestService: @unchecked Sendable {
 
     public func stop() { app.stop() }
 
+    private let metricsSecret = Locked<String?>(nil)
+
+    /// `/metrics` as Prometheus reads it: with a token of the metrics scope when auth is on.
+    public func metrics() throws -> String {
+        var secret = metricsSecret.value
+        if secret == nil, app.configuration.authEnabled {
+            let made = try token([.metrics], namespaces: "*")
+            metricsSecret.update { $0 = made }
+            secret = made
+        }
+        let answer = try request("GET", "/metrics", token: secret)
+        guard answer.status == 200 else { throw RawClient.Failure.malformed("GET /metrics answered \(answer.status)") }
+        return answer.text
+    }
+
     /// A unique namespace for one test.
     public static func namespace(_ prefix: String = "t") -> String {
         "\(prefix)-\(UInt32.random(in: 0...UInt32.max))"

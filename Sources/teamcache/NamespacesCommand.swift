@@ -39,9 +39,12 @@ enum NamespacesCommand {
             let store = arguments.switches.contains("--encrypt") ? try DatabaseSession.store(pool, configuration)
                 : EntryStore(pool: pool, policy: configuration.cache)
             if arguments.positional[0] == "set" {
+                // One rule with the settings route: 1 second to TEAMCACHE_MAX_TTL.
+                let maxTTL = configuration.cache.maxTTL
                 let ttl = try arguments.values["--default-ttl"].map { text -> Int in
-                    guard let seconds = Duration.seconds(text) else {
-                        throw Arguments.Failure(description: "--default-ttl takes a duration such as 1h or 7d (at most 100 years)")
+                    guard let seconds = Duration.seconds(text), seconds >= 1, seconds <= Double(maxTTL) else {
+                        throw Arguments.Failure(description: "--default-ttl takes a duration from 1s to TEAMCACHE_MAX_TTL "
+                            + "(\(maxTTL) s), such as 1h or 7d")
                     }
                     return Int(seconds)
                 }

@@ -7,20 +7,28 @@ enum TokensCommand {
           teamcache tokens create --name NAME --namespaces PATTERN --scopes SCOPES [--expires-in DURATION]
           teamcache tokens list
           teamcache tokens revoke ID
-          teamcache tokens import --name NAME --namespaces PATTERN --scopes SCOPES   (secret in TEAMCACHE_BOOTSTRAP_TOKEN)
+          teamcache tokens import --name NAME --namespaces PATTERN --scopes SCOPES
+                                  [--secret-env VAR | --secret-file PATH [--generate]]
+          teamcache tokens secret
 
-        PATTERN is a namespace glob ('team-a*', '*'); SCOPES a comma list of read, write, admin
-        (admin reaches every namespace and the global stats). DURATION like 90d, 12h.
+        PATTERN is a namespace glob ('team-a*', '*'); SCOPES a comma list of read, write, admin,
+        metrics. Every scope applies to the namespaces PATTERN matches (admin there also reads
+        and writes); the store-wide routes (global stats) need admin with PATTERN '*'; metrics
+        reads /metrics only (for Prometheus). DURATION like 90d, 12h.
         `create` prints the secret once, alone on the last line; only its SHA-256 is stored.
         `import` registers a secret you chose (for deployments: compose, Kubernetes), read from
-        the TEAMCACHE_BOOTSTRAP_TOKEN variable, never from the command line; running it again is a no-op.
+        the variable VAR (default TEAMCACHE_BOOTSTRAP_TOKEN) or from the file PATH, never from
+        the command line; with --generate a missing PATH is created (mode 0600, or --file-mode)
+        holding a new secret. Running it again is a no-op. The secret must be tc_ and 64 random hex digits:
+        `secret` prints a new one; placeholders and patterns are refused.
 
         \(Help.database)
         """
 
     static func run(_ words: [String]) throws -> Int32 {
         let arguments = try Arguments(words, valued: databaseFlags.union(["--name", "--namespaces", "--scopes",
-                                                                          "--expires-in"]), switches: [])
+                                                                          "--expires-in", "--secret-env", "--secret-file", "--file-mode"]),
+                                      switches: ["--generate"])
         guard let action = arguments.positional.first, !arguments.switches.contains("--help") else {
             print(usage)
             return arguments.switches.contains("--help") ? 0 : 2
@@ -30,6 +38,9 @@ enum TokensCommand {
         case "list": return try list(arguments)
         case "revoke": return try revoke(arguments)
         case "import": return try importSecret(arguments)
+        case "secret":
+            print(APIToken.newSecret())
+            return 0
         default: throw Arguments.Failure(description: "unknown action '\(action)'")
         }
     }
@@ -53,16 +64,45 @@ enum TokensCommand {
 
     private static func importSecret(_ arguments: Arguments) throws -> Int32 {
         let (name, pattern, scopes) = try grant(arguments, "import")
-        guard let secret = ProcessInfo.processInfo.environment["TEAMCACHE_BOOTSTRAP_TOKEN"], secret.utf8.count >= 32
-        else {
-            throw Arguments.Failure(description: "import reads the secret from TEAMCACHE_BOOTSTRAP_TOKEN (32+ characters)")
-        }
+        let secret = try bootstrapSecret(arguments)
+        guard APIToken.isStrongSecret(secret) else { throw Arguments.Failure(description: TokenStore.WeakSecret().description) }
         return try DatabaseSession.with(arguments) { _, pool, _ in
             let added = try TokenStore(pool: pool).importSecret(secret, name: name, namespacePattern: pattern,
                                                                 scopes: scopes)
             print(added ? "imported token '\(name)'" : "token already registered; nothing changed")
             return 0
         }
+    }
+
+    /// The secret `import` registers: from a file (made first with --generate when absent),
+    /// else from a variable. Surrounding whitespace (a file's newline) is not part of it.
+    private static func bootstrapSecret(_ arguments: Arguments) throws -> String {
+        guard let path = arguments.values["--secret-file"] else {
+            let variable = arguments.values["--secret-env"] ?? "TEAMCACHE_BOOTSTRAP_TOKEN"
+            guard let secret = ProcessInfo.processInfo.environment[variable], !secret.isEmpty else {
+                throw Arguments.Failure(description: "import reads the secret from \(variable) (or --secret-file)")
+            }
+            return secret.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        if arguments.switches.contains("--generate") && !FileManager.default.fileExists(atPath: path) {
+            // Created exclusively, owner-only: two bootstraps racing leave one secret, never a mix.
+            guard let mode = mode_t(arguments.values["--file-mode"] ?? "600", radix: 8), mode & ~0o644 == 0 else {
+                throw Arguments.Failure(description: "--file-mode takes an octal mode of at most 644 (default 600)")
+            }
+            let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode)
+            if fd >= 0 {
+                let line = Array((APIToken.newSecret() + "\n").utf8)
+                let written = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                close(fd)
+                guard written == line.count else { throw Arguments.Failure(description: "cannot write \(path)") }
+                printError("teamcache tokens: wrote a new secret to \(path)")
+            }
+        }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw Arguments.Failure(description: "cannot read the secret file \(path)"
+                + (arguments.switches.contains("--generate") ? "" : " (--generate creates it)"))
+        }
+        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     private static func create(_ arguments: Arguments) throws -> Int32 {

@@ -16,10 +16,23 @@ import Testing
         #expect(Freshness.of(entry(expiresIn: 5.5, now: now), now: now, maxStale: nil) == .fresh(ttl: 6))
         #expect(Freshness.of(entry(expiresIn: -9.999_999_7, now: now), now: now, maxStale: 60) == .stale(by: 10))
         #expect(Freshness.of(entry(expiresIn: -10.000_000_3, now: now), now: now, maxStale: 60) == .stale(by: 10))
-        #expect(Freshness.of(entry(expiresIn: -10.5, now: now), now: now, maxStale: 10) == .stale(by: 10))
+        #expect(Freshness.of(entry(expiresIn: -10.5, now: now), now: now, maxStale: 10) == .expired)
+        #expect(Freshness.of(entry(expiresIn: -9.9, now: now), now: now, maxStale: 10) == .stale(by: 9))
         #expect(Freshness.of(entry(expiresIn: -11.2, now: now), now: now, maxStale: 10) == .expired)
         #expect(Freshness.of(entry(expiresIn: -1, now: now), now: now, maxStale: nil) == .expired)
         #expect(Freshness.of(entry(expiresIn: -99_999, now: now), now: now, maxStale: Int.max) == .stale(by: 99_999))
+    }
+
+    /// `max-stale=0` serves nothing past expiry, however little past it (the overdue time was
+    /// rounded down, so an entry up to a second past expiry was served).
+    @Test func maxStaleZeroServesNothingExpired() {
+        let now = Date(timeIntervalSince1970: 1_780_000_000.25)
+        for overdue in [0.000_1, 0.2, 0.5, 0.999] {
+            #expect(Freshness.of(entry(expiresIn: -overdue, now: now), now: now, maxStale: 0) == .expired, "\(overdue)")
+        }
+        #expect(Freshness.of(entry(expiresIn: 0.000_1, now: now), now: now, maxStale: 0) == .fresh(ttl: 1))
+        #expect(Freshness.of(entry(expiresIn: -0.5, now: now), now: now, maxStale: 1) == .stale(by: 1))
+        #expect(Freshness.of(entry(expiresIn: -1.5, now: now), now: now, maxStale: 1) == .expired)
     }
 
     /// The stale-while-revalidate window: [expiry, expiry + N), before any max-stale.

@@ -139,6 +139,20 @@ func run(_ pieces: [[UInt8]], limits: HTTPParserLimits) -> [Outcome] {
         }
     }
 
+    /// RFC 9112 §7.1: after the hex digits only `;` extensions may follow (whitespace only
+    /// before a `;`); `3 garbage` was once read as 3.
+    @Test func chunkSizeLinesAreStrict() {
+        let head = "PUT /k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        for line in ["3 garbage", "3x", "3 ", "3\t", " 3", "3 4", "-3", "0x3", "+3", "3,ext"] {
+            #expect(parse(head + line + "\r\nabc\r\n0\r\n\r\n").last == .failure(400), "\(line.debugDescription)")
+        }
+        for line in ["3", "3;name=value", "3 ;name", "3\t; a=\"b\"", "03", "3;"] {
+            #expect(parse(head + line + "\r\nabc\r\n0\r\n\r\n")
+                == [.request(method: "PUT", target: "/k", body: Array("abc".utf8), keepAlive: true)],
+                "\(line.debugDescription)")
+        }
+    }
+
     @Test func otherTransferCodingsAre501AndVersionsAre505() {
         #expect(parse("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n") == [.failure(501)])
         #expect(parse("GET / HTTP/2.0\r\nHost: x\r\n\r\n") == [.failure(505)])

@@ -60,18 +60,47 @@ import TestSupport
         #expect(try service.request("GET", entryPath(namespace, "k"), token: writerOnly).status == 403)
     }
 
-    @Test func adminReachesEveryNamespace() throws {
-        let admin = try service.token([.admin], namespaces: "nothing-matches")
-        #expect(try service.request("PUT", entryPath(namespace, "a"), token: admin, body: [1]).status == 201)
-        #expect(try service.request("GET", "/v1/caches/\(namespace)/settings", token: admin).status == 200)
-        #expect(try service.request("GET", "/v1/stats", token: admin).status == 200)
+    /// An admin token reaches what its pattern matches, and the store-wide routes only with
+    /// the pattern `*` (an admin of `team-a*` once reached every namespace).
+    @Test func adminScopeHonoursTheNamespacePattern() throws {
+        let everywhere = try service.token([.admin], namespaces: "*")
+        #expect(try service.request("PUT", entryPath(namespace, "a"), token: everywhere, body: [1]).status == 201)
+        #expect(try service.request("GET", "/v1/caches/\(namespace)/settings", token: everywhere).status == 200)
+        #expect(try service.request("GET", "/v1/stats", token: everywhere).status == 200)
+        let elsewhere = try service.token([.admin], namespaces: "nothing-matches")
+        for (method, path) in [("GET", entryPath(namespace, "a")), ("GET", "/v1/caches/\(namespace)/settings"),
+                               ("POST", "/v1/caches/\(namespace)/evict"), ("GET", "/v1/caches/\(namespace)/export"),
+                               ("GET", "/v1/caches/\(namespace)/stats"), ("GET", "/v1/stats")] {
+            let answer = try service.request(method, path, token: elsewhere, json: method == "POST" ? "{\"all\":true}" : "")
+            #expect(answer.status == 403, "\(method) \(path): \(answer.status)")
+        }
+        #expect(try service.request("GET", entryPath(namespace, "a"), token: everywhere).status == 200)
+        let scoped = try service.token([.admin], namespaces: "\(namespace.prefix(6))*")
+        #expect(try service.request("GET", entryPath(namespace, "a"), token: scoped).status == 200)
+        #expect(try service.request("GET", "/v1/caches/\(namespace)/settings", token: scoped).status == 200)
+        #expect(try service.request("POST", "/v1/caches/\(namespace)/evict", token: scoped,
+                                    json: "{\"keys\":[\"nope\"]}").status == 200)
+        #expect(try service.request("GET", "/v1/stats", token: scoped).status == 403)
+        #expect(try service.request("GET", "/metrics", token: scoped).status == 403)
     }
 
-    @Test func operationalRoutesAreOpen() throws {
+    /// `/metrics` names every namespace: it needs the metrics scope (or admin on `*`) unless
+    /// TEAMCACHE_METRICS_AUTH=off says otherwise. The other operational routes stay open.
+    @Test func operationalRoutesAreOpenAndMetricsNeedsItsScope() throws {
         #expect(try service.request("GET", "/healthz").status == 200)
         #expect(try service.request("GET", "/readyz").status == 200)
-        #expect(try service.request("GET", "/metrics").status == 200)
         #expect(try service.request("GET", "/openapi.yaml").text.hasPrefix("openapi: 3.1.0"))
+        #expect(try service.request("GET", "/metrics").status == 401)
+        let reader = try service.token([.read, .write], namespaces: "*")
+        #expect(try service.request("GET", "/metrics", token: reader).status == 403)
+        let scraper = try service.token([.metrics], namespaces: "*")
+        #expect(try service.request("GET", "/metrics", token: scraper).status == 200)
+        #expect(try service.request("GET", entryPath(namespace, "a"), token: scraper).status == 403)
+        #expect(try service.request("GET", "/v1/stats", token: scraper).status == 403)
+        #expect(try service.request("GET", "/metrics", token: try service.token([.admin], namespaces: "*")).status == 200)
+        let open = try TestService { $0.metricsRequireAuth = false }
+        defer { open.stop() }
+        #expect(try open.request("GET", "/metrics").status == 200)
     }
 
     @Test func revocationTakesEffectWithinTheCacheTTL() throws {

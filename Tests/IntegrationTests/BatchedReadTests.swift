@@ -47,7 +47,7 @@ import TestSupport
             }
             reads += paths.count
         }
-        let metrics = try service.request("GET", "/metrics").text
+        let metrics = try service.metrics()
         let statements = metricSample(metrics, "teamcache_db_read_batch_size_count")
         #expect(metricSample(metrics, "teamcache_db_read_batch_size_sum") >= Double(reads))
         #expect(statements > 0 && statements < Double(reads), "every read had a statement of its own")
@@ -64,7 +64,7 @@ import TestSupport
         #expect(try service.request("PUT", path, body: [1, 2, 3]).status == 201)
         let response = try service.request("GET", path)
         #expect(response.status == 200 && response.body == [1, 2, 3])
-        #expect(!(try service.request("GET", "/metrics").text.contains("teamcache_db_read_batch_size")))
+        #expect(!(try service.metrics().contains("teamcache_db_read_batch_size")))
     }
 
     /// A read connection whose server stops answering: the reads waiting on it get 503
@@ -125,7 +125,7 @@ import TestSupport
         let deadline = Date().addingTimeInterval(10)
         while Date() < deadline {
             _ = try service.request("GET", path)
-            if metricSample(try service.request("GET", "/metrics").text, "teamcache_db_read_batch_size_count") > 0 { return }
+            if metricSample(try service.metrics(), "teamcache_db_read_batch_size_count") > 0 { return }
             Thread.sleep(forTimeInterval: 0.05)
         }
         throw CocoaError(.fileReadUnknown)
@@ -163,7 +163,7 @@ import TestSupport
         let gzip = try service.request("GET", path, token: token, headers: [("Accept-Encoding", "gzip")])
         let unpacked = try gunzip(gzip.body)
         #expect(gzip.header("Content-Encoding") == "gzip" && unpacked == second)
-        let metrics = try service.request("GET", "/metrics").text
+        let metrics = try service.metrics()
         #expect(metricSample(metrics, "teamcache_inflate_cache_bytes") >= Double(first.count + second.count))
     }
 

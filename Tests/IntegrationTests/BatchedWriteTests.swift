@@ -28,7 +28,7 @@ import TestSupport
             writes += paths.count
         }
         for (path, body) in bodies { #expect(try service.request("GET", path).body == body, "\(path)") }
-        let metrics = try service.request("GET", "/metrics").text
+        let metrics = try service.metrics()
         let commits = metricSample(metrics, "teamcache_db_write_batch_size_count")
         #expect(metricSample(metrics, "teamcache_db_write_batch_size_sum") == Double(writes))
         #expect(commits > 0 && commits < Double(writes), "every write had a transaction of its own")

@@ -326,7 +326,7 @@ import TestSupport
 
     /// `teamcache_feed_pages_total` by source.
     static func pages(_ service: TestService) throws -> (database: Double, shared: Double) {
-        let text = String(decoding: try service.request("GET", "/metrics").body, as: UTF8.self)
+        let text = try service.metrics()
         func sample(_ source: String) -> Double {
             let prefix = "teamcache_feed_pages_total{source=\"\(source)\"} "
             return text.split(separator: "\n").first { $0.hasPrefix(prefix) }.flatMap { Double($0.dropFirst(prefix.count)) } ?? 0

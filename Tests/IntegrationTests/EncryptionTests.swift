@@ -120,7 +120,7 @@ import TestSupport
         let tampered = try service.request("GET", entryPath(namespace, "k"))
         #expect(tampered.status == 404, "\(tampered.status)")
         #expect(try service.request("GET", entryPath(namespace, "copied")).status == 404)
-        let metrics = String(decoding: try service.request("GET", "/metrics").body, as: UTF8.self)
+        let metrics = try service.metrics()
         #expect(metrics.contains("teamcache_integrity_errors_total{namespace=\"\(namespace)\"} "), "no integrity count")
         #expect(try service.request("PUT", entryPath(namespace, "k"), body: Array("again".utf8)).status == 200)
         #expect(try service.request("GET", entryPath(namespace, "k")).body == Array("again".utf8))

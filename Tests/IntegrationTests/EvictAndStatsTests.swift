@@ -92,11 +92,16 @@ import TestSupport
         #expect(stats["entries"] as? Int == 1)
         #expect(abs((stats["hit_ratio"] as? Double ?? 0) - 100.0 / 104.0) < 0.001)
         #expect(stats["tokens_saved"] as? [String: Int] == ["input": 1000, "output": 300])
+        // Read scope sees keys, models and hit counts, not who wrote an entry or what was asked.
         let top = try #require((stats["top"] as? [[String: Any]])?.first)
-        #expect(top["hit_count"] as? Int == 100 && top["prompt_digest"] as? String == "the prompt text")
-        #expect(top["model"] as? String == "m" && top["writer_token_id"] as? Int != nil)
+        #expect(top["hit_count"] as? Int == 100 && top["model"] as? String == "m" && top["key"] is String)
+        #expect(top["prompt_digest"] == nil && top["writer_token_id"] == nil, "\(top)")
+        let admin = try service.token([.admin], namespaces: namespace)
+        let detailed = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: admin))
+        let adminTop = try #require((detailed["top"] as? [[String: Any]])?.first)
+        #expect(adminTop["prompt_digest"] as? String == "the prompt text" && adminTop["writer_token_id"] as? Int != nil)
         // The same counts as Prometheus series, which run on from start (not reset by a flush).
-        let metrics = try service.request("GET", "/metrics").text
+        let metrics = try service.metrics()
         for (series, value) in [("teamcache_lookups_total{namespace=\"\(namespace)\",result=\"hit\"}", 100),
                                 ("teamcache_lookups_total{namespace=\"\(namespace)\",result=\"miss\"}", 4),
                                 ("teamcache_tokens_saved_total{namespace=\"\(namespace)\",kind=\"input\"}", 1000),
@@ -262,8 +267,8 @@ import TestSupport
         // Every route's and status's series exist before the count starts.
         #expect(try service.request("GET", entryPath(held, "k"), token: token).status == 200)
         #expect(try service.request("GET", entryPath(held, "nope"), token: token).status == 404)
-        _ = try service.request("GET", "/metrics")
-        let before = try service.request("GET", "/metrics").text.split(separator: "\n").count
+        _ = try service.metrics()
+        let before = try service.metrics().split(separator: "\n").count
         let client = try RawClient(port: service.port, timeout: 10)
         let prefix = TestService.namespace("empty")
         for batch in 0..<100 {
@@ -275,7 +280,7 @@ import TestSupport
             try client.send(requests)
             for _ in 0..<100 { #expect(try client.readResponse().status == 404) }
         }
-        let metrics = try service.request("GET", "/metrics").text
+        let metrics = try service.metrics()
         let after = metrics.split(separator: "\n").count
         // No series names an empty namespace; they are all in `_other` (other new lines, a
         // status class or a histogram, do not depend on how many namespaces were asked for).

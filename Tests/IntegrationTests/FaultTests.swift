@@ -108,7 +108,7 @@ import TestSupport
             // A pause between asks: the previous ask's connection is counted until its loop
             // sees the close, which on a busy machine is not before the next ask arrives.
             Thread.sleep(forTimeInterval: 0.1)
-            open = metricSample(try service.request("GET", "/metrics").text, "teamcache_http_connections")
+            open = metricSample(try service.metrics(), "teamcache_http_connections")
         }
         #expect(open == 1, "\(open) connections still counted")
     }

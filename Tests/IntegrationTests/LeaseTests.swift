@@ -103,7 +103,7 @@ import TestSupport
         #expect(try service.request("GET", path).header("Cache-Status") == "teamcache; fwd=miss; detail=pending")
         Thread.sleep(forTimeInterval: 1.2)
         #expect(try service.request("GET", path).header("TeamCache-Lease") != nil)
-        let metrics = try service.request("GET", "/metrics").text
+        let metrics = try service.metrics()
         #expect(metricSample(metrics, "teamcache_leases_total{outcome=\"expired\"}") >= 1)
         #expect(metricSample(metrics, "teamcache_leases_total{outcome=\"granted\"}") == 2)
     }

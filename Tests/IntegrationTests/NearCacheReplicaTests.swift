@@ -90,7 +90,7 @@ import TestSupport
     }
 
     static func nearGauge(_ service: TestService, _ name: String) throws -> Double {
-        let metrics = try service.request("GET", "/metrics").text
+        let metrics = try service.metrics()
         return metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }
             .flatMap { Double($0.split(separator: " ").last ?? "") } ?? -1
     }

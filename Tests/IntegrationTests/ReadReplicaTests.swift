@@ -19,7 +19,7 @@ import TestSupport
     }
 
     static func reads(_ service: TestService, _ database: String) throws -> Double {
-        metricSample(try service.request("GET", "/metrics").text, "teamcache_db_reads_total{database=\"\(database)\"}")
+        metricSample(try service.metrics(), "teamcache_db_reads_total{database=\"\(database)\"}")
     }
 
     /// Waits until a read naming `position` is served by the standby (it has replayed that far).
@@ -131,14 +131,14 @@ import TestSupport
         let standbyBefore = try Self.reads(service, "standby")
         for _ in 0..<5 { #expect(try service.request("GET", path).text == "v2") }
         #expect(try Self.reads(service, "standby") == standbyBefore, "a standby 1.2 s behind answered")
-        let lagging = metricSample(try service.request("GET", "/metrics").text, "teamcache_read_standby_lag_seconds")
+        let lagging = metricSample(try service.metrics(), "teamcache_read_standby_lag_seconds")
         #expect(lagging >= 1, "the lag gauge said \(lagging) s for a standby paused 1.2 s")
         try cluster.setStandbyReplay(paused: false)
         // Caught up, and idle: the standby is current again and serves.
         Thread.sleep(forTimeInterval: 0.5)
         #expect(try service.request("GET", path).text == "v2")
         #expect(try Self.reads(service, "standby") > standbyBefore)
-        let current = metricSample(try service.request("GET", "/metrics").text, "teamcache_read_standby_lag_seconds")
+        let current = metricSample(try service.metrics(), "teamcache_read_standby_lag_seconds")
         #expect(current >= 0 && current < 0.5, "the lag gauge said \(current) s for a caught-up standby")
     }
 }

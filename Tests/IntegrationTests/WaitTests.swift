@@ -121,7 +121,7 @@ import TestSupport
         #expect(try Self.upsert(service.port, namespace, descriptor, lease: second) == 201)
         #expect(group.wait(timeout: .now() + 10) == .success)
         #expect(answers.value.filter { $0.object["collapsed"] as? Bool == true }.count == 9)
-        let metrics = try service.request("GET", "/metrics").text
+        let metrics = try service.metrics()
         #expect(metricSample(metrics, "teamcache_waits_total{outcome=\"handed_over\"}") == 1)
         #expect(metricSample(metrics, "teamcache_leases_total{outcome=\"handed_over\"}") == 1)
         #expect(metricSample(metrics, "teamcache_waits_total{outcome=\"filled\"}") == 9)
@@ -290,7 +290,7 @@ import TestSupport
         let path = entryPath(namespace, "k")
         #expect(try service.request("GET", path + "?lease=30").header("TeamCache-Lease") != nil)
         func gauge(_ line: String) throws -> Double? {
-            let text = String(decoding: try service.request("GET", "/metrics").body, as: UTF8.self)
+            let text = try service.metrics()
             return text.split(separator: "\n").first { $0.hasPrefix(line + " ") }
                 .flatMap { Double($0.split(separator: " ").last ?? "") }
         }

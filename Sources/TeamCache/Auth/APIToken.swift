@@ -5,6 +5,8 @@ import Hashing
 /// What a token may do.
 public enum Scope: String, Sendable, CaseIterable {
     case read, write, admin
+    /// `/metrics` only: what a Prometheus scraper holds, so it need not hold an admin token.
+    case metrics
 }
 
 /// A stored API token (never its secret).
@@ -25,6 +27,22 @@ public struct APIToken: Sendable, Equatable {
         secretPrefix + Bytes.hex(Hashing.Bytes.random(count: 32))
     }
 
+    /// Whether an operator's secret has the shape `newSecret` makes: `tc_` and 64 hex digits
+    /// that look random. A placeholder copied from a deployment file (`tc_change-me-…`), a
+    /// short or repeated pattern (`0123456789abcdef` four times, `aaaa…`) is refused: a
+    /// guessable admin secret is worse than none.
+    public static func isStrongSecret(_ secret: String) -> Bool {
+        let digits = Array(secret.utf8.dropFirst(secretPrefix.utf8.count))
+        guard secret.hasPrefix(secretPrefix), digits.count == 64,
+              digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0)
+                                  || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }) else { return false }
+        // 64 random hex digits show all 16 values but for a chance of about 1 in 60; fewer
+        // than 10 distinct is a pattern. A period of 32 or less (the same half twice) too.
+        guard Set(digits).count >= 10 else { return false }
+        let periodic = (1...32).contains { period in (period..<64).allSatisfy { digits[$0] == digits[$0 - period] } }
+        return !periodic
+    }
+
     /// Only this is stored.
     public static func hash<Secret: StringProtocol>(secret: Secret) -> [UInt8] {
         SHA256.hash(secret)
@@ -34,12 +52,21 @@ public struct APIToken: Sendable, Equatable {
         revokedAt == nil && (expiresAt.map { $0 > now } ?? true)
     }
 
-    /// Admin reaches every namespace; other scopes need the namespace to match the pattern.
+    /// Every scope needs the namespace to match the pattern; admin there also reads and
+    /// writes it. Store-wide routes (no namespace: the global stats, `/metrics`) need admin
+    /// on every namespace (the pattern `*`), or for `/metrics` the metrics scope: an admin of
+    /// `team-a*` administers team-a's namespaces, not the store.
     public func allows(_ scope: Scope, namespace: Namespace?) -> Bool {
-        if scopes.contains(.admin) { return true }
-        guard scopes.contains(scope), let namespace else { return false }
-        return Self.glob(namespacePattern, matches: namespace.name)
+        guard let namespace else {
+            let storeAdmin = scopes.contains(.admin) && namespacePattern == "*"
+            return scope == .metrics ? storeAdmin || scopes.contains(.metrics) : scope == .admin && storeAdmin
+        }
+        guard scope != .metrics, Self.glob(namespacePattern, matches: namespace.name) else { return false }
+        return scopes.contains(scope) || scopes.contains(.admin)
     }
+
+    /// Whether the token may administer `namespace` (sees who wrote what, prompt prefixes).
+    public func administers(_ namespace: Namespace) -> Bool { allows(.admin, namespace: namespace) }
 
     /// Whether `text` matches `pattern`, where `*` matches any run of bytes. Compared as
     /// UTF-8 bytes without allocating: a scoped token's pattern is matched on every request.

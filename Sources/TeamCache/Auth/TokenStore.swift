@@ -24,6 +24,15 @@ public struct TokenStore: Sendable {
 
     public let pool: ConnectionPool
 
+    /// An imported secret that is not `tc_` and 64 random hex digits.
+    public struct WeakSecret: Error, CustomStringConvertible {
+        public init() {}
+        public var description: String {
+            "the secret must be tc_ followed by 64 random hex digits (make one with `teamcache tokens secret`, "
+                + "or: echo tc_$(openssl rand -hex 32)); placeholders and patterns are refused"
+        }
+    }
+
     public init(pool: ConnectionPool) { self.pool = pool }
 
     /// Creates a token and returns it with its secret, which is not stored and cannot be shown again.
@@ -44,7 +53,8 @@ public struct TokenStore: Sendable {
     /// secret is registered already. Returns whether it was new.
     public func importSecret(_ secret: String, name: String, namespacePattern: String, scopes: Set<Scope>) throws
         -> Bool {
-        try pool.withConnection { connection in
+        guard APIToken.isStrongSecret(secret) else { throw WeakSecret() }
+        return try pool.withConnection { connection in
             try connection.query(Self.importSecret, [
                 .text(name), .bytes(APIToken.hash(secret: secret)), .text(namespacePattern),
                 .textArray(scopes.map(\.rawValue).sorted()),
