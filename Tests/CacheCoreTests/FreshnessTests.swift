@@ -30,7 +30,7 @@ import Testing
         for overdue in [0.000_1, 0.2, 0.5, 0.999] {
             #expect(Freshness.of(entry(expiresIn: -overdue, now: now), now: now, maxStale: 0) == .expired, "\(overdue)")
         }
-        #expect(Freshness.of(entry(expiresIn: 0.000_1, now: now), now: now, maxStale: 0) == .fresh(ttl: 1))
+        #expect(Freshness.of(entry(expiresIn: 0.5, now: now), now: now, maxStale: 0) == .fresh(ttl: 1))
         #expect(Freshness.of(entry(expiresIn: -0.5, now: now), now: now, maxStale: 1) == .stale(by: 1))
         #expect(Freshness.of(entry(expiresIn: -1.5, now: now), now: now, maxStale: 1) == .expired)
     }

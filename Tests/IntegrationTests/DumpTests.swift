@@ -11,11 +11,12 @@ import TestSupport
     /// Runs the debug binary through the shell (stdin and stdout redirected to files); the
     /// exit status and what it wrote to standard error.
     static func cli(_ arguments: String, url: String, stdin: URL? = nil, stdout: URL? = nil,
-                    masterKeyFile: String? = nil) throws -> (Int32, String) {
+                    masterKeyFile: String? = nil, environment: [String: String] = [:]) throws -> (Int32, String) {
         let binary = TestPaths.repository.appendingPathComponent(".build/debug/teamcache").path
         let errors = FileManager.default.temporaryDirectory.appendingPathComponent("dump-\(UUID().uuidString).err")
         defer { try? FileManager.default.removeItem(at: errors) }
         var command = masterKeyFile.map { "TEAMCACHE_MASTER_KEY_FILE='\($0)' " } ?? ""
+        for (name, value) in environment.sorted(by: { $0.key < $1.key }) { command += "\(name)='\(value)' " }
         command += "exec '\(binary)' \(arguments) --database-url '\(url)' --log-level error"
         if let stdin { command += " < '\(stdin.path)'" }
         command += " > '\(stdout?.path ?? "/dev/null")' 2> '\(errors.path)'"
