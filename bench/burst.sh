@@ -35,7 +35,7 @@ kill -TERM "$SECOND_PID" 2>/dev/null; wait "$SECOND_PID" 2>/dev/null || true
 
 # 10,000 parked waiters against hits.
 python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >&2
-metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v name="$1" '$1 == name {print $2}'; }
+metric() { curl -s -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/metrics" | awk -v name="$1" '$1 == name {print $2}'; }
 KEYS=10000 wrk_run 64 "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua" >/dev/null  # warm-up
 read -r base_rps _ base_p99 _ <<<"$(KEYS=10000 wrk_run 64 "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua")"
 base_rss=$(server_rss_mb)

@@ -70,7 +70,7 @@ db_commits() {
 
 # "BATCHES WRITES" from the service's teamcache_db_write_batch_size histogram.
 write_batches() {
-  curl -s "http://127.0.0.1:$PORT/metrics" | awk '
+  curl -s -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/metrics" | awk '
     /^teamcache_db_write_batch_size_count/ {c=$2} /^teamcache_db_write_batch_size_sum/ {s=$2}
     END {printf "%d %d\n", c, s}'
 }

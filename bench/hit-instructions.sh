@@ -27,7 +27,7 @@ SERVER_PID=$!
 wait_listening 480  # callgrind starts slowly
 
 requests_total() {
-  curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^teamcache_http_requests_total/ {s += $2} END {print s + 0}'
+  curl -s -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/metrics" | awk '/^teamcache_http_requests_total/ {s += $2} END {print s + 0}'
 }
 # Warm up (token cache, read connections, inflated bodies), then count from zero.
 KEYS=${KEYS:-1000} wrk -t1 -c8 -d${WARM:-20}s -s "$BENCH_DIR/lua/get.lua" "http://127.0.0.1:$PORT" >/dev/null

@@ -71,7 +71,7 @@ for gz in 0 1; do
   theirs[$gz]=$(median "${n[@]}"); theirs50[$gz]=$(median "${n50[@]}"); theirs99[$gz]=$(median "${n99[@]}")
   theirsu[$gz]=$(median "${nu[@]}"); theirss[$gz]=$(median "${ns[@]}")
 done
-near_bytes=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '$1 == "teamcache_near_cache_bytes" {print $2}')
+near_bytes=$(curl -s -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/metrics" | awk '$1 == "teamcache_near_cache_bytes" {print $2}')
 stop_server
 start_server TEAMCACHE_NEAR_CACHE_BYTES=0
 python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >&2

@@ -49,7 +49,8 @@ import sys, urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 port, token = sys.argv[1], sys.argv[2]
 def scrape():
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {token}"})
+    text = urllib.request.urlopen(request).read().decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
     def total(name, **labels):
         return sum(s.value for s in families[name].samples

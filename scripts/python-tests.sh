@@ -2,13 +2,19 @@
 # The Python client's tests (clients/python/tests) against a real `teamcache serve` on its
 # embedded PostgreSQL, with the real libraries the client adapts (openai, httpx2, httpx,
 # langchain-core, langchain-tests) at the versions pinned in the package's `test` extra.
-# Installs the package and that extra when they are missing. Uses TEAMCACHE_BINARY, else the
+# Installs the package and that extra into .venv when they are missing. Uses TEAMCACHE_BINARY, else the
 # newer of the release and debug builds (`swift test` leaves a debug one), else builds one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! python3 -c "import teamcache.openai, teamcache.langchain, langchain_tests, httpx2, pytest_asyncio" 2>/dev/null; then
-  python3 -m pip install -q --disable-pip-version-check -e "clients/python[test]" 2>&1 \
-    | grep -v "Running pip as the 'root' user" || true
+# A virtual environment inside this checkout (ignored by git): the machine's Python stays as
+# it was, and the editable `teamcache` it holds is this checkout's, whichever ran first.
+venv="$PWD/.venv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+python="$venv/bin/python"
+if ! "$python" -c "import teamcache.openai, teamcache.langchain, langchain_tests, httpx2, pytest_asyncio" 2>/dev/null \
+   || [ "$("$python" -c 'import teamcache, os; print(os.path.realpath(teamcache.__file__))')" \
+        != "$(realpath clients/python/src/teamcache/__init__.py)" ]; then
+  "$python" -m pip install -q --disable-pip-version-check -e "clients/python[test]"
 fi
 if [ -z "${TEAMCACHE_BINARY:-}" ]; then
   # The newer of the two builds: the one that has this tree's changes.
@@ -23,4 +29,4 @@ fi
 TEAMCACHE_BINARY=$(realpath "$TEAMCACHE_BINARY")
 export TEAMCACHE_BINARY
 cd clients/python
-exec python3 -m pytest -q -p no:cacheprovider tests "$@"
+exec "$python" -m pytest -q -p no:cacheprovider tests "$@"

@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
 # The whole test suite: `swift test` (everything against a real PostgreSQL and real listening
 # servers), in three runs, then the Python client's tests against a real `teamcache serve`.
-set -euo pipefail
+# Every stage runs even when one before it failed (a flaky Swift test must not hide the
+# Python results); the outcome of each is listed at the end, and the exit status is non-zero
+# when any failed.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/opt/swift/usr/bin"
+outcomes=()
+failed=0
+stage() {
+    local name=$1
+    shift
+    printf '\n=== test stage: %s\n' "$name"
+    if "$@"; then outcomes+=("passed  $name"); else outcomes+=("FAILED  $name (exit $?)"); failed=1; fi
+}
 # Suites that run database clusters of their own (a killed primary and its promoted standby,
 # a paused standby, a PgBouncer) and block their test threads for seconds at a time: run apart,
 # since Swift Testing runs tests on a pool as wide as the cores, and async suites (the Swift
 # client's bursts) stall while both threads are held.
 own_clusters="FailoverTests|ReadReplicaTests|PoolerTests"
-swift test --skip "NearCacheReplicaTests|$own_clusters"
-swift test --filter "$own_clusters"
+stage "swift test: the main suite" swift test --skip "NearCacheReplicaTests|$own_clusters"
+stage "swift test: suites with clusters of their own" swift test --filter "$own_clusters"
 # Alone: it bounds how long a write stays hidden on another replica (50 ms), which measures
 # the near-cache only when the other suites are not competing for the two cores.
-swift test --filter NearCacheReplicaTests
-bash scripts/python-tests.sh
+stage "swift test: NearCacheReplicaTests" swift test --filter NearCacheReplicaTests
+stage "python client (pytest)" bash scripts/python-tests.sh
+printf '\n=== test stages\n'
+printf '%s\n' "${outcomes[@]}"
+exit $failed
