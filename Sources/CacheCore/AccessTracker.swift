@@ -155,7 +155,11 @@ public final class AccessTracker: @unchecked Sendable {
     }
 
     /// Records a lookup's result; for a hit or stale answer, the entry and its tokens.
-    public func record(_ lookup: Lookup, namespace: String, entry: StoredEntry? = nil, at now: Date) {
+    /// `mayLabel`: the caller may write the namespace, so it may have series of its own even
+    /// before it holds anything (its first burst of misses is its own, not `_other`'s); the
+    /// label bound still holds, as for every other way a namespace becomes known.
+    public func record(_ lookup: Lookup, namespace: String, entry: StoredEntry? = nil, at now: Date,
+                       mayLabel: Bool = false) {
         let enabled = self.enabled
         let full = lock.withLock {
             // The common case, a namespace already counted, costs one hash and changes the
@@ -163,7 +167,7 @@ public final class AccessTracker: @unchecked Sendable {
             if let index = namespaces.index(forKey: namespace) {
                 namespaces.values[index].record(lookup, entry, pending: enabled)
             } else {
-                namespaces[newLabel(namespace, hit: entry != nil), default: NamespaceState()]
+                namespaces[newLabel(namespace, hit: entry != nil, mayLabel: mayLabel), default: NamespaceState()]
                     .record(lookup, entry, pending: enabled)
             }
             guard enabled, let entry else { return false }
@@ -179,10 +183,10 @@ public final class AccessTracker: @unchecked Sendable {
     }
 
     /// The label for a namespace not counted yet. Called with the lock held.
-    private func newLabel(_ namespace: String, hit: Bool) -> String {
-        if hit { labels.admit(namespace) }
+    private func newLabel(_ namespace: String, hit: Bool, mayLabel: Bool) -> String {
+        if hit { labels.admit(namespace) } else if mayLabel { labels.admitProvisionally(namespace) }
         // `_other` itself is always in `namespaces` once used, so it never comes here twice.
-        return labels.holds(namespace) && namespaces.count < labels.capacity ? namespace : NamespaceLabels.other
+        return labels.holds(namespace) && namespaces.count < labels.totalCapacity ? namespace : NamespaceLabels.other
     }
 
     /// The metric label for `namespace` (itself, or `_other` when it holds nothing known).

@@ -31,6 +31,7 @@ extension CacheAPI {
         guard let entryKey = EntryKey(Array(key.utf8)) else { throw HTTPError(500, "A derived key was out of range.") }
         let model = descriptor.model
         let holder = principal.token?.id
+        let labelled = principal.mayWrite(namespace)
         let budget = wait.flatMap { $0 > 0 ? WaitBudget(seconds: $0) : nil }
         let answers = Self.lookupMissAnswers(key: key)
         return .read(namespace, entryKey, standby: leaseSeconds == nil && budget == nil) { [self] entry, mayPark in
@@ -48,7 +49,7 @@ extension CacheAPI {
                 return .response(answer)
             }
             return missStep(namespace, entryKey, lease: leaseSeconds, holder: holder, budget: budget,
-                            mayPark: mayPark, request: request, answers: answers)
+                            mayPark: mayPark, request: request, answers: answers, labelled: labelled)
         }
     }
 
@@ -63,21 +64,15 @@ extension CacheAPI {
         .json(200, JSONValue.object([("hit", .bool(false)), ("key", .string(key))]).serialized)
     }
 
-    /// The hit (or stale) answer; nil for a miss (counted here), which the caller answers.
+    /// The hit (or stale) answer; nil for a miss, which the caller answers (and counts).
     /// `revalidate`: a refresh lease granted with a stale-while-revalidate answer.
     private func answerLookup(_ entry: StoredEntry?, key: String, model: String, namespace: Namespace,
                               maxStale: Int?, collapsed: Bool, now: Date, revalidate: Lease? = nil) throws
         -> HTTPResponse? {
         // The model must match exactly: a defence against collisions and mix-ups.
-        guard let entry, entry.model == model else {
-            tracker.record(.miss, namespace: namespace.name, at: now)
-            return nil
-        }
+        guard let entry, entry.model == model else { return nil }
         let freshness = Freshness.of(entry, now: now, maxStale: maxStale)
-        if freshness == .expired {
-            tracker.record(.miss, namespace: namespace.name, at: now)
-            return nil
-        }
+        if freshness == .expired { return nil }
         let stale: Bool
         switch freshness {
         case .stale, .revalidate: stale = true

@@ -18,6 +18,7 @@ extension CacheAPI {
             return .answer(miss("fwd=request", detail: "Bypassed at the client's request (no-cache).", request))
         }
         let holder = principal.token?.id
+        let labelled = principal.mayWrite(namespace)
         let answers = Self.entryMissAnswers(requestID: request.requestID) { [self] in miss(false, request) }
         // A watch: `wait` with If-None-Match holds the request while the answer would be 304.
         let watched = budget == nil ? nil : EntityTagList(request.headers, "If-None-Match")
@@ -45,27 +46,27 @@ extension CacheAPI {
             }
             // A caller that takes only cached answers neither fills a key nor waits for one;
             // a watched entry that went away is answered at once (404).
-            guard !control.onlyIfCached else { return .response(miss(true, request)) }
-            if watched != nil && budget?.waited == true { return .response(miss(false, request)) }
+            guard !control.onlyIfCached else {
+                recordMiss(namespace, labelled: labelled)
+                return .response(miss(true, request))
+            }
+            if watched != nil && budget?.waited == true {
+                recordMiss(namespace, labelled: labelled)
+                return .response(miss(false, request))
+            }
             return missStep(namespace, key, lease: leaseSeconds, holder: holder, budget: budget, mayPark: mayPark,
-                            request: request, answers: answers)
+                            request: request, answers: answers, labelled: labelled)
         }
     }
 
-    /// The hit (or stale, or 304) answer; nil for a miss (counted here), which the caller answers.
+    /// The hit (or stale, or 304) answer; nil for a miss, which the caller answers (and counts).
     /// `revalidate`: a refresh lease granted with a stale-while-revalidate answer.
     private func answerGet(_ entry: StoredEntry?, namespace: Namespace, control: RequestCacheControl,
                            request: HTTPRequest, collapsed: Bool, now: Date, revalidate: Lease? = nil) throws
         -> HTTPResponse? {
-        guard let entry else {
-            tracker.record(.miss, namespace: namespace.name, at: now)
-            return nil
-        }
+        guard let entry else { return nil }
         let freshness = Freshness.of(entry, now: now, maxStale: control.maxStale)
-        if freshness == .expired {
-            tracker.record(.miss, namespace: namespace.name, at: now)
-            return nil
-        }
+        if freshness == .expired { return nil }
         switch freshness {
         case .stale, .revalidate: tracker.record(.stale, namespace: namespace.name, entry: entry, at: now)
         case .fresh, .expired: tracker.record(collapsed ? .collapsed : .hit, namespace: namespace.name, entry: entry, at: now)

@@ -10,8 +10,14 @@ extension CacheAPI {
     /// or, while another caller holds a live one, the request parks until the key changes or
     /// the lease runs out (when it may, and has time left), else it is answered `pending`.
     /// Without a lease but with `wait`: it parks until the key appears, else it is a miss.
+    ///
+    /// A lookup is counted once, by how it ends: a miss only when it is answered as one
+    /// (a miss, a lease, `pending`), never while it parks; a waiter answered by the fill is a
+    /// hit (and collapsed) alone. (Counting each read before a park as a miss once made a
+    /// burst that paid once read as half misses.)
     func missStep(_ namespace: Namespace, _ key: EntryKey, lease seconds: Int?, holder: Int64?,
-                  budget: WaitBudget?, mayPark: Bool, request: HTTPRequest, answers: MissAnswers) -> ReadAnswer {
+                  budget: WaitBudget?, mayPark: Bool, request: HTTPRequest, answers: MissAnswers,
+                  labelled: Bool) -> ReadAnswer {
         let waiters = self.waiters
         guard let seconds else {
             if mayPark, let budget, let waiters, budget.remaining > 0 {
@@ -19,6 +25,7 @@ extension CacheAPI {
                 return .park(seconds: waiters.recheckDelay(untilDeadline: budget.remaining))
             }
             if budget?.waited == true { waiters?.count("timeout") }
+            recordMiss(namespace, labelled: labelled)
             return .response(answers.miss())
         }
         return .blocking { [self] in
@@ -29,6 +36,7 @@ extension CacheAPI {
                     waiters?.count("handed_over")
                     leases.countHandOver()
                 }
+                recordMiss(namespace, labelled: labelled)
                 return .response(answers.granted(lease))
             case .held(let retryAfter):
                 if mayPark, let budget, let waiters, budget.remaining > 0 {
@@ -38,9 +46,15 @@ extension CacheAPI {
                     return .park(seconds: delay)
                 }
                 if budget?.waited == true { waiters?.count("timeout") }
+                recordMiss(namespace, labelled: labelled)
                 return .response(answers.pending(retryAfter))
             }
         }
+    }
+
+    /// Counts a lookup that ended as a miss. `labelled`: its token may write the namespace.
+    func recordMiss(_ namespace: Namespace, labelled: Bool) {
+        tracker.record(.miss, namespace: namespace.name, at: clock.now(), mayLabel: labelled)
     }
 
     /// The longest stale-while-revalidate window: the maximum TTL, within the column's

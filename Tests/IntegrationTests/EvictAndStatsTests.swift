@@ -262,6 +262,7 @@ import TestSupport
         let service = try TestService { $0.databaseURL = url }
         defer { service.stop() }
         let token = try service.token([.read, .write], namespaces: "*")
+        let reader = try service.token([.read], namespaces: "*")
         let held = TestService.namespace("held")
         #expect(try service.request("PUT", entryPath(held, "k"), token: token, body: [1]).status == 201)
         // Every route's and status's series exist before the count starts.
@@ -275,7 +276,7 @@ import TestSupport
             var requests = ""
             for index in 0..<100 {
                 requests += "GET /v1/caches/\(prefix)-\(batch * 100 + index)/entries/k HTTP/1.1\r\nHost: t\r\n"
-                    + "Authorization: Bearer \(token)\r\n\r\n"
+                    + "Authorization: Bearer \(reader)\r\n\r\n"
             }
             try client.send(requests)
             for _ in 0..<100 { #expect(try client.readResponse().status == 404) }
@@ -295,5 +296,19 @@ import TestSupport
         let rows = try connection.query("SELECT count(*)::int8 AS n FROM namespace_counters WHERE namespace LIKE $1",
                                         [.text(prefix + "%")])
         #expect(try rows.rows.first?.int("n") == 0)
+        // A token that may write them gets a namespace's first misses counted as its own, up to
+        // the provisional cap (100): asking for 300 names labels 100, the rest go to `_other`.
+        let written = TestService.namespace("written")
+        var requests = ""
+        for index in 0..<300 {
+            requests += "GET /v1/caches/\(written)-\(index)/entries/k HTTP/1.1\r\nHost: t\r\n"
+                + "Authorization: Bearer \(token)\r\n\r\n"
+        }
+        try client.send(requests)
+        for _ in 0..<300 { #expect(try client.readResponse().status == 404) }
+        let labelled = try service.metrics().split(separator: "\n")
+            .filter { $0.hasPrefix("teamcache_lookups_total{namespace=\"\(written)-") }
+        #expect(labelled.count == NamespaceLabels.defaultProvisionalCapacity, "\(labelled.count) labelled")
+        #expect(try service.metrics().contains("teamcache_lookups_total{namespace=\"_other\",result=\"miss\"} 10200"))
     }
 }

@@ -18,6 +18,9 @@ public final class Authenticator: @unchecked Sendable {
     /// Who made a request: the token (nil when auth is off).
     public struct Principal: Sendable {
         public let token: APIToken?
+
+        /// Whether it may write `namespace` (always, with auth off).
+        public func mayWrite(_ namespace: Namespace) -> Bool { token?.allows(.write, namespace: namespace) ?? true }
     }
 
     /// A secret's SHA-256 as a cache key, hashed in one call (an array of bytes is hashed

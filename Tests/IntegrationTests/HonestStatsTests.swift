@@ -1,0 +1,130 @@
+import Foundation
+import Glibc
+import Testing
+import TeamCache
+import TestSupport
+
+/// The figures users read, checked against counts made by hand: a burst that paid the model
+/// once reads as one miss and the rest hits (a collapsed waiter is a hit, never also a
+/// miss), and a new namespace's first misses are its own, not `_other`'s.
+@Suite struct HonestStatsTests {
+    /// `count` clients send `request` (a head and body, without the connection header) at
+    /// once to `ports` (round robin); their answers' statuses and bodies.
+    static func burst(_ count: Int, ports: [Int], _ make: @escaping @Sendable () -> [UInt8])
+        -> (DispatchGroup, Locked<[RawClient.Response]>) {
+        let answers = Locked<[RawClient.Response]>([])
+        let group = DispatchGroup()
+        let start = DispatchSemaphore(value: 0)
+        for index in 0..<count {
+            group.enter()
+            let port = ports[index % ports.count]
+            Thread.detachNewThread {
+                defer { group.leave() }
+                guard let client = try? RawClient(port: port, timeout: 30) else { return }
+                start.wait()
+                guard (try? client.send(make())) != nil, let response = try? client.readResponse(head: false) else { return }
+                answers.update { $0.append(response) }
+            }
+        }
+        Thread.sleep(forTimeInterval: 0.3)
+        for _ in 0..<count { start.signal() }
+        return (group, answers)
+    }
+
+    static func lookupRequest(_ namespace: String, _ body: String, token: String?) -> [UInt8] {
+        let auth = token.map { "Authorization: Bearer \($0)\r\n" } ?? ""
+        return Array(("POST /v1/caches/\(namespace)/lookup HTTP/1.1\r\nHost: t\r\n\(auth)Content-Type: application/json\r\n"
+            + "Content-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)").utf8)
+    }
+
+    static func getRequest(_ path: String, token: String?) -> [UInt8] {
+        let auth = token.map { "Authorization: Bearer \($0)\r\n" } ?? ""
+        return Array("GET \(path) HTTP/1.1\r\nHost: t\r\n\(auth)Connection: close\r\n\r\n".utf8)
+    }
+
+    /// Waits until one answer of the burst holds a lease (descriptor body or raw header).
+    static func lease(_ answers: Locked<[RawClient.Response]>) -> String? {
+        for _ in 0..<200 {
+            for answer in answers.value {
+                if let header = answer.header("TeamCache-Lease") { return String(header.prefix { $0 != ";" }) }
+                if let object = try? JSONSerialization.jsonObject(with: Data(answer.body)) as? [String: Any],
+                   let id = (object["lease"] as? [String: Any])?["id"] as? String { return id }
+            }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return nil
+    }
+
+    static func lookups(_ stats: [String: Any]) -> [String: Int] { stats["lookups"] as? [String: Int] ?? [:] }
+
+    /// 20 identical descriptor lookups with a lease and a wait: one fills, 19 collapse.
+    /// Stats say miss 1, hit 19 (collapsed 19), hit ratio 0.95; the metrics name the
+    /// namespace itself although it held nothing when the burst began.
+    @Test func aDescriptorBurstReadsAsOneMissAndNineteenHits() throws {
+        let service = TestService.shared
+        let namespace = TestService.namespace("burst-stats")
+        let token = try writer(namespace)
+        let descriptor = "\"model\":\"m\",\"prompt\":\"counted once\""
+        let body = "{\(descriptor),\"lease\":30,\"wait\":10}"
+        let (group, answers) = Self.burst(20, ports: [service.port]) { Self.lookupRequest(namespace, body, token: token) }
+        let lease = try #require(Self.lease(answers))
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try service.request("POST", "/v1/caches/\(namespace)/upsert", token: token,
+                                    json: "{\(descriptor),\"response\":\"r\",\"lease\":\"\(lease)\"}").status == 201)
+        #expect(group.wait(timeout: .now() + 15) == .success)
+        let objects = answers.value.compactMap { try? JSONSerialization.jsonObject(with: Data($0.body)) as? [String: Any] }
+        #expect(objects.filter { $0["collapsed"] as? Bool == true }.count == 19)
+        try service.app.tracker.flush()
+        let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: token))
+        #expect(Self.lookups(stats) == ["hit": 19, "miss": 1, "stale": 0, "bypass": 0, "collapsed": 19], "\(stats)")
+        #expect(stats["hit_ratio"] as? Double == 0.95)
+        let metrics = try service.metrics()
+        #expect(metrics.contains("teamcache_lookups_total{namespace=\"\(namespace)\",result=\"miss\"} 1\n"))
+        #expect(metrics.contains("teamcache_lookups_total{namespace=\"\(namespace)\",result=\"hit\"} 19\n"))
+        #expect(metrics.contains("teamcache_lookups_total{namespace=\"\(namespace)\",result=\"collapsed\"} 19\n"))
+    }
+
+    /// The same on raw entries: `GET …?lease=30&wait=10` from 20 clients, one PUT.
+    @Test func aRawBurstReadsAsOneMissAndNineteenHits() throws {
+        let service = TestService.shared
+        let namespace = TestService.namespace("raw-burst-stats")
+        let token = try writer(namespace)
+        let path = entryPath(namespace, "k")
+        let (group, answers) = Self.burst(20, ports: [service.port]) {
+            Self.getRequest(path + "?lease=30&wait=10", token: token)
+        }
+        let lease = try #require(Self.lease(answers))
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try service.request("PUT", path, token: token, headers: [("TeamCache-Lease", lease)], body: [1]).status == 201)
+        #expect(group.wait(timeout: .now() + 15) == .success)
+        #expect(answers.value.filter { $0.status == 200 }.count == 19)
+        try service.app.tracker.flush()
+        let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: token))
+        #expect(Self.lookups(stats) == ["hit": 19, "miss": 1, "stale": 0, "bypass": 0, "collapsed": 19], "\(stats)")
+        #expect(stats["hit_ratio"] as? Double == 0.95)
+    }
+
+    /// Over two replicas, whose counts meet in the database: still miss 1, hit 19.
+    @Test func aBurstOverTwoReplicasReadsTheSame() throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "burststats")
+        let replicas = [try ServeProcess(database: database), try ServeProcess(database: database)]
+        defer { for replica in replicas { replica.stop(SIGTERM) } }
+        for replica in replicas { try #require(replica.waitUntilListening()) }
+        let descriptor = "\"model\":\"m\",\"prompt\":\"counted once, two replicas\""
+        let body = "{\(descriptor),\"lease\":30,\"wait\":10}"
+        let (group, answers) = Self.burst(20, ports: replicas.map(\.port)) { Self.lookupRequest("two", body, token: nil) }
+        let lease = try #require(Self.lease(answers))
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(try WaitTests.upsert(replicas[1].port, "two", descriptor, lease: lease) == 201)
+        #expect(group.wait(timeout: .now() + 15) == .success)
+        var counted: [String: Int] = [:]
+        // Each replica flushes its counts every 2 s; the totals fold once a second.
+        for _ in 0..<60 {
+            let stats = try object(try RawClient(port: replicas[0].port, timeout: 10).request("GET", "/v1/caches/two/stats"))
+            counted = Self.lookups(stats)
+            if counted["hit"] == 19 && counted["miss"] == 1 { break }
+            Thread.sleep(forTimeInterval: 0.25)
+        }
+        #expect(counted == ["hit": 19, "miss": 1, "stale": 0, "bypass": 0, "collapsed": 19])
+    }
+}
