@@ -154,7 +154,7 @@ extension EntryStore {
         return [
             .text(entry.namespace), .bytes(entry.key), .bytes(stored.body), .text(stored.encoding),
             .text(entry.contentType), .int(entry.identitySize), .text(entry.etag), .optionalText(entry.model),
-            .optionalText(entry.version), .optionalText(entry.promptDigest), .textArray(entry.tags),
+            .optionalText(entry.version), .optionalText(dataKey == nil ? entry.promptDigest : nil), .textArray(entry.tags),
             .optionalText(stored.metadata), .int(entry.inputTokens), .int(entry.outputTokens), .text(entry.createdAt),
             .text(entry.updatedAt), .optionalText(entry.expiresAt), .int(entry.staleWhileRevalidate), .int(entry.hitCount),
             .optionalText(entry.lastAccessedAt), .text(conflict.rawValue), .timestamp(now), .int(policy.defaultTTL),

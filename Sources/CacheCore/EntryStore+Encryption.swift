@@ -24,7 +24,7 @@ extension EntryStore {
     /// a writer that replaced it meanwhile sealed its own version); the timestamps stay.
     static let rewriteRows = """
         UPDATE entries e SET body = u.body, encoding = u.encoding, metadata = u.metadata::jsonb,
-            stored_size = octet_length(u.body)
+            stored_size = octet_length(u.body), prompt_digest = NULL
         FROM unnest($1::int8[], $2::bytea[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
              AS u(id, body, encoding, metadata, old_etag, old_encoding, old_updated_at)
         WHERE e.id = u.id AND e.etag = u.old_etag AND e.encoding = u.old_encoding

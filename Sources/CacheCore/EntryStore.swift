@@ -70,6 +70,8 @@ public final class EntryStore: Sendable {
     func sealed(_ write: EntryWrite) throws -> EntryWrite {
         guard let dataKey = try keyring.sealingKey(for: write.namespace.name, pool) else { return write }
         var sealed = write
+        // No prompt in clear beside a sealed body (migration 0014 clears it too, whoever writes).
+        sealed.promptDigest = nil
         sealed.sealed = try Keyring.seal(body: write.body.bytes, encoding: write.body.encoding, metadata: write.metadata,
                                      namespace: write.namespace.name, key: write.key.bytes, etag: write.body.etag,
                                      with: dataKey)

@@ -6,7 +6,8 @@ enum NamespacesCommand {
     static let usage = """
         Usage:
           teamcache namespaces show NS
-          teamcache namespaces set NS [--default-ttl DURATION] [--max-bytes N] [--encrypt]
+          teamcache namespaces set NS [--default-ttl DURATION] [--max-bytes N] [--encrypt [--rewrite]]
+          teamcache namespaces create NS [--default-ttl DURATION] [--max-bytes N] [--encrypt]
 
         --default-ttl applies to writes without ?ttl=; --max-bytes is the namespace's soft byte
         cap (LRU eviction keeps under it; writes past it times TEAMCACHE_HARD_CAP_RATIO get 507).
@@ -18,14 +19,23 @@ enum NamespacesCommand {
         while the service runs. Running services learn of the key within 10 seconds, so a
         second pass follows after --settle seconds (15) for what they wrote plain meanwhile.
         It stays on (leaving it out does not decrypt). Encrypt only once every replica runs a
-        build that knows encryption.
+        build that knows encryption. An encrypted namespace keeps no prompt prefix either.
+
+        The plaintext of entries stored before --encrypt outlives their sealing: in the old row
+        versions (a VACUUM of the entries table follows the sealing, but PostgreSQL leaves freed
+        space in a page as it was until it is reused), and in WAL archives, base backups and
+        standbys taken before. --rewrite also runs VACUUM FULL, which rewrites the table and
+        leaves no old bytes in its files, but holds an exclusive lock on every namespace's
+        entries while it runs (seconds per GB: every request waits, or answers 503). Backups
+        and archives taken before must be replaced or destroyed. `create` encrypts a namespace
+        before its first write, so none of this arises: it refuses a namespace that holds entries.
 
         \(Help.database)
         """
 
     static func run(_ words: [String]) throws -> Int32 {
         let arguments = try Arguments(words, valued: databaseFlags.union(["--default-ttl", "--max-bytes", "--settle"]),
-                                      switches: ["--encrypt"])
+                                      switches: ["--encrypt", "--rewrite"])
         guard arguments.positional.count == 2, !arguments.switches.contains("--help") else {
             print(usage)
             return arguments.switches.contains("--help") ? 0 : 2
@@ -38,7 +48,15 @@ enum NamespacesCommand {
             // without the master key file.
             let store = arguments.switches.contains("--encrypt") ? try DatabaseSession.store(pool, configuration)
                 : EntryStore(pool: pool, policy: configuration.cache)
-            if arguments.positional[0] == "set" {
+            let action = arguments.positional[0]
+            guard ["set", "create", "show"].contains(action) else {
+                throw Arguments.Failure(description: "unknown action '\(action)' (show, set or create)")
+            }
+            if action == "create", try store.namespaceTotals()[namespace.name].map({ $0.entries > 0 }) == true {
+                throw Arguments.Failure(description: "\(namespace.name) already holds entries; `namespaces set` changes it "
+                    + "(and --encrypt seals what it holds)")
+            }
+            if action == "set" || action == "create" {
                 // One rule with the settings route: 1 second to TEAMCACHE_MAX_TTL.
                 let maxTTL = configuration.cache.maxTTL
                 let ttl = try arguments.values["--default-ttl"].map { text -> Int in
@@ -56,7 +74,8 @@ enum NamespacesCommand {
                 }
                 try store.setSettings(namespace, NamespaceSettings(defaultTTL: ttl, maxBytes: maxBytes))
                 if arguments.switches.contains("--encrypt") {
-                    try encrypt(namespace, store, settle: try KeysCommand.settle(arguments))
+                    try encrypt(namespace, store, settle: action == "create" ? 0 : try KeysCommand.settle(arguments),
+                                rewrite: arguments.switches.contains("--rewrite"))
                 }
             }
             let settings = try store.settings(namespace)
@@ -67,13 +86,26 @@ enum NamespacesCommand {
         }
     }
 
-    /// Gives the namespace its first data key (if it has none) and seals what is stored.
-    private static func encrypt(_ namespace: Namespace, _ store: EntryStore, settle: TimeInterval) throws {
+    /// Gives the namespace its first data key (if it has none) and seals what is stored;
+    /// then vacuums the entries table so the plain row versions it replaced are removed.
+    private static func encrypt(_ namespace: Namespace, _ store: EntryStore, settle: TimeInterval,
+                                rewrite: Bool) throws {
         if try store.keyring.sealingKey(for: namespace.name, store.pool, fresh: true) == nil {
             try store.keyring.createKey(for: namespace.name, store.pool)
         }
         let report = try KeysCommand.sealAll(namespace, store, settle: settle, verb: "namespaces")
         printError("teamcache namespaces: \(namespace.name) is encrypted; sealed \(report.rewritten) entries"
             + " (\(report.unchanged) already sealed or rewritten meanwhile, \(report.broken) did not open)")
+        guard report.rewritten > 0 else { return }
+        // VACUUM cannot run inside a transaction: a statement of its own on a pooled session.
+        try store.pool.withConnection { try $0.execute(rewrite ? "VACUUM (FULL) entries" : "VACUUM entries") }
+        if rewrite {
+            printError("teamcache namespaces: rewrote the entries table (VACUUM FULL): its files hold no plain body now")
+        } else {
+            printError("teamcache namespaces: vacuumed the entries table; freed space in its pages may still hold old "
+                + "plain bytes until reused (--rewrite runs VACUUM FULL, under an exclusive lock)")
+        }
+        printError("teamcache namespaces: WAL archives, base backups and standbys taken before this still hold the "
+            + "plain entries: take a new base backup, then delete older backups and archived WAL")
     }
 }
