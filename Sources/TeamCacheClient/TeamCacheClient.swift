@@ -12,7 +12,7 @@ public struct TeamCacheClient: Sendable {
         public var token: String?
         /// Per attempt.
         public var timeout: TimeInterval = 5
-        /// Extra attempts after the first, on 503 / 429 / transport errors.
+        /// Extra attempts after the first: on 429, and on 503 and transport errors for idempotent calls.
         public var maxRetries = 2
         /// The first backoff; doubled per attempt, with jitter, capped at 5 s (Retry-After wins).
         public var backoff: TimeInterval = 0.1
@@ -83,8 +83,10 @@ public struct TeamCacheClient: Sendable {
         if refresh { members.append(("refresh", .bool(true))) }
         if let lease { members.append(("lease", .int(lease))) }
         if let wait { members.append(("wait", .number(String(wait)))) }
+        // A lookup that may be granted a lease is not retried once it reached the server: a
+        // retry would find its own lease and be told "pending".
         let (data, _) = try await sendJSON("POST", "/v1/caches/\(namespace)/lookup", .object(members), accept: [200],
-                                           timeout: configuration.timeout + (wait ?? 0))
+                                           timeout: configuration.timeout + (wait ?? 0), idempotent: lease == nil)
         return try Self.lookupResult(Self.parse(data))
     }
 
@@ -155,15 +157,19 @@ public struct TeamCacheClient: Sendable {
     }
 
     private func sendJSON(_ method: String, _ path: String, _ body: JSONValue, accept: Set<Int>,
-                          timeout: TimeInterval? = nil) async throws -> (Data, HTTPURLResponse) {
+                          timeout: TimeInterval? = nil, idempotent: Bool = true) async throws -> (Data, HTTPURLResponse) {
         try await send(method, path, headers: ["Content-Type": "application/json"], body: Data(body.serialized.utf8),
-                       accept: accept, timeout: timeout)
+                       accept: accept, timeout: timeout, idempotent: idempotent)
     }
 
-    /// One call with retries on 503, 429 and transport errors; a status outside `accept`
-    /// becomes `.problem`.
+    /// One call with retries; a status outside `accept` becomes `.problem`. A 429 is retried
+    /// always (refused before anything was done); a 503 and a transport error only when the
+    /// call is `idempotent`, or for a transport error when the request never reached the
+    /// server (it could not connect): a call that is not idempotent, retried, could meet its
+    /// own effect (a lease it was granted, a create-only write it made).
     func send(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil,
-              accept: Set<Int>, timeout: TimeInterval? = nil) async throws -> (Data, HTTPURLResponse) {
+              accept: Set<Int>, timeout: TimeInterval? = nil, idempotent: Bool = true) async throws
+        -> (Data, HTTPURLResponse) {
         guard let url = URL(string: configuration.baseURL.absoluteString + path) else {
             throw TeamCacheClientError.transport("bad URL for \(path)")
         }
@@ -178,24 +184,42 @@ public struct TeamCacheClient: Sendable {
                 let (data, response) = try await session.data(for: request)
                 guard let http = response as? HTTPURLResponse else { throw TeamCacheClientError.malformedResponse }
                 if accept.contains(http.statusCode) { return (data, http) }
-                if (http.statusCode == 503 || http.statusCode == 429) && attempt < configuration.maxRetries {
+                if Self.retries(status: http.statusCode, idempotent: idempotent) && attempt < configuration.maxRetries {
                     attempt += 1
                     try await pause(attempt: attempt, retryAfter: http.value(forHTTPHeaderField: "Retry-After"))
                     continue
                 }
                 throw Self.problem(data, status: http.statusCode)
             } catch let error as URLError {
-                guard attempt < configuration.maxRetries else { throw TeamCacheClientError.transport("\(error.code)") }
+                guard attempt < configuration.maxRetries, idempotent || Self.neverSent(error) else {
+                    throw TeamCacheClientError.transport("\(error.code)")
+                }
                 attempt += 1
                 try await pause(attempt: attempt, retryAfter: nil)
             }
         }
     }
 
+    static func retries(status: Int, idempotent: Bool) -> Bool {
+        status == 429 || (status == 503 && idempotent)
+    }
+
+    /// Errors that mean the request never left: nothing happened on the server.
+    static func neverSent(_ error: URLError) -> Bool {
+        [.cannotConnectToHost, .cannotFindHost, .dnsLookupFailed, .notConnectedToInternet].contains(error.code)
+    }
+
     private func pause(attempt: Int, retryAfter: String?) async throws {
         let exponential = configuration.backoff * pow(2, Double(attempt - 1)) * Double.random(in: 0.5...1.5)
-        let seconds = min(5, retryAfter.flatMap(Double.init) ?? exponential)
-        try await Task.sleep(nanoseconds: UInt64(seconds * 1e9))
+        try await Task.sleep(nanoseconds: Self.pauseNanoseconds(retryAfter: retryAfter, otherwise: exponential))
+    }
+
+    /// `Retry-After` in seconds when it is a sane number, else `otherwise`; within 0 to 5 s
+    /// either way (a negative, NaN or infinite value once trapped converting to nanoseconds).
+    static func pauseNanoseconds(retryAfter: String?, otherwise: Double) -> UInt64 {
+        let asked = retryAfter.flatMap { Double($0.trimmingCharacters(in: .whitespaces)) }.flatMap { $0.isFinite ? $0 : nil }
+        let seconds = min(5, max(0, asked ?? (otherwise.isFinite ? otherwise : 0)))
+        return UInt64(seconds * 1e9)
     }
 
     static func parse(_ data: Data) throws -> JSONValue {

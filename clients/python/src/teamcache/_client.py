@@ -51,6 +51,16 @@ class _Settings:
         return min(self.max_backoff, self.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
 
     @staticmethod
+    def retries(call: op.Call, status: int) -> bool:
+        """Whether an answer with ``status`` is worth another attempt. A 429 always (refused
+        before anything was done); 502, 503 and 504 only for an idempotent call: a create-only
+        or ``If-Match`` write, or a lookup that may be granted a lease, sent again could meet
+        its own effect (412 for its own write, "pending" for its own lease)."""
+        if status in call.accept or status not in RETRYABLE:
+            return False
+        return status == 429 or call.idempotent
+
+    @staticmethod
     def may_retry(call: op.Call, error: httpx.TransportError) -> bool:
         """A call that is not idempotent is retried only if it never reached the server."""
         return call.idempotent or isinstance(error, httpx.ConnectError)
@@ -229,8 +239,7 @@ class TeamCache(_Routes, CachedMixin):
                 attempt += 1
                 time.sleep(settings.pause(attempt, None))
                 continue
-            if response.status_code in RETRYABLE and response.status_code not in call.accept \
-                    and attempt < settings.max_retries:
+            if settings.retries(call, response.status_code) and attempt < settings.max_retries:
                 attempt += 1
                 time.sleep(settings.pause(attempt, response.headers.get("retry-after")))
                 continue
@@ -272,8 +281,7 @@ class AsyncTeamCache(_Routes, AsyncCachedMixin):
                 attempt += 1
                 await asyncio.sleep(settings.pause(attempt, None))
                 continue
-            if response.status_code in RETRYABLE and response.status_code not in call.accept \
-                    and attempt < settings.max_retries:
+            if settings.retries(call, response.status_code) and attempt < settings.max_retries:
                 attempt += 1
                 await asyncio.sleep(settings.pause(attempt, response.headers.get("retry-after")))
                 continue
