@@ -54,8 +54,8 @@ enum EntryGroupWrite {
             SELECT namespace, key, body, encoding, content_type, identity_size, octet_length(body), etag, model,
                    version, prompt_digest,
                    CASE WHEN tags = '[]' THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(tags::jsonb)) END,
-                   metadata::jsonb, input_tokens, output_tokens, $17, $17,
-                   $17 + make_interval(secs => coalesce(ttl, namespace_ttl, $18::int8)), writer, stale_while_revalidate
+                   metadata::jsonb, input_tokens, output_tokens, coalesce($17::timestamptz, now()), coalesce($17::timestamptz, now()),
+                   coalesce($17::timestamptz, now()) + make_interval(secs => coalesce(ttl, namespace_ttl, $18::int8)), writer, stale_while_revalidate
             FROM admitted ORDER BY namespace COLLATE "C", key
             ON CONFLICT ON CONSTRAINT entries_namespace_key DO UPDATE
                SET body = excluded.body, encoding = excluded.encoding, content_type = excluded.content_type,
@@ -65,16 +65,16 @@ enum EntryGroupWrite {
                    output_tokens = excluded.output_tokens, updated_at = excluded.updated_at,
                    expires_at = excluded.expires_at, writer_token_id = excluded.writer_token_id,
                    stale_while_revalidate = excluded.stale_while_revalidate,
-                   created_at = CASE WHEN e.expires_at <= $17 THEN excluded.created_at ELSE e.created_at END
-               WHERE NOT $21::bool OR e.expires_at <= $17
-            RETURNING e.id, e.namespace, e.key, e.expires_at, e.created_at = $17 AS created),
+                   created_at = CASE WHEN e.expires_at <= coalesce($17::timestamptz, now()) THEN excluded.created_at ELSE e.created_at END
+               WHERE NOT $21::bool OR e.expires_at <= coalesce($17::timestamptz, now())
+            RETURNING e.id, e.namespace, e.key, e.expires_at, e.created_at = coalesce($17::timestamptz, now()) AS created),
         accessed AS (
             -- A write counts as an access (LRU), to the minute: an access row touched within
             -- the last minute is left as it is, which spares a new version of it and of its five
             -- index entries for most rewrites of a busy key. The access row is the entry's own:
             -- only a flush (which never waits) or a delete holding the entry row could hold it.
             INSERT INTO entry_access AS a (entry_id, namespace, hit_count, last_accessed_at)
-            SELECT id, namespace, 0, $17 FROM written ORDER BY id
+            SELECT id, namespace, 0, coalesce($17::timestamptz, now()) FROM written ORDER BY id
             ON CONFLICT (entry_id) DO UPDATE SET last_accessed_at = excluded.last_accessed_at
                WHERE a.last_accessed_at < excluded.last_accessed_at - interval '1 minute')
         SELECT i.ordinal, w.id AS entry_id, w.expires_at, w.created, (a.ordinal IS NOT NULL) AS admitted
@@ -98,7 +98,7 @@ enum EntryGroupWrite {
             .intArray(writes.map { Int64($0.inputTokens) }), .intArray(writes.map { Int64($0.outputTokens) }),
             .optionalIntArray(writes.map { $0.ttlSeconds.map(Int64.init) }),
             .optionalIntArray(writes.map(\.writerTokenID)),
-            .timestamp(now), .int(store.policy.defaultTTL), .int(store.policy.storeHardCap),
+            store.writeStamp, .int(store.policy.defaultTTL), .int(store.policy.storeHardCap),
             .double(store.policy.hardCapRatio), .bool(createOnly),
             .intArray(writes.map { Int64($0.staleWhileRevalidate) }),
         ]

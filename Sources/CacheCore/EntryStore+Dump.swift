@@ -39,8 +39,10 @@ extension EntryStore {
         """
     static let importEntry = """
         SELECT tc_import_entry($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::text::jsonb, $13, $14,
-            $15::text::timestamptz, $16::text::timestamptz, $17::text::timestamptz, $18::int4, $19,
-            $20::text::timestamptz, $21, $22, $23, $24, $25) AS outcome
+            least($15::text::timestamptz, coalesce($22::timestamptz, now())),
+            least($16::text::timestamptz, coalesce($22::timestamptz, now())), $17::text::timestamptz, $18::int4, $19,
+            least($20::text::timestamptz, coalesce($22::timestamptz, now())), $21, coalesce($22::timestamptz, now()),
+            $23, $24, $25) AS outcome
         """
 
     /// Keys per page of the export walk, and bodies per fetch at most (by stored bytes).
@@ -121,7 +123,6 @@ extension EntryStore {
             if a.key != b.key { return a.key.lexicographicallyPrecedes(b.key) }
             return left < right
         }
-        let now = clock.now()
         // Sealed as every write to an encrypted namespace is (keys read before the transaction).
         var sealing: [String: Keyring.DataKey?] = [:]
         for entry in entries where sealing[entry.namespace] == nil {
@@ -133,7 +134,7 @@ extension EntryStore {
                 for index in order {
                     let entry = entries[index]
                     let text = try connection.query(Self.importEntry,
-                                                    try parameters(entry, conflict, now, sealedWith: sealing[entry.namespace] ?? nil))
+                                                    try parameters(entry, conflict, sealedWith: sealing[entry.namespace] ?? nil))
                         .first?.string("outcome")
                     guard let outcome = text.flatMap(ImportOutcome.init) else {
                         throw PostgresError(.decoding, serverMessage: "tc_import_entry gave no outcome")
@@ -145,7 +146,9 @@ extension EntryStore {
         }
     }
 
-    private func parameters(_ entry: DumpedEntry, _ conflict: ImportConflictPolicy, _ now: Date,
+    /// The import's timestamps are clamped to the database's "now" (in the statement): an
+    /// entry dated in the future could never be evicted.
+    private func parameters(_ entry: DumpedEntry, _ conflict: ImportConflictPolicy,
                             sealedWith dataKey: Keyring.DataKey?) throws -> [PostgresValue] {
         let stored = try dataKey.map {
             try Keyring.seal(body: entry.body, encoding: entry.encoding, metadata: entry.metadata, namespace: entry.namespace,
@@ -157,7 +160,7 @@ extension EntryStore {
             .optionalText(entry.version), .optionalText(dataKey == nil ? entry.promptDigest : nil), .textArray(entry.tags),
             .optionalText(stored.metadata), .int(entry.inputTokens), .int(entry.outputTokens), .text(entry.createdAt),
             .text(entry.updatedAt), .optionalText(entry.expiresAt), .int(entry.staleWhileRevalidate), .int(entry.hitCount),
-            .optionalText(entry.lastAccessedAt), .text(conflict.rawValue), .timestamp(now), .int(policy.defaultTTL),
+            .optionalText(entry.lastAccessedAt), .text(conflict.rawValue), writeStamp, .int(policy.defaultTTL),
             .int(policy.storeHardCap), .double(policy.hardCapRatio),
         ]
     }

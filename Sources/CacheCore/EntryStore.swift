@@ -14,11 +14,13 @@ public final class EntryStore: Sendable {
     static let selectEntry = "SELECT \(entryColumns) FROM entries WHERE namespace = $1 AND key = $2"
     static let putEntry = """
         SELECT outcome, entry_id, expires_at FROM tc_put_entry($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-            $12::jsonb, $13, $14, $15, $16::bigint, $17, $18::bigint, $19, $20, $21, $22, $23::int4)
+            $12::jsonb, $13, $14, coalesce($15::timestamptz, now()), $16::bigint, $17, $18::bigint, $19, $20, $21, $22,
+            $23::int4)
         """
     /// An expired entry is absent to DELETE (404) as to every write; it stays for `max-stale`
     /// reads until the eviction job removes it.
-    static let deleteEntry = "DELETE FROM entries WHERE namespace = $1 AND key = $2 AND expires_at > $3"
+    static let deleteEntry =
+        "DELETE FROM entries WHERE namespace = $1 AND key = $2 AND expires_at > coalesce($3::timestamptz, now())"
 
     public let pool: ConnectionPool
     public let policy: CachePolicy
@@ -96,6 +98,19 @@ public final class EntryStore: Sendable {
         writes.submit(stored, into: self, committed: committed, completion: completion)
     }
 
+    /// The time a write is stamped with: NULL for the database's clock (the statements take
+    /// `coalesce($n, now())`), or a test clock's time.
+    var writeStamp: PostgresValue { clock.stampsWithDatabaseClock ? .null : .timestamp(clock.now()) }
+
+    /// "Now" as the stamps are made: the database's clock (one round trip), or the test's.
+    func stampNow(on connection: PostgresConnection) throws -> Date {
+        guard clock.stampsWithDatabaseClock else { return clock.now() }
+        guard let now = try connection.query("SELECT now() AS now").first?.date("now") else {
+            throw PostgresError(.decoding, serverMessage: "SELECT now() returned nothing")
+        }
+        return now
+    }
+
     /// One write in a statement (and a transaction) of its own.
     func putOne(_ write: EntryWrite) throws -> WriteOutcome {
         let condition = Self.condition(write.condition)
@@ -104,7 +119,7 @@ public final class EntryStore: Sendable {
             .text(write.storedEncoding), .text(write.contentType), .int(write.body.identitySize),
             .text(write.body.etag), .optionalText(write.model), .optionalText(write.version),
             .optionalText(write.promptDigest), .textArray(write.tags), write.storedMetadata.map { .jsonb($0) } ?? .null,
-            .int(write.inputTokens), .int(write.outputTokens), .timestamp(clock.now()),
+            .int(write.inputTokens), .int(write.outputTokens), writeStamp,
             write.ttlSeconds.map { .int($0) } ?? .null, .int(policy.defaultTTL),
             write.writerTokenID.map { .int($0) } ?? .null, .text(condition.name), .textArray(condition.tags),
             .int(policy.storeHardCap), .double(policy.hardCapRatio), .int(write.staleWhileRevalidate),
@@ -148,7 +163,7 @@ public final class EntryStore: Sendable {
     /// Deletes one entry; false when it was absent.
     public func delete(_ namespace: Namespace, _ key: EntryKey) throws -> Bool {
         try pool.withConnection { connection in
-            try connection.query(Self.deleteEntry, [.text(namespace.name), .bytes(key.bytes), .timestamp(clock.now())])
+            try connection.query(Self.deleteEntry, [.text(namespace.name), .bytes(key.bytes), writeStamp])
                 .affectedRows > 0
         }
     }

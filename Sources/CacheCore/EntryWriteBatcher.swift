@@ -41,7 +41,7 @@ final class EntryWriteBatcher: @unchecked Sendable {
                                   condition, if_match, stale_while_revalidate, ordinal)
         CROSS JOIN LATERAL tc_put_entry(b.namespace, b.key, b.body, b.encoding, b.content_type, b.identity_size,
             b.etag, b.model, b.version, b.prompt_digest, ARRAY(SELECT jsonb_array_elements_text(b.tags::jsonb)),
-            b.metadata::jsonb, b.input_tokens, b.output_tokens, $19, b.ttl, $20, b.writer, b.condition,
+            b.metadata::jsonb, b.input_tokens, b.output_tokens, coalesce($19::timestamptz, now()), b.ttl, $20, b.writer, b.condition,
             ARRAY(SELECT jsonb_array_elements_text(b.if_match::jsonb)), $21, $22, b.stale_while_revalidate) r
         ORDER BY b.ordinal
         """
@@ -208,7 +208,7 @@ final class EntryWriteBatcher: @unchecked Sendable {
             .intArray(sorted.map { Int64($0.inputTokens) }), .intArray(sorted.map { Int64($0.outputTokens) }),
             .optionalIntArray(sorted.map { $0.ttlSeconds.map(Int64.init) }), .optionalIntArray(sorted.map(\.writerTokenID)),
             .textArray(conditions.map(\.name)), .textArray(conditions.map { jsonArray($0.tags) }),
-            .timestamp(store.clock.now()), .int(store.policy.defaultTTL),
+            store.writeStamp, .int(store.policy.defaultTTL),
             .int(store.policy.storeHardCap), .double(store.policy.hardCapRatio),
             .intArray(sorted.map { Int64($0.staleWhileRevalidate) }),
         ]

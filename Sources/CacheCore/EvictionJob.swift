@@ -168,7 +168,8 @@ public final class EvictionJob: Sendable {
         // The caps below read the folded totals: fold first (or wait for the fold running
         // elsewhere), so they are current.
         try EntryStore.foldCounters(on: connection, wait: true)
-        let now = store.clock.now()
+        // The database's clock, as writes are stamped: one clock for every replica.
+        let now = try store.stampNow(on: connection)
         let policy = store.policy
         var report = Report()
         let expiredBefore = now.addingTimeInterval(-Double(policy.staleRetention))
