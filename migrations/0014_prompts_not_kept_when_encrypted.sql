@@ -1,4 +1,5 @@
 -- teamcache: compatible-with-older-builds
+-- teamcache: takes-table-locks
 -- An encrypted namespace keeps no prompt in clear. `prompt_digest` (the first 200
 -- characters of a descriptor's prompt, for the stats' top entries) was written in clear
 -- beside the sealed body, so every backup, WAL archive and standby held the prompt, which

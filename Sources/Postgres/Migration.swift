@@ -16,6 +16,30 @@ public struct Migration: Sendable, Equatable {
 
     /// The line that declares `keepsOlderBuildsWorking`, on a line of its own.
     public static let compatibleMarker = "-- teamcache: compatible-with-older-builds"
+    /// The line a migration carries when it takes a lock on a table the service uses (ALTER
+    /// TABLE, LOCK TABLE, CREATE TRIGGER, a plain CREATE INDEX): while it waits for that lock,
+    /// every session behind it waits too, so the runner waits at most its lock timeout per try.
+    public static let tableLockMarker = "-- teamcache: takes-table-locks"
+
+    /// Declares `tableLockMarker` on a line of its own.
+    public var declaresTableLocks: Bool {
+        sql.split(separator: "\n").contains { $0.trimmingCharacters(in: .whitespaces) == Self.tableLockMarker }
+    }
+
+    /// Whether the SQL (comments aside) has a statement that locks a whole table.
+    public var takesTableLocks: Bool {
+        let code = sql.split(separator: "\n").map { line in line.range(of: "--").map { line[..<$0.lowerBound] } ?? line[...] }
+            .joined(separator: " ").uppercased().split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        return ["LOCK TABLE", "ALTER TABLE", "CREATE TRIGGER", "DROP TRIGGER", "CREATE INDEX ", "CREATE UNIQUE INDEX "]
+            .contains { phrase in
+                var rest = code[...]
+                while let found = rest.range(of: phrase) {
+                    if !code[found.upperBound...].hasPrefix("CONCURRENTLY") { return true }
+                    rest = code[found.upperBound...]
+                }
+                return false
+            }
+    }
 
     public init(version: Int, name: String, sql: String) {
         self.version = version

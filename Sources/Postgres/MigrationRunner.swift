@@ -57,6 +57,17 @@ public struct MigrationRunner: Sendable {
     static let tableExists = "SELECT to_regclass('schema_migrations') IS NOT NULL AS present"
 
     public let migrations: [Migration]
+    /// How long each try of a migration waits for a lock (PostgreSQL's `lock_timeout`, set
+    /// in its transaction): a migration queued for a table lock makes every later statement
+    /// on that table queue behind it, so it must give up soon and try again rather than
+    /// stall the running service (older pods included) for as long as a long transaction lasts.
+    public var lockTimeout: TimeInterval = 5
+    /// Tries per migration before `migrate` fails (the lock was never free for long enough).
+    public var lockTries = 12
+    /// The pause between tries.
+    public var retryPause: TimeInterval = 1
+    /// Told of each try that timed out waiting for a lock (the CLI prints it).
+    public var onLockRetry: (@Sendable (Migration, Int) -> Void)?
 
     public init(migrations: [Migration]) {
         self.migrations = migrations
@@ -84,16 +95,31 @@ public struct MigrationRunner: Sendable {
         try connection.execute(Self.addCompatibleColumn)
         // Read again under the lock: another runner may have applied files meanwhile.
         let todo = try pending(on: connection)
-        for migration in todo {
-            try connection.transaction { transaction in
-                try transaction.execute(migration.sql)
-                try transaction.query(Self.insertApplied, [
-                    .int(migration.version), .text(migration.name), .text(migration.checksum),
-                    .bool(migration.keepsOlderBuildsWorking),
-                ])
+        for migration in todo { try applyWithRetries(migration, on: connection) }
+        return todo
+    }
+
+    /// One migration and its row in a transaction, under `lockTimeout`: a try that times out
+    /// waiting for a lock rolls back whole and is made again, up to `lockTries` times.
+    private func applyWithRetries(_ migration: Migration, on connection: PostgresConnection) throws {
+        var attempt = 1
+        while true {
+            do {
+                try connection.transaction { transaction in
+                    try transaction.execute("SET LOCAL lock_timeout = '\(Int(max(0.001, lockTimeout) * 1000))ms'")
+                    try transaction.execute(migration.sql)
+                    try transaction.query(Self.insertApplied, [
+                        .int(migration.version), .text(migration.name), .text(migration.checksum),
+                        .bool(migration.keepsOlderBuildsWorking),
+                    ])
+                }
+                return
+            } catch let error as PostgresError where error.sqlState == .lockNotAvailable && attempt < lockTries {
+                onLockRetry?(migration, attempt)
+                attempt += 1
+                Thread.sleep(forTimeInterval: retryPause)
             }
         }
-        return todo
     }
 
     /// The schema's state; throws when this build cannot serve on it (an applied file

@@ -55,6 +55,11 @@ public struct SessionLimits: Sendable, Equatable {
             ("statement_timeout", statementTimeout), ("lock_timeout", lockTimeout),
             ("idle_in_transaction_session_timeout", idleInTransactionTimeout),
         ].map { "-c \($0.0)=\(Self.milliseconds($0.1))" }.joined(separator: " ")
+            // The server's side of the TCP session too: a client that vanished (or stopped
+            // reading) is noticed by the backend, so a LISTEN session left behind does not
+            // hold PostgreSQL's notification queue back for every writer (ignored on a socket).
+            + " -c tcp_keepalives_idle=\(keepalivesIdle) -c tcp_keepalives_interval=\(keepalivesInterval)"
+            + " -c tcp_keepalives_count=\(keepalivesCount) -c tcp_user_timeout=\(Self.milliseconds(tcpUserTimeout))"
             // Every statement here is a short index walk: JIT compiling one (hundreds of
             // milliseconds, set off by a misestimated plan) never pays back.
             + " -c jit=off"

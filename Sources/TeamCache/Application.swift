@@ -96,6 +96,9 @@ public final class Application: Sendable {
         // Probed once now, so the service is ready from its first request.
         readiness.probe()
         self.readiness = readiness
+        let queueUsage = metrics.gauge("teamcache_notification_queue_usage",
+                                       "PostgreSQL's notification queue in use (0-1; -1 unknown): full, every write fails.")
+        metrics.addCollector { queueUsage.set([], readiness.notificationQueueUsage ?? -1) }
         let operations = OperationalRoutes(readiness: readiness, metrics: metrics, openAPI: Array(spec))
         ProcessMetrics.register(in: metrics)
         let heapInUse = metrics.gauge("teamcache_heap_in_use_bytes", "Heap bytes in use (glibc mallinfo2).")

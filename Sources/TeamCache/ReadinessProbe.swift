@@ -33,6 +33,8 @@ final class ReadinessProbe: @unchecked Sendable {
     private var lastSuccess: TimeInterval?
     /// The last probe found a standby (guarded by `lock`).
     private var onStandby = false
+    /// PostgreSQL's notification queue in use (0 to 1) at the last probe; nil while unknown.
+    private var notificationQueue: Double?
     private let limits: SessionLimits
     private var migrationProblem: String?
     private var aheadBy: [Int] = []
@@ -65,8 +67,14 @@ final class ReadinessProbe: @unchecked Sendable {
         do {
             let session = try connection ?? open()
             connection = session
-            let standby = try session.query("SELECT pg_is_in_recovery() AS standby").first?.bool("standby") ?? true
-            lock.withLock { onStandby = standby }
+            let row = try session.query(
+                "SELECT pg_is_in_recovery() AS standby, pg_notification_queue_usage()::text AS queue").first
+            let standby = try row?.bool("standby") ?? true
+            let queue = try row?.string("queue").flatMap(Double.init)
+            lock.withLock {
+                onStandby = standby
+                notificationQueue = queue
+            }
             guard !standby else {
                 // Dropped, so the next probe connects afresh: a multi-host URL with
                 // `target_session_attrs=read-write` then finds the promoted primary.
@@ -103,6 +111,11 @@ final class ReadinessProbe: @unchecked Sendable {
     }
 
     func close() { connection = nil }
+
+    /// How full PostgreSQL's notification queue was at the last probe (nil: not known yet).
+    /// A LISTEN session that stopped reading holds it back; full, every NOTIFY fails, and with
+    /// it every write on every replica.
+    var notificationQueueUsage: Double? { lock.withLock { notificationQueue } }
 
     private func open() throws -> PostgresConnection {
         try PostgresConnection(url: url, overrides: ["application_name": "teamcache-readiness"], limits: limits)

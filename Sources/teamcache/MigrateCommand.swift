@@ -8,7 +8,9 @@ enum MigrateCommand {
 
         Applies pending migrations, each in its own transaction under an advisory lock (safe
         when several replicas run it at once). --status lists applied and pending migrations;
-        --dry-run prints what would be applied.
+        --dry-run prints what would be applied. A migration waits at most 5 s for a table lock
+        per try (a queued lock request holds up every session behind it, older replicas'
+        included), and tries 12 times.
 
         \(Help.database)
         """
@@ -30,7 +32,13 @@ enum MigrateCommand {
                     return 0
                 }
                 let dryRun = arguments.switches.contains("--dry-run")
-                let migrations = try database.migrations.apply(on: connection, dryRun: dryRun)
+                var runner = database.migrations
+                let (timeout, tries) = (runner.lockTimeout, runner.lockTries)
+                runner.onLockRetry = { migration, attempt in
+                    printError(String(format: "migration %04d %@: a table lock was not free within %.0f s (try %d of %d); "
+                        + "trying again", migration.version, migration.name, timeout, attempt, tries))
+                }
+                let migrations = try runner.apply(on: connection, dryRun: dryRun)
                 for migration in migrations {
                     print(String(format: "%@ %04d %@", dryRun ? "would apply" : "applied", migration.version,
                                  migration.name))
