@@ -468,9 +468,13 @@ final class Connection: @unchecked Sendable {
     }
 
     /// Answers a connection over the limit with a 503 and closes it, without registering it.
-    static func refuse(_ fd: Int32) {
+    static func refuse(_ fd: Int32, _ refusal: ServerContext.ConnectionRefusal) {
+        let detail = switch refusal {
+        case .serverFull: "The server is at its connection limit."
+        case .clientFull: "This client address holds as many connections as one client may; reuse them or close some."
+        }
         let body = "{\"type\":\"https://teamcache.dev/problems/service-unavailable\",\"title\":\"Service Unavailable\","
-            + "\"status\":503,\"detail\":\"The server is at its connection limit.\"}"
+            + "\"status\":503,\"detail\":\"\(detail)\"}"
         let text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\nRetry-After: 1\r\n"
             + "Connection: close\r\nContent-Length: \(body.utf8.count)\r\n\r\n" + body
         _ = text.withCString { write(fd, $0, strlen($0)) }

@@ -151,19 +151,20 @@ public final class EventLoop: @unchecked Sendable {
                     return
                 }
             }
-            guard context.admitConnection() else {
-                Connection.refuse(fd)
+            let peer = Self.peerAddress(address)
+            if let refusal = context.admitConnection(from: peer) {
+                Connection.refuse(fd, refusal)
                 continue
             }
             var one: Int32 = 1
             setsockopt(fd, Int32(IPPROTO_TCP), Self.tcpNoDelay, &one, socklen_t(MemoryLayout<Int32>.size))
-            let connection = Connection(fd: fd, loop: self, peer: Self.peerAddress(address))
+            let connection = Connection(fd: fd, loop: self, peer: peer)
             do {
                 try register(fd, tag: UInt64(fd), events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue)
                 connections[fd] = connection
             } catch {
                 close(fd)
-                context.connectionClosed()
+                context.connectionClosed(from: peer)
             }
         }
     }
@@ -230,7 +231,7 @@ public final class EventLoop: @unchecked Sendable {
     /// Forgets a closed connection (its fd was already removed from epoll by close()).
     func forget(_ connection: Connection) {
         if connections[connection.fd] === connection { connections[connection.fd] = nil }
-        context.connectionClosed()
+        context.connectionClosed(from: connection.peer)
     }
 
     // MARK: Requests

@@ -30,6 +30,9 @@ public struct HTTPServerConfiguration: Sendable {
     /// included; past it the client gets 503 and the handler's late answer is dropped.
     public var requestTimeout: TimeInterval = 5
     public var maxConnections = 20_000
+    /// Open connections one client address may hold (past it: 503 and closed), so a single
+    /// client cannot take every slot of `maxConnections` and keep them for the idle timeout.
+    public var maxConnectionsPerClient = 1_000
     /// Requests served on one connection before it is closed (0: no limit).
     public var maxRequestsPerConnection = 100_000
     /// How long in-flight requests may take to finish at shutdown.

@@ -68,7 +68,8 @@ struct HTTPServerMetrics {
                                       "Time from a complete request to its queued response.",
                                       labels: ["route", "method"], bounds: latencyBuckets)
         refused = registry.counter("teamcache_http_connections_refused_total",
-                                   "Connections refused at the connection limit.")
+                                   "Connections refused at the connection limit (server_limit) or a client's (client_limit).",
+                                   labels: ["limit"])
         deadlineExceeded = registry.counter("teamcache_http_deadline_exceeded_total",
                                             "Requests answered 503 because they outlived TEAMCACHE_REQUEST_TIMEOUT.")
         bodyBudgetRefusals = registry.counter("teamcache_http_body_budget_refusals_total",

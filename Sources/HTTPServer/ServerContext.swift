@@ -19,6 +19,8 @@ final class ServerContext: @unchecked Sendable {
     let requestIDPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 16)
     private let lock = NSLock()
     private var openConnections = 0
+    /// Open connections per client address (an address leaves when its last one closes).
+    private var perClient: [String: Int] = [:]
     /// Bytes of request bodies being received right now, over every connection.
     private var bodyBytes = 0
 
@@ -32,15 +34,28 @@ final class ServerContext: @unchecked Sendable {
 
     var connectionCount: Int { lock.withLock { openConnections } }
 
-    /// Counts a new connection in, unless the server is at its connection limit.
-    func admitConnection() -> Bool {
-        let admitted = lock.withLock {
-            guard openConnections < configuration.maxConnections else { return false }
+    /// Why a new connection was not admitted.
+    enum ConnectionRefusal {
+        case serverFull, clientFull
+    }
+
+    /// Counts a new connection from `peer` in, unless the server is at its connection limit
+    /// or that client at its own (so one client cannot hold every slot). nil: admitted.
+    func admitConnection(from peer: String) -> ConnectionRefusal? {
+        let refusal: ConnectionRefusal? = lock.withLock {
+            guard openConnections < configuration.maxConnections else { return .serverFull }
+            let held = perClient[peer, default: 0]
+            guard held < configuration.maxConnectionsPerClient else { return .clientFull }
+            perClient[peer] = held + 1
             openConnections += 1
-            return true
+            return nil
         }
-        if !admitted { metrics?.refused.inc() }
-        return admitted
+        switch refusal {
+        case .serverFull: metrics?.refused.inc(["server_limit"])
+        case .clientFull: metrics?.refused.inc(["client_limit"])
+        case nil: break
+        }
+        return refusal
     }
 
     /// Adds `delta` to the body bytes held; false when the total is now past the budget.
@@ -53,8 +68,12 @@ final class ServerContext: @unchecked Sendable {
 
     var bodyBytesHeld: Int { lock.withLock { bodyBytes } }
 
-    func connectionClosed() {
-        lock.withLock { openConnections -= 1 }
+    func connectionClosed(from peer: String) {
+        lock.withLock {
+            openConnections -= 1
+            let held = perClient[peer, default: 1] - 1
+            perClient[peer] = held > 0 ? held : nil
+        }
     }
 
     /// Runs a handler, turning thrown errors into problem responses. Unexpected errors
