@@ -36,6 +36,14 @@ final class Connection: @unchecked Sendable {
     var current: HTTPRequest?
     /// This connection's share of the server's body budget (`ServerContext.holdBodyBytes`).
     private var heldBodyBytes = 0
+    /// Of those, the bytes of a request whose credentials are not verified yet, charged to
+    /// this client's share (`ServerContext.holdUnverifiedBytes`).
+    private var heldUnverifiedBytes = 0
+    /// The body being read belongs to a request whose precheck could not verify it.
+    private var bodyUnverified = false
+    /// A precheck's blocking verification runs on a worker: no request is taken meanwhile
+    /// (its body waits in the socket, or at most `maxBufferedInput` of it in the parser).
+    private var verifying = false
     /// Whether any byte arrived (for the debug line of a connection closed unanswered).
     private var receivedAny = false
     var inFlight = false
@@ -109,7 +117,7 @@ final class Connection: @unchecked Sendable {
 
     /// Whether the next buffered request may be taken now.
     private var canTakeRequests: Bool {
-        !inFlight && !isClosed && !closeAfterFlush && output.bytes < Self.maxQueuedOutput
+        !inFlight && !verifying && !isClosed && !closeAfterFlush && output.bytes < Self.maxQueuedOutput
     }
 
     /// Takes events from the parser until a request is in flight, more bytes are needed,
@@ -154,12 +162,16 @@ final class Connection: @unchecked Sendable {
     private func take(_ event: HTTPParser.Event, answered: inout Int) {
         switch event {
         case .head(let request, let continueExpected):
-            if let refusal = refusal(beforeBody: request) {
+            switch verdict(beforeBody: request) {
+            case .refuse(let refusal):
                 answered += 1
                 refuse(request, with: refusal)
-            } else if continueExpected {
+            case .read(let unverified):
+                bodyUnverified = unverified
                 // Only now: a client that waits for it sends no byte of a refused body.
-                enqueue(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
+                if continueExpected { enqueue(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)) }
+            case .verifyFirst(let verify):
+                startVerifying(request, verify, continueExpected: continueExpected)
             }
         case .request(let request):
             served += 1
@@ -183,6 +195,63 @@ final class Connection: @unchecked Sendable {
 
     // MARK: Requests
 
+    /// What to do with a request's body, decided on its head.
+    private enum BodyVerdict {
+        /// Refused before a byte of it is read.
+        case refuse(HTTPResponse)
+        /// Read it (`unverified`: its credentials are not verified yet; a small body).
+        case read(unverified: Bool)
+        /// A large body whose credentials must be verified first (blocking, on a worker).
+        case verifyFirst(@Sendable () throws -> Void)
+    }
+
+    private func verdict(beforeBody request: HTTPRequest) -> BodyVerdict {
+        if let refusal = refusal(beforeBody: request) { return .refuse(refusal) }
+        guard let verify = pendingVerification else { return .read(unverified: false) }
+        pendingVerification = nil
+        let declared = request.headers["Content-Length"].flatMap(Int.init) ?? Int.max
+        return declared > loop.context.configuration.unverifiedBodyLimit ? .verifyFirst(verify) : .read(unverified: true)
+    }
+
+    /// Set by `refusal(beforeBody:)` when the precheck left something to verify.
+    private var pendingVerification: (@Sendable () throws -> Void)?
+
+    /// Verifies on a worker what the precheck could not (a token not seen yet), before a
+    /// large body is read: a client with made-up credentials cannot hold body budget for
+    /// longer than a lookup takes, nor make the server receive its body at all.
+    private func startVerifying(_ request: HTTPRequest, _ verify: @escaping @Sendable () throws -> Void,
+                                continueExpected: Bool) {
+        verifying = true
+        let loop = self.loop
+        let accepted = loop.context.workers.submit { [self] in
+            let outcome = Result { try verify() }
+            loop.execute { [self] in finishVerifying(request, outcome, continueExpected: continueExpected) }
+        }
+        if !accepted {
+            finishVerifying(request, .failure(HTTPError(503, "The server is busy; retry shortly.",
+                                                        headers: HTTPHeaders([("Retry-After", "1")]))),
+                            continueExpected: continueExpected)
+        }
+    }
+
+    private func finishVerifying(_ request: HTTPRequest, _ outcome: Result<Void, any Error>, continueExpected: Bool) {
+        verifying = false
+        guard !isClosed else { return }
+        switch outcome {
+        case .success:
+            if continueExpected { enqueue(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)) }
+        case .failure(let error):
+            let refusal = (error as? HTTPError)
+                ?? HTTPError(503, "The credentials could not be checked now; retry shortly.",
+                             headers: HTTPHeaders([("Retry-After", "1")]))
+            refuse(request, with: refusal.response(requestID: request.requestID))
+            flush()
+            return
+        }
+        processBuffered()
+        updateInterest()
+    }
+
     /// Why a request with a body is refused on its head alone (no route, a precheck such as
     /// a missing or known-bad token), or nil to read the body.
     private func refusal(beforeBody request: HTTPRequest) -> HTTPResponse? {
@@ -196,7 +265,7 @@ final class Connection: @unchecked Sendable {
             request.routeID = route.id
             request.pathParameters = parameters
             do {
-                try precheck(request)
+                if case .unverified(let verify) = try precheck(request) { pendingVerification = verify }
                 return nil
             } catch let refused as HTTPError {
                 error = refused
@@ -233,12 +302,19 @@ final class Connection: @unchecked Sendable {
     func accountBodyBytes() {
         // Counted until answered: a body waiting for a worker or being handled holds memory too.
         let holding = parser.bodyBytesReceived + (current?.body.count ?? 0)
+        // Bodies whose credentials are not verified yet also draw on this client's small share.
+        let unverifiedDelta = (bodyUnverified ? holding : 0) - heldUnverifiedBytes
         let delta = holding - heldBodyBytes
-        guard delta != 0 else { return }
+        guard delta != 0 || unverifiedDelta != 0 else { return }
         heldBodyBytes = holding
-        guard !loop.context.holdBodyBytes(delta), delta > 0, parser.isReadingBody else { return }
+        heldUnverifiedBytes += unverifiedDelta
+        let withinShare = unverifiedDelta == 0 || loop.context.holdUnverifiedBytes(unverifiedDelta, from: peer)
+        let withinBudget = delta == 0 || loop.context.holdBodyBytes(delta)
+        guard !(withinShare && withinBudget), delta > 0 || unverifiedDelta > 0, parser.isReadingBody else { return }
         loop.context.metrics?.bodyBudgetRefusals.inc()
-        let refusal = HTTPError(503, "The server is receiving too many request bodies at once; retry shortly.",
+        let refusal = HTTPError(503, withinBudget
+            ? "This client is sending too many bodies with credentials not verified yet; retry shortly."
+            : "The server is receiving too many request bodies at once; retry shortly.",
                                 headers: HTTPHeaders([("Retry-After", "1")]))
         let request = HTTPRequest(method: "-", target: "/", version: .http11, headers: HTTPHeaders(), keepAlive: false)
         refuse(request, with: refusal.response(requestID: ""))
@@ -464,6 +540,8 @@ final class Connection: @unchecked Sendable {
         onClientGone = nil
         if heldBodyBytes > 0 { _ = loop.context.holdBodyBytes(-heldBodyBytes) }
         heldBodyBytes = 0
+        if heldUnverifiedBytes > 0 { _ = loop.context.holdUnverifiedBytes(-heldUnverifiedBytes, from: peer) }
+        heldUnverifiedBytes = 0
         loop.forget(self)
     }
 

@@ -15,6 +15,12 @@ public struct HTTPServerConfiguration: Sendable {
     /// Request bodies being received at once, over every connection, in bytes; a body that
     /// would pass it is refused with 503 (memory stays bounded whatever clients send).
     public var bodyBudgetBytes = 256 * 1024 * 1024
+    /// A request whose credentials the precheck could not verify on the loop (a token not
+    /// seen yet) has them verified on a worker before a body larger than this is read.
+    public var unverifiedBodyLimit = 64 * 1024
+    /// The most body bytes of such requests one client address may have in flight (smaller
+    /// bodies read before their verification): 1/64 of the budget, at least 4 such bodies.
+    public var unverifiedShareBytes: Int { max(4 * unverifiedBodyLimit, bodyBudgetBytes / 64) }
     /// From the first byte of a request until its head is complete (slowloris); also how
     /// long a new connection may stay silent before its first byte (well under the idle
     /// timeout: a connection that never spoke is only a cost).

@@ -6,6 +6,15 @@ public typealias HTTPHandler = @Sendable (HTTPRequest) throws -> HTTPResponse
 /// Must not block: this is how reads reach the database without a thread hand-off.
 public typealias AsyncHTTPHandler = @Sendable (HTTPRequest, Responder) -> Void
 
+/// What a route's precheck found on a request's head.
+public enum PrecheckVerdict: Sendable {
+    /// Everything the head could show is checked: read the body.
+    case admitted
+    /// Not all of it could be checked without blocking; `verify` does the rest (it may
+    /// block; it throws an `HTTPError` to refuse the request before its body is read).
+    case unverified(verify: @Sendable () throws -> Void)
+}
+
 /// A method and path template (`/v1/caches/{ns}/entries/{key}`) with its handler.
 /// Immutable; a class so a match hands out one reference, not a copy of every field.
 public final class Route: Sendable {
@@ -26,12 +35,15 @@ public final class Route: Sendable {
 
     /// Checks a request on its head alone, before its body is read (authentication from
     /// cached state, say): throwing an `HTTPError` refuses it without reading the body.
-    /// Must not block: it runs on the event loop.
-    public typealias Precheck = @Sendable (HTTPRequest) throws -> Void
+    /// Must not block: it runs on the event loop. `.unverified` says what it could not check
+    /// without blocking (a credential not seen yet): the server runs that check on a worker
+    /// before it reads a large body, and gives a small body only a small share of the budget.
+    public typealias Precheck = @Sendable (HTTPRequest) throws -> PrecheckVerdict
 
     public let method: String
     public let template: String
     let work: Work
+
     let precheck: Precheck?
     let segments: [Segment]
     /// The route's position in its router (a metrics key).

@@ -68,6 +68,18 @@ final class ServerContext: @unchecked Sendable {
 
     var bodyBytesHeld: Int { lock.withLock { bodyBytes } }
 
+    /// Body bytes of requests with credentials not verified yet, per client address.
+    private var unverifiedBytes: [String: Int] = [:]
+
+    /// Adds `delta` to `peer`'s unverified body bytes; false when they are now past its share.
+    func holdUnverifiedBytes(_ delta: Int, from peer: String) -> Bool {
+        lock.withLock {
+            let held = unverifiedBytes[peer, default: 0] + delta
+            unverifiedBytes[peer] = held > 0 ? held : nil
+            return held <= configuration.unverifiedShareBytes
+        }
+    }
+
     func connectionClosed(from peer: String) {
         lock.withLock {
             openConnections -= 1

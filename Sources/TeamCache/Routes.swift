@@ -53,7 +53,7 @@ extension Application {
     static func precheck(_ auth: Authenticator, _ scope: Scope) -> Route.Precheck {
         { request in
             let namespace = try request.pathParameters["ns"] == nil ? nil : RequestParsing.namespace(request)
-            try auth.precheck(request, scope, namespace: namespace)
+            return try auth.precheck(request, scope, namespace: namespace)
         }
     }
 

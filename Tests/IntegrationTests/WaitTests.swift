@@ -241,7 +241,8 @@ import TestSupport
             setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit)
         }
         let database = try TestDatabase.shared.migratedDatabase(prefix: "waitstop")
-        let server = try ServeProcess(database: database)
+        // 1,000 waiters and the metrics reads beside them, all from one address.
+        let server = try ServeProcess(database: database, environment: ["TEAMCACHE_MAX_CONNECTIONS_PER_CLIENT": "2000"])
         try #require(server.waitUntilListening())
         let descriptor = "\"model\":\"m\",\"prompt\":\"stop\""
         let first = try RawClient(port: server.port, timeout: 10).request(

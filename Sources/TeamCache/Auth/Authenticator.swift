@@ -72,10 +72,18 @@ public final class Authenticator: @unchecked Sendable {
     }
 
     /// The check made on a request's head, before its body is read: throws when the token
-    /// is missing, malformed, known to be bad or lacks the scope; passes a token it has not
-    /// seen yet (the handler checks it). Never blocks, never counts toward the rate limit.
-    public func precheck(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?) throws {
-        _ = try authorize(request, scope, namespace: namespace, cachedOnly: true, counted: false)
+    /// is missing, malformed, known to be bad or lacks the scope; a token it has not seen yet
+    /// is `.unverified`, with the lookup that verifies it (blocking: the server runs it on a
+    /// worker before it reads a large body, charged to the client's allowance for unknown
+    /// tokens; a small body's handler verifies it). Never blocks, never counts toward the
+    /// rate limit.
+    public func precheck(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?) throws -> PrecheckVerdict {
+        if try authorize(request, scope, namespace: namespace, cachedOnly: true, counted: false) != nil {
+            return .admitted
+        }
+        return .unverified { [self] in
+            _ = try authorize(request, scope, namespace: namespace, cachedOnly: false, counted: false)
+        }
     }
 
     private func authorize(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?, cachedOnly: Bool,
