@@ -70,6 +70,9 @@ public struct EntryWrite: Sendable {
     public var outputTokens = 0
     /// nil: the namespace's default TTL, else the server's.
     public var ttlSeconds: Int?
+    /// CLOCK_MONOTONIC nanoseconds past which the write must not start (its request was
+    /// given up, answered "outcome unknown"): a write still queued then is dropped. nil: none.
+    public var notAfter: UInt64?
     /// Seconds past expiry the entry is still served while it is refreshed (0: none).
     public var staleWhileRevalidate = 0
     public var writerTokenID: Int64?

@@ -19,6 +19,12 @@ import Postgres
 /// A batch the server rejects (it rolled back whole) is retried one write at a time, so one
 /// bad row never fails its neighbours; a batch whose outcome is unknown (the connection
 /// broke, the result did not decode) is never replayed: it may have committed.
+/// A write refused because the write queue is full: nothing was stored.
+public struct WriteQueueFull: Error {}
+
+/// A write dropped from the queue because its request was given up at its deadline.
+public struct WriteAbandoned: Error {}
+
 final class EntryWriteBatcher: @unchecked Sendable {
     // @unchecked: `queue` and `running` are guarded by `lock`.
     /// A queued write and whom to tell when it is committed.
@@ -59,12 +65,27 @@ final class EntryWriteBatcher: @unchecked Sendable {
         self.batchSizes = batchSizes
     }
 
+    /// Writes queued at most, and their bodies' bytes at most: past either a write is refused
+    /// at once (nothing stored: a 503 the client may retry), so a database that stalls
+    /// cannot make the queue, and the memory of the bodies in it, grow without bound.
+    static let maxQueued = 4096
+    static let maxQueuedBytes = 256 * 1024 * 1024
+    private var queuedBytes = 0
+
     /// Queues `write`; `completion` gets its outcome once it is committed (alone or with
     /// others). If a batch slot is free, this thread commits batches until the queue is empty.
     func submit(_ write: EntryWrite, into store: EntryStore,
                 committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)? = nil,
                 completion: @escaping @Sendable (Result<WriteOutcome, any Error>, WALPosition?) -> Void) {
         lock.lock()
+        let size = write.body.bytes.count
+        guard queue.count < Self.maxQueued, queue.isEmpty || queuedBytes + size <= Self.maxQueuedBytes else {
+            lock.unlock()
+            committed?(.failure(WriteQueueFull()))
+            completion(.failure(WriteQueueFull()), nil)
+            return
+        }
+        queuedBytes += size
         queue.append(Slot(write: write, committed: committed, completion: completion))
         guard running < concurrent else {
             lock.unlock()
@@ -72,8 +93,13 @@ final class EntryWriteBatcher: @unchecked Sendable {
         }
         running += 1
         while !queue.isEmpty {
-            let batch = takeBatch()
+            let (batch, abandoned) = takeBatch(now: Self.monotonicNow())
             lock.unlock()
+            // Their requests were given up: they never start (their answers are dropped).
+            for member in abandoned {
+                member.committed?(.failure(WriteAbandoned()))
+                member.completion(.failure(WriteAbandoned()), nil)
+            }
             let results = Self.run(batch.map(\.write), store: store)
             batchSizes?.observe([], Double(batch.count))
             for (member, result) in zip(batch, results) { member.committed?(result) }
@@ -137,8 +163,11 @@ final class EntryWriteBatcher: @unchecked Sendable {
     /// came, and a set-based statement must not touch a row twice), up to `maxBatch` writes
     /// and `maxBatchBytes` of bodies (at least one write, however large). Called with the
     /// lock held.
-    private func takeBatch() -> [Slot] {
-        guard let first = queue.first else { return [] }
+    private func takeBatch(now: UInt64) -> (batch: [Slot], abandoned: [Slot]) {
+        let abandoned = queue.filter { slot in slot.write.notAfter.map { $0 <= now } ?? false }
+        if !abandoned.isEmpty { queue.removeAll { slot in slot.write.notAfter.map { $0 <= now } ?? false } }
+        queuedBytes -= abandoned.reduce(0) { $0 + $1.write.body.bytes.count }
+        guard let first = queue.first else { return ([], abandoned) }
         let kind = Kind(first.write.condition)
         var taken: [Int] = [], seen = Set<KeyIdentity>(), bytes = 0
         for (index, slot) in queue.enumerated() {
@@ -151,7 +180,14 @@ final class EntryWriteBatcher: @unchecked Sendable {
         }
         let batch = taken.map { queue[$0] }
         for index in taken.reversed() { queue.remove(at: index) }
-        return batch
+        queuedBytes -= batch.reduce(0) { $0 + $1.write.body.bytes.count }
+        return (batch, abandoned)
+    }
+
+    static func monotonicNow() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
     }
 
     /// A key as the batch tells keys apart.

@@ -118,6 +118,19 @@ public final class LeaseStore: Sendable {
         try finish(namespace, key, id: id, holder: holder, outcome: "released")
     }
 
+    /// Gives back, in the background, a lease whose grant never reached its caller (the
+    /// request was given up at its deadline, or its client left): nobody holds its id, and
+    /// without this every caller would be told "pending" until it runs out. One serial queue:
+    /// these are rare, and a database that is down only delays them.
+    public func releaseUndelivered(_ namespace: Namespace, _ key: EntryKey, _ lease: Lease, holder: Int64?) {
+        Self.undeliveredQueue.async { [self] in
+            if (try? finish(namespace, key, id: lease.id, holder: holder, outcome: "undelivered")) == true { return }
+            // Not released (the database was unavailable): it runs out by itself, as any lease.
+        }
+    }
+
+    private static let undeliveredQueue = DispatchQueue(label: "teamcache.leases.undelivered")
+
     private func finish(_ namespace: Namespace, _ key: EntryKey, id: String, holder: Int64?, outcome: String) throws
         -> Bool {
         let row = try pool.withConnection { connection in

@@ -47,8 +47,16 @@ extension Connection {
     /// answer, if it ever comes, is dropped by `complete`.
     private func abandonRequest() {
         guard let request = current else { return }
-        let error = HTTPError(503, "The request did not complete within its deadline; retry shortly.",
-                              headers: HTTPHeaders([("Retry-After", "1")]))
+        // A write given up may still commit (it was queued, or committing): saying 503 would
+        // tell the client "not applied, retry", and a retry of a create-only write would then
+        // meet its own effect. It is 504 with a problem type of its own: read to find out.
+        let error = request.mayChangeState
+            ? HTTPError(504, "The request did not complete within its deadline; it may or may not have taken effect. "
+                + "Read the state (GET the key) before retrying a write that is not idempotent.",
+                        title: "Outcome unknown", type: "https://teamcache.dev/problems/outcome-unknown",
+                        headers: HTTPHeaders([("Retry-After", "1")]))
+            : HTTPError(503, "The request did not complete within its deadline; retry shortly.",
+                        headers: HTTPHeaders([("Retry-After", "1")]))
         current = nil
         onClientGone = nil
         inFlight = false
@@ -58,7 +66,7 @@ extension Connection {
                             version: request.version, keepAlive: false, requestID: request.requestID)
         loop.record(method: request.method, routeID: request.routeID,
                     route: request.routeTemplate.isEmpty ? "unmatched" : request.routeTemplate,
-                    status: 503, bytes: bytes, seconds: seconds, requestID: request.requestID)
+                    status: error.status, bytes: bytes, seconds: seconds, requestID: request.requestID)
         loop.context.metrics?.deadlineExceeded.inc()
         accountBodyBytes()
         flush()

@@ -330,6 +330,8 @@ final class Connection: @unchecked Sendable {
             request.routeTemplate = route.template
             request.routeID = route.id
             request.pathParameters = parameters
+            request.mayChangeState = route.mayChangeState
+            request.deadline = phaseStart + Self.nanoseconds(context.configuration.requestTimeout)
             switch route.work {
             case .inline(let handler):
                 complete(context.run(route, request) { try handler(request) }, for: request, started: started)
@@ -375,7 +377,10 @@ final class Connection: @unchecked Sendable {
     }
 
     func complete(_ response: HTTPResponse, for request: HTTPRequest, started: UInt64) {
-        guard !isClosed, current === request else { return }
+        guard !isClosed, current === request else {
+            response.undelivered?()
+            return
+        }
         inFlight = false
         current = nil
         onClientGone = nil

@@ -21,6 +21,11 @@ public final class HTTPRequest: @unchecked Sendable {
     /// The matched route's id (a metrics key), or `Router.unmatchedID`.
     var routeID = Router.unmatchedID
     public internal(set) var pathParameters: PathParameters = [:]
+    /// When the server gives the request up (monotonic nanoseconds; 0 until dispatched):
+    /// work it starts must not begin past this (a write left queued past it is dropped).
+    public internal(set) var deadline: UInt64 = 0
+    /// Its route may change state (`Route.mayChangeState`).
+    var mayChangeState = false
 
     public init(method: String, target: String, version: HTTPVersion, headers: HTTPHeaders, body: [UInt8] = [],
                 keepAlive: Bool = true) {

@@ -6,6 +6,10 @@ public struct HTTPResponse: Sendable {
     public var status: Int
     public var headers: HTTPHeaders
     public var body: [UInt8]
+    /// Called once, on the loop, when this response can no longer reach its client (its
+    /// request was given up at its deadline, or the connection closed): a handler that gave
+    /// something away with it (a lease only this answer names) takes it back. It must not block.
+    public var undelivered: (@Sendable () -> Void)?
 
     public init(status: Int, headers: HTTPHeaders = HTTPHeaders(), body: [UInt8] = []) {
         self.status = status

@@ -47,7 +47,10 @@ public final class Responder: @unchecked Sendable {
 
     /// Answers with `response`. Only the first answer counts.
     public func respond(_ response: HTTPResponse) {
-        guard !answered else { return }
+        guard !answered else {
+            response.undelivered?()
+            return
+        }
         answered = true
         connection.complete(response, for: request, started: started)
     }

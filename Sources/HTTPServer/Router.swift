@@ -54,22 +54,28 @@ public final class Route: Sendable {
         case parameter(String)
     }
 
+    /// The route's handler may change state (a write): a request given up at its deadline
+    /// may still take effect, so it is answered 504 "outcome unknown", not a 503 a client
+    /// would read as "not applied, retry".
+    public let mayChangeState: Bool
+
     public convenience init(_ method: String, _ template: String, _ execution: Execution = .worker,
-                            precheck: Precheck? = nil, handler: @escaping HTTPHandler) {
+                            precheck: Precheck? = nil, mayChangeState: Bool = false, handler: @escaping HTTPHandler) {
         self.init(method, template, execution == .inline ? .inline(handler) : .worker(handler), precheck: precheck,
-                  id: -1)
+                  mayChangeState: mayChangeState, id: -1)
     }
 
     public convenience init(_ method: String, _ template: String, precheck: Precheck? = nil,
-                            responder handler: @escaping AsyncHTTPHandler) {
-        self.init(method, template, .async(handler), precheck: precheck, id: -1)
+                            mayChangeState: Bool = false, responder handler: @escaping AsyncHTTPHandler) {
+        self.init(method, template, .async(handler), precheck: precheck, mayChangeState: mayChangeState, id: -1)
     }
 
-    init(_ method: String, _ template: String, _ work: Work, precheck: Precheck?, id: Int) {
+    init(_ method: String, _ template: String, _ work: Work, precheck: Precheck?, mayChangeState: Bool, id: Int) {
         self.method = method
         self.template = template
         self.work = work
         self.precheck = precheck
+        self.mayChangeState = mayChangeState
         self.id = id
         self.segments = template.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map {
             $0.hasPrefix("{") && $0.hasSuffix("}") ? .parameter(String($0.dropFirst().dropLast())) : .literal(Array($0.utf8))
@@ -115,7 +121,8 @@ public struct Router: Sendable {
 
     public init(_ routes: [Route]) {
         self.routes = routes.enumerated().map { index, route in
-            Route(route.method, route.template, route.work, precheck: route.precheck, id: index)
+            Route(route.method, route.template, route.work, precheck: route.precheck,
+                  mayChangeState: route.mayChangeState, id: index)
         }
         var exact: [(template: [UInt8], routes: [Route])] = []
         for route in self.routes where !route.segments.contains(where: { if case .parameter = $0 { true } else { false } }) {

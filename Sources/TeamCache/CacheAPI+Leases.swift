@@ -37,7 +37,12 @@ extension CacheAPI {
                     leases.countHandOver()
                 }
                 recordMiss(namespace, labelled: labelled)
-                return .response(answers.granted(lease))
+                // A grant that waited past the request's deadline (on a row lock, say) is given
+                // back when its answer cannot be delivered: nobody else knows its id.
+                var answer = answers.granted(lease)
+                let leases = self.leases
+                answer.undelivered = { leases.releaseUndelivered(namespace, key, lease, holder: holder) }
+                return .response(answer)
             case .held(let retryAfter):
                 if mayPark, let budget, let waiters, budget.remaining > 0 {
                     budget.waited = true
@@ -73,7 +78,13 @@ extension CacheAPI {
         if leases.isKnownHeld(namespace, key) { return .response(try answer(nil)) }
         let seconds = seconds ?? Self.refreshLeaseSeconds
         return .blocking { [self] in
-            .response(try answer(leases.refresh(namespace, key, seconds: seconds, holder: holder)))
+            let lease = leases.refresh(namespace, key, seconds: seconds, holder: holder)
+            var response = try answer(lease)
+            if let lease {
+                let leases = self.leases
+                response.undelivered = { leases.releaseUndelivered(namespace, key, lease, holder: holder) }
+            }
+            return .response(response)
         }
     }
 

@@ -68,6 +68,12 @@ public final class CacheAPI: Sendable {
                                 headers: HTTPHeaders([("Retry-After", "1")]))
             }
             throw HTTPError(500, "A database error occurred; quote the request id when reporting it.")
+        } catch is WriteQueueFull {
+            throw HTTPError(503, "Too many writes are waiting for the database; nothing was stored. Retry shortly.",
+                            headers: HTTPHeaders([("Retry-After", "1")]))
+        } catch is WriteAbandoned {
+            throw HTTPError(503, "The write was not started within the request's deadline; nothing was stored.",
+                            headers: HTTPHeaders([("Retry-After", "1")]))
         } catch let unavailable as Keyring.Unavailable {
             // Never stored plain: the write is refused until this replica can use the key
             // (another replica may: retry).
@@ -85,7 +91,11 @@ public final class CacheAPI: Sendable {
     /// answer (on the committing thread: one short statement, for one write of a burst).
     func commit(_ write: EntryWrite, location: String?, lease: String? = nil, request: HTTPRequest,
                 answer: @escaping Responder.Answer) {
-        store.submit(write, committed: { [self] result in
+        // Past the request's deadline it is answered "outcome unknown": a write not started by
+        // then never is (so what the deadline's answer says is at worst too cautious).
+        var bounded = write
+        if request.deadline > 0 { bounded.notAfter = request.deadline }
+        store.submit(bounded, committed: { [self] result in
             // Whatever the outcome (an unknown one may have committed), the key's kept copy goes
             // before the answer: a read after this 2xx, on this replica, reads the database.
             near?.invalidate(write.namespace.name, write.key.bytes)

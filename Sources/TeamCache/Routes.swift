@@ -63,12 +63,14 @@ extension Application {
                        metricsNeedAuth: Bool, deferWrites: Bool = true) -> [Route] {
         func secured(_ method: String, _ template: String, _ scope: Scope,
                      _ handler: @escaping SecuredHandler) -> Route {
-            Route(method, template, .worker, precheck: precheck(auth, scope), handler: Self.secured(api, auth, scope, handler))
+            // Everything but GET may write: past its deadline it is answered "outcome unknown" (504).
+            Route(method, template, .worker, precheck: precheck(auth, scope), mayChangeState: method != "GET",
+                  handler: Self.secured(api, auth, scope, handler))
         }
         func deferred(_ method: String, _ template: String, _ scope: Scope,
                       _ handler: @escaping DeferredHandler) -> Route {
             guard deferWrites else { return secured(method, template, scope, Self.waiting(handler)) }
-            return Route(method, template, precheck: precheck(auth, scope),
+            return Route(method, template, precheck: precheck(auth, scope), mayChangeState: true,
                          responder: Self.securedDeferred(api, auth, scope, handler))
         }
         let entry = "/v1/caches/{ns}/entries/{key}"
