@@ -122,7 +122,7 @@ public final class Keyring: @unchecked Sendable {
         let key = DataKey(id: Int64(id), namespace: namespace, bytes: bytes)
         lock.withLock {
             byID[key.id] = key
-            current[namespace] = (key, ProcessInfo.processInfo.systemUptime + Self.currentFor)
+            remember(namespace, key, now: ProcessInfo.processInfo.systemUptime)
         }
         return key
     }
@@ -164,9 +164,24 @@ public final class Keyring: @unchecked Sendable {
         }
         lock.withLock {
             if let key { byID[key.id] = key }
-            current[namespace] = (key, now + Self.currentFor)
+            remember(namespace, key, now: now)
         }
         return key
+    }
+
+    /// Namespaces whose sealing key (or its absence) is remembered now.
+    var rememberedNamespaces: Int { lock.withLock { current.count } }
+    /// The size past which `current` is pruned next.
+    private var pruneAt = 1024
+
+    /// Notes `namespace`'s sealing key until `now + currentFor`. Called with the lock held.
+    /// Answers past their time are dropped whenever the table has doubled since the last
+    /// pruning (at least 1,024): one per namespace ever written would otherwise stay forever.
+    func remember(_ namespace: String, _ key: DataKey?, now: TimeInterval) {
+        current[namespace] = (key, now + Self.currentFor)
+        guard current.count >= pruneAt else { return }
+        current = current.filter { $0.value.until > now }
+        pruneAt = max(1024, current.count * 2)
     }
 
     /// Whether `namespace` has a data key (no unwrapping: for display).
