@@ -11,8 +11,12 @@ import Observability
 /// so, and only while the key listener is up: otherwise a change could go unheard), for at
 /// most `reuseFor` (a trim raises floors without a notification).
 ///
-/// Bounded: pages over `pageLimit` bytes are not kept, and past `byteBudget` the table starts
-/// over. A follower waits for another's read at most `joinFor`, then reads itself.
+/// Bounded: a page is counted whole (body, head, question and the table's own overhead: an
+/// empty page once counted as its 38 body bytes held about 480), pages over `pageLimit`
+/// bytes are not kept, at most `maxPages` are, and past `byteBudget` the table starts over.
+/// Pages past their reuse window are dropped whenever a page is kept. A read-scoped client
+/// chooses the question (cursor, limit, bodies, encoding), so these bounds are what keeps it
+/// from filling memory. A follower waits for another's read at most `joinFor`, then reads itself.
 final class FeedPages: @unchecked Sendable {
     // @unchecked: `pages`, `bytes` and `reading` are guarded by `state`.
     /// A page as a follower asks for it (`gzip`: whether its answer is compressed).
@@ -29,10 +33,16 @@ final class FeedPages: @unchecked Sendable {
         let readAt: TimeInterval
         let empty: Bool
         let response: HTTPResponse
+        /// What it holds in memory, as counted against `byteBudget`.
+        let cost: Int
     }
 
     static let pageLimit = 1 << 20
     static let byteBudget = 32 << 20
+    static let maxPages = 4096
+    /// A page's memory beside its body and head: the table's entry, the question, the
+    /// response's and the page's own storage (measured at ~480 bytes for an empty page).
+    static let pageOverhead = 512
     static let reuseFor: TimeInterval = 1
     static let joinFor: TimeInterval = 2
 
@@ -79,14 +89,35 @@ final class FeedPages: @unchecked Sendable {
             state.unlock()
         }
         reading.remove(question)
-        guard response.body.count <= Self.pageLimit else { return }
-        if bytes + response.body.count > Self.byteBudget {
+        let cost = Self.cost(question, response)
+        guard cost <= Self.pageLimit else { return }
+        let now = ProcessInfo.processInfo.systemUptime
+        // Pages no follower may reuse any more go first; then, if still over, all of them.
+        if !pages.isEmpty {
+            pages = pages.filter { now - $0.value.readAt < Self.reuseFor }
+            bytes = pages.values.reduce(0) { $0 + $1.cost }
+        }
+        if bytes + cost > Self.byteBudget || pages.count >= Self.maxPages {
             pages = [:]
             bytes = 0
         }
-        let page = Page(since: since, readAt: ProcessInfo.processInfo.systemUptime, empty: empty, response: response)
-        if let old = pages.updateValue(page, forKey: question) { bytes -= old.response.body.count }
-        bytes += response.body.count
+        let page = Page(since: since, readAt: now, empty: empty, response: response, cost: cost)
+        if let old = pages.updateValue(page, forKey: question) { bytes -= old.cost }
+        bytes += cost
+    }
+
+    /// A page's memory as counted: body, head fields, the question's namespace and the overhead.
+    static func cost(_ question: Question, _ response: HTTPResponse) -> Int {
+        var head = 0
+        for (name, value) in response.headers { head += name.utf8.count + value.utf8.count + 32 }
+        return response.body.count + head + question.namespace.utf8.count + pageOverhead
+    }
+
+    /// Pages kept, and their bytes as counted (for tests and gauges).
+    var held: (pages: Int, bytes: Int) {
+        state.lock()
+        defer { state.unlock() }
+        return (pages.count, bytes)
     }
 
     /// The read failed: the next follower reads for itself.
