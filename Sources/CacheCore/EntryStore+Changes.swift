@@ -1,8 +1,11 @@
 import Foundation
 import Postgres
 
-/// The change feed (migration 0012): numbered by a sequencer run before each read, read by
-/// (namespace, seq) from a cursor, trimmed by the eviction cycle.
+/// The change feed (migration 0012): numbered in the background (one sequencer per process,
+/// as the counter fold is), read by (namespace, seq) from a cursor, trimmed by the eviction
+/// cycle. No request waits for numbering: a reader numbers a little only when this process's
+/// sequencer is free and the head's row lock is had within a few milliseconds, and a page
+/// read while changes wait for their numbers says `more`.
 extension EntryStore {
     static let sequenceChanges = "SELECT tc_sequence_changes($1::int4) AS head"
     /// Rows numbered per sequencer run at most (a backlog is numbered over several reads).
@@ -37,28 +40,72 @@ extension EntryStore {
         "to_char((\(column)) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
     }
 
-    /// Sequencer runs per feed read at most: a backlog of this many batches is numbered
-    /// before the page is read; past it the page says `more` (and does not wait).
-    static let sequencerRunsPerRead = 10
+    /// How long one background numbering pass may run before it lets the next tick start.
+    static let numberingPass: TimeInterval = 1
+    /// Rows a reader numbers at most when the sequencer is free (a small run: it must not
+    /// hold the head's row lock for long), and how long it waits for that lock.
+    static let readerBatch = 1000
+    static let readerLockWait = "50ms"
+    /// How long a reader waits for this process's sequencer to be free: not at all. Readers
+    /// run on workers, and 24 followers each waiting even 100 ms for a pass over a backlog held
+    /// the workers PUTs needed (PUT+GET p99 rose from 7 ms to 180 ms); one that finds the
+    /// sequencer busy answers what is numbered, with `more`.
+    static let readerGateWait: TimeInterval = 0
 
-    /// Numbers the changes committed so far (up to `sequencerRunsPerRead` batches); returns the
-    /// feed's head and whether a backlog is left. One run at a time per process: readers
-    /// woken together queue here, not on the head row's lock with a pool connection each, and
-    /// each then finds nothing pending (a read-only check).
+    /// The background sequencer's pass: numbers what is pending, `sequencerBatch` rows a run,
+    /// until nothing is or `numberingPass` has passed; returns whether a backlog is left. One
+    /// pass at a time per process (the gate), and across processes the head row's lock.
+    ///
+    /// Between runs over a backlog it rests as long as the run took (and lets readers at the
+    /// gate): numbering takes at most half of a database core, so requests keep theirs.
     @discardableResult
     public func sequenceChanges() throws -> (head: Int64, backlog: Bool) {
-        try sequencerGate.withLock {
-            try pool.withConnection { connection in
-                var head = try Self.sequenceChanges(on: connection)
-                for _ in 1..<Self.sequencerRunsPerRead {
-                    // A run that moved nothing found nothing pending (a cheap read).
-                    let next = try Self.sequenceChanges(on: connection)
-                    if next == head { return (head, false) }
-                    head = next
-                }
-                return (head, true)
-            }
+        let started = ProcessInfo.processInfo.systemUptime
+        var head: Int64?
+        while ProcessInfo.processInfo.systemUptime - started < Self.numberingPass {
+            let run = ProcessInfo.processInfo.systemUptime
+            let next = try sequencerGate.withLock { try pool.withConnection { try Self.sequenceChanges(on: $0) } }
+            // A run that moved nothing found nothing pending (a cheap read).
+            if next == head { return (next, false) }
+            if head != nil { Thread.sleep(forTimeInterval: ProcessInfo.processInfo.systemUptime - run) }
+            head = next
         }
+        return (head ?? 0, true)
+    }
+
+    /// The feed's head (an export's cursor to follow from), after a reader's small numbering
+    /// run (waiting at most 0.5 s for this process's sequencer): changes committed before this
+    /// and numbered later get numbers past it, so following from it misses none of them; under
+    /// a backlog it may come before some the dump holds, which a follower replays harmlessly.
+    public func feedHead() throws -> Int64 {
+        numberIfFree(waiting: 0.5)
+        return try pool.withConnection { connection in
+            guard let head = try connection.query("SELECT last FROM change_feed_head").first?.int("last") else {
+                throw PostgresError(.decoding, serverMessage: "change feed head missing")
+            }
+            return Int64(head)
+        }
+    }
+
+    /// A reader's small numbering run, so a follower woken by a write usually finds it
+    /// numbered: only when this process's sequencer is free (`readerGateWait`), and
+    /// giving up when another process holds the head longer than 50 ms. Never more than that.
+    /// Returns whether it caught up: everything committed before it is numbered. The gate is
+    /// waited for before a pooled connection is taken: followers waiting out a background
+    /// pass must not hold the connections writes need.
+    @discardableResult
+    func numberIfFree(waiting: TimeInterval = readerGateWait) -> Bool {
+        guard waiting > 0 ? sequencerGate.lock(before: Date().addingTimeInterval(waiting)) : sequencerGate.try() else {
+            return false
+        }
+        defer { sequencerGate.unlock() }
+        let numbered = try? pool.withConnection { connection in try connection.transaction { connection -> Int64 in
+            try connection.execute("SET LOCAL lock_timeout = '\(Self.readerLockWait)'")
+            let before = try connection.query("SELECT last FROM change_feed_head").first?.int("last") ?? 0
+            let after = try connection.query(Self.sequenceChanges, [.int(Self.readerBatch)]).first?.int("head") ?? 0
+            return Int64(after - before)
+        } }
+        return numbered.map { $0 < Int64(Self.readerBatch) } ?? false
     }
 
     static func sequenceChanges(on connection: PostgresConnection) throws -> Int64 {
@@ -73,7 +120,7 @@ extension EntryStore {
     /// page ends early). Throws `FeedCursorError` for a cursor that cannot be followed.
     public func changes(_ namespace: Namespace, after cursor: Int64, limit: Int, bodies: Bool) throws -> FeedPage {
         let limit = min(max(1, limit), 10_000)
-        let backlog = try sequenceChanges().backlog
+        let caughtUp = numberIfFree()
         return try pool.withConnection { connection in
             let rows = try connection.query(Self.readChanges, [.text(namespace.name), .int(Int(cursor)), .int(limit)]).rows
             guard let head = try rows.first?.int("head").map(Int64.init),
@@ -84,7 +131,12 @@ extension EntryStore {
             if try rows.first?.bool("lost") == true { throw FeedCursorError.lost }
             if cursor > head { throw FeedCursorError.ahead(head: head) }
             var changes = try rows.compactMap(Self.change)
-            var more = changes.count == limit || backlog
+            // Changes may still be waiting for their numbers (the reader could not number
+            // them: a backlog is being numbered in the background): what is numbered is
+            // answered, and the follower asks again. (Asking the table whether rows are
+            // pending would walk the pending index's dead entries: as slow as the backlog.)
+            let behind = !caughtUp
+            var more = changes.count == limit || behind
             if bodies {
                 let kept = Self.withinBudget(changes)
                 more = more || kept < changes.count
@@ -96,7 +148,7 @@ extension EntryStore {
             // at the namespace's own last change instead makes caught-up followers of one
             // namespace ask the same question, which one database read answers for all.
             let next = changes.last?.cursor ?? cursor
-            return FeedPage(changes: changes, next: next, more: more)
+            return FeedPage(changes: changes, next: next, more: more, behind: behind)
         }
     }
 

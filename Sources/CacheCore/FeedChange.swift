@@ -52,8 +52,19 @@ public struct FeedPage: Sendable {
     /// The last change given (or the cursor asked from, when none): a follower asking from it
     /// again sees only changes after those it was given.
     public var next: Int64
-    /// Whether more changes may follow `next` right now (the page was cut by its limit or budget).
+    /// Whether more changes may follow `next` right now (the page was cut by its limit or
+    /// budget, or changes are still waiting for their numbers).
     public var more: Bool
+    /// Changes were waiting for their numbers when the page was read: asking again soon
+    /// (not waiting for a notification) finds them.
+    public var behind = false
+
+    public init(changes: [FeedChange], next: Int64, more: Bool, behind: Bool = false) {
+        self.changes = changes
+        self.next = next
+        self.more = more
+        self.behind = behind
+    }
 }
 
 /// Why a cursor cannot be followed.

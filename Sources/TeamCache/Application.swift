@@ -194,6 +194,8 @@ public final class Application: Sendable {
     /// How often counter deltas are folded into the totals: the most the hard caps (which
     /// read only folded totals) lag behind the writes.
     static let counterFoldInterval: TimeInterval = 1
+    /// How often the change feed's background sequencer looks for changes to number.
+    static let feedSequencerInterval: TimeInterval = 0.1
 
     /// One read batcher per event loop, each with its own database connection (beside the pool).
     private static func readers(configuration: Configuration, url: String, metrics: MetricsRegistry, keyring: Keyring)
@@ -255,9 +257,18 @@ public final class Application: Sendable {
                 _ = folds.log(.warn, "counter fold failed", kind: "\(error)", [("error", .string("\(error)"))])
             }
         }
+        // The change feed's numbering, off every request path: one pass at a time per process
+        // (a backlog is numbered 10,000 rows a run, for at most a second a pass).
+        let sequencing = LogThrottle(Logger(component: "change-feed"), interval: 60)
+        let sequencer = PeriodicService(name: "feed-sequencer", interval: Self.feedSequencerInterval) {
+            do { try store.sequenceChanges() } catch {
+                _ = sequencing.log(.warn, "feed numbering failed", kind: "\(error)", [("error", .string("\(error)"))])
+            }
+        }
         // Stopped in reverse order: the flusher's last flush comes before the last fold.
         return [
             folder,
+            sequencer,
             flusher,
             PeriodicService(name: "namespace-gauges", interval: 15) { gauges.refresh() },
             // Every replica asks four times an interval; one per interval gets the slot and runs.

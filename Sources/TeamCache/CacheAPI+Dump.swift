@@ -31,7 +31,7 @@ extension CacheAPI {
         }
         var body: [UInt8] = []
         // The first page says where a follower of the change feed starts, taken before it reads.
-        let feedCursor = after == nil ? try guarded(request) { try store.sequenceChanges().head } : nil
+        let feedCursor = after == nil ? try guarded(request) { try store.feedHead() } : nil
         let page = try guarded(request) {
             try store.exportPage(namespace: namespace, since: since, after: after.map { (namespace.name, $0) },
                                  limit: limit, byteBudget: Self.exportPageBytes) { body += $0.line() }

@@ -90,7 +90,9 @@ struct ChangeFeedRoute: Sendable {
             try api.guarded(request) {
                 _ = try auth.authorize(request, .read, namespace: ask.namespace)
                 // Followers woken together by one write mostly ask the same: one reads.
-                if let shared = api.feedPages.answer(question, waiters: waiters) { return shared }
+                if let shared = api.feedPages.answer(question, waiters: waiters) {
+                    return (empty: shared.empty, behind: false, response: shared.response)
+                }
                 let page: FeedPage
                 do {
                     page = try api.store.changes(ask.namespace, after: question.cursor, limit: question.limit,
@@ -104,29 +106,39 @@ struct ChangeFeedRoute: Sendable {
                 }
                 // Built here, not on the loop: a page of bodies is megabytes to serialize and gzip.
                 let response = Self.response(page, request, api: api)
-                api.feedPages.keep(question, since: since, empty: page.changes.isEmpty, response: response)
-                return (page.changes.isEmpty, response)
+                // A page read while numbering is behind is not shared: asked again, it will differ.
+                if page.behind {
+                    api.feedPages.abandon(question)
+                } else {
+                    api.feedPages.keep(question, since: since, empty: page.changes.isEmpty, response: response)
+                }
+                return (empty: page.changes.isEmpty, behind: page.behind, response: response)
             }
         }) { result in
             switch result {
             case .failure(let error):
                 responder.respond { throw error }
             case .success(let answer):
-                let (empty, response) = answer
                 let now = responder.loop.nanoseconds
-                guard empty, mayPark, ask.waitUntil > now, let waiters, !responder.clientLeft else {
-                    responder.respond(response)
+                guard answer.empty, mayPark, ask.waitUntil > now, let waiters, !responder.clientLeft else {
+                    responder.respond(answer.response)
                     return
                 }
-                park(ask, request, responder, empty: response, since: since, waiters: waiters, now: now)
+                park(ask, request, responder, empty: answer.response, since: since, waiters: waiters, now: now,
+                     behind: answer.behind)
             }
         }
     }
 
+    /// How soon an empty page read while numbering was behind is read again (the background
+    /// sequencer numbers 10,000 changes a run).
+    static let behindRecheck: TimeInterval = 0.2
+
     private func park(_ ask: Ask, _ request: HTTPRequest, _ responder: Responder, empty: HTTPResponse, since: UInt64,
-                      waiters: Waiters, now: UInt64) {
+                      waiters: Waiters, now: UInt64, behind: Bool) {
         let remaining = Double(ask.waitUntil - now) / 1e9
-        let seconds = waiters.recheckDelay(untilDeadline: remaining)
+        let delay = waiters.recheckDelay(untilDeadline: remaining)
+        let seconds = behind ? min(delay, Self.behindRecheck) : delay
         responder.allowWaiting(seconds)
         // Reads again from the cursor it was asked with: an empty page moved nothing but `next`.
         let parking = waiters.park(namespace: ask.namespace.name, key: Waiters.anyKey, since: since,

@@ -35,7 +35,7 @@ enum ExportCommand {
             // Taken before the first page: every change after it is either in the dump or
             // in the feed after it (both, for a change made while exporting: replaying it is
             // idempotent).
-            let cursor = try store.sequenceChanges().head
+            let cursor = try store.feedHead()
             FileHandle.standardError.write(Data("teamcache export: change feed cursor \(cursor)\n".utf8))
             var progress = Progress(verb: "exported")
             try store.export(namespace: namespace, since: arguments.values["--since"]) { entry in

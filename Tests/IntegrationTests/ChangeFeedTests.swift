@@ -17,8 +17,20 @@ import TestSupport
         let object: [String: Any]
     }
 
+    /// One page, as a follower reads it: an empty page that says `more` (changes were still
+    /// waiting for their numbers, which the background sequencer gives) is asked again.
     static func page(_ service: TestService, _ namespace: String, since: String, query: String = "",
                      token: String? = nil) throws -> Page {
+        for _ in 0..<40 {
+            let page = try onePage(service, namespace, since: since, query: query, token: token)
+            if page.status != 200 || !page.changes.isEmpty || !page.more { return page }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return try onePage(service, namespace, since: since, query: query, token: token)
+    }
+
+    static func onePage(_ service: TestService, _ namespace: String, since: String, query: String = "",
+                        token: String? = nil) throws -> Page {
         let response = try service.request("GET", "/v1/caches/\(namespace)/changes?since=\(since)\(query)", token: token)
         guard response.status == 200 else { return Page(status: response.status, changes: [], next: since, more: false,
                                                          object: (try? object(response)) ?? [:]) }
