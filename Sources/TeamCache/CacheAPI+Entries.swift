@@ -153,7 +153,7 @@ extension CacheAPI {
         let namespace = try RequestParsing.namespace(request)
         let key = try RequestParsing.key(request)
         return try guarded(request) {
-            defer { near?.invalidate(namespace.name, key.bytes) }
+            defer { ownChange(namespace.name, key.bytes) }
             guard try store.delete(namespace, key) else { throw HTTPError(404, "No entry under this key.") }
             var response = HTTPResponse(status: 204)
             stampAfterCommit(&response)

@@ -19,7 +19,7 @@ extension CacheAPI {
         }
         return try guarded(request) {
             // Batches may have committed even if a later one fails: the namespace's kept copies go.
-            defer { near?.invalidate(namespace.name, nil) }
+            defer { ownChange(namespace.name, nil) }
             let evicted = try store.evict(namespace, predicate)
             eviction.recordManual(entries: evicted.entries, bytes: evicted.bytes)
             var response = HTTPResponse.json(200, JSONValue.object([("evicted", .int(evicted.entries))]).serialized)

@@ -98,7 +98,7 @@ public final class CacheAPI: Sendable {
         store.submit(bounded, committed: { [self] result in
             // Whatever the outcome (an unknown one may have committed), the key's kept copy goes
             // before the answer: a read after this 2xx, on this replica, reads the database.
-            near?.invalidate(write.namespace.name, write.key.bytes)
+            ownChange(write.namespace.name, write.key.bytes)
             completeLease(lease, write, outcome: result)
         }) { [self] result, position in
             answer {
@@ -109,6 +109,16 @@ public final class CacheAPI: Sendable {
                 }
             }
         }
+    }
+
+    /// A change this process made (committed, or of unknown outcome), before its answer: the
+    /// key's kept copy goes, and this process's waiters and followers of the namespace hear of
+    /// it now, not a notification's round trip later (a read after this 2xx, on this replica,
+    /// reads the database and finds no shared feed page from before). Other replicas hear of
+    /// it from the notification. `key` nil: the whole namespace.
+    func ownChange(_ namespace: String, _ key: [UInt8]?) {
+        near?.invalidate(namespace, key)
+        waiters?.wake(namespace: namespace, key: key)
     }
 
     /// The JSON answer of a write (PUT and descriptor upsert).

@@ -158,7 +158,11 @@ struct LoopReads: Sendable {
         let api = self.api
         // Noted before the read: a wake-up of the key after this point is not lost.
         let since = waiters?.now ?? 0
-        if nearCache, let near, let entry = near.entry(namespace.name, key.bytes) {
+        // Only a fresh kept copy answers: one past its expiry is being refreshed (a
+        // stale-while-revalidate window) or evicted, and the refresh may have landed on another
+        // replica a moment ago, its notification still on the way; the database has it now.
+        if nearCache, let near, let entry = near.entry(namespace.name, key.bytes),
+           entry.expiresAt > api.store.clock.now() {
             follow(plan, request, responder, since: since, nearCache: nearCache) { try finish(entry, mayPark) }
             return
         }
