@@ -106,12 +106,10 @@ struct ChangeFeedRoute: Sendable {
                 }
                 // Built here, not on the loop: a page of bodies is megabytes to serialize and gzip.
                 let response = Self.response(page, request, api: api)
-                // A page read while numbering is behind is not shared: asked again, it will differ.
-                if page.behind {
-                    api.feedPages.abandon(question)
-                } else {
-                    api.feedPages.keep(question, since: since, empty: page.changes.isEmpty, response: response)
-                }
+                // A page read while numbering is behind is shared only by the followers reading
+                // together: asked again a moment later, it may have grown.
+                api.feedPages.keep(question, since: since, empty: page.changes.isEmpty, response: response,
+                                   behind: page.behind)
                 return (empty: page.changes.isEmpty, behind: page.behind, response: response)
             }
         }) { result in

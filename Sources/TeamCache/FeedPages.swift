@@ -35,6 +35,8 @@ final class FeedPages: @unchecked Sendable {
         let response: HTTPResponse
         /// What it holds in memory, as counted against `byteBudget`.
         let cost: Int
+        /// How long it may be reused (shorter for a page read while numbering was behind).
+        let window: TimeInterval
     }
 
     static let pageLimit = 1 << 20
@@ -44,6 +46,7 @@ final class FeedPages: @unchecked Sendable {
     /// response's and the page's own storage (measured at ~480 bytes for an empty page).
     static let pageOverhead = 512
     static let reuseFor: TimeInterval = 1
+    static let behindReuseFor: TimeInterval = 0.1
     static let joinFor: TimeInterval = 2
 
     private let state = NSCondition()
@@ -66,7 +69,7 @@ final class FeedPages: @unchecked Sendable {
         state.lock()
         defer { state.unlock() }
         while true {
-            if let page = pages[question], ProcessInfo.processInfo.systemUptime - page.readAt < Self.reuseFor,
+            if let page = pages[question], ProcessInfo.processInfo.systemUptime - page.readAt < page.window,
                !waiters.changed(question.namespace, since: page.since) {
                 answered?.inc(["shared"])
                 return (page.empty, page.response)
@@ -81,7 +84,9 @@ final class FeedPages: @unchecked Sendable {
 
     /// Keeps a page read from the database (`since`: the wake-up count noted before the read)
     /// and wakes the followers waiting for it.
-    func keep(_ question: Question, since: UInt64, empty: Bool, response: HTTPResponse) {
+    /// A page read while numbering was behind (`behind`) is shared only by the followers
+    /// reading together (`behindReuseFor`): asked again a moment later, it may have grown.
+    func keep(_ question: Question, since: UInt64, empty: Bool, response: HTTPResponse, behind: Bool = false) {
         answered?.inc(["database"])
         state.lock()
         defer {
@@ -94,14 +99,15 @@ final class FeedPages: @unchecked Sendable {
         let now = ProcessInfo.processInfo.systemUptime
         // Pages no follower may reuse any more go first; then, if still over, all of them.
         if !pages.isEmpty {
-            pages = pages.filter { now - $0.value.readAt < Self.reuseFor }
+            pages = pages.filter { now - $0.value.readAt < $0.value.window }
             bytes = pages.values.reduce(0) { $0 + $1.cost }
         }
         if bytes + cost > Self.byteBudget || pages.count >= Self.maxPages {
             pages = [:]
             bytes = 0
         }
-        let page = Page(since: since, readAt: now, empty: empty, response: response, cost: cost)
+        let page = Page(since: since, readAt: now, empty: empty, response: response, cost: cost,
+                        window: behind ? Self.behindReuseFor : Self.reuseFor)
         if let old = pages.updateValue(page, forKey: question) { bytes -= old.cost }
         bytes += cost
     }
