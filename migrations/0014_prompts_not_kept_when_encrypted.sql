@@ -21,5 +21,7 @@ END $$;
 CREATE TRIGGER entries_no_prompt_when_encrypted BEFORE INSERT OR UPDATE OF prompt_digest, namespace ON entries
     FOR EACH ROW WHEN (NEW.prompt_digest IS NOT NULL) EXECUTE FUNCTION tc_drop_prompt_in_encrypted();
 
+-- Holds the trigger's lock while it runs: bounded by the descriptor entries of namespaces encrypted
+-- since migration 0013 (a day old when this shipped), and the runner gives up after 5 s a try.
 UPDATE entries SET prompt_digest = NULL
 WHERE prompt_digest IS NOT NULL AND namespace IN (SELECT namespace FROM data_keys);

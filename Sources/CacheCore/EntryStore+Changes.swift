@@ -8,6 +8,9 @@ import Postgres
 /// read while changes wait for their numbers says `more`.
 extension EntryStore {
     static let sequenceChanges = "SELECT tc_sequence_changes($1::int4) AS head"
+    /// The head before a run and after it, in one round trip (the subquery reads the
+    /// statement's snapshot; the function's own statements see later ones).
+    static let sequenceRun = "SELECT (SELECT last FROM change_feed_head) AS before, tc_sequence_changes($1::int4) AS head"
     /// Rows numbered per sequencer run at most (a backlog is numbered over several reads).
     static let sequencerBatch = 10_000
 
@@ -61,16 +64,24 @@ extension EntryStore {
     @discardableResult
     public func sequenceChanges() throws -> (head: Int64, backlog: Bool) {
         let started = ProcessInfo.processInfo.systemUptime
-        var head: Int64?
+        var head: Int64 = 0
         while ProcessInfo.processInfo.systemUptime - started < Self.numberingPass {
             let run = ProcessInfo.processInfo.systemUptime
-            let next = try sequencerGate.withLock { try pool.withConnection { try Self.sequenceChanges(on: $0) } }
-            // A run that moved nothing found nothing pending (a cheap read).
-            if next == head { return (next, false) }
-            if head != nil { Thread.sleep(forTimeInterval: ProcessInfo.processInfo.systemUptime - run) }
-            head = next
+            let (before, after) = try sequencerGate.withLock { try pool.withConnection { try Self.sequenceRun(on: $0) } }
+            head = after
+            // A run short of a batch numbered all that was pending (an idle tick: one cheap read).
+            if after - before < Int64(Self.sequencerBatch) { return (head, false) }
+            Thread.sleep(forTimeInterval: ProcessInfo.processInfo.systemUptime - run)
         }
-        return (head ?? 0, true)
+        return (head, true)
+    }
+
+    private static func sequenceRun(on connection: PostgresConnection) throws -> (before: Int64, after: Int64) {
+        guard let row = try connection.query(Self.sequenceRun, [.int(Self.sequencerBatch)]).first,
+              let before = try row.int("before"), let after = try row.int("head") else {
+            throw PostgresError(.decoding, serverMessage: "tc_sequence_changes gave no head")
+        }
+        return (Int64(before), Int64(after))
     }
 
     /// The feed's head (an export's cursor to follow from), after a reader's small numbering
@@ -93,6 +104,9 @@ extension EntryStore {
     /// Returns whether it caught up: everything committed before it is numbered. The gate is
     /// waited for before a pooled connection is taken: followers waiting out a background
     /// pass must not hold the connections writes need.
+    /// When the sequencer is busy it does not know (the busy pass may be about to number the
+    /// very change that woke the reader): false, so the page says `more` and is asked again
+    /// soon; answering "caught up" could leave a follower parked on a wake-up already spent.
     @discardableResult
     func numberIfFree(waiting: TimeInterval = readerGateWait) -> Bool {
         guard waiting > 0 ? sequencerGate.lock(before: Date().addingTimeInterval(waiting)) : sequencerGate.try() else {
@@ -101,9 +115,8 @@ extension EntryStore {
         defer { sequencerGate.unlock() }
         let numbered = try? pool.withConnection { connection in try connection.transaction { connection -> Int64 in
             try connection.execute("SET LOCAL lock_timeout = '\(Self.readerLockWait)'")
-            let before = try connection.query("SELECT last FROM change_feed_head").first?.int("last") ?? 0
-            let after = try connection.query(Self.sequenceChanges, [.int(Self.readerBatch)]).first?.int("head") ?? 0
-            return Int64(after - before)
+            let row = try connection.query(Self.sequenceRun, [.int(Self.readerBatch)]).first
+            return Int64((try row?.int("head") ?? 0) - (try row?.int("before") ?? 0))
         } }
         return numbered.map { $0 < Int64(Self.readerBatch) } ?? false
     }

@@ -37,8 +37,11 @@ public struct NamespaceLabels: Sendable {
 
     /// A namespace that holds an entry or settings.
     mutating func admit(_ namespace: String) {
+        // Real labels stay within `capacity`: a provisional one is promoted only while there
+        // is room (else it stays provisional, holding its provisional place).
+        guard known.count - provisional.count < capacity else { return }
         if provisional.remove(namespace) != nil { return }
-        if known.count - provisional.count < capacity { known.insert(namespace) }
+        known.insert(namespace)
     }
 
     /// A namespace a token that may write it asks for, holding nothing yet.

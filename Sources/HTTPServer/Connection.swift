@@ -222,6 +222,8 @@ final class Connection: @unchecked Sendable {
     private func startVerifying(_ request: HTTPRequest, _ verify: @escaping @Sendable () throws -> Void,
                                 continueExpected: Bool) {
         verifying = true
+        // Its body is read only once verified: it is not charged to the unverified share.
+        bodyUnverified = false
         let loop = self.loop
         let accepted = loop.context.workers.submit { [self] in
             let outcome = Result { try verify() }
@@ -246,6 +248,10 @@ final class Connection: @unchecked Sendable {
                              headers: HTTPHeaders([("Retry-After", "1")]))
             refuse(request, with: refusal.response(requestID: request.requestID))
             flush()
+            if !isClosed {
+                updatePhase()
+                updateInterest()
+            }
             return
         }
         processBuffered()
@@ -383,6 +389,7 @@ final class Connection: @unchecked Sendable {
         }
         inFlight = false
         current = nil
+        bodyUnverified = false
         onClientGone = nil
         accountBodyBytes()
         let limit = loop.context.configuration.maxRequestsPerConnection

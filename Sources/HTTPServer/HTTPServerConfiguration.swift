@@ -38,6 +38,7 @@ public struct HTTPServerConfiguration: Sendable {
     public var maxConnections = 20_000
     /// Open connections one client address may hold (past it: 503 and closed), so a single
     /// client cannot take every slot of `maxConnections` and keep them for the idle timeout.
+    /// 0: no limit (behind a proxy every client has the proxy's address).
     public var maxConnectionsPerClient = 1_000
     /// Requests served on one connection before it is closed (0: no limit).
     public var maxRequestsPerConnection = 100_000

@@ -45,7 +45,8 @@ final class ServerContext: @unchecked Sendable {
         let refusal: ConnectionRefusal? = lock.withLock {
             guard openConnections < configuration.maxConnections else { return .serverFull }
             let held = perClient[peer, default: 0]
-            guard held < configuration.maxConnectionsPerClient else { return .clientFull }
+            let cap = configuration.maxConnectionsPerClient
+            guard cap == 0 || held < cap else { return .clientFull }
             perClient[peer] = held + 1
             openConnections += 1
             return nil

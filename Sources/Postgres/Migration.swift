@@ -30,7 +30,8 @@ public struct Migration: Sendable, Equatable {
     public var takesTableLocks: Bool {
         let code = sql.split(separator: "\n").map { line in line.range(of: "--").map { line[..<$0.lowerBound] } ?? line[...] }
             .joined(separator: " ").uppercased().split(whereSeparator: \.isWhitespace).joined(separator: " ")
-        return ["LOCK TABLE", "ALTER TABLE", "CREATE TRIGGER", "DROP TRIGGER", "CREATE INDEX ", "CREATE UNIQUE INDEX "]
+        return ["LOCK TABLE", "ALTER TABLE", "CREATE TRIGGER", "CREATE OR REPLACE TRIGGER", "DROP TRIGGER",
+                "CREATE INDEX ", "CREATE UNIQUE INDEX ", "DROP INDEX ", "TRUNCATE", "REINDEX", "CLUSTER"]
             .contains { phrase in
                 var rest = code[...]
                 while let found = rest.range(of: phrase) {

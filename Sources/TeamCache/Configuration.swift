@@ -128,7 +128,7 @@ struct SettingReader {
         config.http.eventLoops = try integer("TEAMCACHE_EVENT_LOOPS", 1...64,
                                              default: ProcessInfo.processInfo.activeProcessorCount)
         config.http.maxConnections = try integer("TEAMCACHE_MAX_CONNECTIONS", 1...1_000_000, default: 20_000)
-        config.http.maxConnectionsPerClient = try integer("TEAMCACHE_MAX_CONNECTIONS_PER_CLIENT", 1...1_000_000,
+        config.http.maxConnectionsPerClient = try integer("TEAMCACHE_MAX_CONNECTIONS_PER_CLIENT", 0...1_000_000,
                                                           default: 1_000)
         config.cache.maxBodyBytes = try integer("TEAMCACHE_MAX_BODY_BYTES", 1...1_073_741_824, default: 8 * 1024 * 1024)
         config.http.bodyBudgetBytes = try integer("TEAMCACHE_BODY_BUDGET_BYTES", 1...(1 << 40),

@@ -59,7 +59,7 @@ public struct Setting: Sendable {
         Setting(variable: "TEAMCACHE_MAX_CONNECTIONS", flag: nil, defaultValue: "20000",
                 help: "Open client connections; past it new ones get 503 and are closed."),
         Setting(variable: "TEAMCACHE_MAX_CONNECTIONS_PER_CLIENT", flag: nil, defaultValue: "1000",
-                help: "Open connections one client address may hold; past it its new ones get 503 and are closed."),
+                help: "Open connections one client address may hold; past it its new ones get 503 and are closed (0: no limit, for a service behind a proxy)."),
         Setting(variable: "TEAMCACHE_MAX_BODY_BYTES", flag: nil, defaultValue: "8388608",
                 help: "Largest entry body, after inflating gzip uploads (413 past it)."),
         Setting(variable: "TEAMCACHE_BODY_BUDGET_BYTES", flag: nil, defaultValue: "268435456",

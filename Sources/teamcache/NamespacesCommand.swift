@@ -1,5 +1,6 @@
 import CacheCore
 import Foundation
+import Postgres
 import TeamCache
 
 enum NamespacesCommand {
@@ -86,6 +87,24 @@ enum NamespacesCommand {
         }
     }
 
+    /// VACUUM (FULL) of `entries`, waiting at most 5 s a try for its lock (12 tries): while an
+    /// exclusive lock request waits, every session behind it waits too, as for migrations.
+    private static func vacuum(_ store: EntryStore, full: Bool) throws {
+        for attempt in 1...12 {
+            do {
+                try store.pool.withConnection { connection in
+                    try connection.execute("SET lock_timeout = '5s'")
+                    defer { try? connection.execute("RESET lock_timeout") }
+                    try connection.execute(full ? "VACUUM (FULL) entries" : "VACUUM entries")
+                }
+                return
+            } catch let error as PostgresError where error.sqlState == .lockNotAvailable && attempt < 12 {
+                printError("teamcache namespaces: the entries table was busy for 5 s (try \(attempt) of 12); trying again")
+                Thread.sleep(forTimeInterval: 1)
+            }
+        }
+    }
+
     /// Gives the namespace its first data key (if it has none) and seals what is stored;
     /// then vacuums the entries table so the plain row versions it replaced are removed.
     private static func encrypt(_ namespace: Namespace, _ store: EntryStore, settle: TimeInterval,
@@ -98,7 +117,7 @@ enum NamespacesCommand {
             + " (\(report.unchanged) already sealed or rewritten meanwhile, \(report.broken) did not open)")
         guard report.rewritten > 0 else { return }
         // VACUUM cannot run inside a transaction: a statement of its own on a pooled session.
-        try store.pool.withConnection { try $0.execute(rewrite ? "VACUUM (FULL) entries" : "VACUUM entries") }
+        try vacuum(store, full: rewrite)
         if rewrite {
             printError("teamcache namespaces: rewrote the entries table (VACUUM FULL): its files hold no plain body now")
         } else {

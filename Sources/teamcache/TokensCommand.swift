@@ -65,10 +65,18 @@ enum TokensCommand {
     private static func importSecret(_ arguments: Arguments) throws -> Int32 {
         let (name, pattern, scopes) = try grant(arguments, "import")
         let secret = try bootstrapSecret(arguments)
-        guard APIToken.isStrongSecret(secret) else { throw Arguments.Failure(description: TokenStore.WeakSecret().description) }
         return try DatabaseSession.with(arguments) { _, pool, _ in
-            let added = try TokenStore(pool: pool).importSecret(secret, name: name, namespacePattern: pattern,
+            let added: Bool
+            do {
+                added = try TokenStore(pool: pool).importSecret(secret, name: name, namespacePattern: pattern,
                                                                 scopes: scopes)
+            } catch let weak as TokenStore.WeakSecret {
+                throw Arguments.Failure(description: weak.description)
+            }
+            if !added && !APIToken.isStrongSecret(secret) {
+                printError("teamcache tokens: this secret was registered before secrets had to be tc_ and 64 random hex "
+                    + "digits; replace it (teamcache tokens secret) and revoke the old token")
+            }
             print(added ? "imported token '\(name)'" : "token already registered; nothing changed")
             return 0
         }
@@ -89,14 +97,18 @@ enum TokensCommand {
             guard let mode = mode_t(arguments.values["--file-mode"] ?? "600", radix: 8), mode & ~0o644 == 0 else {
                 throw Arguments.Failure(description: "--file-mode takes an octal mode of at most 644 (default 600)")
             }
-            let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode)
-            if fd >= 0 {
-                let line = Array((APIToken.newSecret() + "\n").utf8)
-                let written = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-                close(fd)
-                guard written == line.count else { throw Arguments.Failure(description: "cannot write \(path)") }
-                printError("teamcache tokens: wrote a new secret to \(path)")
-            }
+            // Written whole to a file of its own, then linked into place: two bootstraps racing
+            // leave one secret, and a write cut short never leaves a partial file behind.
+            let partial = path + ".\(getpid()).partial"
+            let fd = open(partial, O_WRONLY | O_CREAT | O_EXCL, mode)
+            guard fd >= 0 else { throw Arguments.Failure(description: "cannot create \(partial)") }
+            let line = Array((APIToken.newSecret() + "\n").utf8)
+            let written = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            let synced = fsync(fd) == 0
+            close(fd)
+            defer { unlink(partial) }
+            guard written == line.count, synced else { throw Arguments.Failure(description: "cannot write \(partial)") }
+            if link(partial, path) == 0 { printError("teamcache tokens: wrote a new secret to \(path)") }
         }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw Arguments.Failure(description: "cannot read the secret file \(path)"

@@ -33,6 +33,14 @@ import TestSupport
         #expect(try DumpTests.cli(grant, url: url, environment: ["TEAMCACHE_BOOTSTRAP_TOKEN": strong]).0 == 0)
         #expect(try Self.tokenCount(url) == 1)
         for _ in 0..<200 { #expect(APIToken.isStrongSecret(APIToken.newSecret())) }
+        // A secret registered before the rule (a bootstrap restarting) stays a no-op, with a warning.
+        let old = "tc_change-me-0123456789abcdef0123456789abcdef"
+        let connection = try PostgresConnection(url: url, limits: .unbounded)
+        _ = try connection.query("INSERT INTO api_tokens (name, secret_hash, namespace_pattern, scopes) VALUES ('old', $1, '*', '{admin}')",
+                                 [.bytes(APIToken.hash(secret: old))])
+        let (again, warning) = try DumpTests.cli(grant, url: url, environment: ["TEAMCACHE_BOOTSTRAP_TOKEN": old])
+        #expect(again == 0 && warning.contains("replace it"), "\(warning)")
+        #expect(try Self.tokenCount(url) == 2)
     }
 
     /// `--secret-file … --generate` makes an owner-only file with a new secret at first

@@ -78,7 +78,10 @@ public final class Authenticator: @unchecked Sendable {
     /// tokens; a small body's handler verifies it). Never blocks, never counts toward the
     /// rate limit.
     public func precheck(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?) throws -> PrecheckVerdict {
-        if try authorize(request, scope, namespace: namespace, cachedOnly: true, counted: false) != nil {
+        // A token verified before whose cache entry lapsed counts as known here (the handler
+        // reads it again): a real client's bodies never draw on the unverified share.
+        if try authorize(request, scope, namespace: namespace, cachedOnly: true, counted: false, lapsedIsKnown: true)
+            != nil {
             return .admitted
         }
         return .unverified { [self] in
@@ -87,7 +90,7 @@ public final class Authenticator: @unchecked Sendable {
     }
 
     private func authorize(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?, cachedOnly: Bool,
-                           counted: Bool = true) throws -> Principal? {
+                           counted: Bool = true, lapsedIsKnown: Bool = false) throws -> Principal? {
         guard enabled else { return Principal(token: nil) }
         guard let header = request.headers["Authorization"] else {
             throw Self.unauthorized("A bearer token is required.", error: nil)
@@ -100,7 +103,8 @@ public final class Authenticator: @unchecked Sendable {
             throw Self.unauthorized("Use `Authorization: Bearer <token>`.", error: "invalid_request")
         }
         let hash = APIToken.hash(secret: secret)
-        guard let found = try lookup(hash, cachedOnly: cachedOnly, client: request.remoteAddress) else { return nil }
+        guard let found = try lookup(hash, cachedOnly: cachedOnly, client: request.remoteAddress,
+                                     lapsedIsKnown: lapsedIsKnown) else { return nil }
         guard let token = found, token.isUsable(at: clock.now()) else {
             throw Self.unauthorized("The token is unknown, expired or revoked.", error: "invalid_token")
         }
@@ -117,7 +121,8 @@ public final class Authenticator: @unchecked Sendable {
 
     /// The token with this secret hash (inner nil: none); outer nil when `cachedOnly` and
     /// the answer is not cached.
-    private func lookup(_ hash: [UInt8], cachedOnly: Bool, client: String) throws -> APIToken?? {
+    private func lookup(_ hash: [UInt8], cachedOnly: Bool, client: String, lapsedIsKnown: Bool = false) throws
+        -> APIToken?? {
         let now = ProcessInfo.processInfo.systemUptime
         // `wasKnown`: a token this replica has verified before (its entry may have expired):
         // refreshing it is never limited, so a neighbour behind the same address sending
@@ -125,7 +130,7 @@ public final class Authenticator: @unchecked Sendable {
         let cacheKey = SecretHash(digest: hash)
         let (cached, wasKnown): (APIToken??, Bool) = lock.withLock {
             let hit = known.value(cacheKey)
-            if let hit, now - hit.fetched < cacheTTL { return (.some(hit.token), true) }
+            if let hit, now - hit.fetched < cacheTTL || lapsedIsKnown { return (.some(hit.token), true) }
             if let seen = unknown.value(cacheKey), now - seen < cacheTTL { return (.some(nil), false) }
             return (nil, hit != nil)
         }

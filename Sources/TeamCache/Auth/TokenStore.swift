@@ -53,9 +53,13 @@ public struct TokenStore: Sendable {
     /// secret is registered already. Returns whether it was new.
     public func importSecret(_ secret: String, name: String, namespacePattern: String, scopes: Set<Scope>) throws
         -> Bool {
-        guard APIToken.isStrongSecret(secret) else { throw WeakSecret() }
-        return try pool.withConnection { connection in
-            try connection.query(Self.importSecret, [
+        try pool.withConnection { connection in
+            // A secret registered before the strength rule (a restart of the same bootstrap)
+            // stays a no-op; only a new registration must be strong.
+            if try connection.query("SELECT 1 AS known FROM api_tokens WHERE secret_hash = $1",
+                                    [.bytes(APIToken.hash(secret: secret))]).first != nil { return false }
+            guard APIToken.isStrongSecret(secret) else { throw WeakSecret() }
+            return try connection.query(Self.importSecret, [
                 .text(name), .bytes(APIToken.hash(secret: secret)), .text(namespacePattern),
                 .textArray(scopes.map(\.rawValue).sorted()),
             ]).rowCount == 1

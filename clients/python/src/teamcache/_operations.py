@@ -39,6 +39,9 @@ class Call:
     idempotent: bool = True
     #: Reads an entry: carries ``TeamCache-Min-Position`` when the client reads its own writes.
     reads: bool = False
+    #: A lookup that does not wait: it gets the client's short ``lookup_timeout`` (a hit is a
+    #: few milliseconds; a cache that takes longer costs its caller more than it saves).
+    quick: bool = False
 
 
 def problem(status: int, body: bytes) -> ProblemError:
@@ -140,7 +143,7 @@ def get(namespace: str, key: str | bytes, *, max_stale: int | None = None, no_ca
                      revalidate=_header_lease(response_headers.get("teamcache-lease")))
 
     return Call(method, entry_path(namespace, key), parse, frozenset({200, 304, 404, 504}), params=params, reads=True,
-                headers=headers, extra_timeout=wait or 0, idempotent=lease is None)
+                headers=headers, extra_timeout=wait or 0, idempotent=lease is None, quick=not wait)
 
 
 def _wait(wait: float) -> str:
@@ -207,6 +210,7 @@ def lookup(namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | No
     call = _json_call("POST", namespace_path(namespace) + "/lookup", document, parse, {200},
                       extra_timeout=wait or 0, idempotent=lease is None)
     call.reads = True
+    call.quick = not wait
     return call
 
 

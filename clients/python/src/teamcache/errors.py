@@ -23,3 +23,22 @@ class ProblemError(TeamCacheError):
 
 class TransportError(TeamCacheError):
     """TeamCache could not be reached (connection refused or lost, timeout), after retries."""
+
+
+class CacheSkipped(TransportError):
+    """TeamCache was not asked: the client's circuit breaker is open after recent failures
+    (it probes again after its cool-down). Every cache path treats it as a miss."""
+
+    def __init__(self, message: str, reason: str = "breaker-open"):
+        self.reason = reason
+        super().__init__(message)
+
+
+class ConfigurationError(TeamCacheError):
+    """TeamCache refused the client's token or scope (raised only with ``strict=True``; else the
+    cache is skipped and the problem logged once). ``reason``: ``unauthorized`` or ``forbidden``."""
+
+    def __init__(self, message: str, reason: str, status: int):
+        self.reason = reason
+        self.status = status
+        super().__init__(message)
