@@ -228,7 +228,8 @@ def test_a_lookup_that_may_be_granted_a_lease_is_not_resent():
     hangup = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hangup)
     threading.Thread(target=hangup.serve_forever, daemon=True).start()
     try:
-        with TeamCache(f"http://127.0.0.1:{hangup.server_address[1]}", "t", backoff=0.01) as client:
+        with TeamCache(f"http://127.0.0.1:{hangup.server_address[1]}", "t", backoff=0.01,
+                       circuit_breaker=False) as client:
             with pytest.raises(TransportError):
                 client.lookup("n", {"model": "m", "prompt": "p"}, lease=30)
             assert _Hangup.attempts == 1, "a lost answer may have granted a lease: not sent again"
@@ -266,7 +267,7 @@ def test_503_is_retried_honouring_retry_after():
     flaky = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
     threading.Thread(target=flaky.serve_forever, daemon=True).start()
     try:
-        with TeamCache(f"http://127.0.0.1:{flaky.server_address[1]}", "t", backoff=5) as client:
+        with TeamCache(f"http://127.0.0.1:{flaky.server_address[1]}", "t", backoff=5, circuit_breaker=False) as client:
             started = time.monotonic()
             assert client.get("n", "k").body == b"finally"
             assert time.monotonic() - started < 2, "Retry-After: 0 wins over the 5 s backoff"
@@ -301,7 +302,8 @@ def test_a_503_is_retried_only_for_idempotent_calls():
     busy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Busy)
     threading.Thread(target=busy.serve_forever, daemon=True).start()
     try:
-        with TeamCache(f"http://127.0.0.1:{busy.server_address[1]}", "t", backoff=0.01) as client:
+        with TeamCache(f"http://127.0.0.1:{busy.server_address[1]}", "t", backoff=0.01,
+                       circuit_breaker=False) as client:
             def sent(call):
                 before = _Busy.attempts
                 with pytest.raises(ProblemError):

@@ -2,16 +2,17 @@
 per burst), an OpenAI SDK transport (``teamcache.openai``) and a LangChain cache
 (``teamcache.langchain``)."""
 
-from ._client import AsyncTeamCache, TeamCache
+from ._breaker import CacheHealth, CircuitBreaker
+from ._client import AsyncTeamCache, CheckResult, TeamCache
 from ._json import RawNumber, canonical
-from .errors import ProblemError, TeamCacheError, TransportError
+from .errors import CacheSkipped, ConfigurationError, ProblemError, TeamCacheError, TransportError
 from .keys import DescriptorError, descriptor_key, normalise_prompt
 from .models import Entry, EntryMiss, Lease, Lookup, WriteResult
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncTeamCache", "DescriptorError", "Entry", "EntryMiss", "Lease", "Lookup", "ProblemError", "RawNumber",
-    "TeamCache", "TeamCacheError", "TransportError", "WriteResult", "canonical", "descriptor_key",
-    "normalise_prompt",
+    "AsyncTeamCache", "CacheHealth", "CacheSkipped", "CheckResult", "CircuitBreaker", "ConfigurationError",
+    "DescriptorError", "Entry", "EntryMiss", "Lease", "Lookup", "ProblemError", "RawNumber", "TeamCache",
+    "TeamCacheError", "TransportError", "WriteResult", "canonical", "descriptor_key", "normalise_prompt",
 ]

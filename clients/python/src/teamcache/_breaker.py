@@ -26,7 +26,7 @@ logger = logging.getLogger("teamcache")
 
 @dataclass(frozen=True)
 class CacheHealth:
-    """A snapshot of a client's cache health (``TeamCache.health``)."""
+    """A snapshot of a client's cache health (``TeamCache.cache_health``, ``transport.health``)."""
 
     #: ``closed`` (the cache is used), ``open`` (skipped until the next probe), ``half_open``
     #: (one probe in flight).
@@ -116,9 +116,6 @@ class CircuitBreaker:
     @property
     def health(self) -> CacheHealth:
         with self._lock:
-            state = self._state
-            if state == "open" and self._clock() >= self._open_until:
-                state = "open"  # the next call probes
-            return CacheHealth(state=state, failures=self._failures, consecutive_failures=self._consecutive,
+            return CacheHealth(state=self._state, failures=self._failures, consecutive_failures=self._consecutive,
                                skipped=self._skipped, last_error=self._last_error,
                                misconfiguration=self._misconfiguration)

@@ -12,25 +12,32 @@ Usable three ways::
 and the same with ``AsyncTeamCache`` (the call and the decorated function are coroutines).
 
 A result that is not a ``str`` is stored as JSON and decoded on a hit (``json.dumps`` /
-``json.loads`` unless ``encode`` / ``decode`` are given); ``usage`` turns a result into
-``{"input_tokens", "output_tokens"}`` so the server counts the tokens a hit saves.
+``json.loads`` unless ``encode`` / ``decode`` are given). A pydantic model (an OpenAI
+``ChatCompletion``, say) is stored as its ``model_dump(mode="json")`` and a dataclass as its
+fields, and decoded back into the declared return type (the decorated function's return
+annotation, or ``result_type=``): the type is never read from the shared cache. ``usage``
+turns a result into ``{"input_tokens", "output_tokens"}`` so the server counts the tokens a
+hit saves. A cache that is down, frozen or refuses the token costs a call at most the
+client's short lookup deadline, once: the client's circuit breaker then skips it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import json
 import logging
 import threading
+import typing
 
 import httpx
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import TeamCacheError
+from .errors import ConfigurationError, TeamCacheError
 from .keys import descriptor_key
 from .models import Lease, Lookup
 
@@ -53,6 +60,22 @@ class Options:
     encode: Callable[[Any], str] | None = None
     decode: Callable[[str], Any] | None = None
     usage: Callable[[Any], Mapping[str, Any]] | None = None
+    #: The type a pydantic or dataclass result decodes into (a decorated function's return
+    #: annotation when not given).
+    result_type: Any = None
+
+
+def _fails_open(error: BaseException) -> None:
+    """Cache failures are misses, except a strict client's misconfiguration: raised."""
+    if isinstance(error, ConfigurationError):
+        raise error
+
+
+_warned_unencodable: set[str] = set()
+
+
+def _type_name(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _encode(options: Options, result: Any) -> tuple[str, dict[str, Any]]:
@@ -61,8 +84,24 @@ def _encode(options: Options, result: Any) -> tuple[str, dict[str, Any]]:
         return options.encode(result), metadata
     if isinstance(result, str):
         return result, metadata
+    if hasattr(result, "model_dump") and hasattr(type(result), "model_validate"):
+        metadata["codec"] = "pydantic"
+        metadata["type"] = _type_name(type(result))
+        return json.dumps(result.model_dump(mode="json")), metadata
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        metadata["codec"] = "dataclass"
+        metadata["type"] = _type_name(type(result))
+        return json.dumps(dataclasses.asdict(result)), metadata
     metadata["codec"] = "json"
-    return json.dumps(result), metadata
+    try:
+        return json.dumps(result), metadata
+    except (TypeError, ValueError):
+        name = _type_name(type(result))
+        if name not in _warned_unencodable:
+            _warned_unencodable.add(name)
+            logger.warning("TeamCache cannot store results of type %s (not JSON, pydantic or a dataclass): "
+                           "pass encode= and decode= to cached(); calls go on uncached", name)
+        raise
 
 
 _UNDECODABLE = object()
@@ -72,15 +111,36 @@ def _decode(options: Options, lookup: Lookup) -> Any:
     """The stored answer as the caller's value; ``_UNDECODABLE`` when it cannot be read (a
     corrupt or foreign entry), which the caller treats as a miss."""
     text = lookup.response or ""
+    codec = (lookup.metadata or {}).get("codec")
     try:
         if options.decode is not None:
             return options.decode(text)
-        if (lookup.metadata or {}).get("codec") == "json":
+        if codec == "json":
             return json.loads(text)
+        if codec in ("pydantic", "dataclass"):
+            kind = options.result_type
+            # The type comes from the caller, never from the shared entry, and must be the one stored.
+            if not isinstance(kind, type) or _type_name(kind) != (lookup.metadata or {}).get("type"):
+                logger.warning("TeamCache entry %s holds a %s; pass result_type= (or annotate the function's return) "
+                               "to decode it; calling instead", lookup.key[:12], (lookup.metadata or {}).get("type"))
+                return _UNDECODABLE
+            data = json.loads(text)
+            return kind.model_validate(data) if codec == "pydantic" else kind(**data)  # type: ignore[attr-defined]
     except Exception as error:  # noqa: BLE001 - an entry this cannot read is a miss
         logger.warning("TeamCache entry %s could not be decoded; calling instead: %r", lookup.key[:12], error)
         return _UNDECODABLE
     return text
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(kind: str, message: str, *args: Any) -> None:
+    if kind not in _warned:
+        _warned.add(kind)
+        logger.warning(message, *args)
+    else:
+        logger.debug(message, *args)
 
 
 class _Health:
@@ -95,14 +155,23 @@ class _Health:
         with self._lock:
             self.failures += 1
             first, self._failing = not self._failing, True
-        if first:
-            logger.warning("TeamCache unavailable; calling through without the cache: %s", error)
+        # The client's circuit breaker says what is wrong, once; this only counts.
+        logger.debug("TeamCache failed; calling through without the cache: %r (first of a run: %s)", error, first)
 
     def succeeded(self) -> None:
         if self._failing:
             with self._lock:
                 self._failing = False
-            logger.info("TeamCache reachable again")
+            logger.debug("TeamCache reachable again")
+
+
+def _return_type(function: Callable[..., Any]) -> Any:
+    """A function's declared return type (for decoding pydantic and dataclass results)."""
+    try:
+        kind = typing.get_type_hints(function).get("return")
+    except Exception:  # noqa: BLE001 - an unresolvable annotation only means: not known
+        return None
+    return kind if isinstance(kind, type) else None
 
 
 def _options(**kwargs: Any) -> Options:
@@ -127,10 +196,10 @@ class CachedMixin:
                lease: int | None = 60, wait: float = 30, stale_on_error: int | None = None,
                stale_while_revalidate: int | None = None, refresh: bool = False,
                encode: Callable[[Any], str] | None = None, decode: Callable[[str], Any] | None = None,
-               usage: Callable[[Any], Mapping[str, Any]] | None = None) -> Any:
+               usage: Callable[[Any], Mapping[str, Any]] | None = None, result_type: Any = None) -> Any:
         options = _options(ttl=ttl, tags=tags, lease=lease, wait=wait, stale_on_error=stale_on_error,
                            stale_while_revalidate=stale_while_revalidate, refresh=refresh, encode=encode,
-                           decode=decode, usage=usage)
+                           decode=decode, usage=usage, result_type=result_type)
         if call is not None:
             if callable(descriptor):
                 raise TypeError("with `call`, `descriptor` must be the descriptor itself")
@@ -140,9 +209,11 @@ class CachedMixin:
         build = descriptor
 
         def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+            typed = options if options.result_type else dataclasses.replace(options, result_type=_return_type(function))
+
             @functools.wraps(function)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
-                return self._cached(namespace, build(*args, **kwargs), lambda: function(*args, **kwargs), options)
+                return self._cached(namespace, build(*args, **kwargs), lambda: function(*args, **kwargs), typed)
             return wrapper
         return decorate
 
@@ -151,10 +222,15 @@ class CachedMixin:
         lease: Lease | None = None
         if not options.refresh:
             try:
-                found = self.lookup(namespace, descriptor, lease=options.lease,  # type: ignore[attr-defined]
-                                    wait=options.wait if options.lease else None)
+                # Without a wait first, under the client's short lookup deadline: a frozen cache
+                # costs that, not the wait. Only a caller told "pending" waits for the fill.
+                found = self.lookup(namespace, descriptor, lease=options.lease)  # type: ignore[attr-defined]
+                if found.pending and options.lease and options.wait:
+                    found = self.lookup(namespace, descriptor, lease=options.lease,  # type: ignore[attr-defined]
+                                        wait=options.wait)
                 self._health.succeeded()
             except _CACHE_FAILURES as error:
+                _fails_open(error)
                 self._health.failed(error)
                 found = None
             value = _decode(options, found) if found is not None and found.hit else _UNDECODABLE
@@ -199,7 +275,8 @@ class CachedMixin:
         try:
             text, metadata = _encode(options, result)
         except Exception as error:  # noqa: BLE001 - the call was paid for: its result is returned
-            logger.warning("TeamCache could not store a result (encode or usage failed): %r", error)
+            _warn_once(f"encode:{type(error).__name__}",
+                       "TeamCache could not store a result (encode or usage failed): %r", error)
             if lease is not None:
                 try:
                     self.release(namespace, self._key(descriptor), lease)  # type: ignore[attr-defined]
@@ -234,10 +311,10 @@ class AsyncCachedMixin:
                lease: int | None = 60, wait: float = 30, stale_on_error: int | None = None,
                stale_while_revalidate: int | None = None, refresh: bool = False,
                encode: Callable[[Any], str] | None = None, decode: Callable[[str], Any] | None = None,
-               usage: Callable[[Any], Mapping[str, Any]] | None = None) -> Any:
+               usage: Callable[[Any], Mapping[str, Any]] | None = None, result_type: Any = None) -> Any:
         options = _options(ttl=ttl, tags=tags, lease=lease, wait=wait, stale_on_error=stale_on_error,
                            stale_while_revalidate=stale_while_revalidate, refresh=refresh, encode=encode,
-                           decode=decode, usage=usage)
+                           decode=decode, usage=usage, result_type=result_type)
         if call is not None:
             if callable(descriptor):
                 raise TypeError("with `call`, `descriptor` must be the descriptor itself")
@@ -249,11 +326,12 @@ class AsyncCachedMixin:
         def decorate(function: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
             if not inspect.iscoroutinefunction(function):
                 raise TypeError("AsyncTeamCache.cached decorates coroutine functions")
+            typed = options if options.result_type else dataclasses.replace(options, result_type=_return_type(function))
 
             @functools.wraps(function)
             async def wrapper(*args: Any, **kwargs: Any) -> Any:
                 return await self._cached(namespace, build(*args, **kwargs), lambda: function(*args, **kwargs),
-                                          options)
+                                          typed)
             return wrapper
         return decorate
 
@@ -262,10 +340,13 @@ class AsyncCachedMixin:
         lease: Lease | None = None
         if not options.refresh:
             try:
-                found = await self.lookup(namespace, descriptor, lease=options.lease,  # type: ignore[attr-defined]
-                                          wait=options.wait if options.lease else None)
+                found = await self.lookup(namespace, descriptor, lease=options.lease)  # type: ignore[attr-defined]
+                if found.pending and options.lease and options.wait:
+                    found = await self.lookup(namespace, descriptor, lease=options.lease,  # type: ignore[attr-defined]
+                                              wait=options.wait)
                 self._health.succeeded()
             except _CACHE_FAILURES as error:
+                _fails_open(error)
                 self._health.failed(error)
                 found = None
             value = _decode(options, found) if found is not None and found.hit else _UNDECODABLE
@@ -311,7 +392,8 @@ class AsyncCachedMixin:
         try:
             text, metadata = _encode(options, result)
         except Exception as error:  # noqa: BLE001 - the call was paid for: its result is returned
-            logger.warning("TeamCache could not store a result (encode or usage failed): %r", error)
+            _warn_once(f"encode:{type(error).__name__}",
+                       "TeamCache could not store a result (encode or usage failed): %r", error)
             if lease is not None:
                 try:
                     await self.release(namespace, CachedMixin._key(descriptor), lease)  # type: ignore[attr-defined]

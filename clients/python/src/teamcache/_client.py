@@ -1,6 +1,7 @@
 """``TeamCache`` (sync) and ``AsyncTeamCache``: every route of the API over one reused
 httpx connection pool, with timeouts and retries (backoff with jitter, honouring
-``Retry-After``) on 503, 429 and lost connections."""
+``Retry-After``) on 503, 429 and lost connections, a short deadline for lookups, and a
+circuit breaker shared by every caller of one client (see ``_breaker``)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,17 @@ import asyncio
 import os
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from . import _operations as op
 from ._cached import AsyncCachedMixin, CachedMixin
+from ._breaker import CacheHealth, CircuitBreaker
 from ._positions import Positions
-from .errors import TransportError
+from .errors import CacheSkipped, ConfigurationError, ProblemError, TransportError
 from .models import Entry, EntryMiss, Lease, Lookup, WriteResult
 
 #: Statuses worth another attempt: the server (or a proxy) is overloaded or rate limiting.
@@ -27,8 +30,15 @@ class _Settings:
     """What both clients share: where, who, how long, how often."""
 
     def __init__(self, base_url: str | None, token: str | None, timeout: float, max_retries: int,
-                 backoff: float, max_backoff: float, read_your_writes: bool = False):
+                 backoff: float, max_backoff: float, read_your_writes: bool = False, *,
+                 lookup_timeout: float = 0.5, breaker: CircuitBreaker | None = None, strict: bool = False):
         self.base_url = (base_url or os.environ.get("TEAMCACHE_URL") or "http://127.0.0.1:8080").rstrip("/")
+        #: A lookup that does not wait gets this long in all (a hit takes milliseconds).
+        self.lookup_timeout = lookup_timeout
+        #: None: no breaker (every call is tried, as a plain API client would).
+        self.breaker = breaker
+        #: Raise ``ConfigurationError`` for a refused token or scope instead of skipping the cache.
+        self.strict = strict
         #: The highest write position seen, sent back on reads (see ``_positions``); None: off.
         self.positions = Positions() if read_your_writes else None
         self.token = token if token is not None else os.environ.get("TEAMCACHE_TOKEN")
@@ -62,8 +72,57 @@ class _Settings:
 
     @staticmethod
     def may_retry(call: op.Call, error: httpx.TransportError) -> bool:
-        """A call that is not idempotent is retried only if it never reached the server."""
+        """A call that is not idempotent is retried only if it never reached the server; a
+        timeout never is (each try would cost its caller the whole deadline again)."""
+        if isinstance(error, httpx.TimeoutException):
+            return False
         return call.idempotent or isinstance(error, httpx.ConnectError)
+
+    def timeout_for(self, call: op.Call) -> httpx.Timeout:
+        if call.quick:
+            return httpx.Timeout(self.lookup_timeout)
+        return httpx.Timeout(self.timeout + call.extra_timeout, connect=self.timeout)
+
+    def admit(self, call: op.Call) -> None:
+        """Raises ``CacheSkipped`` while the breaker is open (no request is made)."""
+        if self.breaker is not None and not self.breaker.allow():
+            health = self.breaker.health
+            raise CacheSkipped(f"TeamCache skipped at {self.base_url}: the circuit is open after "
+                               f"{health.consecutive_failures} failure(s) ({health.last_error})",
+                               reason="misconfigured" if health.misconfiguration else "breaker-open")
+
+    def transport_failed(self, error: httpx.TransportError) -> None:
+        if self.breaker is not None:
+            kind = "timed out" if isinstance(error, httpx.TimeoutException) else "unreachable"
+            self.breaker.failed(f"{kind}: {type(error).__name__}",
+                                at_once=isinstance(error, httpx.TimeoutException))
+
+    @property
+    def breaker_closed(self) -> bool:
+        return self.breaker is None or self.breaker.health.state == "closed"
+
+    def judge(self, call: op.Call, response: httpx.Response) -> None:
+        """Tells the breaker what an answer says of TeamCache's health and configuration."""
+        status = response.status_code
+        if status in call.accept or status < 400 or status == 429:
+            if self.breaker is not None:
+                self.breaker.succeeded()
+            return
+        if status in (401, 403):
+            problem = op.problem(status, response.content)
+            reason = "unauthorized" if status == 401 else "forbidden"
+            what = ("the token is missing" if not self.token else "the token is refused (unknown, expired or revoked)") \
+                if status == 401 else f"the token lacks a scope: {problem.detail or 'forbidden'}"
+            message = f"{what} ({self.base_url}{call.path}: {status})"
+            if self.breaker is not None:
+                self.breaker.misconfigured(message, stop=status == 401)
+            if self.strict:
+                raise ConfigurationError(message, reason=reason, status=status)
+            return
+        if status >= 500 and self.breaker is not None:
+            self.breaker.failed(f"answered {status}")
+        elif self.breaker is not None:
+            self.breaker.succeeded()
 
     def request_headers(self, call: op.Call) -> dict[str, str]:
         if self.positions is None or not call.reads:
@@ -71,6 +130,7 @@ class _Settings:
         return {**call.headers, **self.positions.headers()}
 
     def outcome(self, call: op.Call, response: httpx.Response) -> Any:
+        self.judge(call, response)
         if self.positions is not None:
             self.positions.note(response.headers)
         if response.status_code in call.accept:
@@ -78,10 +138,31 @@ class _Settings:
         raise op.problem(response.status_code, response.content)
 
 
+#: What a check step may raise and report (the TeamCache errors, and a strict client's).
+TeamCacheErrorTypes = (ProblemError, TransportError, ConfigurationError)
+
+
+def _breaker(option: bool | CircuitBreaker) -> CircuitBreaker | None:
+    if isinstance(option, CircuitBreaker):
+        return option
+    return CircuitBreaker() if option else None
+
+
 class _Routes:
     """The API, as calls; `_run` sends one (sync or async)."""
 
     _settings: _Settings
+
+    @property
+    def cache_health(self) -> CacheHealth:
+        """The client's cache health: the breaker's state and the failure counts (shared by
+        every caller of this client, the transports and ``cached`` included). (``health()``
+        is the server's ``/healthz``.)"""
+        breaker = self._settings.breaker
+        if breaker is None:
+            return CacheHealth(state="closed", failures=0, consecutive_failures=0, skipped=0, last_error=None,
+                               misconfiguration=None)
+        return breaker.health
 
     def _run(self, call: op.Call) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -199,6 +280,54 @@ class _Routes:
         return self._run(op.operation("/metrics", text=True))
 
 
+@dataclass(frozen=True)
+class CheckResult:
+    """What ``check`` found: can this client use TeamCache for ``namespace``?"""
+
+    reachable: bool
+    ready: bool
+    read: bool
+    write: bool
+    #: Each thing wrong, as a sentence saying what to fix.
+    problems: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+_CHECK_DESCRIPTOR = {"model": "teamcache.check", "prompt": "teamcache start-up check"}
+_CHECK_LEASE = "tcl_" + "0" * 64
+
+
+def _check_step(outcome: Any, what: str, problems: list[str]) -> bool:
+    """One step of ``check``: True when it worked; otherwise says why in ``problems``."""
+    if not isinstance(outcome, BaseException):
+        return True
+    if isinstance(outcome, ConfigurationError) or (isinstance(outcome, ProblemError) and outcome.status in (401, 403)):
+        status = getattr(outcome, "status", 0)
+        problems.append(f"{what}: the token is missing or refused" if status == 401
+                        else f"{what}: the token lacks the scope ({outcome})")
+    elif isinstance(outcome, ProblemError):
+        problems.append(f"{what}: TeamCache answered {outcome}")
+    else:
+        problems.append(f"{what}: TeamCache is unreachable ({outcome})")
+    return False
+
+
+def _check_result(namespace: str, ready: Any, read: Any, write: Any, strict: bool) -> CheckResult:
+    problems: list[str] = []
+    reachable = not isinstance(ready, TransportError)
+    is_ready = _check_step(ready, "readiness", problems)
+    can_read = _check_step(read, f"read on {namespace}", problems)
+    can_write = _check_step(write, f"write on {namespace}", problems)
+    result = CheckResult(reachable=reachable, ready=is_ready, read=can_read, write=can_write,
+                         problems=tuple(problems))
+    if strict and problems:
+        raise ConfigurationError("; ".join(problems), reason="check", status=0)
+    return result
+
+
 class TeamCache(_Routes, CachedMixin):
     """The synchronous client. ``base_url`` and ``token`` default to ``TEAMCACHE_URL`` and
     ``TEAMCACHE_TOKEN``. Thread-safe; reuses connections; close it (or use ``with``).
@@ -207,8 +336,10 @@ class TeamCache(_Routes, CachedMixin):
 
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 5.0,
                  max_retries: int = 2, backoff: float = 0.1, max_backoff: float = 5.0,
-                 http_client: httpx.Client | None = None, read_your_writes: bool = False):
-        self._settings = _Settings(base_url, token, timeout, max_retries, backoff, max_backoff, read_your_writes)
+                 http_client: httpx.Client | None = None, read_your_writes: bool = False,
+                 lookup_timeout: float = 0.5, circuit_breaker: bool | CircuitBreaker = True, strict: bool = False):
+        self._settings = _Settings(base_url, token, timeout, max_retries, backoff, max_backoff, read_your_writes,
+                                   lookup_timeout=lookup_timeout, breaker=_breaker(circuit_breaker), strict=strict)
         # Waiting lookups hold a connection each: allow many, so a filler's upsert never
         # queues behind the waiters of its own burst.
         self._http = http_client or httpx.Client(
@@ -225,21 +356,39 @@ class TeamCache(_Routes, CachedMixin):
     def close(self) -> None:
         self._http.close()
 
+    def check(self, namespace: str) -> CheckResult:
+        """A start-up check: TeamCache is reachable and ready, and this client's token may read
+        and write ``namespace``. Raises ``ConfigurationError`` with ``strict=True`` when not."""
+        def attempt(step: Callable[[], Any]) -> Any:
+            try:
+                return step()
+            except (TeamCacheErrorTypes) as error:
+                return error
+        ready = attempt(self.ready)
+        read = attempt(lambda: self.lookup(namespace, _CHECK_DESCRIPTOR))
+        write = attempt(lambda: self.release(namespace, "teamcache-check", _CHECK_LEASE))
+        return _check_result(namespace, ready, read, write, self._settings.strict)
+
     def _run(self, call: op.Call) -> Any:
         settings, attempt = self._settings, 0
-        timeout = httpx.Timeout(settings.timeout + call.extra_timeout, connect=settings.timeout)
+        settings.admit(call)
+        timeout = settings.timeout_for(call)
         while True:
             try:
                 response = self._http.request(call.method, call.path, params=call.params or None,
                                               headers=settings.request_headers(call), content=call.content,
                                               timeout=timeout)
             except httpx.TransportError as error:
-                if attempt >= settings.max_retries or not settings.may_retry(call, error):
+                settings.transport_failed(error)
+                if attempt >= settings.max_retries or not settings.may_retry(call, error) or not settings.breaker_closed:
                     raise TransportError(f"TeamCache unreachable at {settings.base_url}: {error!r}") from error
                 attempt += 1
                 time.sleep(settings.pause(attempt, None))
                 continue
             if settings.retries(call, response.status_code) and attempt < settings.max_retries:
+                settings.judge(call, response)
+                if not settings.breaker_closed:
+                    raise op.problem(response.status_code, response.content)
                 attempt += 1
                 time.sleep(settings.pause(attempt, response.headers.get("retry-after")))
                 continue
@@ -251,8 +400,10 @@ class AsyncTeamCache(_Routes, AsyncCachedMixin):
 
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 5.0,
                  max_retries: int = 2, backoff: float = 0.1, max_backoff: float = 5.0,
-                 http_client: httpx.AsyncClient | None = None, read_your_writes: bool = False):
-        self._settings = _Settings(base_url, token, timeout, max_retries, backoff, max_backoff, read_your_writes)
+                 http_client: httpx.AsyncClient | None = None, read_your_writes: bool = False,
+                 lookup_timeout: float = 0.5, circuit_breaker: bool | CircuitBreaker = True, strict: bool = False):
+        self._settings = _Settings(base_url, token, timeout, max_retries, backoff, max_backoff, read_your_writes,
+                                   lookup_timeout=lookup_timeout, breaker=_breaker(circuit_breaker), strict=strict)
         self._http = http_client or httpx.AsyncClient(
             base_url=self._settings.base_url, headers=self._settings.headers(), timeout=timeout,
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=64))
@@ -267,25 +418,42 @@ class AsyncTeamCache(_Routes, AsyncCachedMixin):
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    async def check(self, namespace: str) -> CheckResult:
+        """As ``TeamCache.check``."""
+        async def attempt(step: Callable[[], Any]) -> Any:
+            try:
+                return await step()
+            except (TeamCacheErrorTypes) as error:
+                return error
+        ready = await attempt(self.ready)
+        read = await attempt(lambda: self.lookup(namespace, _CHECK_DESCRIPTOR))
+        write = await attempt(lambda: self.release(namespace, "teamcache-check", _CHECK_LEASE))
+        return _check_result(namespace, ready, read, write, self._settings.strict)
+
     async def _run(self, call: op.Call) -> Any:  # type: ignore[override]
         settings, attempt = self._settings, 0
-        timeout = httpx.Timeout(settings.timeout + call.extra_timeout, connect=settings.timeout)
+        settings.admit(call)
+        timeout = settings.timeout_for(call)
         while True:
             try:
                 response = await self._http.request(call.method, call.path, params=call.params or None,
                                                     headers=settings.request_headers(call), content=call.content,
                                                     timeout=timeout)
             except httpx.TransportError as error:
-                if attempt >= settings.max_retries or not settings.may_retry(call, error):
+                settings.transport_failed(error)
+                if attempt >= settings.max_retries or not settings.may_retry(call, error) or not settings.breaker_closed:
                     raise TransportError(f"TeamCache unreachable at {settings.base_url}: {error!r}") from error
                 attempt += 1
                 await asyncio.sleep(settings.pause(attempt, None))
                 continue
             if settings.retries(call, response.status_code) and attempt < settings.max_retries:
+                settings.judge(call, response)
+                if not settings.breaker_closed:
+                    raise op.problem(response.status_code, response.content)
                 attempt += 1
                 await asyncio.sleep(settings.pause(attempt, response.headers.get("retry-after")))
                 continue
             return settings.outcome(call, response)
 
 
-__all__ = ["AsyncTeamCache", "Entry", "EntryMiss", "Lease", "Lookup", "TeamCache", "WriteResult"]
+__all__ = ["AsyncTeamCache", "CheckResult", "Entry", "EntryMiss", "Lease", "Lookup", "TeamCache", "WriteResult"]

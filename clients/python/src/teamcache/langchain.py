@@ -11,15 +11,19 @@ credentials or gateways share entries. Generations are stored with LangChain's o
 serialisation and loaded back allowing only generation and message classes (a shared cache
 is not trusted to name arbitrary classes). Token usage of chat generations is stored so
 TeamCache counts what a hit saves. A cache that fails is a miss (logged once, counted):
-it never fails the model call.
+it never fails the model call, whatever it raises. Async calls use one ``AsyncTeamCache``
+per event loop (an asyncio client is bound to the loop it first ran on; a second
+``asyncio.run`` must not meet the first loop's closed connections).
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import re
 import warnings
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +33,7 @@ from langchain_core.messages import (AIMessage, AIMessageChunk, ChatMessage, Fun
                                      SystemMessage, ToolMessage)
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation, GenerationChunk
 
-from ._cached import _CACHE_FAILURES, _Health
+from ._cached import _Health, _fails_open
 from ._client import AsyncTeamCache, TeamCache
 from .keys import descriptor_key
 from .models import Lease, Lookup
@@ -140,7 +144,10 @@ class TeamCacheLLMCache(BaseCache):
         self.ttl = ttl
         self.stale_while_revalidate = stale_while_revalidate
         self._cache = cache or TeamCache(base_url, token)
-        self._async_cache = async_cache
+        # One asyncio client per running loop (the first loop may get the one given).
+        self._given_async = async_cache
+        self._async_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncTeamCache] = \
+            weakref.WeakKeyDictionary()
         self._base_url, self._token = base_url, token
         self._health = _Health()
         #: Refresh leases handed to lookups that answered "miss" for a stale entry, by key,
@@ -152,9 +159,25 @@ class TeamCacheLLMCache(BaseCache):
         return self._health.failures
 
     def _async(self) -> AsyncTeamCache:
-        if self._async_cache is None:
-            self._async_cache = AsyncTeamCache(self._base_url, self._token)
-        return self._async_cache
+        """The asyncio client of the running loop (made on first use in that loop)."""
+        loop = asyncio.get_running_loop()
+        client = self._async_by_loop.get(loop)
+        if client is None:
+            given = self._given_async
+            if given is not None and not self._async_by_loop:
+                client = given
+            elif given is not None:
+                client = AsyncTeamCache(given._settings.base_url, given._settings.token)
+            else:
+                client = AsyncTeamCache(self._base_url, self._token)
+            self._async_by_loop[loop] = client
+        return client
+
+    def _failed(self, error: BaseException) -> None:
+        """Anything the cache raises is a miss (counted), never the model call's failure,
+        except a strict client's misconfiguration."""
+        _fails_open(error)
+        self._health.failed(error)
 
     def _answer(self, found: Lookup) -> list[Generation] | None:
         """A hit's generations; a stale hit that came with the refresh lease is a miss for
@@ -173,8 +196,8 @@ class TeamCacheLLMCache(BaseCache):
             found = self._cache.lookup(self.namespace, descriptor(prompt, llm_string))
         except _UNUSABLE:
             return None
-        except _CACHE_FAILURES as error:
-            self._health.failed(error)
+        except Exception as error:  # noqa: BLE001 - a cache never fails the model call
+            self._failed(error)
             return None
         self._health.succeeded()
         return self._answer(found)
@@ -186,6 +209,9 @@ class TeamCacheLLMCache(BaseCache):
             text, metadata = _serialise(return_val)
         except _UNUSABLE:
             return None
+        except Exception as error:  # noqa: BLE001 - a generation this cannot store is not stored
+            self._failed(error)
+            return None
         return {"descriptor": described, "response": text, "metadata": metadata, "ttl": self.ttl,
                 "lease": self._refreshing.pop(key, None),
                 "stale_while_revalidate": self.stale_while_revalidate}
@@ -196,23 +222,23 @@ class TeamCacheLLMCache(BaseCache):
             return
         try:
             self._cache.upsert(self.namespace, write.pop("descriptor"), write.pop("response"), **write)
-        except _CACHE_FAILURES as error:
-            self._health.failed(error)
+        except Exception as error:  # noqa: BLE001 - a cache never fails the model call
+            self._failed(error)
 
     def clear(self, **kwargs: Any) -> None:
         """Evicts every entry of the namespace."""
         try:
             self._cache.clear(self.namespace)
-        except _CACHE_FAILURES as error:
-            self._health.failed(error)
+        except Exception as error:  # noqa: BLE001 - a cache never fails the model call
+            self._failed(error)
 
     async def alookup(self, prompt: str, llm_string: str) -> list[Generation] | None:
         try:
             found = await self._async().lookup(self.namespace, descriptor(prompt, llm_string))
         except _UNUSABLE:
             return None
-        except _CACHE_FAILURES as error:
-            self._health.failed(error)
+        except Exception as error:  # noqa: BLE001 - a cache never fails the model call
+            self._failed(error)
             return None
         self._health.succeeded()
         return self._answer(found)
@@ -223,14 +249,14 @@ class TeamCacheLLMCache(BaseCache):
             return
         try:
             await self._async().upsert(self.namespace, write.pop("descriptor"), write.pop("response"), **write)
-        except _CACHE_FAILURES as error:
-            self._health.failed(error)
+        except Exception as error:  # noqa: BLE001 - a cache never fails the model call
+            self._failed(error)
 
     async def aclear(self, **kwargs: Any) -> None:
         try:
             await self._async().clear(self.namespace)
-        except _CACHE_FAILURES as error:
-            self._health.failed(error)
+        except Exception as error:  # noqa: BLE001 - a cache never fails the model call
+            self._failed(error)
 
 
 __all__ = ["TeamCacheLLMCache", "descriptor"]

@@ -32,7 +32,16 @@ Bursts of identical calls make one upstream call (a lease and a wait). With
 ``stale_while_revalidate=N`` answers stay servable N seconds past their TTL: the caller handed
 the refresh lease gets the stale answer at once and the transport refreshes it in the
 background. A TeamCache that
-fails is skipped: the call goes to the upstream, the failure is logged once and counted.
+fails is skipped: the call goes to the upstream, marked ``X-TeamCache: bypass; reason=…``
+(``timeout``, ``unavailable``, ``breaker-open``, ``misconfigured``, ``unauthorized``,
+``forbidden``), the failure logged once and counted (``transport.health``). A frozen
+TeamCache costs one call the client's lookup deadline (0.5 s); its circuit breaker then
+skips it until a probe finds it answering again.
+
+A streamed chat completion that does not ask for usage is sent upstream with
+``stream_options.include_usage`` (its key is the caller's request, unchanged): the usage-only
+event is recorded, and removed from what the caller reads and from what is stored, so
+streamed hits count the tokens they save like the rest.
 """
 
 from __future__ import annotations
@@ -46,8 +55,10 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ._cached import _CACHE_FAILURES, _Health
+from ._breaker import CacheHealth
+from ._cached import _CACHE_FAILURES, _fails_open, _Health
 from ._client import AsyncTeamCache, TeamCache
+from .errors import CacheSkipped, ProblemError
 from .keys import DescriptorError, descriptor_key
 from .models import Lease, Lookup
 
@@ -64,10 +75,17 @@ class Plan:
     endpoint: str
     descriptor: dict[str, Any]
     stream: bool
+    #: The body to send upstream when it differs from the caller's (usage asked for a stream).
+    upstream_body: bytes | None = None
 
     @property
     def key(self) -> str:
         return descriptor_key(self.descriptor)
+
+    @property
+    def strips_usage(self) -> bool:
+        """The usage-only event was asked for by this transport, not the caller: removed."""
+        return self.upstream_body is not None
 
 
 def plan(method: str, path: str, body: bytes) -> Plan | None:
@@ -117,7 +135,68 @@ def plan(method: str, path: str, body: bytes) -> Plan | None:
         descriptor_key(descriptor)
     except (DescriptorError, TypeError, ValueError):
         return None
-    return Plan(endpoint, descriptor, stream)
+    return Plan(endpoint, descriptor, stream, _with_usage(request) if stream and endpoint == "/chat/completions" else None)
+
+
+def _with_usage(request: dict[str, Any]) -> bytes | None:
+    """The streamed chat request asking for usage, or None when the caller asked already."""
+    options = request.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage"):
+        return None
+    asked = dict(request)
+    asked["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    return json.dumps(asked).encode()
+
+
+class UsageFilter:
+    """Drops the usage-only event (``choices: []`` with ``usage``) from a chat completion
+    stream, keeping its usage: the caller did not ask for it. Events are passed on whole, as
+    soon as each is complete."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.usage: dict[str, Any] = {}
+
+    def feed(self, chunk: bytes) -> bytes:
+        self.buffer += chunk
+        out = []
+        while True:
+            end = self.buffer.find(b"\n\n")
+            if end < 0:
+                break
+            event, self.buffer = self.buffer[:end + 2], self.buffer[end + 2:]
+            if not self._usage_only(event):
+                out.append(event)
+        return b"".join(out)
+
+    def finish(self) -> bytes:
+        rest, self.buffer = self.buffer, b""
+        return b"" if self._usage_only(rest) else rest
+
+    def _usage_only(self, event: bytes) -> bool:
+        for line in event.decode(errors="replace").splitlines():
+            if not line.startswith("data:"):
+                continue
+            try:
+                document = json.loads(line[5:].strip())
+            except ValueError:
+                return False
+            if isinstance(document, dict) and document.get("choices") == [] and isinstance(document.get("usage"), dict):
+                self.usage = _usage(document)
+                return True
+        return False
+
+
+def _bypass_reason(error: BaseException) -> str:
+    """What the ``X-TeamCache: bypass; reason=…`` of a call that skipped the cache says."""
+    if isinstance(error, CacheSkipped):
+        return error.reason
+    if isinstance(error, ProblemError):
+        return {401: "unauthorized", 403: "forbidden"}.get(error.status, "unavailable")
+    cause = error.__cause__ or error
+    if "Timeout" in type(cause).__name__:
+        return "timeout"
+    return "unavailable"
 
 
 def _usage(document: Any) -> dict[str, Any]:
@@ -187,8 +266,10 @@ class _Policy:
         return {"refresh": refresh, "lease": None if refresh else self.lease,
                 "wait": None if refresh or not self.lease else self.wait}
 
-    def storable(self, the_plan: Plan, status: int, body: bytes, content_type: str) -> tuple[str, dict] | None:
-        """The text and metadata to store, or None (not a 2xx, cut short, not text)."""
+    def storable(self, the_plan: Plan, status: int, body: bytes, content_type: str,
+                 usage: Mapping[str, Any] | None = None) -> tuple[str, dict] | None:
+        """The text and metadata to store, or None (not a 2xx, cut short, not text). `usage`:
+        what a usage-only event this transport asked for (and removed) said."""
         if not 200 <= status < 300:
             return None
         try:
@@ -199,6 +280,7 @@ class _Policy:
             complete, metadata = stream_outcome(the_plan.endpoint, text)
             if not complete:
                 return None
+            metadata.update(usage or {})
         else:
             try:
                 metadata = _usage(json.loads(text))
@@ -207,6 +289,13 @@ class _Policy:
         metadata["content_type"] = content_type or ("text/event-stream" if the_plan.stream else "application/json")
         metadata["endpoint"] = the_plan.endpoint
         return text, metadata
+
+    def lookup_steps(self, headers: Mapping[str, str]) -> tuple[dict[str, Any], float | None]:
+        """The first lookup's arguments (no wait: the short deadline) and the wait for a
+        second one, asked only when the first says another caller is filling the key."""
+        arguments = self.lookup_arguments(headers)
+        wait = arguments.pop("wait", None)
+        return arguments, wait
 
     def replay_headers(self, found: Lookup) -> dict[str, str]:
         content_type = (found.metadata or {}).get("content_type") or "application/json"
@@ -238,16 +327,22 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
     upstream = inner if inner is not None else http.HTTPTransport()
 
     class Recording(http.SyncByteStream):
-        """Passes a streamed answer through chunk by chunk, and stores it once it completed."""
+        """Passes a streamed answer through chunk by chunk (through `usage`, when this
+        transport asked for the usage event), and stores it once it completed."""
 
-        def __init__(self, stream: Any, finish: Any):
-            self.stream, self.finish, self.parts, self.done = stream, finish, [], False
+        def __init__(self, stream: Any, finish: Any, usage: UsageFilter | None = None):
+            self.stream, self.finish, self.parts, self.done, self.usage = stream, finish, [], False, usage
 
         def __iter__(self) -> Iterator[bytes]:
             try:
                 for chunk in self.stream:
-                    self.parts.append(bytes(chunk))
-                    yield chunk
+                    part = self.usage.feed(bytes(chunk)) if self.usage else bytes(chunk)
+                    if part:
+                        self.parts.append(part)
+                        yield part
+                if self.usage and (rest := self.usage.finish()):
+                    self.parts.append(rest)
+                    yield rest
             finally:
                 self._end()
 
@@ -256,7 +351,7 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
                 self.done = True
                 # What arrived is judged by its content: the SDK stops reading at `[DONE]`
                 # without draining the stream, and a stream cut short lacks its end marker.
-                self.finish(b"".join(self.parts))
+                self.finish(b"".join(self.parts), self.usage.usage if self.usage else None)
 
         def close(self) -> None:
             try:
@@ -270,11 +365,17 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
             if the_plan is None:
                 return upstream.handle_request(request)
             try:
-                found = cache.lookup(namespace, the_plan.descriptor, **policy.lookup_arguments(request.headers))
+                arguments, wait = policy.lookup_steps(request.headers)
+                found = cache.lookup(namespace, the_plan.descriptor, **arguments)
+                if found.pending and wait:
+                    found = cache.lookup(namespace, the_plan.descriptor, **arguments, wait=wait)
                 policy.health.succeeded()
             except _CACHE_FAILURES as error:
+                _fails_open(error)
                 policy.health.failed(error)
-                return upstream.handle_request(request)
+                response = upstream.handle_request(request)
+                response.headers["x-teamcache"] = f"bypass; reason={_bypass_reason(error)}"
+                return response
             if found.hit:
                 if found.revalidate is not None:
                     # Stale within its window, and this caller holds the refresh lease: the stale
@@ -300,6 +401,7 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
                                                          response.headers.get("content-type", "")))
 
         def _call(self, request: Any, the_plan: Plan, lease: Lease | None) -> Any:
+            request = _upstream_request(http, request, the_plan)
             # Identity bodies, so what is stored is what the SDK reads.
             request.headers["accept-encoding"] = "identity"
             try:
@@ -311,14 +413,26 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
                        if name.lower() != "x-teamcache"] + [("x-teamcache", "miss")]
             content_type = response.headers.get("content-type", "")
             if the_plan.stream and 200 <= response.status_code < 300:
-                def finish(body: bytes) -> None:
-                    self._store(the_plan, lease, policy.storable(the_plan, response.status_code, body, content_type))
-                return http.Response(response.status_code, headers=headers,
-                                     stream=Recording(response.stream, finish), extensions=response.extensions)
+                def finish(body: bytes, usage: Mapping[str, Any] | None) -> None:
+                    self._store(the_plan, lease,
+                                policy.storable(the_plan, response.status_code, body, content_type, usage))
+                usage = UsageFilter() if the_plan.strips_usage else None
+                return http.Response(response.status_code, headers=_without_length(headers) if usage else headers,
+                                     stream=Recording(response.stream, finish, usage), extensions=response.extensions)
             body = response.read()
             response.close()
             self._store(the_plan, lease, policy.storable(the_plan, response.status_code, body, content_type))
             return http.Response(response.status_code, headers=headers, content=body, extensions=response.extensions)
+
+        @property
+        def health(self) -> CacheHealth:
+            """The cache's health as this transport's client sees it (breaker, failures)."""
+            return cache.cache_health
+
+        @property
+        def bypassed(self) -> int:
+            """Calls this transport sent upstream without the cache because it failed."""
+            return policy.health.failures
 
         def _store(self, the_plan: Plan, lease: Lease | None, stored: tuple[str, dict] | None) -> None:
             try:
@@ -333,9 +447,21 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
         def close(self) -> None:
             upstream.close()
 
-    made = CachingTransport()
-    made.health = policy.health  # type: ignore[attr-defined]
-    return made
+    return CachingTransport()
+
+
+def _upstream_request(http: ModuleType, request: Any, the_plan: Plan) -> Any:
+    """The request as sent upstream: the caller's, or with usage asked for (a new body)."""
+    if the_plan.upstream_body is None:
+        return request
+    headers = [(name, value) for name, value in request.headers.multi_items() if name.lower() != "content-length"]
+    return http.Request(request.method, request.url, headers=headers, content=the_plan.upstream_body,
+                        extensions=request.extensions)
+
+
+def _without_length(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A relayed stream's headers once events may be removed from it."""
+    return [(name, value) for name, value in headers if name.lower() != "content-length"]
 
 
 def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: ModuleType | str | None = None,
@@ -348,21 +474,26 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
     refreshing: set[asyncio.Task[Any]] = set()  # background refreshes, kept until done
 
     class Recording(http.AsyncByteStream):
-        def __init__(self, stream: Any, finish: Any):
-            self.stream, self.finish, self.parts, self.done = stream, finish, [], False
+        def __init__(self, stream: Any, finish: Any, usage: UsageFilter | None = None):
+            self.stream, self.finish, self.parts, self.done, self.usage = stream, finish, [], False, usage
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
             try:
                 async for chunk in self.stream:
-                    self.parts.append(bytes(chunk))
-                    yield chunk
+                    part = self.usage.feed(bytes(chunk)) if self.usage else bytes(chunk)
+                    if part:
+                        self.parts.append(part)
+                        yield part
+                if self.usage and (rest := self.usage.finish()):
+                    self.parts.append(rest)
+                    yield rest
             finally:
                 await self._end()
 
         async def _end(self) -> None:
             if not self.done:
                 self.done = True
-                await self.finish(b"".join(self.parts))
+                await self.finish(b"".join(self.parts), self.usage.usage if self.usage else None)
 
         async def aclose(self) -> None:
             try:
@@ -376,11 +507,17 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
             if the_plan is None:
                 return await upstream.handle_async_request(request)
             try:
-                found = await cache.lookup(namespace, the_plan.descriptor, **policy.lookup_arguments(request.headers))
+                arguments, wait = policy.lookup_steps(request.headers)
+                found = await cache.lookup(namespace, the_plan.descriptor, **arguments)
+                if found.pending and wait:
+                    found = await cache.lookup(namespace, the_plan.descriptor, **arguments, wait=wait)
                 policy.health.succeeded()
             except _CACHE_FAILURES as error:
+                _fails_open(error)
                 policy.health.failed(error)
-                return await upstream.handle_async_request(request)
+                response = await upstream.handle_async_request(request)
+                response.headers["x-teamcache"] = f"bypass; reason={_bypass_reason(error)}"
+                return response
             if found.hit:
                 if found.revalidate is not None:
                     fresh = http.Request(request.method, request.url, headers=request.headers,
@@ -405,6 +542,7 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
                                                                response.headers.get("content-type", "")))
 
         async def _call(self, request: Any, the_plan: Plan, lease: Lease | None) -> Any:
+            request = _upstream_request(http, request, the_plan)
             request.headers["accept-encoding"] = "identity"
             try:
                 response = await upstream.handle_async_request(request)
@@ -415,11 +553,12 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
                        if name.lower() != "x-teamcache"] + [("x-teamcache", "miss")]
             content_type = response.headers.get("content-type", "")
             if the_plan.stream and 200 <= response.status_code < 300:
-                async def finish(body: bytes) -> None:
+                async def finish(body: bytes, usage: Mapping[str, Any] | None) -> None:
                     await self._store(the_plan, lease,
-                                      policy.storable(the_plan, response.status_code, body, content_type))
-                return http.Response(response.status_code, headers=headers,
-                                     stream=Recording(response.stream, finish), extensions=response.extensions)
+                                      policy.storable(the_plan, response.status_code, body, content_type, usage))
+                usage = UsageFilter() if the_plan.strips_usage else None
+                return http.Response(response.status_code, headers=_without_length(headers) if usage else headers,
+                                     stream=Recording(response.stream, finish, usage), extensions=response.extensions)
             body = await response.aread()
             await response.aclose()
             await self._store(the_plan, lease, policy.storable(the_plan, response.status_code, body, content_type))
@@ -438,9 +577,15 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
         async def aclose(self) -> None:
             await upstream.aclose()
 
-    made = CachingTransport()
-    made.health = policy.health  # type: ignore[attr-defined]
-    return made
+        @property
+        def health(self) -> CacheHealth:
+            return cache.cache_health
+
+        @property
+        def bypassed(self) -> int:
+            return policy.health.failures
+
+    return CachingTransport()
 
 
 def http_client(namespace: str, cache: TeamCache | None = None, *, base_url: str | None = None,
@@ -461,5 +606,5 @@ def async_http_client(namespace: str, cache: AsyncTeamCache | None = None, *, ba
     return http.AsyncClient(transport=async_transport(cache, namespace, http_module=http, **options), timeout=None)
 
 
-__all__ = ["ENDPOINTS", "NOT_IN_KEY", "Plan", "async_http_client", "async_transport", "http_client", "plan",
-           "stream_outcome", "transport"]
+__all__ = ["ENDPOINTS", "NOT_IN_KEY", "Plan", "UsageFilter", "async_http_client", "async_transport", "http_client",
+           "plan", "stream_outcome", "transport"]
