@@ -5,7 +5,7 @@ import PackageDescription
 //   C wrappers → Hashing, Observability → Postgres, HTTPServer, CacheCore → TeamCache → teamcache
 let package = Package(
     name: "TeamCache",
-    platforms: [.macOS(.v15)],
+    platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
         .executable(name: "teamcache", targets: ["teamcache"]),
         .library(name: "TeamCacheClient", targets: ["TeamCacheClient"]),
@@ -21,7 +21,8 @@ let package = Package(
         .target(name: "Postgres", dependencies: ["CLibPQ", "Hashing", "Observability"]),
         .target(name: "HTTPServer", dependencies: ["CLinux", "Observability"]),
         // Descriptor keys and canonical JSON: shared by the server and the client library.
-        .target(name: "CacheKeys", dependencies: ["Hashing"]),
+        // On Apple platforms it hashes with CryptoKit: the client library needs no OpenSSL there.
+        .target(name: "CacheKeys", dependencies: [.target(name: "Hashing", condition: .when(platforms: [.linux]))]),
         .target(name: "CacheCore", dependencies: ["CZlib", "CacheKeys", "Hashing", "Observability", "Postgres"]),
         .target(name: "TeamCache", dependencies: ["CacheCore", "CacheKeys", "HTTPServer", "Postgres", "Hashing",
                                                   "Observability"]),

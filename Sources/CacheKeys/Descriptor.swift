@@ -1,4 +1,8 @@
+#if canImport(CryptoKit)
+import CryptoKit
+#else
 import Hashing
+#endif
 
 /// What an LLM / AI request is, for caching: the server derives the entry key from it.
 ///
@@ -74,7 +78,7 @@ public struct Descriptor: Sendable, Equatable {
 
     /// The entry key: lowercase hex SHA-256 over the length-prefixed fields.
     public var key: String {
-        Bytes.hex(SHA256.hash(encodedFields))
+        Self.sha256Hex(encodedFields)
     }
 
     /// The exact bytes hashed for the key (exposed for the README's worked example and tests).
@@ -127,6 +131,26 @@ public struct Descriptor: Sendable, Equatable {
 }
 
 /// A descriptor that cannot be used (answered with 422).
+extension Descriptor {
+    /// Lowercase hex SHA-256: CryptoKit on Apple platforms (an iOS app has no OpenSSL to link),
+    /// OpenSSL's EVP through `Hashing` elsewhere.
+    static func sha256Hex(_ bytes: [UInt8]) -> String {
+        #if canImport(CryptoKit)
+        let digest = Array(CryptoKit.SHA256.hash(data: bytes))
+        #else
+        let digest = Hashing.SHA256.hash(bytes)
+        #endif
+        let hex = Array("0123456789abcdef".utf8)
+        var text = [UInt8]()
+        text.reserveCapacity(digest.count * 2)
+        for byte in digest {
+            text.append(hex[Int(byte >> 4)])
+            text.append(hex[Int(byte & 0x0f)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+}
+
 public struct DescriptorError: Error, Equatable, Sendable {
     public let message: String
     public init(_ message: String) { self.message = message }

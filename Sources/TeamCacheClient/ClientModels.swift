@@ -65,5 +65,15 @@ public enum TeamCacheClientError: Error, Sendable, Equatable {
     /// An RFC 9457 problem from the server.
     case problem(status: Int, title: String, detail: String)
     case transport(String)
+    /// No answer within the deadline (a lookup's short one, or `timeout`): not retried.
+    case timedOut
+    /// Not sent: the client's circuit breaker is open after recent failures (`reason`: the last).
+    case skipped(reason: String)
     case malformedResponse
+
+    /// A refused token (401) or a missing scope (403): the configuration, not the cache's health.
+    public var isMisconfiguration: Bool {
+        if case .problem(let status, _, _) = self { return status == 401 || status == 403 }
+        return false
+    }
 }

@@ -45,8 +45,7 @@ extension TeamCacheClient {
                        produce: @escaping @Sendable () async throws -> ModelAnswer) async throws -> ModelAnswer {
         var lease: MissLease?
         if !options.refresh {
-            switch try? await lookup(namespace: namespace, descriptor, lease: options.lease,
-                                     wait: options.lease == nil ? nil : options.wait) {
+            switch try? await lookupForFill(namespace, descriptor, options) {
             case .hit(let answer, _, _, _)?:
                 return answer
             case .revalidate(let answer, _, _, let refresh)?:
@@ -68,6 +67,16 @@ extension TeamCacheClient {
             }
             throw error
         }
+    }
+
+    /// The lookup of `cached`: first without waiting, under the short lookup deadline (a
+    /// frozen cache costs that once, not the wait); only a caller told another is filling the
+    /// key then waits for the fill.
+    private func lookupForFill(_ namespace: String, _ descriptor: Descriptor, _ options: CachedOptions) async throws
+        -> LookupResult {
+        let first = try await lookup(namespace: namespace, descriptor, lease: options.lease)
+        guard case .pending = first, options.lease != nil, options.wait > 0 else { return first }
+        return try await lookup(namespace: namespace, descriptor, lease: options.lease, wait: options.wait)
     }
 
     /// Calls `produce` and stores its answer with `lease`; gives the lease back if it throws.

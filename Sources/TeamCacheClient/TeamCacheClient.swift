@@ -5,7 +5,10 @@ import FoundationNetworking
 #endif
 
 /// A client for app backends: raw entries, descriptor lookup/upsert, evict and stats, with
-/// timeouts and retries (with backoff, honouring Retry-After) on 503, 429 and lost connections.
+/// timeouts and retries (with backoff, honouring Retry-After) on 503, 429 and lost connections,
+/// a short deadline for lookups that do not wait, and a circuit breaker shared by every caller
+/// (a cache that is down or frozen costs one call the short deadline, then nothing until a
+/// probe finds it answering). Builds with the Foundation APIs Apple platforms have.
 public struct TeamCacheClient: Sendable {
     public struct Configuration: Sendable {
         public var baseURL: URL
@@ -16,6 +19,10 @@ public struct TeamCacheClient: Sendable {
         public var maxRetries = 2
         /// The first backoff; doubled per attempt, with jitter, capped at 5 s (Retry-After wins).
         public var backoff: TimeInterval = 0.1
+        /// The whole deadline of a lookup that does not wait (a hit takes milliseconds).
+        public var lookupTimeout: TimeInterval = 0.5
+        /// Shared by every copy of the client made from this configuration; nil: none.
+        public var breaker: CircuitBreaker? = CircuitBreaker()
 
         public init(baseURL: URL, token: String?) {
             self.baseURL = baseURL
@@ -46,7 +53,8 @@ public struct TeamCacheClient: Sendable {
     public func get(namespace: String, key: String, maxStale: Int? = nil) async throws -> CachedEntry? {
         var headers = ["Accept-Encoding": "gzip"]
         if let maxStale { headers["Cache-Control"] = "max-stale=\(maxStale)" }
-        let (data, response) = try await send("GET", entryPath(namespace, key), headers: headers, accept: [200, 404])
+        let (data, response) = try await send("GET", entryPath(namespace, key), headers: headers, accept: [200, 404],
+                                              timeout: configuration.lookupTimeout)
         guard response.statusCode == 200 else { return nil }
         return CachedEntry(body: data, contentType: response.value(forHTTPHeaderField: "Content-Type") ?? "",
                            etag: response.value(forHTTPHeaderField: "ETag"),
@@ -86,7 +94,8 @@ public struct TeamCacheClient: Sendable {
         // A lookup that may be granted a lease is not retried once it reached the server: a
         // retry would find its own lease and be told "pending".
         let (data, _) = try await sendJSON("POST", "/v1/caches/\(namespace)/lookup", .object(members), accept: [200],
-                                           timeout: configuration.timeout + (wait ?? 0), idempotent: lease == nil)
+                                           timeout: wait.map { configuration.timeout + $0 } ?? configuration.lookupTimeout,
+                                           idempotent: lease == nil)
         return try Self.lookupResult(Self.parse(data))
     }
 
@@ -178,25 +187,75 @@ public struct TeamCacheClient: Sendable {
         request.httpBody = body
         headers.forEach { request.setValue($0.value, forHTTPHeaderField: $0.key) }
         if let token = configuration.token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        let breaker = configuration.breaker
+        if let breaker, !breaker.allow() {
+            throw TeamCacheClientError.skipped(reason: breaker.health.misconfiguration ?? breaker.health.lastError ?? "")
+        }
         var attempt = 0
         while true {
             do {
-                let (data, response) = try await session.data(for: request)
+                let sending = request
+                let (data, response) = try await Self.within(sending.timeoutInterval) { [session] in
+                    try await session.data(for: sending)
+                }
                 guard let http = response as? HTTPURLResponse else { throw TeamCacheClientError.malformedResponse }
-                if accept.contains(http.statusCode) { return (data, http) }
-                if Self.retries(status: http.statusCode, idempotent: idempotent) && attempt < configuration.maxRetries {
+                if accept.contains(http.statusCode) {
+                    breaker?.succeeded()
+                    return (data, http)
+                }
+                let problem = Self.problem(data, status: http.statusCode)
+                Self.judge(http.statusCode, problem, breaker: breaker, hasToken: configuration.token != nil)
+                if Self.retries(status: http.statusCode, idempotent: idempotent) && attempt < configuration.maxRetries
+                    && breaker?.health.state ?? .closed == .closed {
                     attempt += 1
                     try await pause(attempt: attempt, retryAfter: http.value(forHTTPHeaderField: "Retry-After"))
                     continue
                 }
-                throw Self.problem(data, status: http.statusCode)
+                throw problem
             } catch let error as URLError {
-                guard attempt < configuration.maxRetries, idempotent || Self.neverSent(error) else {
-                    throw TeamCacheClientError.transport("\(error.code)")
+                // A timeout opens the breaker at once and is never retried: each try would cost
+                // the caller the whole deadline again.
+                breaker?.failed("\(error.code)", atOnce: error.code == .timedOut)
+                guard error.code != .timedOut, attempt < configuration.maxRetries, idempotent || Self.neverSent(error),
+                      breaker?.health.state ?? .closed == .closed else {
+                    throw error.code == .timedOut ? TeamCacheClientError.timedOut : .transport("\(error.code)")
                 }
                 attempt += 1
                 try await pause(attempt: attempt, retryAfter: nil)
             }
+        }
+    }
+
+    /// What an answer that is not accepted says of TeamCache: a refused token or scope is a
+    /// misconfiguration (a 401 stops using the cache for the breaker's longer cool-down), a 5xx
+    /// a failure, anything else a working server.
+    static func judge(_ status: Int, _ problem: TeamCacheClientError, breaker: CircuitBreaker?, hasToken: Bool) {
+        guard let breaker else { return }
+        switch status {
+        case 401:
+            breaker.misconfigured(hasToken ? "the token is refused (unknown, expired or revoked)" : "the token is missing",
+                                  stop: true)
+        case 403:
+            if case .problem(_, _, let detail) = problem { breaker.misconfigured("the token lacks a scope: \(detail)", stop: false) }
+        case 500...: breaker.failed("answered \(status)")
+        default: breaker.succeeded()
+        }
+    }
+
+    /// `work`, or `URLError(.timedOut)` once `seconds` have passed (the work is cancelled).
+    /// URLRequest's own timeout is an idle timeout, and on Linux a server that accepts the
+    /// connection and never answers was waited for a minute: this is the whole deadline.
+    static func within<T: Sendable>(_ seconds: TimeInterval, _ work: @escaping @Sendable () async throws -> T)
+        async throws -> T {
+        try await withThrowingTaskGroup(of: T.self) { group in
+            group.addTask { try await work() }
+            group.addTask {
+                try await Task.sleep(nanoseconds: UInt64(max(0.001, min(seconds, 86_400)) * 1e9))
+                throw URLError(.timedOut)
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next() else { throw URLError(.timedOut) }
+            return first
         }
     }
 

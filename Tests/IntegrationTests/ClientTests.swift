@@ -147,7 +147,10 @@ import TestSupport
     }
 
     @Test func problemsSurfaceWithStatus() async throws {
-        let client = client("tc_" + String(repeating: "1", count: 64))
+        var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(service.port)")!,
+                                                          token: "tc_" + String(repeating: "1", count: 64))
+        configuration.breaker = nil  // each call reaches the server: the problem is the subject
+        let client = TeamCacheClient(configuration)
         await #expect(throws: TeamCacheClientError.self) {
             _ = try await client.get(namespace: namespace, key: "k")
         }
@@ -250,6 +253,7 @@ import TestSupport
         var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(port)")!, token: "t")
         configuration.maxRetries = 2
         configuration.backoff = 0.01
+        configuration.breaker = nil  // retries are the subject here, not the breaker
         return TeamCacheClient(configuration)
     }
 
@@ -282,5 +286,76 @@ import TestSupport
             #expect(TeamCacheClient.pauseNanoseconds(retryAfter: header, otherwise: 0.1) == nanoseconds, "\(header)")
         }
         #expect(TeamCacheClient.pauseNanoseconds(retryAfter: nil, otherwise: -.infinity) == 0)
+    }
+}
+
+/// The Swift client never makes a call slower than no cache: a TeamCache that accepts and
+/// never answers costs the first `cached` call the short lookup deadline and the next ones
+/// nothing (the breaker is open); a refused token is reported as such.
+@Suite struct ClientFailOpenTests {
+    /// A listening socket that accepts nothing it answers (the kernel completes connections).
+    final class Frozen: @unchecked Sendable {
+        // @unchecked: immutable after init.
+        let fd: Int32
+        let port: Int
+
+        init() throws {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            _ = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            listen(fd, 128)
+            var bound = sockaddr_in()
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            _ = withUnsafeMutablePointer(to: &bound) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+            }
+            self.fd = fd
+            port = Int(UInt16(bigEndian: bound.sin_port))
+        }
+
+        deinit { close(fd) }
+    }
+
+    @Test func aFrozenCacheCostsOneCallTheShortDeadlineThenNothing() async throws {
+        let frozen = try Frozen()
+        var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(frozen.port)")!,
+                                                          token: "t")
+        configuration.lookupTimeout = 0.3
+        configuration.breaker = CircuitBreaker(cooldown: 30)
+        let client = TeamCacheClient(configuration)
+        let descriptor = Descriptor(model: "m", input: .prompt("frozen"))
+        var started = ProcessInfo.processInfo.systemUptime
+        let first = try await client.cached(namespace: "n", descriptor) { ModelAnswer(response: "paid") }
+        let firstCost = ProcessInfo.processInfo.systemUptime - started
+        #expect(first.response == "paid" && firstCost < 1.5, "the first call paid \(firstCost) s")
+        for _ in 0..<5 {
+            started = ProcessInfo.processInfo.systemUptime
+            let later = try await client.cached(namespace: "n", descriptor) { ModelAnswer(response: "paid") }
+            let cost = ProcessInfo.processInfo.systemUptime - started
+            #expect(later.response == "paid" && cost < 0.1, "a call with the breaker open paid \(cost) s")
+        }
+        let health = try #require(configuration.breaker?.health)
+        #expect(health.state == .open && health.skipped >= 5)
+        await #expect(throws: TeamCacheClientError.skipped(reason: "timedOut")) {
+            _ = try await client.lookup(namespace: "n", descriptor)
+        }
+    }
+
+    @Test func aRefusedTokenIsReportedAsMisconfiguration() async throws {
+        let service = TestService.shared
+        var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(service.port)")!,
+                                                          token: "tc_" + String(repeating: "4", count: 64))
+        configuration.breaker = CircuitBreaker()
+        let client = TeamCacheClient(configuration)
+        let answer = try await client.cached(namespace: "n", Descriptor(model: "m", input: .prompt("t"))) {
+            ModelAnswer(response: "paid")
+        }
+        #expect(answer.response == "paid")
+        #expect(configuration.breaker?.health.misconfiguration?.contains("refused") == true)
+        #expect(configuration.breaker?.health.state == .open)
     }
 }
