@@ -22,7 +22,9 @@ let package = Package(
         .target(name: "HTTPServer", dependencies: ["CLinux", "Observability"]),
         // Descriptor keys and canonical JSON: shared by the server and the client library.
         // On Apple platforms it hashes with CryptoKit: the client library needs no OpenSSL there.
-        .target(name: "CacheKeys", dependencies: [.target(name: "Hashing", condition: .when(platforms: [.linux]))]),
+        .target(name: "CacheKeys", dependencies: [.target(name: "Hashing", condition: .when(platforms: [
+            .linux, .android, .windows, .wasi, .openbsd,
+        ]))]),
         .target(name: "CacheCore", dependencies: ["CZlib", "CacheKeys", "Hashing", "Observability", "Postgres"]),
         .target(name: "TeamCache", dependencies: ["CacheCore", "CacheKeys", "HTTPServer", "Postgres", "Hashing",
                                                   "Observability"]),

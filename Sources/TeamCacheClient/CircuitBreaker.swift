@@ -45,16 +45,26 @@ public final class CircuitBreaker: @unchecked Sendable {
     private static var now: TimeInterval { ProcessInfo.processInfo.systemUptime }
 
     /// Whether a call may go to TeamCache now; the first call after a cool-down is the probe.
+    /// A probe that never reported (its caller was cancelled) is replaced after a cool-down.
     public func allow() -> Bool {
         lock.withLock {
-            switch state {
-            case .closed: return true
-            case .open where Self.now >= openUntil:
+            if state == .closed { return true }
+            if Self.now >= openUntil {
                 state = .halfOpen
+                openUntil = Self.now + cooldown
                 return true
-            case .open, .halfOpen:
-                skipped += 1
-                return false
+            }
+            skipped += 1
+            return false
+        }
+    }
+
+    /// The call ended without a verdict (cancelled): the next call probes.
+    public func abandonProbe() {
+        lock.withLock {
+            if state == .halfOpen {
+                state = .open
+                openUntil = Self.now
             }
         }
     }
@@ -83,7 +93,13 @@ public final class CircuitBreaker: @unchecked Sendable {
             failures += 1
             lastError = message
             misconfiguration = message
-            if stop { open(for: misconfiguredCooldown) }
+            if stop {
+                open(for: misconfiguredCooldown)
+            } else {
+                // The server answered (a scope is missing for this call): it is up.
+                state = .closed
+                consecutive = 0
+            }
         }
     }
 

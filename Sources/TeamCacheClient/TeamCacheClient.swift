@@ -54,7 +54,7 @@ public struct TeamCacheClient: Sendable {
         var headers = ["Accept-Encoding": "gzip"]
         if let maxStale { headers["Cache-Control"] = "max-stale=\(maxStale)" }
         let (data, response) = try await send("GET", entryPath(namespace, key), headers: headers, accept: [200, 404],
-                                              timeout: configuration.lookupTimeout)
+                                              timeout: configuration.lookupTimeout, quick: true)
         guard response.statusCode == 200 else { return nil }
         return CachedEntry(body: data, contentType: response.value(forHTTPHeaderField: "Content-Type") ?? "",
                            etag: response.value(forHTTPHeaderField: "ETag"),
@@ -93,9 +93,10 @@ public struct TeamCacheClient: Sendable {
         if let wait { members.append(("wait", .number(String(wait)))) }
         // A lookup that may be granted a lease is not retried once it reached the server: a
         // retry would find its own lease and be told "pending".
+        // A wait, and the short deadline for the answer after it; without one, the short deadline.
         let (data, _) = try await sendJSON("POST", "/v1/caches/\(namespace)/lookup", .object(members), accept: [200],
-                                           timeout: wait.map { configuration.timeout + $0 } ?? configuration.lookupTimeout,
-                                           idempotent: lease == nil)
+                                           timeout: (wait ?? 0) + configuration.lookupTimeout,
+                                           idempotent: lease == nil, quick: wait == nil)
         return try Self.lookupResult(Self.parse(data))
     }
 
@@ -166,9 +167,10 @@ public struct TeamCacheClient: Sendable {
     }
 
     private func sendJSON(_ method: String, _ path: String, _ body: JSONValue, accept: Set<Int>,
-                          timeout: TimeInterval? = nil, idempotent: Bool = true) async throws -> (Data, HTTPURLResponse) {
+                          timeout: TimeInterval? = nil, idempotent: Bool = true, quick: Bool = false) async throws
+        -> (Data, HTTPURLResponse) {
         try await send(method, path, headers: ["Content-Type": "application/json"], body: Data(body.serialized.utf8),
-                       accept: accept, timeout: timeout, idempotent: idempotent)
+                       accept: accept, timeout: timeout, idempotent: idempotent, quick: quick)
     }
 
     /// One call with retries; a status outside `accept` becomes `.problem`. A 429 is retried
@@ -176,8 +178,23 @@ public struct TeamCacheClient: Sendable {
     /// call is `idempotent`, or for a transport error when the request never reached the
     /// server (it could not connect): a call that is not idempotent, retried, could meet its
     /// own effect (a lease it was granted, a create-only write it made).
+    /// `quick`: a lookup on a caller's path (no wait): never slept on for a retry.
     func send(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil,
-              accept: Set<Int>, timeout: TimeInterval? = nil, idempotent: Bool = true) async throws
+              accept: Set<Int>, timeout: TimeInterval? = nil, idempotent: Bool = true, quick: Bool = false) async throws
+        -> (Data, HTTPURLResponse) {
+        do {
+            return try await attempts(method, path, headers: headers, body: body, accept: accept, timeout: timeout,
+                                      idempotent: idempotent, quick: quick)
+        } catch {
+            // A verdict was given unless the call was cancelled (or failed in a way that says
+            // nothing of TeamCache): the next call probes.
+            configuration.breaker?.abandonProbe()
+            throw error
+        }
+    }
+
+    private func attempts(_ method: String, _ path: String, headers: [String: String], body: Data?,
+                          accept: Set<Int>, timeout: TimeInterval?, idempotent: Bool, quick: Bool) async throws
         -> (Data, HTTPURLResponse) {
         guard let url = URL(string: configuration.baseURL.absoluteString + path) else {
             throw TeamCacheClientError.transport("bad URL for \(path)")
@@ -205,14 +222,16 @@ public struct TeamCacheClient: Sendable {
                 }
                 let problem = Self.problem(data, status: http.statusCode)
                 Self.judge(http.statusCode, problem, breaker: breaker, hasToken: configuration.token != nil)
-                if Self.retries(status: http.statusCode, idempotent: idempotent) && attempt < configuration.maxRetries
-                    && breaker?.health.state ?? .closed == .closed {
+                if !quick, Self.retries(status: http.statusCode, idempotent: idempotent),
+                   attempt < configuration.maxRetries, breaker?.health.state ?? .closed == .closed {
                     attempt += 1
                     try await pause(attempt: attempt, retryAfter: http.value(forHTTPHeaderField: "Retry-After"))
                     continue
                 }
                 throw problem
             } catch let error as URLError {
+                // A caller that went away says nothing of TeamCache.
+                if error.code == .cancelled || Task.isCancelled { throw CancellationError() }
                 // A timeout opens the breaker at once and is never retried: each try would cost
                 // the caller the whole deadline again.
                 breaker?.failed("\(error.code)", atOnce: error.code == .timedOut)
@@ -237,6 +256,7 @@ public struct TeamCacheClient: Sendable {
                                   stop: true)
         case 403:
             if case .problem(_, _, let detail) = problem { breaker.misconfigured("the token lacks a scope: \(detail)", stop: false) }
+        case 429: breaker.failed("answered 429 (rate limited)")
         case 500...: breaker.failed("answered \(status)")
         default: breaker.succeeded()
         }

@@ -161,24 +161,34 @@ import TestSupport
         }
     }
 
+    /// A write is retried on 503 honouring Retry-After; a read on a caller's path (a GET
+    /// without a wait) is not: the caller is better off calling the upstream now.
     @Test func retriesOn503HonouringRetryAfter() async throws {
         let attempts = Locked(0)
         var configuration = HTTPServerConfiguration()
         configuration.port = 0
-        let flaky = HTTPServer(configuration: configuration, routes: [
-            Route("GET", "/v1/caches/{ns}/entries/{key}") { _ in
-                attempts.update { $0 += 1 }
-                if attempts.value < 3 {
-                    throw HTTPError(503, "down", headers: HTTPHeaders([("Retry-After", "0")]))
-                }
-                return .text(200, "finally")
-            },
+        let flaky: HTTPHandler = { request in
+            attempts.update { $0 += 1 }
+            if attempts.value % 3 != 0 {
+                throw HTTPError(503, "down", headers: HTTPHeaders([("Retry-After", "0")]))
+            }
+            return request.method == "GET" ? .text(200, "finally")
+                : .json(200, "{\"key\":\"k\",\"etag\":\"e\",\"size\":1,\"stored_size\":1,\"encoding\":\"identity\"}")
+        }
+        let server = HTTPServer(configuration: configuration, routes: [
+            Route("GET", "/v1/caches/{ns}/entries/{key}", handler: flaky),
+            Route("PUT", "/v1/caches/{ns}/entries/{key}", handler: flaky),
         ])
-        try flaky.start()
-        defer { flaky.shutdown() }
-        let client = TeamCacheClient(.init(baseURL: URL(string: "http://127.0.0.1:\(flaky.port)")!, token: nil))
-        let entry = try await client.get(namespace: "n", key: "k")
-        #expect(String(decoding: entry?.body ?? Data(), as: UTF8.self) == "finally" && attempts.value == 3)
+        try server.start()
+        defer { server.shutdown() }
+        var clientConfiguration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(server.port)")!,
+                                                                token: nil)
+        clientConfiguration.breaker = nil
+        let client = TeamCacheClient(clientConfiguration)
+        let written = try await client.put(namespace: "n", key: "k", body: Data([1]))
+        #expect(written.key == "k" && attempts.value == 3)
+        await #expect(throws: TeamCacheClientError.self) { _ = try await client.get(namespace: "n", key: "k") }
+        #expect(attempts.value == 4, "a read on the caller's path was retried")
     }
 }
 
@@ -267,10 +277,14 @@ import TestSupport
             _ = try await client.lookup(namespace: "n", descriptor, lease: 30, wait: 1)
         }
         #expect(counter.value == 1, "a leased lookup was sent \(counter.value) times")
+        await #expect(throws: TeamCacheClientError.self) {
+            _ = try await client.lookup(namespace: "n", descriptor, wait: 1)
+        }
+        #expect(counter.value == 1 + 3, "a plain lookup that waits is retried twice")
+        // Without a wait a lookup is on the caller's path: never slept on for a retry.
         await #expect(throws: TeamCacheClientError.self) { _ = try await client.lookup(namespace: "n", descriptor) }
-        #expect(counter.value == 1 + 3, "a plain lookup is retried twice")
         await #expect(throws: TeamCacheClientError.self) { _ = try await client.get(namespace: "n", key: "k") }
-        #expect(counter.value == 4 + 3)
+        #expect(counter.value == 4 + 2)
     }
 
     @Test func a429IsRetriedAndRetryAfterIsClamped() async throws {
@@ -278,7 +292,8 @@ import TestSupport
         let server = try Self.server(status: 429, retryAfter: "nan", counter: counter)
         defer { server.shutdown() }
         await #expect(throws: TeamCacheClientError.self) {
-            _ = try await Self.client(server.port).lookup(namespace: "n", Descriptor(model: "m", input: .prompt("p")), lease: 5)
+            _ = try await Self.client(server.port).lookup(namespace: "n", Descriptor(model: "m", input: .prompt("p")),
+                                                          lease: 5, wait: 1)
         }
         #expect(counter.value == 3)
         for (header, nanoseconds) in [("-5", UInt64(0)), ("inf", 100_000_000), ("1e300", 5_000_000_000), ("2", 2_000_000_000),

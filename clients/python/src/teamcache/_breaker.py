@@ -63,15 +63,23 @@ class CircuitBreaker:
         self._warned: set[str] = set()
 
     def allow(self) -> bool:
-        """Whether a call may go to TeamCache now (counted as skipped when not)."""
+        """Whether a call may go to TeamCache now (counted as skipped when not). A probe that
+        never reported (its caller was cancelled) is replaced after another cool-down."""
         with self._lock:
             if self._state == "closed":
                 return True
-            if self._state == "open" and self._clock() >= self._open_until:
+            if self._clock() >= self._open_until:
                 self._state = "half_open"  # this caller is the probe
+                self._open_until = self._clock() + self.cooldown
                 return True
             self._skipped += 1
             return False
+
+    def abandon_probe(self) -> None:
+        """The call ended without a verdict (cancelled, interrupted): the next call probes."""
+        with self._lock:
+            if self._state == "half_open":
+                self._state, self._open_until = "open", self._clock()
 
     def succeeded(self) -> None:
         with self._lock:
@@ -104,6 +112,9 @@ class CircuitBreaker:
             self._last_error = self._misconfiguration = message
             if stop:
                 self._open(self.misconfigured_cooldown)
+            else:
+                # The server answered (a scope is missing for this call): it is up.
+                self._state, self._consecutive = "closed", 0
             first = message not in self._warned
             self._warned.add(message)
         if first:

@@ -84,6 +84,14 @@ def _encode(options: Options, result: Any) -> tuple[str, dict[str, Any]]:
         return options.encode(result), metadata
     if isinstance(result, str):
         return result, metadata
+    typed = (hasattr(result, "model_dump") and hasattr(type(result), "model_validate")) or (
+        dataclasses.is_dataclass(result) and not isinstance(result, type))
+    if typed and options.result_type is None:
+        # It could not be decoded (the type is never read from the shared cache): not stored.
+        _warn_once(f"untyped:{_type_name(type(result))}",
+                   "TeamCache does not store a %s without a declared type: annotate the decorated function's "
+                   "return, or pass result_type=", _type_name(type(result)))
+        raise TypeError("a pydantic model or dataclass result needs its declared type to be cached")
     if hasattr(result, "model_dump") and hasattr(type(result), "model_validate"):
         metadata["codec"] = "pydantic"
         metadata["type"] = _type_name(type(result))
@@ -116,6 +124,8 @@ def _decode(options: Options, lookup: Lookup) -> Any:
         if options.decode is not None:
             return options.decode(text)
         if codec == "json":
+            if isinstance(options.result_type, type) and options.result_type not in (dict, list, str, int, float):
+                return _UNDECODABLE  # not the declared type: a foreign entry under this key
             return json.loads(text)
         if codec in ("pydantic", "dataclass"):
             kind = options.result_type
@@ -177,6 +187,8 @@ def _return_type(function: Callable[..., Any]) -> Any:
 def _options(**kwargs: Any) -> Options:
     if "tags" in kwargs and kwargs["tags"] is not None:
         kwargs["tags"] = tuple(kwargs["tags"])
+    if kwargs.get("wait") is not None:
+        kwargs["wait"] = min(60.0, max(0.0, float(kwargs["wait"])))  # the server's range
     return Options(**{name: value for name, value in kwargs.items() if value is not None or name == "lease"})
 
 

@@ -68,6 +68,10 @@ class _Settings:
         its own effect (412 for its own write, "pending" for its own lease)."""
         if status in call.accept or status not in RETRYABLE:
             return False
+        # A quick lookup is on a caller's path: it is never slept on (a 429's Retry-After, or
+        # backoff); the caller is better off calling the upstream now.
+        if call.quick:
+            return False
         return status == 429 or call.idempotent
 
     @staticmethod
@@ -81,6 +85,9 @@ class _Settings:
     def timeout_for(self, call: op.Call) -> httpx.Timeout:
         if call.quick:
             return httpx.Timeout(self.lookup_timeout)
+        if call.reads and call.extra_timeout:
+            # A lookup that waits: its wait, and the short deadline for the answer after it.
+            return httpx.Timeout(call.extra_timeout + self.lookup_timeout, connect=self.lookup_timeout)
         return httpx.Timeout(self.timeout + call.extra_timeout, connect=self.timeout)
 
     def admit(self, call: op.Call) -> None:
@@ -94,8 +101,13 @@ class _Settings:
     def transport_failed(self, error: httpx.TransportError) -> None:
         if self.breaker is not None:
             kind = "timed out" if isinstance(error, httpx.TimeoutException) else "unreachable"
-            self.breaker.failed(f"{kind}: {type(error).__name__}",
-                                at_once=isinstance(error, httpx.TimeoutException))
+            # Our own connection pool being full (a burst's waiters) says nothing of TeamCache.
+            at_once = isinstance(error, httpx.TimeoutException) and not isinstance(error, httpx.PoolTimeout)
+            self.breaker.failed(f"{kind}: {type(error).__name__}", at_once=at_once)
+
+    def abandoned(self) -> None:
+        if self.breaker is not None:
+            self.breaker.abandon_probe()
 
     @property
     def breaker_closed(self) -> bool:
@@ -104,7 +116,11 @@ class _Settings:
     def judge(self, call: op.Call, response: httpx.Response) -> None:
         """Tells the breaker what an answer says of TeamCache's health and configuration."""
         status = response.status_code
-        if status in call.accept or status < 400 or status == 429:
+        if status == 429:
+            if self.breaker is not None:
+                self.breaker.failed("answered 429 (rate limited)")
+            return
+        if status in call.accept or status < 400:
             if self.breaker is not None:
                 self.breaker.succeeded()
             return
@@ -134,7 +150,12 @@ class _Settings:
         if self.positions is not None:
             self.positions.note(response.headers)
         if response.status_code in call.accept:
-            return call.parse(response.status_code, response.headers, response.content)
+            try:
+                return call.parse(response.status_code, response.headers, response.content)
+            except Exception as error:  # noqa: BLE001 - not TeamCache's answer (a wrong base URL?)
+                if self.breaker is not None:
+                    self.breaker.failed(f"malformed answer: {type(error).__name__}")
+                raise TransportError(f"TeamCache at {self.base_url} gave a malformed answer to {call.path}") from error
         raise op.problem(response.status_code, response.content)
 
 
@@ -370,8 +391,16 @@ class TeamCache(_Routes, CachedMixin):
         return _check_result(namespace, ready, read, write, self._settings.strict)
 
     def _run(self, call: op.Call) -> Any:
-        settings, attempt = self._settings, 0
+        settings = self._settings
         settings.admit(call)
+        try:
+            return self._attempts(call)
+        except BaseException:
+            settings.abandoned()  # a verdict was given already unless it was cancelled or interrupted
+            raise
+
+    def _attempts(self, call: op.Call) -> Any:
+        settings, attempt = self._settings, 0
         timeout = settings.timeout_for(call)
         while True:
             try:
@@ -431,8 +460,16 @@ class AsyncTeamCache(_Routes, AsyncCachedMixin):
         return _check_result(namespace, ready, read, write, self._settings.strict)
 
     async def _run(self, call: op.Call) -> Any:  # type: ignore[override]
-        settings, attempt = self._settings, 0
+        settings = self._settings
         settings.admit(call)
+        try:
+            return await self._attempts(call)
+        except BaseException:
+            settings.abandoned()
+            raise
+
+    async def _attempts(self, call: op.Call) -> Any:
+        settings, attempt = self._settings, 0
         timeout = settings.timeout_for(call)
         while True:
             try:

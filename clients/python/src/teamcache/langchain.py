@@ -23,7 +23,6 @@ import asyncio
 import json
 import re
 import warnings
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -144,10 +143,10 @@ class TeamCacheLLMCache(BaseCache):
         self.ttl = ttl
         self.stale_while_revalidate = stale_while_revalidate
         self._cache = cache or TeamCache(base_url, token)
-        # One asyncio client per running loop (the first loop may get the one given).
+        # One asyncio client per running loop (the first loop may get the one given); loops
+        # that closed are dropped when a new one appears.
         self._given_async = async_cache
-        self._async_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncTeamCache] = \
-            weakref.WeakKeyDictionary()
+        self._async_by_loop: dict[asyncio.AbstractEventLoop, AsyncTeamCache] = {}
         self._base_url, self._token = base_url, token
         self._health = _Health()
         #: Refresh leases handed to lookups that answered "miss" for a stale entry, by key,
@@ -163,13 +162,19 @@ class TeamCacheLLMCache(BaseCache):
         loop = asyncio.get_running_loop()
         client = self._async_by_loop.get(loop)
         if client is None:
+            for closed in [known for known in self._async_by_loop if known.is_closed()]:
+                del self._async_by_loop[closed]
             given = self._given_async
-            if given is not None and not self._async_by_loop:
+            if given is not None and given not in self._async_by_loop.values():
                 client = given
-            elif given is not None:
-                client = AsyncTeamCache(given._settings.base_url, given._settings.token)
             else:
-                client = AsyncTeamCache(self._base_url, self._token)
+                # Every loop's client shares one breaker (the sync client's, or the given one's)
+                # and the same settings.
+                model = (given or self._cache)._settings
+                client = AsyncTeamCache(model.base_url, model.token, timeout=model.timeout,
+                                        max_retries=model.max_retries, backoff=model.backoff,
+                                        max_backoff=model.max_backoff, lookup_timeout=model.lookup_timeout,
+                                        circuit_breaker=model.breaker or False, strict=model.strict)
             self._async_by_loop[loop] = client
         return client
 
@@ -186,7 +191,7 @@ class TeamCacheLLMCache(BaseCache):
             return None
         if found.revalidate is not None:
             if len(self._refreshing) >= 1024:
-                self._refreshing.pop(next(iter(self._refreshing)))
+                self._refreshing.pop(next(iter(self._refreshing), ""), None)
             self._refreshing[found.key] = found.revalidate
             return None
         return _deserialise(found.response)

@@ -47,6 +47,7 @@ streamed hits count the tokens they save like the rest.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import json
 import threading
@@ -153,25 +154,39 @@ class UsageFilter:
     stream, keeping its usage: the caller did not ask for it. Events are passed on whole, as
     soon as each is complete."""
 
+    #: Held at most while looking for an event's end; past it the stream passes unfiltered.
+    LIMIT = 1 << 20
+
     def __init__(self) -> None:
         self.buffer = b""
         self.usage: dict[str, Any] = {}
+        self.passing = False
 
     def feed(self, chunk: bytes) -> bytes:
+        if self.passing:
+            return chunk
         self.buffer += chunk
         out = []
         while True:
-            end = self.buffer.find(b"\n\n")
-            if end < 0:
+            # Events end with a blank line, in any of SSE's line endings.
+            ends = [(found, len(mark)) for mark in (b"\r\n\r\n", b"\n\n", b"\r\r")
+                    if (found := self.buffer.find(mark)) >= 0]
+            if not ends:
                 break
-            event, self.buffer = self.buffer[:end + 2], self.buffer[end + 2:]
+            end, width = min(ends)
+            event, self.buffer = self.buffer[:end + width], self.buffer[end + width:]
             if not self._usage_only(event):
                 out.append(event)
+        if len(self.buffer) > self.LIMIT:
+            self.passing, rest, self.buffer = True, self.buffer, b""
+            out.append(rest)
         return b"".join(out)
 
     def finish(self) -> bytes:
         rest, self.buffer = self.buffer, b""
-        return b"" if self._usage_only(rest) else rest
+        # Only a remainder that is one usage-only event (and nothing else) is dropped.
+        single = rest.count(b"data:") == 1
+        return b"" if single and self._usage_only(rest) else rest
 
     def _usage_only(self, event: bytes) -> bool:
         for line in event.decode(errors="replace").splitlines():
@@ -257,7 +272,8 @@ class _Policy:
 
     def __init__(self, namespace: str, ttl: int | None, lease: int | None, wait: float,
                  stale_while_revalidate: int | None):
-        self.namespace, self.ttl, self.lease, self.wait = namespace, ttl, lease, wait
+        # The server takes waits up to 60 s.
+        self.namespace, self.ttl, self.lease, self.wait = namespace, ttl, lease, min(60.0, max(0.0, wait))
         self.stale_while_revalidate = stale_while_revalidate
         self.health = _Health()
 
@@ -401,11 +417,18 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
                                                          response.headers.get("content-type", "")))
 
         def _call(self, request: Any, the_plan: Plan, lease: Lease | None) -> Any:
+            original = request
             request = _upstream_request(http, request, the_plan)
             # Identity bodies, so what is stored is what the SDK reads.
             request.headers["accept-encoding"] = "identity"
             try:
                 response = upstream.handle_request(request)
+                if _refused_usage(the_plan, response.status_code):
+                    # An upstream that refuses the usage member gets the caller's request as sent.
+                    response.close()
+                    the_plan = dataclasses.replace(the_plan, upstream_body=None)
+                    original.headers["accept-encoding"] = "identity"
+                    response = upstream.handle_request(original)
             except BaseException:
                 self._store(the_plan, lease, None)
                 raise
@@ -457,6 +480,12 @@ def _upstream_request(http: ModuleType, request: Any, the_plan: Plan) -> Any:
     headers = [(name, value) for name, value in request.headers.multi_items() if name.lower() != "content-length"]
     return http.Request(request.method, request.url, headers=headers, content=the_plan.upstream_body,
                         extensions=request.extensions)
+
+
+def _refused_usage(the_plan: Plan, status: int) -> bool:
+    """An upstream that rejects `stream_options` (some OpenAI-compatible servers) answered the
+    request this transport augmented: it is sent again as the caller sent it."""
+    return the_plan.upstream_body is not None and status in (400, 422)
 
 
 def _without_length(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -542,10 +571,16 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
                                                                response.headers.get("content-type", "")))
 
         async def _call(self, request: Any, the_plan: Plan, lease: Lease | None) -> Any:
+            original = request
             request = _upstream_request(http, request, the_plan)
             request.headers["accept-encoding"] = "identity"
             try:
                 response = await upstream.handle_async_request(request)
+                if _refused_usage(the_plan, response.status_code):
+                    await response.aclose()
+                    the_plan = dataclasses.replace(the_plan, upstream_body=None)
+                    original.headers["accept-encoding"] = "identity"
+                    response = await upstream.handle_async_request(original)
             except BaseException:
                 await self._store(the_plan, lease, None)
                 raise
