@@ -28,7 +28,11 @@ print("docker-compose.yml: valid against the Compose specification schema")
 PY
 
 promtool check rules deploy/prometheus/alerts.yml
-sed "s|/etc/prometheus/alerts.yml|$PWD/deploy/prometheus/alerts.yml|" deploy/prometheus/prometheus.yml > "$work/prometheus.yml"
+# The scrape's token file lives in the compose volume; promtool checks that it exists.
+echo "tc_$(openssl rand -hex 32)" > "$work/metrics.token"
+sed -e "s|/etc/prometheus/alerts.yml|$PWD/deploy/prometheus/alerts.yml|" \
+    -e "s|/var/lib/teamcache/secrets/metrics.token|$work/metrics.token|" \
+    deploy/prometheus/prometheus.yml > "$work/prometheus.yml"
 promtool check config "$work/prometheus.yml"
 python3 -c "import json; d = json.load(open('deploy/grafana/teamcache.json')); assert d['panels']; print('grafana dashboard: valid JSON,', len(d['panels']), 'panels')"
 

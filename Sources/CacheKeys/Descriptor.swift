@@ -136,18 +136,16 @@ extension Descriptor {
     /// OpenSSL's EVP through `Hashing` elsewhere.
     static func sha256Hex(_ bytes: [UInt8]) -> String {
         #if canImport(CryptoKit)
-        let digest = Array(CryptoKit.SHA256.hash(data: bytes))
-        #else
-        let digest = Hashing.SHA256.hash(bytes)
-        #endif
         let hex = Array("0123456789abcdef".utf8)
         var text = [UInt8]()
-        text.reserveCapacity(digest.count * 2)
-        for byte in digest {
+        for byte in CryptoKit.SHA256.hash(data: bytes) {
             text.append(hex[Int(byte >> 4)])
             text.append(hex[Int(byte & 0x0f)])
         }
         return String(decoding: text, as: UTF8.self)
+        #else
+        return Bytes.hex(Hashing.SHA256.hash(bytes))
+        #endif
     }
 }
 
