@@ -112,13 +112,13 @@ public final class CacheAPI: Sendable {
     }
 
     /// A change this process made (committed, or of unknown outcome), before its answer: the
-    /// key's kept copy goes, and this process's waiters and followers of the namespace hear of
-    /// it now, not a notification's round trip later (a read after this 2xx, on this replica,
-    /// reads the database and finds no shared feed page from before). Other replicas hear of
-    /// it from the notification. `key` nil: the whole namespace.
+    /// key's kept copy goes, and no shared feed page of the namespace read before it is reused,
+    /// without waiting for the notification's round trip (a read after this 2xx, on this
+    /// replica, reads the database). Waiters are woken by the notification, once. `key` nil:
+    /// the whole namespace.
     func ownChange(_ namespace: String, _ key: [UInt8]?) {
         near?.invalidate(namespace, key)
-        waiters?.wake(namespace: namespace, key: key)
+        feedPages.noteLocalChange(namespace)
     }
 
     /// The JSON answer of a write (PUT and descriptor upsert).

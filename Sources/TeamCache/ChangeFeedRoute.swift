@@ -84,6 +84,7 @@ struct ChangeFeedRoute: Sendable {
         let api = self.api, auth = self.auth
         // Noted before the read: a change landing between the read and the parking is not lost.
         let since = waiters?.now ?? 0
+        let localSince = api.feedPages.localNow
         let question = ask.page
         let waiters = self.waiters
         responder.offload({
@@ -108,8 +109,8 @@ struct ChangeFeedRoute: Sendable {
                 let response = Self.response(page, request, api: api)
                 // A page read while numbering is behind is shared only by the followers reading
                 // together: asked again a moment later, it may have grown.
-                api.feedPages.keep(question, since: since, empty: page.changes.isEmpty, response: response,
-                                   behind: page.behind)
+                api.feedPages.keep(question, since: since, localSince: localSince, empty: page.changes.isEmpty,
+                                   response: response, behind: page.behind)
                 return (empty: page.changes.isEmpty, behind: page.behind, response: response)
             }
         }) { result in

@@ -37,6 +37,8 @@ final class FeedPages: @unchecked Sendable {
         let cost: Int
         /// How long it may be reused (shorter for a page read while numbering was behind).
         let window: TimeInterval
+        /// This process's own change count noted before the read (`localNow`).
+        let localSince: UInt64
     }
 
     static let pageLimit = 1 << 20
@@ -50,6 +52,11 @@ final class FeedPages: @unchecked Sendable {
     static let joinFor: TimeInterval = 2
 
     private let state = NSCondition()
+    /// Changes this process made, by namespace (guarded by `state`): a page read before one
+    /// is not reused, even before the change's notification comes back (which the waiters'
+    /// count hears later; counting our own changes there too woke followers twice and made
+    /// every follower's page look stale).
+    private var local = RecentChanges(bound: 4096)
     private var pages: [Question: Page] = [:]
     private var bytes = 0
     private var reading: Set<Question> = []
@@ -70,7 +77,8 @@ final class FeedPages: @unchecked Sendable {
         defer { state.unlock() }
         while true {
             if let page = pages[question], ProcessInfo.processInfo.systemUptime - page.readAt < page.window,
-               !waiters.changed(question.namespace, since: page.since) {
+               !waiters.changed(question.namespace, since: page.since),
+               !local.changed(question.namespace, [], since: page.localSince) {
                 answered?.inc(["shared"])
                 return (page.empty, page.response)
             }
@@ -86,7 +94,8 @@ final class FeedPages: @unchecked Sendable {
     /// and wakes the followers waiting for it.
     /// A page read while numbering was behind (`behind`) is shared only by the followers
     /// reading together (`behindReuseFor`): asked again a moment later, it may have grown.
-    func keep(_ question: Question, since: UInt64, empty: Bool, response: HTTPResponse, behind: Bool = false) {
+    func keep(_ question: Question, since: UInt64, localSince: UInt64 = 0, empty: Bool, response: HTTPResponse,
+              behind: Bool = false) {
         answered?.inc(["database"])
         state.lock()
         defer {
@@ -107,7 +116,7 @@ final class FeedPages: @unchecked Sendable {
             bytes = 0
         }
         let page = Page(since: since, readAt: now, empty: empty, response: response, cost: cost,
-                        window: behind ? Self.behindReuseFor : Self.reuseFor)
+                        window: behind ? Self.behindReuseFor : Self.reuseFor, localSince: localSince)
         if let old = pages.updateValue(page, forKey: question) { bytes -= old.cost }
         bytes += cost
     }
@@ -124,6 +133,20 @@ final class FeedPages: @unchecked Sendable {
         state.lock()
         defer { state.unlock() }
         return (pages.count, bytes)
+    }
+
+    /// This process's own change count: note it before a read.
+    var localNow: UInt64 {
+        state.lock()
+        defer { state.unlock() }
+        return local.count
+    }
+
+    /// A change this process made to `namespace` (before its answer).
+    func noteLocalChange(_ namespace: String) {
+        state.lock()
+        local.record(namespace, nil)
+        state.unlock()
     }
 
     /// The read failed: the next follower reads for itself.
