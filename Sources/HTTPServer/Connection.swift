@@ -40,10 +40,12 @@ final class Connection: @unchecked Sendable {
     /// this client's share (`ServerContext.holdUnverifiedBytes`).
     private var heldUnverifiedBytes = 0
     /// The body being read belongs to a request whose precheck could not verify it.
-    private var bodyUnverified = false
+    var bodyUnverified = false
     /// A precheck's blocking verification runs on a worker: no request is taken meanwhile
     /// (its body waits in the socket, or at most `maxBufferedInput` of it in the parser).
-    private var verifying = false
+    var verifying = false
+    /// Set by `refusal(beforeBody:)` when the precheck left something to verify.
+    var pendingVerification: (@Sendable () throws -> Void)?
     /// Whether any byte arrived (for the debug line of a connection closed unanswered).
     private var receivedAny = false
     var inFlight = false
@@ -122,7 +124,7 @@ final class Connection: @unchecked Sendable {
 
     /// Takes events from the parser until a request is in flight, more bytes are needed,
     /// the turn's budget is spent, or the client is not reading what it was sent.
-    private func processBuffered() {
+    func processBuffered() {
         guard !processing else { return }
         processing = true
         defer { processing = false }
@@ -195,72 +197,9 @@ final class Connection: @unchecked Sendable {
 
     // MARK: Requests
 
-    /// What to do with a request's body, decided on its head.
-    private enum BodyVerdict {
-        /// Refused before a byte of it is read.
-        case refuse(HTTPResponse)
-        /// Read it (`unverified`: its credentials are not verified yet; a small body).
-        case read(unverified: Bool)
-        /// A large body whose credentials must be verified first (blocking, on a worker).
-        case verifyFirst(@Sendable () throws -> Void)
-    }
-
-    private func verdict(beforeBody request: HTTPRequest) -> BodyVerdict {
-        if let refusal = refusal(beforeBody: request) { return .refuse(refusal) }
-        guard let verify = pendingVerification else { return .read(unverified: false) }
-        pendingVerification = nil
-        let declared = request.headers["Content-Length"].flatMap(Int.init) ?? Int.max
-        return declared > loop.context.configuration.unverifiedBodyLimit ? .verifyFirst(verify) : .read(unverified: true)
-    }
-
-    /// Set by `refusal(beforeBody:)` when the precheck left something to verify.
-    private var pendingVerification: (@Sendable () throws -> Void)?
-
-    /// Verifies on a worker what the precheck could not (a token not seen yet), before a
-    /// large body is read: a client with made-up credentials cannot hold body budget for
-    /// longer than a lookup takes, nor make the server receive its body at all.
-    private func startVerifying(_ request: HTTPRequest, _ verify: @escaping @Sendable () throws -> Void,
-                                continueExpected: Bool) {
-        verifying = true
-        // Its body is read only once verified: it is not charged to the unverified share.
-        bodyUnverified = false
-        let loop = self.loop
-        let accepted = loop.context.workers.submit { [self] in
-            let outcome = Result { try verify() }
-            loop.execute { [self] in finishVerifying(request, outcome, continueExpected: continueExpected) }
-        }
-        if !accepted {
-            finishVerifying(request, .failure(HTTPError(503, "The server is busy; retry shortly.",
-                                                        headers: HTTPHeaders([("Retry-After", "1")]))),
-                            continueExpected: continueExpected)
-        }
-    }
-
-    private func finishVerifying(_ request: HTTPRequest, _ outcome: Result<Void, any Error>, continueExpected: Bool) {
-        verifying = false
-        guard !isClosed else { return }
-        switch outcome {
-        case .success:
-            if continueExpected { enqueue(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)) }
-        case .failure(let error):
-            let refusal = (error as? HTTPError)
-                ?? HTTPError(503, "The credentials could not be checked now; retry shortly.",
-                             headers: HTTPHeaders([("Retry-After", "1")]))
-            refuse(request, with: refusal.response(requestID: request.requestID))
-            flush()
-            if !isClosed {
-                updatePhase()
-                updateInterest()
-            }
-            return
-        }
-        processBuffered()
-        updateInterest()
-    }
-
     /// Why a request with a body is refused on its head alone (no route, a precheck such as
     /// a missing or known-bad token), or nil to read the body.
-    private func refusal(beforeBody request: HTTPRequest) -> HTTPResponse? {
+    func refusal(beforeBody request: HTTPRequest) -> HTTPResponse? {
         request.requestID = loop.requestID(for: request)
         request.remoteAddress = peer
         let error: HTTPError
@@ -289,7 +228,7 @@ final class Connection: @unchecked Sendable {
 
     /// Answers `request` with `response` before its body is read, then closes (lingering,
     /// so the client reads the answer rather than a reset).
-    private func refuse(_ request: HTTPRequest, with response: HTTPResponse) {
+    func refuse(_ request: HTTPRequest, with response: HTTPResponse) {
         served += 1
         closeAfterFlush = true
         lingerOnClose = true
@@ -423,7 +362,7 @@ final class Connection: @unchecked Sendable {
 
     // MARK: Output
 
-    private func enqueue(_ bytes: [UInt8]) {
+    func enqueue(_ bytes: [UInt8]) {
         output.append(bytes, at: loop.now)
     }
 
