@@ -2,12 +2,13 @@
 import PackageDescription
 
 // Layering (lower never imports higher):
-//   C wrappers → Hashing, Observability → Postgres, HTTPServer, CacheCore → TeamCache → teamcache
+//   Locking → C wrappers, Cryptography, Observability → Postgres, HTTPServer, CacheCore → TeamCache
+//   → TeamCacheCLI (the `teamcache` executable)
 let package = Package(
     name: "TeamCache",
     platforms: [.macOS(.v15), .iOS(.v18)],
     products: [
-        .executable(name: "teamcache", targets: ["teamcache"]),
+        .executable(name: "teamcache", targets: ["TeamCacheCLI"]),
         .library(name: "TeamCacheClient", targets: ["TeamCacheClient"]),
     ],
     targets: [
@@ -16,32 +17,39 @@ let package = Package(
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CLinux"),
 
-        .target(name: "Hashing", dependencies: ["CCrypto"]),
-        .target(name: "Observability"),
-        .target(name: "Postgres", dependencies: ["CLibPQ", "Hashing", "Observability"]),
-        .target(name: "HTTPServer", dependencies: ["CLinux", "Observability"]),
+        // State reachable only inside its lock, and one-value hand-offs between threads.
+        .target(name: "Locking"),
+        // SHA-256, AES-GCM and HKDF through OpenSSL, and byte helpers.
+        .target(name: "Cryptography", dependencies: ["CCrypto"]),
+        .target(name: "Observability", dependencies: ["Locking"]),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "Cryptography", "Locking", "Observability"]),
+        .target(name: "HTTPServer", dependencies: ["CLinux", "Locking", "Observability"]),
         // Descriptor keys and canonical JSON: shared by the server and the client library.
         // On Apple platforms it hashes with CryptoKit: the client library needs no OpenSSL there.
-        .target(name: "CacheKeys", dependencies: [.target(name: "Hashing", condition: .when(platforms: [
+        .target(name: "CacheKeys", dependencies: [.target(name: "Cryptography", condition: .when(platforms: [
             .linux, .android, .windows, .wasi, .openbsd,
         ]))]),
-        .target(name: "CacheCore", dependencies: ["CZlib", "CacheKeys", "Hashing", "Observability", "Postgres"]),
-        .target(name: "TeamCache", dependencies: ["CacheCore", "CacheKeys", "HTTPServer", "Postgres", "Hashing",
-                                                  "Observability"]),
-        .executableTarget(name: "teamcache", dependencies: ["TeamCache"]),
+        .target(name: "CacheCore", dependencies: ["CZlib", "CacheKeys", "Cryptography", "Locking", "Observability",
+                                                  "Postgres"]),
+        .target(name: "TeamCache", dependencies: ["CacheCore", "CacheKeys", "HTTPServer", "Postgres", "Cryptography",
+                                                  "Locking", "Observability"]),
+        // The command line (`teamcache serve`, `migrate`, `tokens`, …). Not named `teamcache`:
+        // that differs from `TeamCache` only in case, and macOS's default file system folds it.
+        .executableTarget(name: "TeamCacheCLI", dependencies: ["TeamCache"]),
         // libFuzzer target for the HTTP parser (see scripts/fuzz.sh).
         // The libFuzzer entry point of the fuzz targets (or a replay of files without it).
         .target(name: "FuzzSupport"),
         .executableTarget(name: "HTTPParserFuzz", dependencies: ["FuzzSupport", "HTTPServer"]),
         // libFuzzer target for the whole request path: parse, route, headers, query, JSON, handlers.
         .executableTarget(name: "RequestFuzz", dependencies: ["FuzzSupport", "HTTPServer", "TeamCache"]),
-        .target(name: "TeamCacheClient", dependencies: ["CacheKeys"]),
-        .target(name: "TestSupport", dependencies: ["Postgres", "TeamCache", "HTTPServer"], path: "Sources/TestSupport"),
+        .target(name: "TeamCacheClient", dependencies: ["CacheKeys", "Locking"]),
+        .target(name: "TestSupport", dependencies: ["Locking", "Postgres", "TeamCache", "HTTPServer"],
+                path: "Sources/TestSupport"),
 
-        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
-        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "Observability", "TestSupport"]),
-        .testTarget(name: "CacheCoreTests", dependencies: ["CacheCore", "CacheKeys", "TestSupport"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["TeamCache", "TeamCacheClient", "TestSupport"]),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "Locking", "TestSupport"]),
+        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "Locking", "Observability", "TestSupport"]),
+        .testTarget(name: "CacheCoreTests", dependencies: ["CacheCore", "Locking", "CacheKeys", "TestSupport"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["TeamCache", "Locking", "TeamCacheClient", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,4 +1,4 @@
-import Hashing
+import Cryptography
 
 /// Strong entity tags from the identity bytes' SHA-256, so a body uploaded plain or as gzip
 /// gets the same tag.

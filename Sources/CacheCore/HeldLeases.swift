@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 
 /// Keys this process knows to be under a live lease, and until when: so that a burst of
 /// stale-while-revalidate answers asks PostgreSQL for the refresh lease once, not once per
@@ -8,18 +9,34 @@ import Foundation
 /// when the key changes or its lease ends on any replica (the key listener), and it is never
 /// consulted to grant anything. Bounded: past `capacity` keys, nothing more is noted (those
 /// keys just ask the database each time), and expired keys are pruned at most once a second.
-final class HeldLeases: @unchecked Sendable {
-    // @unchecked: `until`, `count` and `nextPrune` are guarded by `lock`.
+final class HeldLeases: Sendable {
     let capacity: Int
-    private let lock = NSLock()
-    /// By namespace, so a namespace-wide notification forgets in one step.
-    private var until: [String: [[UInt8]: TimeInterval]] = [:]
-    private var held = 0
-    private var nextPrune: TimeInterval = 0
-    /// Forgets. A note based on an answer read before a forget of its key (or its namespace,
-    /// or everything) is dropped, so a release that lands while the database answers "held"
-    /// is not lost.
-    private var forgets = RecentChanges()
+    private let state = Locked(State())
+
+    private struct State {
+        /// By namespace, so a namespace-wide notification forgets in one step.
+        var until: [String: [[UInt8]: TimeInterval]] = [:]
+        var held = 0
+        var nextPrune: TimeInterval = 0
+        /// Forgets. A note based on an answer read before a forget of its key (or its
+        /// namespace, or everything) is dropped, so a release that lands while the database
+        /// answers "held" is not lost.
+        var forgets = RecentChanges()
+
+        mutating func remove(_ namespace: String, _ key: [UInt8]) {
+            guard until[namespace]?.removeValue(forKey: key) != nil else { return }
+            held -= 1
+            if until[namespace]?.isEmpty == true { until[namespace] = nil }
+        }
+
+        mutating func prune(_ now: TimeInterval) {
+            until = until.compactMapValues { keys in
+                let live = keys.filter { $0.value > now }
+                return live.isEmpty ? nil : live
+            }
+            held = until.values.reduce(0) { $0 + $1.count }
+        }
+    }
 
     init(capacity: Int = 10_000) { self.capacity = capacity }
 
@@ -27,71 +44,56 @@ final class HeldLeases: @unchecked Sendable {
 
     /// Whether (namespace, key) is known to be leased right now.
     func isHeld(_ namespace: String, _ key: [UInt8]) -> Bool {
-        lock.withLock {
-            guard let end = until[namespace]?[key] else { return false }
+        state.withLock { state in
+            guard let end = state.until[namespace]?[key] else { return false }
             if end > Self.now { return true }
-            remove(namespace, key)
+            state.remove(namespace, key)
             return false
         }
     }
 
     /// Where forgetting stands: take it before asking the database, and pass it to `note`.
-    var generation: UInt64 { lock.withLock { forgets.count } }
+    var generation: UInt64 { state.withLock { $0.forgets.count } }
 
     /// Notes that (namespace, key) is leased for `seconds` more, unless something was
     /// forgotten since `generation` (then the answer may already be out of date).
     func note(_ namespace: String, _ key: [UInt8], seconds: Int, since generation: UInt64) {
         let now = Self.now
-        lock.withLock {
-            guard !forgets.changed(namespace, key, since: generation) else { return }
-            if held >= capacity && now >= nextPrune {
-                nextPrune = now + 1
-                prune(now)
+        let capacity = capacity
+        state.withLock { state in
+            guard !state.forgets.changed(namespace, key, since: generation) else { return }
+            if state.held >= capacity && now >= state.nextPrune {
+                state.nextPrune = now + 1
+                state.prune(now)
             }
-            guard held < capacity || until[namespace]?[key] != nil else { return }
-            if until[namespace, default: [:]].updateValue(now + Double(max(0, seconds)), forKey: key) == nil {
-                held += 1
+            guard state.held < capacity || state.until[namespace]?[key] != nil else { return }
+            if state.until[namespace, default: [:]].updateValue(now + Double(max(0, seconds)), forKey: key) == nil {
+                state.held += 1
             }
         }
     }
 
     /// Forgets (namespace, key), or every key of the namespace when `key` is nil.
     func forget(_ namespace: String, _ key: [UInt8]?) {
-        lock.withLock {
-            forgets.record(namespace, key)
-            guard held > 0 else { return }
+        state.withLock { state in
+            state.forgets.record(namespace, key)
+            guard state.held > 0 else { return }
             if let key {
-                remove(namespace, key)
-            } else if let keys = until.removeValue(forKey: namespace) {
-                held -= keys.count
+                state.remove(namespace, key)
+            } else if let keys = state.until.removeValue(forKey: namespace) {
+                state.held -= keys.count
             }
         }
     }
 
     /// Forgets everything (notifications may have been missed).
     func forgetAll() {
-        lock.withLock {
-            forgets.recordEverything()
-            until.removeAll()
-            held = 0
+        state.withLock { state in
+            state.forgets.recordEverything()
+            state.until.removeAll()
+            state.held = 0
         }
     }
 
-    var count: Int { lock.withLock { held } }
-
-    /// Under `lock`.
-    private func remove(_ namespace: String, _ key: [UInt8]) {
-        guard until[namespace]?.removeValue(forKey: key) != nil else { return }
-        held -= 1
-        if until[namespace]?.isEmpty == true { until[namespace] = nil }
-    }
-
-    /// Under `lock`.
-    private func prune(_ now: TimeInterval) {
-        until = until.compactMapValues { keys in
-            let live = keys.filter { $0.value > now }
-            return live.isEmpty ? nil : live
-        }
-        held = until.values.reduce(0) { $0 + $1.count }
-    }
+    var count: Int { state.withLock { $0.held } }
 }

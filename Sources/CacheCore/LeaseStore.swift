@@ -1,5 +1,5 @@
 import Foundation
-import Hashing
+import Cryptography
 import Observability
 import Postgres
 

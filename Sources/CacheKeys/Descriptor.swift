@@ -1,12 +1,12 @@
 #if canImport(CryptoKit)
 import CryptoKit
 #else
-import Hashing
+import Cryptography
 #endif
 
 /// What an LLM / AI request is, for caching: the server derives the entry key from it.
 ///
-/// Key derivation (the README specifies it for clients in any language):
+/// Key derivation (docs/descriptor-keys.md specifies it for clients in any language):
 /// 1. `prompt`: CRLF and lone CR become LF, then leading and trailing ASCII whitespace
 ///    (space, tab, LF, VT, FF) is trimmed. `messages`, `schema`, `params`: canonical JSON.
 /// 2. Seven fields in order: the tag `teamcache.descriptor.v1`, `model`, the input kind
@@ -81,7 +81,7 @@ public struct Descriptor: Sendable, Equatable {
         Self.sha256Hex(encodedFields)
     }
 
-    /// The exact bytes hashed for the key (exposed for the README's worked example and tests).
+    /// The exact bytes hashed for the key (exposed for the worked example in docs/descriptor-keys.md and tests).
     public var encodedFields: [UInt8] {
         let kind: String, text: String
         switch input {
@@ -133,7 +133,7 @@ public struct Descriptor: Sendable, Equatable {
 /// A descriptor that cannot be used (answered with 422).
 extension Descriptor {
     /// Lowercase hex SHA-256: CryptoKit on Apple platforms (an iOS app has no OpenSSL to link),
-    /// OpenSSL's EVP through `Hashing` elsewhere.
+    /// OpenSSL's EVP through `Cryptography` elsewhere.
     static func sha256Hex(_ bytes: [UInt8]) -> String {
         #if canImport(CryptoKit)
         let hex = Array("0123456789abcdef".utf8)
@@ -144,7 +144,7 @@ extension Descriptor {
         }
         return String(decoding: text, as: UTF8.self)
         #else
-        return Bytes.hex(Hashing.SHA256.hash(bytes))
+        return Bytes.hex(Cryptography.SHA256.hash(bytes))
         #endif
     }
 }

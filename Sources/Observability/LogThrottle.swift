@@ -1,11 +1,11 @@
 import Foundation
+import Locking
 
 /// Repeated failures logged as a summary rather than a line each: the first occurrence of
 /// a kind is logged with its fields, then at most one line per `interval` saying how many
 /// more there were (`suppressed`). An outage of ten seconds is a handful of lines, not a
 /// hundred thousand.
-public final class LogThrottle: @unchecked Sendable {
-    // @unchecked: `kinds` is guarded by `lock`.
+public final class LogThrottle: Sendable {
     private struct Kind {
         var lastLogged: TimeInterval
         var suppressed: Int
@@ -13,8 +13,7 @@ public final class LogThrottle: @unchecked Sendable {
 
     private let logger: Logger
     private let interval: TimeInterval
-    private let lock = NSLock()
-    private var kinds: [String: Kind] = [:]
+    private let kinds = Locked<[String: Kind]>([:])
     /// Kinds are a fixed set in code (error descriptions, not data); the cap is a fuse.
     private static let maxKinds = 256
 
@@ -30,7 +29,7 @@ public final class LogThrottle: @unchecked Sendable {
     public func log(_ level: LogLevel, _ message: String, kind: String, _ extra: [(String, LogValue)] = []) -> Bool {
         guard logger.isEnabled(level) else { return false }
         let now = ProcessInfo.processInfo.systemUptime
-        let suppressed: Int? = lock.withLock {
+        let suppressed: Int? = kinds.withLock { kinds in
             if var seen = kinds[kind] {
                 guard now - seen.lastLogged >= interval else {
                     seen.suppressed += 1

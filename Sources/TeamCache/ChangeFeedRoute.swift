@@ -84,15 +84,16 @@ struct ChangeFeedRoute: Sendable {
         let api = self.api, auth = self.auth
         // Noted before the read: a change landing between the read and the parking is not lost.
         let since = waiters?.now ?? 0
-        let localSince = api.feedPages.localNow
         let question = ask.page
         let waiters = self.waiters
         responder.offload({
             try api.guarded(request) {
                 _ = try auth.authorize(request, .read, namespace: ask.namespace)
                 // Followers woken together by one write mostly ask the same: one reads.
-                if let shared = api.feedPages.answer(question, waiters: waiters) {
-                    return (empty: shared.empty, behind: false, response: shared.response)
+                let (readSince, localSince): (UInt64, UInt64)
+                switch api.feedPages.answer(question, waiters: waiters, since: since) {
+                case .shared(let empty, let response): return (empty: empty, behind: false, response: response)
+                case .read(let since, let local): (readSince, localSince) = (since, local)
                 }
                 let page: FeedPage
                 do {
@@ -109,7 +110,7 @@ struct ChangeFeedRoute: Sendable {
                 let response = Self.response(page, request, api: api)
                 // A page read while numbering is behind is shared only by the followers reading
                 // together: asked again a moment later, it may have grown.
-                api.feedPages.keep(question, since: since, localSince: localSince, empty: page.changes.isEmpty,
+                api.feedPages.keep(question, since: readSince, localSince: localSince, empty: page.changes.isEmpty,
                                    response: response, behind: page.behind)
                 return (empty: page.changes.isEmpty, behind: page.behind, response: response)
             }

@@ -1,6 +1,6 @@
 import CacheCore
 import Foundation
-import Hashing
+import Cryptography
 import HTTPServer
 import Postgres
 

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Observability
 import Postgres
 
@@ -9,10 +10,7 @@ import Postgres
 /// Every `interval` the probe runs `SELECT 1` on a session of its own (beside the pool, so
 /// a busy pool does not read as a dead database), with a one-second statement limit, and
 /// checks the migrations every `migrationCheckEvery` probes.
-final class ReadinessProbe: @unchecked Sendable {
-    // @unchecked: `lastSuccess` and `migrationProblem` are guarded by `lock`; `connection`
-    // and `probes` are touched only by the one thread that runs `probe` (the periodic
-    // service's, or start-up before that service starts).
+final class ReadinessProbe: Sendable {
     enum State: Equatable {
         /// Ready; the later migrations (if any) this build serves with.
         case ready(aheadBy: [Int])
@@ -29,17 +27,22 @@ final class ReadinessProbe: @unchecked Sendable {
 
     private let url: String
     private let migrations: MigrationRunner
-    private let lock = NSLock()
-    private var lastSuccess: TimeInterval?
-    /// The last probe found a standby (guarded by `lock`).
-    private var onStandby = false
-    /// PostgreSQL's notification queue in use (0 to 1) at the last probe; nil while unknown.
-    private var notificationQueue: Double?
     private let limits: SessionLimits
-    private var migrationProblem: String?
-    private var aheadBy: [Int] = []
-    private var probes = 0
-    private var connection: PostgresConnection?
+    private let findings = Locked(Findings())
+    /// The probe's own session: taken out for a probe and put back after it (probes run on
+    /// one thread: the periodic service's, or start-up before that service starts).
+    private let session = Locked<PostgresConnection?>(nil)
+
+    private struct Findings {
+        var lastSuccess: TimeInterval?
+        /// The last probe found a standby.
+        var onStandby = false
+        /// PostgreSQL's notification queue in use (0 to 1) at the last probe; nil while unknown.
+        var notificationQueue: Double?
+        var migrationProblem: String?
+        var aheadBy: [Int] = []
+        var probes = 0
+    }
     private let logger = Logger(component: "readiness")
 
     init(url: String, migrations: MigrationRunner, limits: SessionLimits = SessionLimits()) {
@@ -52,28 +55,31 @@ final class ReadinessProbe: @unchecked Sendable {
     }
 
     var state: State {
-        lock.withLock {
-            if let problem = migrationProblem { return .schema(problem) }
-            guard let lastSuccess, monotonicSeconds() - lastSuccess <= Self.staleAfter else {
-                return onStandby ? .standby : .unreachable
+        let now = monotonicSeconds()
+        return findings.withLock { found in
+            if let problem = found.migrationProblem { return .schema(problem) }
+            guard let lastSuccess = found.lastSuccess, now - lastSuccess <= Self.staleAfter else {
+                return found.onStandby ? .standby : .unreachable
             }
-            return .ready(aheadBy: aheadBy)
+            return .ready(aheadBy: found.aheadBy)
         }
     }
 
     /// One probe (the periodic service's work); never throws, never waits past its limits.
     /// Success is stamped when the answer arrives, before the (slower) migration check.
     func probe() {
+        var connection = session.withLock { $0.take() }
+        defer { session.withLock { $0 = connection } }
         do {
-            let session = try connection ?? open()
-            connection = session
-            let row = try session.query(
+            let open = try connection ?? open()
+            connection = open
+            let row = try open.query(
                 "SELECT pg_is_in_recovery() AS standby, pg_notification_queue_usage()::text AS queue").first
             let standby = try row?.bool("standby") ?? true
             let queue = try row?.string("queue").flatMap(Double.init)
-            lock.withLock {
-                onStandby = standby
-                notificationQueue = queue
+            findings.withLock { found in
+                found.onStandby = standby
+                found.notificationQueue = queue
             }
             guard !standby else {
                 // Dropped, so the next probe connects afresh: a multi-host URL with
@@ -81,17 +87,22 @@ final class ReadinessProbe: @unchecked Sendable {
                 connection = nil
                 return
             }
-            lock.withLock { lastSuccess = monotonicSeconds() }
-            if probes % Self.migrationCheckEvery == 0 { try checkMigrations(on: session) }
-            probes += 1
+            let now = monotonicSeconds()
+            let probes = findings.withLock { found in
+                found.lastSuccess = now
+                return found.probes
+            }
+            // Counted after the check: a check that failed runs again at the next probe.
+            if probes % Self.migrationCheckEvery == 0 { try checkMigrations(on: open) }
+            findings.withLock { $0.probes += 1 }
         } catch let error as MigrationError {
-            let first = lock.withLock {
-                defer { migrationProblem = error.description }
-                return migrationProblem != error.description
+            let first = findings.withLock { found in
+                defer { found.migrationProblem = error.description }
+                return found.migrationProblem != error.description
             }
             if first { logger.warn("not ready: schema", [("problem", .string(error.description))]) }
         } catch {
-            lock.withLock { onStandby = false }
+            findings.withLock { $0.onStandby = false }
             if connection?.isBroken ?? true { connection = nil }
         }
     }
@@ -100,9 +111,9 @@ final class ReadinessProbe: @unchecked Sendable {
         let state = try migrations.requireCurrent(on: session)
         let ahead: [Int]
         if case .aheadCompatible(let versions) = state { ahead = versions } else { ahead = [] }
-        let changed = lock.withLock {
-            defer { (migrationProblem, aheadBy) = (nil, ahead) }
-            return aheadBy != ahead
+        let changed = findings.withLock { found in
+            defer { (found.migrationProblem, found.aheadBy) = (nil, ahead) }
+            return found.aheadBy != ahead
         }
         // Said once per change, not every check: a rollout can run for hours in this state.
         if changed && !ahead.isEmpty {
@@ -110,12 +121,12 @@ final class ReadinessProbe: @unchecked Sendable {
         }
     }
 
-    func close() { connection = nil }
+    func close() { session.withLock { $0 = nil } }
 
     /// How full PostgreSQL's notification queue was at the last probe (nil: not known yet).
     /// A LISTEN session that stopped reading holds it back; full, every NOTIFY fails, and with
     /// it every write on every replica.
-    var notificationQueueUsage: Double? { lock.withLock { notificationQueue } }
+    var notificationQueueUsage: Double? { findings.withLock { $0.notificationQueue } }
 
     private func open() throws -> PostgresConnection {
         try PostgresConnection(url: url, overrides: ["application_name": "teamcache-readiness"], limits: limits)

@@ -1,6 +1,6 @@
 /// One configuration variable: its `TEAMCACHE_*` name, the flag that overrides it, its
 /// default and what it means. `Setting.all` is the single list the loader reads, `--help`
-/// prints and the README's table is checked against.
+/// prints and docs/configuration.md's table is checked against.
 public struct Setting: Sendable {
     public let variable: String
     public let flag: String?

@@ -1,3 +1,4 @@
+import Locking
 import CacheCore
 import Foundation
 import Observability
@@ -55,7 +56,7 @@ public final class TestService: @unchecked Sendable {
         var secret = metricsSecret.value
         if secret == nil, app.configuration.authEnabled {
             let made = try token([.metrics], namespaces: "*")
-            metricsSecret.update { $0 = made }
+            metricsSecret.withLock { $0 = made }
             secret = made
         }
         let answer = try request("GET", "/metrics", token: secret)

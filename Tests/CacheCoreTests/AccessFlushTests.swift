@@ -1,4 +1,5 @@
 @testable import CacheCore
+import Locking
 import Foundation
 import Postgres
 import Testing
@@ -19,7 +20,7 @@ import TestSupport
         let nowhere = "postgresql://postgres@%2Ftmp%2Ftc-nowhere-\(getpid()):1/none"
         let pool = ConnectionPool(.init(url: nowhere, maxConnections: 1, acquireTimeout: 0.2))
         let fired = Locked(0)
-        let tracker = AccessTracker(pool: pool, batchSize: 3, batchFull: { fired.update { $0 += 1 } })
+        let tracker = AccessTracker(pool: pool, batchSize: 3, batchFull: { fired.withLock { $0 += 1 } })
         let now = Date()
         for id in 1...3 { tracker.record(.hit, namespace: "n", entry: Self.entry(Int64(id), now: now), at: now) }
         #expect(fired.value == 1)

@@ -1,12 +1,12 @@
 import CacheCore
 import CacheKeys
 import Foundation
-import Hashing
+import Cryptography
 import Testing
 
-/// Pins the key derivation the README specifies, so clients in any language can rely on it.
+/// Pins the key derivation docs/descriptor-keys.md specifies, so clients in any language can rely on it.
 @Suite struct DescriptorKeyTests {
-    /// The README's worked example.
+    /// The worked example in docs/descriptor-keys.md.
     @Test func worksAsTheReadmeExample() throws {
         let json = try JSONParser.parse("""
             {"model": "gpt-4o-mini", "prompt": "  Summarise: the cat sat.\\r\\n",
@@ -20,8 +20,8 @@ import Testing
         #expect(descriptor.key == DescriptorKeyTests.readmeKey)
     }
 
-    /// Computed by an independent Python implementation of the README's rules and printed in
-    /// the README; a change here breaks every client, so it must never change silently.
+    /// Computed by an independent Python implementation of the rules in docs/descriptor-keys.md and printed in
+    /// that page; a change here breaks every client, so it must never change silently.
     static let readmeKey = "b180f665da9a11fdd29fde3316ed9813f26936c6747a9497493906194df7b02e"
 
     /// The vectors the Python client's tests pin too (clients/python/tests/vectors).

@@ -1,6 +1,6 @@
 @testable import CacheCore
 import Foundation
-import Hashing
+import Cryptography
 import Testing
 
 /// AES-256-GCM sealing and master key files: what opens, and that nothing else does.

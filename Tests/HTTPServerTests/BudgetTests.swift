@@ -1,3 +1,4 @@
+import Locking
 import Foundation
 import Glibc
 import HTTPServer
@@ -47,7 +48,7 @@ import TestSupport
                     guard written > 0 else { return }
                     offset += written
                 }
-                sent.update { $0 += 1000 }
+                sent.withLock { $0 += 1000 }
             }
         }
         sender.start()

@@ -1,5 +1,6 @@
 import CacheCore
 import Foundation
+import Locking
 import Observability
 import Postgres
 import Testing
@@ -49,7 +50,7 @@ import TestSupport
                                                                  policy: store.policy),
                                    contentType: "application/octet-stream")
             write.condition = .absent
-            if let outcome = try? store.put(write) { outcomes.update { $0.append(outcome) } }
+            if let outcome = try? store.put(write) { outcomes.withLock { $0.append(outcome) } }
         }
         let created = outcomes.value.filter { if case .created = $0 { true } else { false } }
         #expect(outcomes.value.count == 16 && created.count == 1)
@@ -73,7 +74,7 @@ import TestSupport
                                    contentType: "text/plain")
             write.metadata = index == 5 ? "{not json" : "{\"n\": \(index)}"
             let stored = (try? store.put(write)) != nil
-            results.update { $0[index] = stored }
+            results.withLock { $0[index] = stored }
         }
         for index in 0..<12 {
             #expect(results.value[index] == (index != 5), "write \(index)")

@@ -1,3 +1,4 @@
+import Locking
 import CacheCore
 import Foundation
 import Postgres
@@ -70,23 +71,23 @@ import TestSupport
                     do {
                         if Int.random(in: 0..<4) == 0 {
                             let status = try service.request("DELETE", entryPath(namespace, key), token: token).status
-                            if status == 204 { acknowledged.update { $0 += 1 } }
-                            if status != 204 && status != 404 { failures.update { $0.append("DELETE \(status)") } }
+                            if status == 204 { acknowledged.withLock { $0 += 1 } }
+                            if status != 204 && status != 404 { failures.withLock { $0.append("DELETE \(status)") } }
                         } else {
                             let body = Array("{\"client\":\(client),\"op\":\(operation)}".utf8)
                             let status = try service.request("PUT", entryPath(namespace, key), token: token, body: body).status
-                            if status == 200 || status == 201 { acknowledged.update { $0 += 1 } }
-                            if status != 200 && status != 201 { failures.update { $0.append("PUT \(status)") } }
+                            if status == 200 || status == 201 { acknowledged.withLock { $0 += 1 } }
+                            if status != 200 && status != 201 { failures.withLock { $0.append("PUT \(status)") } }
                         }
                     } catch {
-                        failures.update { $0.append("\(error)") }
+                        failures.withLock { $0.append("\(error)") }
                     }
                 }
             }
         }
         Thread.detachNewThread {
             group.wait()
-            writersDone.update { $0 = true }
+            writersDone.withLock { $0 = true }
         }
         var replica: [String: String] = [:]
         var cursor = "0", previous: Int64 = 0, applied = 0
@@ -161,7 +162,7 @@ import TestSupport
         let second = Locked<Result<Int, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
-            second.update {
+            second.withLock {
                 $0 = Result {
                     let connection = try PostgresConnection(url: url, limits: .unbounded)
                     return try connection.query("SELECT tc_sequence_changes(10000) AS head").first?.int("head") ?? -1
@@ -191,7 +192,7 @@ import TestSupport
         let from = head.next
         Thread.detachNewThread {
             let page = try? Self.page(service, namespace, since: from, query: "&wait=20", token: token)
-            answer.update { $0 = page.map { ($0, ProcessInfo.processInfo.systemUptime) } }
+            answer.withLock { $0 = page.map { ($0, ProcessInfo.processInfo.systemUptime) } }
             done.signal()
         }
         Thread.sleep(forTimeInterval: 0.5)
@@ -329,7 +330,7 @@ import TestSupport
             Thread.detachNewThread {
                 defer { group.leave() }
                 if let page = try? Self.page(service, namespace, since: caughtUp.next, query: "&wait=20") {
-                    answers.update { $0.append(page) }
+                    answers.withLock { $0.append(page) }
                 }
             }
         }

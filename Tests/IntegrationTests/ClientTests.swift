@@ -1,3 +1,4 @@
+import Locking
 import CacheCore
 import CacheKeys
 import Foundation
@@ -66,13 +67,13 @@ import TestSupport
         let descriptor = Descriptor(model: "m", input: .prompt("count me"))
         for _ in 0..<3 {
             let answer = try await client.cached(namespace: namespace, descriptor) {
-                calls.update { $0 += 1 }
+                calls.withLock { $0 += 1 }
                 return ModelAnswer(response: "answer \(calls.value)")
             }
             #expect(answer.response == "answer 1")
         }
         let refreshed = try await client.cached(namespace: namespace, descriptor, options: .init(refresh: true)) {
-            calls.update { $0 += 1 }
+            calls.withLock { $0 += 1 }
             return ModelAnswer(response: "answer \(calls.value)")
         }
         #expect(refreshed.response == "answer 2" && calls.value == 2)
@@ -107,7 +108,7 @@ import TestSupport
             for _ in 0..<10 {
                 group.addTask {
                     try await client.cached(namespace: namespace, descriptor, options: .init(ttl: 3600)) {
-                        calls.update { $0 += 1 }
+                        calls.withLock { $0 += 1 }
                         try await Task.sleep(nanoseconds: 300_000_000)
                         return ModelAnswer(response: "the one answer")
                     }.response
@@ -130,7 +131,7 @@ import TestSupport
             for _ in 0..<6 {
                 group.addTask {
                     try? await client.cached(namespace: namespace, descriptor, options: .init(ttl: 3600)) {
-                        let call = calls.update { value -> Int in
+                        let call = calls.withLock { value -> Int in
                             value += 1
                             return value
                         }
@@ -168,7 +169,7 @@ import TestSupport
         var configuration = HTTPServerConfiguration()
         configuration.port = 0
         let flaky: HTTPHandler = { request in
-            attempts.update { $0 += 1 }
+            attempts.withLock { $0 += 1 }
             if attempts.value % 3 != 0 {
                 throw HTTPError(503, "down", headers: HTTPHeaders([("Retry-After", "0")]))
             }
@@ -335,6 +336,29 @@ import TestSupport
         deinit { close(fd) }
     }
 
+    /// The deadline answers when it passes, whatever the work does about its cancellation:
+    /// a task group waited for the cancelled request to wind down (1.5 s for a 0.3 s deadline
+    /// in CI, under load). Here the work ignores cancellation for 30 s.
+    ///
+    /// The bounds are far above the deadline on purpose: while another suite starts the shared
+    /// PostgreSQL, its synchronous set-up holds both of this machine's cooperative threads and
+    /// no timer of any task can fire (3.9 s seen). What is tested is that the caller is not
+    /// held for the work (30 s here, FoundationNetworking's minute for a frozen server).
+    @Test func theDeadlineDoesNotWaitForTheCancelledWork() async throws {
+        let started = ProcessInfo.processInfo.systemUptime
+        await #expect(throws: URLError.self) {
+            try await TeamCacheClient.within(0.1) {
+                await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                    DispatchQueue.global().asyncAfter(deadline: .now() + 30) { done.resume() }
+                }
+                return 1
+            }
+        }
+        let cost = ProcessInfo.processInfo.systemUptime - started
+        #expect(cost < 10, "a 0.1 s deadline took \(cost) s")
+        #expect(try await TeamCacheClient.within(5) { 7 } == 7)
+    }
+
     @Test func aFrozenCacheCostsOneCallTheShortDeadlineThenNothing() async throws {
         let frozen = try Frozen()
         var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(frozen.port)")!,
@@ -346,7 +370,7 @@ import TestSupport
         var started = ProcessInfo.processInfo.systemUptime
         let first = try await client.cached(namespace: "n", descriptor) { ModelAnswer(response: "paid") }
         let firstCost = ProcessInfo.processInfo.systemUptime - started
-        #expect(first.response == "paid" && firstCost < 1.5, "the first call paid \(firstCost) s")
+        #expect(first.response == "paid" && firstCost < 10, "the first call paid \(firstCost) s")
         for _ in 0..<5 {
             started = ProcessInfo.processInfo.systemUptime
             let later = try await client.cached(namespace: "n", descriptor) { ModelAnswer(response: "paid") }

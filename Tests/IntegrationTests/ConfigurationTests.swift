@@ -49,10 +49,11 @@ import TestSupport
         }
     }
 
-    @Test func readmeDocumentsEverySetting() throws {
-        let readme = try String(contentsOf: TestPaths.repository.appendingPathComponent("README.md"), encoding: .utf8)
+    @Test func theDocumentationListsEverySetting() throws {
+        let page = try String(contentsOf: TestPaths.repository.appendingPathComponent("docs/configuration.md"),
+                              encoding: .utf8)
         for setting in Setting.all {
-            #expect(readme.contains("| `\(setting.variable)` |"), "README lacks \(setting.variable)")
+            #expect(page.contains("| `\(setting.variable)` |"), "docs/configuration.md lacks \(setting.variable)")
         }
     }
 

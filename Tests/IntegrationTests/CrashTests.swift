@@ -1,3 +1,4 @@
+import Locking
 import Foundation
 import Glibc
 import Postgres
@@ -38,7 +39,7 @@ import TestSupport
                     guard let response = try? client.request("PUT", "/v1/caches/crash/entries/\(key)",
                                                              headers: [("Content-Type", "application/json")], body: body)
                     else { return }
-                    if (200..<300).contains(response.status) { acknowledged.update { $0[key] = body } }
+                    if (200..<300).contains(response.status) { acknowledged.withLock { $0[key] = body } }
                 }
             }
         }
@@ -47,7 +48,7 @@ import TestSupport
         // checkpoint), then the server.
         Self.killCluster(data)
         first.stop(SIGKILL)
-        stop.update { $0 = true }
+        stop.withLock { $0 = true }
         #expect(group.wait(timeout: .now() + 20) == .success)
         let written = acknowledged.value
         #expect(written.count > 100, "too few writes before the crash to mean anything: \(written.count)")

@@ -1,3 +1,4 @@
+import Locking
 import Foundation
 import Glibc
 import Postgres
@@ -100,7 +101,7 @@ import TestSupport
                     let (status, seconds) = worker % 2 == 0
                         ? Self.timed(service, "GET", path, token: token)
                         : Self.timed(service, "PUT", path, token: token, body: [UInt8(truncatingIfNeeded: round)])
-                    outcomes.update {
+                    outcomes.withLock {
                         $0.statuses[status, default: 0] += 1
                         $0.slowest = max($0.slowest, seconds)
                     }
@@ -130,7 +131,7 @@ import TestSupport
                 Thread.sleep(forTimeInterval: 0.1)
             }
         }
-        running.update { $0 = false }
+        running.withLock { $0 = false }
         load.wait()
         let (statuses, slowest) = outcomes.value
         // Every answer is one of these. A connection closed without any answer was seen about

@@ -1,3 +1,4 @@
+import Locking
 import CacheCore
 import Foundation
 import Postgres
@@ -218,7 +219,7 @@ import TestSupport
         }
         let (status, errors) = try DumpTests.cli("namespaces set \(namespace) --encrypt --settle 11", url: url,
                                                  masterKeyFile: keys)
-        stop.update { $0 = true }
+        stop.withLock { $0 = true }
         #expect(writer.wait(timeout: .now() + 10) == .success)
         #expect(status == 0, "\(errors)")
         // The service still took the namespace for plain (it reads keys every 10 s) when it

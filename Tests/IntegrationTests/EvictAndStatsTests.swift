@@ -1,5 +1,6 @@
 import CacheCore
 import Foundation
+import Locking
 import Postgres
 import Testing
 import TestSupport
@@ -220,7 +221,7 @@ import TestSupport
         }
         let reports = Locked<[EvictionJob.Report]>([])
         DispatchQueue.concurrentPerform(iterations: 2) { _ in
-            if let report = EvictionJob(store: store).runCycle() { reports.update { $0.append(report) } }
+            if let report = EvictionJob(store: store).runCycle() { reports.withLock { $0.append(report) } }
         }
         let total = reports.value.reduce(into: [EvictionJob.Reason: Int]()) { sum, report in
             for (reason, count) in report.entries { sum[reason, default: 0] += count }

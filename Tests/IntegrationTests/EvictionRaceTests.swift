@@ -1,8 +1,9 @@
 import CacheCore
 import Foundation
+import Locking
 import Postgres
-import Testing
 import TeamCache
+import Testing
 import TestSupport
 
 /// An eviction that selected an entry, then waits for the row while a writer rewrites it,
@@ -22,7 +23,7 @@ import TestSupport
         let result = Locked<T?>(nil)
         let done = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
-            result.update { $0 = evict() }
+            result.withLock { $0 = evict() }
             done.signal()
         }
         // The eviction's DELETE has picked the row by now and waits for its lock.

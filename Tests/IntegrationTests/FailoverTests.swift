@@ -1,3 +1,4 @@
+import Locking
 import Foundation
 import Postgres
 import TeamCache
@@ -51,7 +52,7 @@ import TestSupport
         #expect(Self.waitFor(seconds: 10) { (try? service.request("GET", "/readyz").status) == 200 },
                 "/readyz never became ready on the promoted standby")
         Thread.sleep(forTimeInterval: 2)
-        writers.stop.update { $0 = true }
+        writers.stop.withLock { $0 = true }
         #expect(group.wait(timeout: .now() + 30) == .success)
         let acknowledged = writers.acknowledged.value
         let resumed = writers.ackTimes.value.first { $0 > promoted }.map { $0 - promoted }
@@ -140,16 +141,16 @@ import TestSupport
                 let response = try client!.request("PUT", entryPath("failover", key),
                                                    headers: [("Connection", "keep-alive")], body: Array(key.utf8))
                 if response.status == 201 {
-                    writers.acknowledged.update { $0.append(key) }
-                    writers.ackTimes.update { $0.append(ProcessInfo.processInfo.systemUptime) }
+                    writers.acknowledged.withLock { $0.append(key) }
+                    writers.ackTimes.withLock { $0.append(ProcessInfo.processInfo.systemUptime) }
                 } else {
-                    writers.failures.update { $0[response.status, default: 0] += 1 }
+                    writers.failures.withLock { $0[response.status, default: 0] += 1 }
                     if response.header("Connection") == "close" { client = nil }
                     usleep(20_000)
                 }
             } catch {
                 client = nil
-                writers.failures.update { $0[0, default: 0] += 1 }
+                writers.failures.withLock { $0[0, default: 0] += 1 }
                 usleep(20_000)
             }
         }

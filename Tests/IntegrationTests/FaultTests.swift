@@ -1,3 +1,4 @@
+import Locking
 import CacheCore
 import Foundation
 import Glibc
@@ -34,10 +35,10 @@ import TestSupport
                     let status: Int
                     do { status = try service.request("GET", path).status } catch {
                         status = -1
-                        failures.update { $0.append("\(error) after \(Date().timeIntervalSince(started)) s") }
+                        failures.withLock { $0.append("\(error) after \(Date().timeIntervalSince(started)) s") }
                     }
                     let seconds = Date().timeIntervalSince(started)
-                    outcomes.update {
+                    outcomes.withLock {
                         $0.statuses[status, default: 0] += 1
                         $0.slowest = max($0.slowest, seconds)
                     }
@@ -54,7 +55,7 @@ import TestSupport
             if (try? service.request("GET", path).status) == 200 { recovered = Date().timeIntervalSince(restarted) }
             else { Thread.sleep(forTimeInterval: 0.1) }
         }
-        running.update { $0 = false }
+        running.withLock { $0 = false }
         group.wait()
         let (statuses, slowest) = outcomes.value
         #expect(statuses.keys.allSatisfy { [200, 503].contains($0) }, "\(statuses); no answer: \(failures.value.prefix(3))")
@@ -132,7 +133,7 @@ import TestSupport
                         + "Content-Length: \(body.count)\r\n\r\n"
                     guard (try? client.send(Array(head.utf8) + body)) != nil,
                           let response = try? client.readResponse() else { return }
-                    if (200...299).contains(response.status) { acknowledged.update { $0 += 1 } }
+                    if (200...299).contains(response.status) { acknowledged.withLock { $0 += 1 } }
                 }
             }
         }

@@ -1,3 +1,4 @@
+import Locking
 import Foundation
 import Postgres
 import Testing
@@ -44,10 +45,10 @@ import TestSupport
                 while !stop.value {
                     guard let client = try? RawClient(port: service.port, timeout: 30),
                           let answer = try? client.request("GET", "/v1/caches/follow/changes?since=\(cursor)&wait=1") else {
-                        statuses.update { $0.append(-1) }
+                        statuses.withLock { $0.append(-1) }
                         continue
                     }
-                    statuses.update { $0.append(answer.status) }
+                    statuses.withLock { $0.append(answer.status) }
                     if let body = try? JSONSerialization.jsonObject(with: Data(answer.body)) as? [String: Any],
                        let next = body["next"] as? String { cursor = next }
                 }
@@ -62,7 +63,7 @@ import TestSupport
             """)
         let samples = try Self.writeThenRead(service, 300)
         let loaded = Self.p99(samples)
-        stop.update { $0 = true }
+        stop.withLock { $0 = true }
         #expect(followers.wait(timeout: .now() + 30) == .success)
         let bad = statuses.value.filter { $0 < 200 || $0 >= 500 }
         #expect(bad.isEmpty, "\(bad.count) of \(statuses.value.count) feed reads failed: \(bad.prefix(5))")

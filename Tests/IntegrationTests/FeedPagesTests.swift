@@ -28,4 +28,38 @@ import Testing
                    empty: true, response: Self.emptyPage())
         #expect(pages.held.pages == 1, "pages past their reuse window were kept")
     }
+
+    /// A follower woken by a write's notification before the writer here noted its change
+    /// (the writer's thread still on its way back from the commit) reads a page that looks
+    /// stale once the note lands. The next follower reads again, noting the change count as
+    /// its read begins, and the rest share that page: 2 reads, not one per follower (CI under
+    /// load once: 40 reads for 40 followers, every page noted as of the wake-up).
+    @Test func aPageReadAfterTheWritersNoteIsShared() throws {
+        let pages = FeedPages(metrics: nil)
+        let waiters = Waiters(capacity: 10, metrics: nil)
+        waiters.setListener(up: true)
+        let question = FeedPages.Question(namespace: "n", cursor: 5, limit: 10, bodies: false, gzip: false)
+        let woken = waiters.now
+        // The first follower reads; meanwhile the writer notes its change.
+        guard case .read(let since, let local) = pages.answer(question, waiters: waiters, since: woken) else {
+            Issue.record("the first follower found a page to share")
+            return
+        }
+        pages.noteLocalChange("n")
+        pages.keep(question, since: since, localSince: local, empty: false, response: Self.emptyPage())
+        // Its page predates the note: the second follower reads again...
+        guard case .read(let since2, let local2) = pages.answer(question, waiters: waiters, since: woken) else {
+            Issue.record("a page read before a local change was shared")
+            return
+        }
+        #expect(local2 > local)
+        pages.keep(question, since: since2, localSince: local2, empty: false, response: Self.emptyPage())
+        // ...and every follower after it shares that read, woken as early as they were.
+        for _ in 0..<38 {
+            guard case .shared = pages.answer(question, waiters: waiters, since: woken) else {
+                Issue.record("a follower read again after a read that saw the change")
+                return
+            }
+        }
+    }
 }

@@ -1,7 +1,8 @@
 import Foundation
 import Glibc
-import Testing
+import Locking
 import TeamCache
+import Testing
 import TestSupport
 
 /// The figures users read, checked against counts made by hand: a burst that paid the model
@@ -23,7 +24,7 @@ import TestSupport
                 guard let client = try? RawClient(port: port, timeout: 30) else { return }
                 start.wait()
                 guard (try? client.send(make())) != nil, let response = try? client.readResponse(head: false) else { return }
-                answers.update { $0.append(response) }
+                answers.withLock { $0.append(response) }
             }
         }
         Thread.sleep(forTimeInterval: 0.3)

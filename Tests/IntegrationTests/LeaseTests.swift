@@ -1,8 +1,9 @@
 import Foundation
 import Glibc
+import Locking
 import Postgres
-import Testing
 import TeamCache
+import Testing
 import TestSupport
 
 /// Miss leases (single-flight): one caller of a burst is the filler, across replicas.
@@ -35,7 +36,7 @@ import TestSupport
                 if let response = try? client.request("POST", "/v1/caches/burst/lookup",
                                                       headers: [("Content-Type", "application/json")], body: body),
                    let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any] {
-                    answers.update { $0.append(object) }
+                    answers.withLock { $0.append(object) }
                 }
             }
         }

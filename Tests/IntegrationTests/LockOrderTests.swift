@@ -1,8 +1,9 @@
 import CacheCore
 import Foundation
+import Locking
 import Postgres
-import Testing
 import TeamCache
+import Testing
 import TestSupport
 
 /// Every path that takes row locks, run against each other on the same few keys: grouped
@@ -52,7 +53,7 @@ import TestSupport
                         status = -1
                         client = try? RawClient(port: port, timeout: 10)
                     }
-                    statuses.update { $0[status, default: 0] += 1 }
+                    statuses.withLock { $0[status, default: 0] += 1 }
                 }
             }
         }

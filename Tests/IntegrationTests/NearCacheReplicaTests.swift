@@ -1,7 +1,8 @@
 import Foundation
+import Glibc
+import Locking
 import Postgres
 import TeamCache
-import Glibc
 import Testing
 import TestSupport
 
@@ -37,7 +38,7 @@ import TestSupport
                                                     body: Array(String(version).utf8)), put.status == 200 else {
                     continue
                 }
-                acks.update { $0.append((version, ProcessInfo.processInfo.systemUptime)) }
+                acks.withLock { $0.append((version, ProcessInfo.processInfo.systemUptime)) }
                 // Long enough between writes for B to keep and serve the entry from memory.
                 Thread.sleep(forTimeInterval: 0.03)
             }
@@ -51,7 +52,7 @@ import TestSupport
                     let started = ProcessInfo.processInfo.systemUptime
                     guard let get = try? reader.request("GET", path, headers: [("Connection", "keep-alive")]),
                           get.status == 200, let version = Int(String(decoding: get.body, as: UTF8.self)) else { continue }
-                    reads.update { $0.append((started, version)) }
+                    reads.withLock { $0.append((started, version)) }
                     // Paced: this runs beside the other suites (some of which time latencies)
                     // for 20 s, and a few hundred reads a second per reader are plenty here.
                     Thread.sleep(forTimeInterval: 0.002)

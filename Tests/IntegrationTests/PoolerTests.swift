@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Postgres
 import TeamCache
 import Testing
@@ -52,7 +53,7 @@ import TestSupport
         let failures = Locked<[String]>([])
         DispatchQueue.concurrentPerform(iterations: 8) { client in
             do { try Self.workload(service, client: client, failures: failures) } catch {
-                failures.update { $0.append("client \(client): \(error)") }
+                failures.withLock { $0.append("client \(client): \(error)") }
             }
         }
         let failed = failures.value
@@ -67,7 +68,7 @@ import TestSupport
         let namespace = "pooled-\(client)"
         func check(_ what: String, _ response: RawClient.Response, _ expected: Set<Int>) {
             if !expected.contains(response.status) {
-                failures.update { $0.append("\(what): \(response.status) \(response.text.prefix(200))") }
+                failures.withLock { $0.append("\(what): \(response.status) \(response.text.prefix(200))") }
             }
         }
         for round in 0..<40 {
@@ -77,7 +78,7 @@ import TestSupport
                   [200, 201])
             let read = try service.request("GET", path)
             check("GET", read, [200])
-            if read.status == 200 && read.body != body { failures.update { $0.append("GET answered another body") } }
+            if read.status == 200 && read.body != body { failures.withLock { $0.append("GET answered another body") } }
             let descriptor = "\"model\":\"m\",\"prompt\":\"p\(round % 5)\""
             check("upsert", try service.request("POST", "/v1/caches/\(namespace)/upsert",
                                                 json: "{\(descriptor),\"response\":\"r\(round)\"}"), [200, 201])

@@ -1,5 +1,6 @@
 import CacheCore
 import Foundation
+import Locking
 import Testing
 import TestSupport
 
@@ -141,7 +142,7 @@ import TestSupport
         DispatchQueue.concurrentPerform(iterations: 16) { index in
             let response = try? service.request("PUT", path, token: token, headers: [("If-None-Match", "*")],
                                                 body: [UInt8(index)])
-            statuses.update { $0.append(response?.status ?? 0) }
+            statuses.withLock { $0.append(response?.status ?? 0) }
         }
         #expect(statuses.value.filter { $0 == 201 }.count == 1)
         #expect(statuses.value.filter { $0 == 412 }.count == 15)
@@ -159,12 +160,12 @@ import TestSupport
                     let body = bodies[(worker + round) % bodies.count]
                     let status = (try? service.request("PUT", entryPath(namespace, key), token: token, body: body))?
                         .status ?? 0
-                    if status != 200 && status != 201 { failures.update { $0.append(status) } }
+                    if status != 200 && status != 201 { failures.withLock { $0.append(status) } }
                 } else if let get = try? service.request("GET", entryPath(namespace, key), token: token),
                           get.status == 200 {
                     let value = get.body.first ?? 0
                     if get.body.count != 200_000 + Int(value) * 1000 || get.body.contains(where: { $0 != value }) {
-                        failures.update { $0.append(-1) }
+                        failures.withLock { $0.append(-1) }
                     }
                 }
             }

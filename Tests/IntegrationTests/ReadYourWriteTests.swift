@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Testing
 import TestSupport
 
@@ -17,12 +18,12 @@ import TestSupport
                 let path = entryPath(namespace, "w\(writer)-\(round)") + "?ttl=60"
                 let body = Array("\(writer)-\(round)".utf8)
                 guard let put = try? client.request("PUT", path, body: body), put.status == 201 else {
-                    failures.update { $0.append("put \(writer)-\(round)") }
+                    failures.withLock { $0.append("put \(writer)-\(round)") }
                     continue
                 }
                 let get = try? client.request("GET", entryPath(namespace, "w\(writer)-\(round)"))
                 if get?.status != 200 || get?.body != body {
-                    failures.update { $0.append("get \(writer)-\(round): \(get?.status ?? -1) \(get?.header("Cache-Status") ?? "")") }
+                    failures.withLock { $0.append("get \(writer)-\(round): \(get?.status ?? -1) \(get?.header("Cache-Status") ?? "")") }
                 }
             }
         }

@@ -1,7 +1,8 @@
 import Foundation
+import Locking
 import Postgres
-import Testing
 import TeamCache
+import Testing
 import TestSupport
 
 /// A lease whose grant never reached its caller is given back: nobody holds its id, and the
@@ -69,7 +70,7 @@ import TestSupport
                 defer { group.leave() }
                 let answer = try? service.request("PUT", entryPath("abandon", key), body: Array("v2".utf8))
                 let type = answer.flatMap { try? object($0)["type"] as? String }
-                statuses.update { $0[key] = (answer?.status ?? -1, type) }
+                statuses.withLock { $0[key] = (answer?.status ?? -1, type) }
             }
         }
         #expect(group.wait(timeout: .now() + 5) == .success)

@@ -1,8 +1,9 @@
 import Foundation
 import Glibc
+import Locking
 import Postgres
-import Testing
 import TeamCache
+import Testing
 import TestSupport
 
 /// Waiting for a fill: the callers a lease turned away park and are answered by the
@@ -29,7 +30,7 @@ import TestSupport
                                                       headers: [("Content-Type", "application/json")],
                                                       body: Array(body.utf8)),
                    let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any] {
-                    answers.update { $0.append(Answer(object: object, at: ProcessInfo.processInfo.systemUptime)) }
+                    answers.withLock { $0.append(Answer(object: object, at: ProcessInfo.processInfo.systemUptime)) }
                 }
             }
         }
@@ -152,7 +153,7 @@ import TestSupport
         let port = service.port
         Thread.detachNewThread {
             let response = try? RawClient(port: port, timeout: 10).request("GET", entryPath(namespace, "new") + "?wait=5")
-            waiting.update { $0 = response }
+            waiting.withLock { $0 = response }
             done.signal()
         }
         Thread.sleep(forTimeInterval: 0.3)
@@ -189,7 +190,7 @@ import TestSupport
         let port = replicas[1].port
         Thread.detachNewThread {
             let answer = watch(port, wait: 10)
-            result.update { $0 = answer }
+            result.withLock { $0 = answer }
             done.signal()
         }
         Thread.sleep(forTimeInterval: 0.5)
@@ -204,7 +205,7 @@ import TestSupport
         Thread.detachNewThread {
             let response = try? RawClient(port: port, timeout: 30).request(
                 "GET", path + "?wait=10", headers: [("If-None-Match", newTag)])
-            result.update { $0 = (response, ProcessInfo.processInfo.systemUptime) }
+            result.withLock { $0 = (response, ProcessInfo.processInfo.systemUptime) }
             done.signal()
         }
         Thread.sleep(forTimeInterval: 0.5)

@@ -1,3 +1,4 @@
+import Locking
 import Foundation
 import Postgres
 import Testing
@@ -60,9 +61,9 @@ import TestSupport
                 do {
                     let connection = try TestDatabase.shared.connect(database: database)
                     let applied = try MigrationRunner(migrations: slow).apply(on: connection).count
-                    results.update { $0.append(applied) }
+                    results.withLock { $0.append(applied) }
                 } catch {
-                    results.update { $0.append(-1) }
+                    results.withLock { $0.append(-1) }
                 }
             }
         }
@@ -113,13 +114,13 @@ import TestSupport
         runner.retryPause = 0.2
         runner.lockTries = 100
         let retries = Locked(0)
-        runner.onLockRetry = { _, _ in retries.update { $0 += 1 } }
+        runner.onLockRetry = { _, _ in retries.withLock { $0 += 1 } }
         let done = DispatchSemaphore(value: 0)
         let failure = Locked<String?>(nil)
         let migrating = try TestDatabase.shared.connect(database: name)
         let configured = runner
         Thread.detachNewThread {
-            do { try configured.apply(on: migrating) } catch { failure.update { $0 = "\(error)" } }
+            do { try configured.apply(on: migrating) } catch { failure.withLock { $0 = "\(error)" } }
             done.signal()
         }
         Thread.sleep(forTimeInterval: 0.5)

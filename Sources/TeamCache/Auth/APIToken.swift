@@ -1,6 +1,6 @@
 import CacheCore
 import Foundation
-import Hashing
+import Cryptography
 
 /// What a token may do.
 public enum Scope: String, Sendable, CaseIterable {
@@ -24,7 +24,7 @@ public struct APIToken: Sendable, Equatable {
     public static let secretPrefix = "tc_"
 
     public static func newSecret() -> String {
-        secretPrefix + Bytes.hex(Hashing.Bytes.random(count: 32))
+        secretPrefix + Bytes.hex(Cryptography.Bytes.random(count: 32))
     }
 
     /// Whether an operator's secret has the shape `newSecret` makes: `tc_` and 64 hex digits

@@ -1,7 +1,7 @@
 import CacheCore
 import Foundation
 import HTTPServer
-import Hashing
+import Cryptography
 
 /// Checks `Authorization: Bearer` on every `/v1/` request.
 ///

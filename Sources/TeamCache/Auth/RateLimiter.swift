@@ -1,9 +1,9 @@
 import Foundation
+import Locking
 
 /// A token bucket per API token, in memory per replica: `rate` requests a second with
 /// bursts up to `burst`.
-final class RateLimiter: @unchecked Sendable {
-    // @unchecked: `buckets` is guarded by `lock`.
+final class RateLimiter: Sendable {
     private struct Bucket {
         var tokens: Double
         var updated: TimeInterval
@@ -11,8 +11,7 @@ final class RateLimiter: @unchecked Sendable {
 
     private let rate: Double
     private let burst: Double
-    private let lock = NSLock()
-    private var buckets: [Int64: Bucket] = [:]
+    private let buckets = Locked<[Int64: Bucket]>([:])
 
     init(rate: Double, burst: Double) {
         self.rate = rate
@@ -21,7 +20,7 @@ final class RateLimiter: @unchecked Sendable {
 
     /// nil when allowed; otherwise the seconds to wait before a request would be.
     func admit(_ tokenID: Int64, now: TimeInterval = ProcessInfo.processInfo.systemUptime) -> Int? {
-        lock.withLock {
+        buckets.withLock { buckets in
             var bucket = buckets[tokenID] ?? Bucket(tokens: burst, updated: now)
             bucket.tokens = min(burst, bucket.tokens + (now - bucket.updated) * rate)
             bucket.updated = now

@@ -1,5 +1,5 @@
 import Foundation
-import Hashing
+import Cryptography
 import Postgres
 
 /// API tokens in PostgreSQL: create (returns the secret once), list, revoke, look up by hash.
@@ -70,7 +70,7 @@ public struct TokenStore: Sendable {
     public func find(hash: [UInt8]) throws -> APIToken? {
         try pool.withConnection { connection in
             guard let row = try connection.query(Self.selectByHash, [.bytes(hash)]).first,
-                  let stored = try row.bytes("secret_hash"), Hashing.Bytes.constantTimeEqual(stored, hash) else {
+                  let stored = try row.bytes("secret_hash"), Cryptography.Bytes.constantTimeEqual(stored, hash) else {
                 return nil
             }
             return try Self.token(row)

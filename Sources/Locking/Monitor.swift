@@ -1,0 +1,51 @@
+import Foundation
+
+/// State behind a lock with a condition to wait on (a monitor): pools, queues and threads
+/// that sleep until there is work or a slot. As with `Locked`, the state is reachable only
+/// with the lock held; a waiter re-checks its predicate under the lock each time it wakes,
+/// so a wake-up that comes early (or spuriously) only costs a check.
+public final class Monitor<State>: @unchecked Sendable {
+    // @unchecked: `state` is touched only inside `condition.lock()`…`unlock()` below.
+    private let condition = NSCondition()
+    private var state: State
+
+    public init(_ state: State) { self.state = state }
+
+    /// Runs `body` with the state, the lock held.
+    public func withLock<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
+        condition.lock()
+        defer { condition.unlock() }
+        return try body(&state)
+    }
+
+    /// Runs `body` with the state, then wakes one waiter (`all`: every waiter) to re-check.
+    public func change<Result>(wakingAll all: Bool = true, _ body: (inout State) throws -> Result) rethrows -> Result {
+        condition.lock()
+        defer {
+            if all { condition.broadcast() } else { condition.signal() }
+            condition.unlock()
+        }
+        return try body(&state)
+    }
+
+    /// Waits while `keepWaiting(state)` holds and `deadline` (nil: none) has not passed, then
+    /// runs `body` with the state, the lock still held. `body` learns whether the deadline
+    /// ended the wait (true: timed out with `keepWaiting` still true).
+    public func wait<Result>(until deadline: Date? = nil, while keepWaiting: (State) -> Bool,
+                             then body: (inout State, _ timedOut: Bool) throws -> Result) rethrows -> Result {
+        condition.lock()
+        defer { condition.unlock() }
+        var timedOut = false
+        while keepWaiting(state) {
+            if let deadline {
+                if !condition.wait(until: deadline) {
+                    timedOut = keepWaiting(state)
+                    break
+                }
+            } else {
+                condition.wait()
+            }
+        }
+        return try body(&state, timedOut)
+    }
+}
