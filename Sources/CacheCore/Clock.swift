@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 
 /// The source of "now" for TTLs, so tests can move time instead of sleeping.
 public protocol Clock: Sendable {
@@ -21,16 +22,14 @@ public struct SystemClock: Clock {
 }
 
 /// A clock tests set and advance by hand.
-public final class ManualClock: Clock, @unchecked Sendable {
-    // @unchecked: `current` is guarded by `lock`.
-    private let lock = NSLock()
-    private var current: Date
+public final class ManualClock: Clock, Sendable {
+    private let current: Locked<Date>
 
-    public init(_ start: Date = Date()) { current = start }
+    public init(_ start: Date = Date()) { current = Locked(start) }
 
-    public func now() -> Date { lock.withLock { current } }
+    public func now() -> Date { current.value }
 
     public func advance(by seconds: TimeInterval) {
-        lock.withLock { current = current.addingTimeInterval(seconds) }
+        current.withLock { $0 = $0.addingTimeInterval(seconds) }
     }
 }

@@ -1,5 +1,6 @@
 import CacheKeys
 import Foundation
+import Locking
 
 /// Why a dump line was not imported (it is skipped whole: nothing of it is stored).
 public struct DumpLineError: Error, CustomStringConvertible, Equatable {
@@ -163,17 +164,14 @@ extension DumpedEntry {
     }
 }
 
-/// Made once (a formatter is costly to make, and a dump has millions of lines), used under a lock.
-private final class Formatters: @unchecked Sendable {
-    // @unchecked: the formatters are touched only inside `withLock`.
-    static let shared = Formatters()
-    private let lock = NSLock()
+/// Made once (a formatter is costly to make, and a dump has millions of lines), used under a
+/// lock (a formatter is not safe to share).
+private struct Formatters {
+    static let shared = Locked(Formatters())
     let plain = ISO8601DateFormatter()
     let fractional: ISO8601DateFormatter = {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         return formatter
     }()
-
-    func withLock<T>(_ body: (Formatters) -> T) -> T { lock.withLock { body(self) } }
 }

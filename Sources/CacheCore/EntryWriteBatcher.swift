@@ -1,5 +1,6 @@
 import CacheKeys
 import Foundation
+import Locking
 import Observability
 import Postgres
 
@@ -25,8 +26,7 @@ public struct WriteQueueFull: Error {}
 /// A write dropped from the queue because its request was given up at its deadline.
 public struct WriteAbandoned: Error {}
 
-final class EntryWriteBatcher: @unchecked Sendable {
-    // @unchecked: `queue` and `running` are guarded by `lock`.
+final class EntryWriteBatcher: Sendable {
     /// A queued write and whom to tell when it is committed.
     private struct Slot {
         let write: EntryWrite
@@ -52,9 +52,7 @@ final class EntryWriteBatcher: @unchecked Sendable {
         ORDER BY b.ordinal
         """
 
-    private let lock = NSLock()
-    private var queue: [Slot] = []
-    private var running = 0
+    private let pending = Locked(Pending())
     private let concurrent: Int
     private let maxBatch: Int
     private let batchSizes: HistogramFamily?
@@ -70,31 +68,46 @@ final class EntryWriteBatcher: @unchecked Sendable {
     /// cannot make the queue, and the memory of the bodies in it, grow without bound.
     static let maxQueued = 4096
     static let maxQueuedBytes = 256 * 1024 * 1024
-    private var queuedBytes = 0
+
+    /// The writes waiting for a group, and how many threads are committing groups.
+    private struct Pending {
+        var queue: [Slot] = []
+        var running = 0
+        var queuedBytes = 0
+    }
+
+    /// What `submit` found when it queued its write.
+    private enum Admission {
+        case refused, queued, commits
+    }
 
     /// Queues `write`; `completion` gets its outcome once it is committed (alone or with
     /// others). If a batch slot is free, this thread commits batches until the queue is empty.
     func submit(_ write: EntryWrite, into store: EntryStore,
                 committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)? = nil,
                 completion: @escaping @Sendable (Result<WriteOutcome, any Error>, WALPosition?) -> Void) {
-        lock.lock()
         let size = write.body.bytes.count
-        guard queue.count < Self.maxQueued, queue.isEmpty || queuedBytes + size <= Self.maxQueuedBytes else {
-            lock.unlock()
+        let slot = Slot(write: write, committed: committed, completion: completion)
+        let admission = pending.withLock { pending -> Admission in
+            guard pending.queue.count < Self.maxQueued,
+                  pending.queue.isEmpty || pending.queuedBytes + size <= Self.maxQueuedBytes else { return .refused }
+            pending.queuedBytes += size
+            pending.queue.append(slot)
+            guard pending.running < concurrent else { return .queued }
+            pending.running += 1
+            return .commits
+        }
+        switch admission {
+        case .refused:
             committed?(.failure(WriteQueueFull()))
             completion(.failure(WriteQueueFull()), nil)
             return
+        case .queued: return
+        case .commits: break
         }
-        queuedBytes += size
-        queue.append(Slot(write: write, committed: committed, completion: completion))
-        guard running < concurrent else {
-            lock.unlock()
-            return
-        }
-        running += 1
-        while !queue.isEmpty {
-            let (batch, abandoned) = takeBatch(now: Self.monotonicNow())
-            lock.unlock()
+        // This thread commits groups until the queue is empty; it leaves the count of running
+        // threads under the same lock that finds the queue empty, so no write is stranded.
+        while let (batch, abandoned) = nextBatch() {
             // Their requests were given up: they never start (their answers are dropped).
             for member in abandoned {
                 member.committed?(.failure(WriteAbandoned()))
@@ -105,10 +118,18 @@ final class EntryWriteBatcher: @unchecked Sendable {
             for (member, result) in zip(batch, results) { member.committed?(result) }
             let position = Self.position(after: results, store: store)
             for (member, result) in zip(batch, results) { member.completion(result, position) }
-            lock.lock()
         }
-        running -= 1
-        lock.unlock()
+    }
+
+    /// The next group to commit, or nil (and this thread no longer counted) when none waits.
+    private func nextBatch() -> (batch: [Slot], abandoned: [Slot])? {
+        pending.withLock { pending in
+            guard !pending.queue.isEmpty else {
+                pending.running -= 1
+                return nil
+            }
+            return Self.takeBatch(from: &pending, now: Self.monotonicNow(), maxBatch: maxBatch)
+        }
     }
 
     /// Once per group, after its commit: past every write in it (nil when positions are not
@@ -121,23 +142,9 @@ final class EntryWriteBatcher: @unchecked Sendable {
 
     /// Commits `write` (alone or with others) and returns its outcome.
     func put(_ write: EntryWrite, into store: EntryStore) throws -> WriteOutcome {
-        let outcome = Outcome()
-        submit(write, into: store) { result, _ in
-            outcome.result = result
-            outcome.done.signal()
-        }
-        outcome.done.wait()
-        guard let result = outcome.result else {
-            throw PostgresError(.decoding, serverMessage: "a write got no outcome")
-        }
-        return try result.get()
-    }
-
-    /// `put`'s result, handed over through the semaphore.
-    private final class Outcome: @unchecked Sendable {
-        // @unchecked: `result` is written before `done.signal()` and read after `done.wait()`.
-        var result: Result<WriteOutcome, any Error>?
-        let done = DispatchSemaphore(value: 0)
+        let outcome = HandOff<Result<WriteOutcome, any Error>>()
+        submit(write, into: store) { result, _ in outcome.put(result) }
+        return try outcome.take().get()
     }
 
     /// Bodies in one statement at most (its `bytea[]` parameter must stay far below libpq's
@@ -161,26 +168,26 @@ final class EntryWriteBatcher: @unchecked Sendable {
     /// A group from the queue: the first write's kind, then every queued write of that kind
     /// whose key no earlier write in the queue has (a key's writes commit in the order they
     /// came, and a set-based statement must not touch a row twice), up to `maxBatch` writes
-    /// and `maxBatchBytes` of bodies (at least one write, however large). Called with the
-    /// lock held.
-    private func takeBatch(now: UInt64) -> (batch: [Slot], abandoned: [Slot]) {
-        let abandoned = queue.filter { slot in slot.write.notAfter.map { $0 <= now } ?? false }
-        if !abandoned.isEmpty { queue.removeAll { slot in slot.write.notAfter.map { $0 <= now } ?? false } }
-        queuedBytes -= abandoned.reduce(0) { $0 + $1.write.body.bytes.count }
-        guard let first = queue.first else { return ([], abandoned) }
+    /// and `maxBatchBytes` of bodies (at least one write, however large).
+    private static func takeBatch(from pending: inout Pending, now: UInt64, maxBatch: Int)
+        -> (batch: [Slot], abandoned: [Slot]) {
+        let abandoned = pending.queue.filter { slot in slot.write.notAfter.map { $0 <= now } ?? false }
+        if !abandoned.isEmpty { pending.queue.removeAll { slot in slot.write.notAfter.map { $0 <= now } ?? false } }
+        pending.queuedBytes -= abandoned.reduce(0) { $0 + $1.write.body.bytes.count }
+        guard let first = pending.queue.first else { return ([], abandoned) }
         let kind = Kind(first.write.condition)
         var taken: [Int] = [], seen = Set<KeyIdentity>(), bytes = 0
-        for (index, slot) in queue.enumerated() {
+        for (index, slot) in pending.queue.enumerated() {
             guard taken.count < maxBatch else { break }
             let identity = KeyIdentity(slot.write)
             guard seen.insert(identity).inserted, Kind(slot.write.condition) == kind else { continue }
             bytes += slot.write.body.bytes.count
-            if !taken.isEmpty && bytes > Self.maxBatchBytes { break }
+            if !taken.isEmpty && bytes > maxBatchBytes { break }
             taken.append(index)
         }
-        let batch = taken.map { queue[$0] }
-        for index in taken.reversed() { queue.remove(at: index) }
-        queuedBytes -= batch.reduce(0) { $0 + $1.write.body.bytes.count }
+        let batch = taken.map { pending.queue[$0] }
+        for index in taken.reversed() { pending.queue.remove(at: index) }
+        pending.queuedBytes -= batch.reduce(0) { $0 + $1.write.body.bytes.count }
         return (batch, abandoned)
     }
 

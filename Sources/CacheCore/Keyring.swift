@@ -1,5 +1,6 @@
-import Foundation
 import Cryptography
+import Foundation
+import Locking
 import Observability
 import Postgres
 
@@ -14,8 +15,7 @@ import Postgres
 /// Sealed metadata is the same, base64 in `{"teamcache_sealed": …}`. The associated data binds
 /// each to its namespace, key, ETag, inner encoding and part, so a row copied to another
 /// key, a body swapped with another version's, or a flipped byte does not open.
-public final class Keyring: @unchecked Sendable {
-    // @unchecked: `byID` and `current` are guarded by `lock`; the rest is immutable.
+public final class Keyring: Sendable {
     public static let sealedPrefix = "aes256gcm/"
     static let sealedMetadataMember = "teamcache_sealed"
     /// How long a namespace's sealing key (or its having none) is trusted before it is read
@@ -60,9 +60,26 @@ public final class Keyring: @unchecked Sendable {
     }
 
     public let master: MasterKeys?
-    private let lock = NSLock()
-    private var byID: [Int64: DataKey] = [:]
-    private var current: [String: (key: DataKey?, until: TimeInterval)] = [:]
+    private let known = Locked(Known())
+
+    /// The data keys this process has unwrapped, and each namespace's sealing key (or its
+    /// having none) as last read.
+    private struct Known {
+        var byID: [Int64: DataKey] = [:]
+        var current: [String: (key: DataKey?, until: TimeInterval)] = [:]
+        /// The size past which `current` is pruned next.
+        var pruneAt = 1024
+
+        /// Notes `namespace`'s sealing key until `now + currentFor`. Answers past their time
+        /// are dropped whenever the table has doubled since the last pruning (at least
+        /// 1,024): one per namespace ever written would otherwise stay forever.
+        mutating func remember(_ namespace: String, _ key: DataKey?, now: TimeInterval) {
+            current[namespace] = (key, now + Keyring.currentFor)
+            guard current.count >= pruneAt else { return }
+            current = current.filter { $0.value.until > now }
+            pruneAt = max(1024, current.count * 2)
+        }
+    }
     private let integrityErrors: CounterFamily?
     private let failures = LogThrottle(Logger(component: "keyring"))
 
@@ -89,7 +106,7 @@ public final class Keyring: @unchecked Sendable {
             throw Failure.masterKeyMissing(namespaces: namespaces)
         }
         let keys = try rows.map(unwrap)
-        lock.withLock { for key in keys { byID[key.id] = key } }
+        known.withLock { known in for key in keys { known.byID[key.id] = key } }
     }
 
     private func unwrap(_ row: PostgresRow) throws -> DataKey {
@@ -120,9 +137,10 @@ public final class Keyring: @unchecked Sendable {
         }
         guard let id else { throw PostgresError(.decoding, serverMessage: "no data key id") }
         let key = DataKey(id: Int64(id), namespace: namespace, bytes: bytes)
-        lock.withLock {
-            byID[key.id] = key
-            remember(namespace, key, now: ProcessInfo.processInfo.systemUptime)
+        let now = ProcessInfo.processInfo.systemUptime
+        known.withLock { known in
+            known.byID[key.id] = key
+            known.remember(namespace, key, now: now)
         }
         return key
     }
@@ -149,7 +167,7 @@ public final class Keyring: @unchecked Sendable {
     /// from the database at most every `currentFor` seconds per namespace (blocking).
     public func sealingKey(for namespace: String, _ pool: ConnectionPool, fresh: Bool = false) throws -> DataKey? {
         let now = ProcessInfo.processInfo.systemUptime
-        if !fresh, let known = lock.withLock({ current[namespace] }), known.until > now { return known.key }
+        if !fresh, let answer = known.withLock({ $0.current[namespace] }), answer.until > now { return answer.key }
         let row = try pool.withConnection { try $0.query(Self.selectCurrent, [.text(namespace)]).first }
         var key: DataKey?
         if let row {
@@ -162,26 +180,19 @@ public final class Keyring: @unchecked Sendable {
                 throw Unavailable(namespace: namespace)
             }
         }
-        lock.withLock {
-            if let key { byID[key.id] = key }
-            remember(namespace, key, now: now)
+        known.withLock { known in
+            if let key { known.byID[key.id] = key }
+            known.remember(namespace, key, now: now)
         }
         return key
     }
 
     /// Namespaces whose sealing key (or its absence) is remembered now.
-    var rememberedNamespaces: Int { lock.withLock { current.count } }
-    /// The size past which `current` is pruned next.
-    private var pruneAt = 1024
+    var rememberedNamespaces: Int { known.withLock { $0.current.count } }
 
-    /// Notes `namespace`'s sealing key until `now + currentFor`. Called with the lock held.
-    /// Answers past their time are dropped whenever the table has doubled since the last
-    /// pruning (at least 1,024): one per namespace ever written would otherwise stay forever.
+    /// Notes `namespace`'s sealing key (or its having none) until `now + currentFor`.
     func remember(_ namespace: String, _ key: DataKey?, now: TimeInterval) {
-        current[namespace] = (key, now + Self.currentFor)
-        guard current.count >= pruneAt else { return }
-        current = current.filter { $0.value.until > now }
-        pruneAt = max(1024, current.count * 2)
+        known.withLock { $0.remember(namespace, key, now: now) }
     }
 
     /// Whether `namespace` has a data key (no unwrapping: for display).
@@ -195,19 +206,19 @@ public final class Keyring: @unchecked Sendable {
     /// Every namespace's sealing key is read again at its next write (the database refused a
     /// plain write: a namespace was encrypted since it was last read).
     public func forgetSealingKeys() {
-        lock.withLock { current = [:] }
+        known.withLock { $0.current = [:] }
     }
 
     /// The data key `id`, from memory, else (with `pool`) from the database: nil when there is
     /// no such key or it does not unwrap; a database failure throws (it is no integrity error).
     func dataKey(id: Int64, _ pool: ConnectionPool?) throws -> DataKey? {
-        if let key = lock.withLock({ byID[id] }) { return key }
+        if let key = known.withLock({ $0.byID[id] }) { return key }
         guard let pool, let row = try pool.withConnection({ try $0.query(Self.selectKey, [.int(Int(id))]).first }) else {
             return nil
         }
         do {
             let key = try unwrap(row)
-            lock.withLock { byID[key.id] = key }
+            known.withLock { $0.byID[key.id] = key }
             return key
         } catch is Failure {
             return nil
@@ -322,8 +333,7 @@ public final class Keyring: @unchecked Sendable {
 /// after `sealsPerSalt` messages; and the keys of the salts met when opening, so a hit derives
 /// nothing (there are only as many salts as writer processes and renewals). Keyed by the
 /// data key's bytes, not its id: two stores in one process (tests) may share ids.
-final class SaltedKeys: @unchecked Sendable {
-    // @unchecked: both tables are guarded by `lock`.
+final class SaltedKeys: Sendable {
     static let shared = SaltedKeys()
     static let sealsPerSalt: UInt64 = 1 << 28
     /// Opening keys kept at most; past it the table starts over (the next opens derive again).
@@ -352,12 +362,11 @@ final class SaltedKeys: @unchecked Sendable {
         }
     }
 
-    private let lock = NSLock()
-    private var sealing: [[UInt8]: (salt: [UInt8], key: [UInt8], used: UInt64)] = [:]
-    private var opening: [Name: [UInt8]] = [:]
+    private let sealing = Locked<[[UInt8]: (salt: [UInt8], key: [UInt8], used: UInt64)]>([:])
+    private let opening = Locked<[Name: [UInt8]]>([:])
 
     func forSealing(_ dataKey: [UInt8]) throws -> (salt: [UInt8], key: [UInt8]) {
-        let current: (salt: [UInt8], key: [UInt8])? = lock.withLock {
+        let current: (salt: [UInt8], key: [UInt8])? = sealing.withLock { sealing in
             guard var entry = sealing[dataKey], entry.used < Self.sealsPerSalt else { return nil }
             entry.used += 1
             sealing[dataKey] = entry
@@ -366,15 +375,15 @@ final class SaltedKeys: @unchecked Sendable {
         if let current { return current }
         let salt = Bytes.random(count: Keyring.saltByteCount)
         let key = try derive(dataKey, salt)
-        lock.withLock { sealing[dataKey] = (salt, key, 1) }
+        sealing.withLock { $0[dataKey] = (salt, key, 1) }
         return (salt, key)
     }
 
     func forOpening(_ dataKey: [UInt8], salt: [UInt8]) throws -> [UInt8] {
         let name = Name(dataKey, salt)
-        if let key = lock.withLock({ opening[name] }) { return key }
+        if let key = opening.withLock({ $0[name] }) { return key }
         let key = try derive(dataKey, salt)
-        lock.withLock {
+        opening.withLock { opening in
             if opening.count >= Self.bound { opening = [:] }
             opening[name] = key
         }

@@ -1,5 +1,5 @@
-import Foundation
 import Cryptography
+import Foundation
 
 /// The master keys that wrap the namespaces' data keys, read from TEAMCACHE_MASTER_KEY_FILE
 /// (never from argv, the environment's value or the database): one key a line, 64 hex digits

@@ -1,11 +1,13 @@
 import Foundation
+import Locking
 import Observability
 
 /// One event loop's request counts and latency histograms, keyed by small integers so the
 /// per-request cost is an uncontended lock and an integer hash. The metrics collector sums
 /// every loop's stats at scrape time.
-final class RequestStats: @unchecked Sendable {
-    // @unchecked: `series` is guarded by `lock` (taken by the owning loop and the scraper only).
+final class RequestStats: Sendable {
+    // Locked, though only the owning loop and the scraper take it: uncontended, it costs
+    // a few nanoseconds a request.
     struct Key: Hashable {
         /// A route id, or `Router.unmatchedID` / `Router.unparsedID`.
         let route: Int
@@ -38,19 +40,18 @@ final class RequestStats: @unchecked Sendable {
         }
     }
 
-    private let lock = NSLock()
-    private var series: [Key: Series] = [:]
+    private let series = Locked<[Key: Series]>([:])
 
     func observe(route: Int, method: String, status: Int, seconds: Double) {
         let key = Key(route: route, method: Self.methodCode(method), statusClass: UInt8(clamping: status / 100))
         let bucket = latencyBuckets.firstIndex(where: { seconds <= $0 }) ?? latencyBuckets.count
-        lock.withLock {
+        series.withLock { series in
             // Mutated in place: a copy taken out and stored back would copy the buckets.
             series[key, default: Series()].add(seconds, bucket: bucket)
         }
     }
 
-    func snapshot() -> [Key: Series] { lock.withLock { series } }
+    func snapshot() -> [Key: Series] { series.value }
 }
 
 /// Publishes the loops' request stats into the registry's families at scrape time.

@@ -1,11 +1,10 @@
 import Foundation
+import Locking
 import Observability
 
 /// What every event loop of one server shares: routes, limits, workers, metrics and the
 /// connection count.
-final class ServerContext: @unchecked Sendable {
-    // @unchecked: `openConnections` is guarded by `lock`; everything else is immutable
-    // or itself thread-safe.
+final class ServerContext: Sendable {
     let configuration: HTTPServerConfiguration
     let router: Router
     let workers: WorkerPool
@@ -17,12 +16,18 @@ final class ServerContext: @unchecked Sendable {
     let failures = LogThrottle(Logger(component: "http"))
     /// Random per process, so generated request ids do not repeat across restarts.
     let requestIDPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 16)
-    private let lock = NSLock()
-    private var openConnections = 0
-    /// Open connections per client address (an address leaves when its last one closes).
-    private var perClient: [String: Int] = [:]
-    /// Bytes of request bodies being received right now, over every connection.
-    private var bodyBytes = 0
+    private let held = Locked(Held())
+
+    /// What the server's connections hold right now.
+    private struct Held {
+        var openConnections = 0
+        /// Open connections per client address (an address leaves when its last one closes).
+        var perClient: [String: Int] = [:]
+        /// Bytes of request bodies being received right now, over every connection.
+        var bodyBytes = 0
+        /// Body bytes of requests with credentials not verified yet, per client address.
+        var unverifiedBytes: [String: Int] = [:]
+    }
 
     init(configuration: HTTPServerConfiguration, router: Router, metrics: MetricsRegistry?) {
         self.routeNames = router.templates
@@ -32,7 +37,7 @@ final class ServerContext: @unchecked Sendable {
         self.metrics = metrics.map(HTTPServerMetrics.init)
     }
 
-    var connectionCount: Int { lock.withLock { openConnections } }
+    var connectionCount: Int { held.withLock { $0.openConnections } }
 
     /// Why a new connection was not admitted.
     enum ConnectionRefusal {
@@ -42,13 +47,13 @@ final class ServerContext: @unchecked Sendable {
     /// Counts a new connection from `peer` in, unless the server is at its connection limit
     /// or that client at its own (so one client cannot hold every slot). nil: admitted.
     func admitConnection(from peer: String) -> ConnectionRefusal? {
-        let refusal: ConnectionRefusal? = lock.withLock {
-            guard openConnections < configuration.maxConnections else { return .serverFull }
-            let held = perClient[peer, default: 0]
+        let refusal: ConnectionRefusal? = held.withLock { held in
+            guard held.openConnections < configuration.maxConnections else { return .serverFull }
+            let fromPeer = held.perClient[peer, default: 0]
             let cap = configuration.maxConnectionsPerClient
-            guard cap == 0 || held < cap else { return .clientFull }
-            perClient[peer] = held + 1
-            openConnections += 1
+            guard cap == 0 || fromPeer < cap else { return .clientFull }
+            held.perClient[peer] = fromPeer + 1
+            held.openConnections += 1
             return nil
         }
         switch refusal {
@@ -61,31 +66,28 @@ final class ServerContext: @unchecked Sendable {
 
     /// Adds `delta` to the body bytes held; false when the total is now past the budget.
     func holdBodyBytes(_ delta: Int) -> Bool {
-        lock.withLock {
-            bodyBytes += delta
-            return bodyBytes <= configuration.bodyBudgetBytes
+        held.withLock { held in
+            held.bodyBytes += delta
+            return held.bodyBytes <= configuration.bodyBudgetBytes
         }
     }
 
-    var bodyBytesHeld: Int { lock.withLock { bodyBytes } }
-
-    /// Body bytes of requests with credentials not verified yet, per client address.
-    private var unverifiedBytes: [String: Int] = [:]
+    var bodyBytesHeld: Int { held.withLock { $0.bodyBytes } }
 
     /// Adds `delta` to `peer`'s unverified body bytes; false when they are now past its share.
     func holdUnverifiedBytes(_ delta: Int, from peer: String) -> Bool {
-        lock.withLock {
-            let held = unverifiedBytes[peer, default: 0] + delta
-            unverifiedBytes[peer] = held > 0 ? held : nil
-            return held <= configuration.unverifiedShareBytes
+        held.withLock { held in
+            let bytes = held.unverifiedBytes[peer, default: 0] + delta
+            held.unverifiedBytes[peer] = bytes > 0 ? bytes : nil
+            return bytes <= configuration.unverifiedShareBytes
         }
     }
 
     func connectionClosed(from peer: String) {
-        lock.withLock {
-            openConnections -= 1
-            let held = perClient[peer, default: 1] - 1
-            perClient[peer] = held > 0 ? held : nil
+        held.withLock { held in
+            held.openConnections -= 1
+            let fromPeer = held.perClient[peer, default: 1] - 1
+            held.perClient[peer] = fromPeer > 0 ? fromPeer : nil
         }
     }
 

@@ -1,65 +1,22 @@
 import Foundation
+import Locking
 
 /// A fixed set of threads running blocking jobs (database calls, compression) off the event
 /// loops. The queue is bounded: when it is full `submit` refuses, and the caller answers
 /// 503 rather than letting work pile up without limit.
-public final class WorkerPool: @unchecked Sendable {
-    // @unchecked: `jobs`, `head` and `stopping` are guarded by `condition`.
+public final class WorkerPool: Sendable {
     public typealias Job = @Sendable () -> Void
 
-    private let condition = NSCondition()
-    private var jobs: [Job?] = []
-    private var head = 0
-    private var stopping = false
-    private var running = 0
-    private let maxQueued: Int
+    /// The jobs waiting (from `head` on), and the threads' lifecycle.
+    private struct Queue {
+        var jobs: [Job?] = []
+        var head = 0
+        var stopping = false
+        var running = 0
 
-    public init(threads: Int, maxQueued: Int, name: String = "worker") {
-        self.maxQueued = maxQueued
-        for index in 0..<threads {
-            let thread = Thread { [self] in work() }
-            thread.name = "\(name)-\(index)"
-            thread.stackSize = 1 << 20
-            condition.withLock { running += 1 }
-            thread.start()
-        }
-    }
+        var waiting: Int { jobs.count - head }
 
-    /// Jobs waiting for a thread.
-    public var queued: Int { condition.withLock { jobs.count - head } }
-
-    /// Queues `job`; false when the queue is full or the pool is stopping.
-    public func submit(_ job: @escaping Job) -> Bool {
-        condition.withLock {
-            guard !stopping, jobs.count - head < maxQueued else { return false }
-            jobs.append(job)
-            condition.signal()
-            return true
-        }
-    }
-
-    /// Runs what is queued, then stops the threads; returns once they have exited.
-    public func shutdown() {
-        condition.withLock {
-            stopping = true
-            condition.broadcast()
-        }
-        condition.withLock {
-            while running > 0 { condition.wait() }
-        }
-    }
-
-    private func work() {
-        while let job = take() { job() }
-        condition.withLock {
-            running -= 1
-            condition.broadcast()
-        }
-    }
-
-    private func take() -> Job? {
-        condition.withLock {
-            while head == jobs.count && !stopping { condition.wait() }
+        mutating func next() -> Job? {
             guard head < jobs.count else { return nil }
             let job = jobs[head]
             jobs[head] = nil
@@ -71,5 +28,47 @@ public final class WorkerPool: @unchecked Sendable {
             }
             return job
         }
+    }
+
+    private let queue = Monitor(Queue())
+    private let maxQueued: Int
+
+    public init(threads: Int, maxQueued: Int, name: String = "worker") {
+        self.maxQueued = maxQueued
+        for index in 0..<threads {
+            let thread = Thread { [self] in work() }
+            thread.name = "\(name)-\(index)"
+            thread.stackSize = 1 << 20
+            queue.withLock { $0.running += 1 }
+            thread.start()
+        }
+    }
+
+    /// Jobs waiting for a thread.
+    public var queued: Int { queue.withLock { $0.waiting } }
+
+    /// Queues `job`; false when the queue is full or the pool is stopping.
+    public func submit(_ job: @escaping Job) -> Bool {
+        // One waiter woken: the workers are the only ones waiting while the pool runs.
+        queue.change(wakingAll: false) { queue in
+            guard !queue.stopping, queue.waiting < maxQueued else { return false }
+            queue.jobs.append(job)
+            return true
+        }
+    }
+
+    /// Runs what is queued, then stops the threads; returns once they have exited.
+    public func shutdown() {
+        queue.change { $0.stopping = true }
+        queue.wait(while: { $0.running > 0 }, then: { _, _ in })
+    }
+
+    private func work() {
+        while let job = take() { job() }
+        queue.change { $0.running -= 1 }
+    }
+
+    private func take() -> Job? {
+        queue.wait(while: { $0.waiting == 0 && !$0.stopping }) { queue, _ in queue.next() }
     }
 }

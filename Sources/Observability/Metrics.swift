@@ -1,16 +1,15 @@
 import Foundation
+import Locking
 
 /// A family of Prometheus counters sharing a name and label names.
 ///
 /// Label values must come from bounded sets (route templates, result names, namespaces):
 /// never raw paths or keys.
-public final class CounterFamily: @unchecked Sendable {
-    // @unchecked: `values` is guarded by `lock`; the rest is immutable.
+public final class CounterFamily: Sendable {
     public let name: String
     public let help: String
     public let labelNames: [String]
-    private let lock = NSLock()
-    private var values: [[String]: Double] = [:]
+    private let values = Locked<[[String]: Double]>([:])
 
     init(name: String, help: String, labelNames: [String]) {
         self.name = name
@@ -20,36 +19,34 @@ public final class CounterFamily: @unchecked Sendable {
 
     public func inc(_ labels: [String] = [], by amount: Double = 1) {
         precondition(labels.count == labelNames.count, "\(name): label count")
-        lock.withLock { values[labels, default: 0] += amount }
+        values.withLock { $0[labels, default: 0] += amount }
     }
 
     /// Current value (tests and stats read it).
     public func value(_ labels: [String] = []) -> Double {
-        lock.withLock { values[labels] ?? 0 }
+        values.withLock { $0[labels] ?? 0 }
     }
 
     /// Replaces every value, for counters whose running totals are kept elsewhere and
     /// published at scrape time (they must only grow).
     public func replaceAll(_ snapshot: [[String]: Double]) {
-        lock.withLock { values = snapshot }
+        values.withLock { $0 = snapshot }
     }
 
     func render(into out: inout String) {
         out += "# HELP \(name) \(help)\n# TYPE \(name) counter\n"
-        for (labels, value) in lock.withLock({ values }).sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+        for (labels, value) in values.value.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
             out += name + PrometheusText.labels(labelNames, labels) + " " + PrometheusText.number(value) + "\n"
         }
     }
 }
 
 /// A family of gauges whose values are set directly or read at scrape time.
-public final class GaugeFamily: @unchecked Sendable {
-    // @unchecked: `values` is guarded by `lock`; the rest is immutable.
+public final class GaugeFamily: Sendable {
     public let name: String
     public let help: String
     public let labelNames: [String]
-    private let lock = NSLock()
-    private var values: [[String]: Double] = [:]
+    private let values = Locked<[[String]: Double]>([:])
 
     init(name: String, help: String, labelNames: [String]) {
         self.name = name
@@ -58,35 +55,33 @@ public final class GaugeFamily: @unchecked Sendable {
     }
 
     public func set(_ labels: [String] = [], _ value: Double) {
-        lock.withLock { values[labels] = value }
+        values.withLock { $0[labels] = value }
     }
 
     /// Replaces every labelled value at once (for gauges refreshed from a snapshot).
     public func replaceAll(_ snapshot: [[String]: Double]) {
-        lock.withLock { values = snapshot }
+        values.withLock { $0 = snapshot }
     }
 
     public func value(_ labels: [String] = []) -> Double {
-        lock.withLock { values[labels] ?? 0 }
+        values.withLock { $0[labels] ?? 0 }
     }
 
     func render(into out: inout String) {
         out += "# HELP \(name) \(help)\n# TYPE \(name) gauge\n"
-        for (labels, value) in lock.withLock({ values }).sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+        for (labels, value) in values.value.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
             out += name + PrometheusText.labels(labelNames, labels) + " " + PrometheusText.number(value) + "\n"
         }
     }
 }
 
 /// A family of cumulative histograms (`_bucket`, `_sum`, `_count`).
-public final class HistogramFamily: @unchecked Sendable {
-    // @unchecked: `series` is guarded by `lock`; the rest is immutable.
+public final class HistogramFamily: Sendable {
     public let name: String
     public let help: String
     public let labelNames: [String]
     public let bounds: [Double]
-    private let lock = NSLock()
-    private var series: [[String]: Series] = [:]
+    private let series = Locked<[[String]: Series]>([:])
 
     struct Series {
         var counts: [UInt64]
@@ -104,8 +99,9 @@ public final class HistogramFamily: @unchecked Sendable {
     public func observe(_ labels: [String] = [], _ value: Double) {
         // The first bucket whose upper bound holds the value; +Inf is implied by `count`.
         let bucket = bounds.firstIndex(where: { value <= $0 }) ?? bounds.count
-        lock.withLock {
-            var entry = series[labels] ?? Series(counts: Array(repeating: 0, count: bounds.count + 1))
+        let buckets = bounds.count + 1
+        series.withLock { series in
+            var entry = series[labels] ?? Series(counts: Array(repeating: 0, count: buckets))
             entry.counts[bucket] += 1
             entry.sum += value
             entry.count += 1
@@ -114,20 +110,19 @@ public final class HistogramFamily: @unchecked Sendable {
     }
 
     public func count(_ labels: [String] = []) -> UInt64 {
-        lock.withLock { series[labels]?.count ?? 0 }
+        series.withLock { $0[labels]?.count ?? 0 }
     }
 
     /// Replaces every series with (per-bucket counts incl. +Inf, sum, count), for histograms
     /// kept elsewhere and published at scrape time.
     public func replaceAll(_ snapshot: [[String]: (buckets: [UInt64], sum: Double, count: UInt64)]) {
-        lock.withLock {
-            series = snapshot.mapValues { Series(counts: $0.buckets, sum: $0.sum, count: $0.count) }
-        }
+        let replaced = snapshot.mapValues { Series(counts: $0.buckets, sum: $0.sum, count: $0.count) }
+        series.withLock { $0 = replaced }
     }
 
     func render(into out: inout String) {
         out += "# HELP \(name) \(help)\n# TYPE \(name) histogram\n"
-        for (labels, entry) in lock.withLock({ series }).sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+        for (labels, entry) in series.value.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
             var cumulative: UInt64 = 0
             for (index, bound) in bounds.enumerated() {
                 cumulative += entry.counts[index]

@@ -1,17 +1,20 @@
 import Foundation
+import Locking
 
 /// The metric families of one process, rendered in registration order.
-public final class MetricsRegistry: @unchecked Sendable {
-    // @unchecked: `families` and `collectors` are guarded by `lock`.
+public final class MetricsRegistry: Sendable {
     private enum Family {
         case counter(CounterFamily)
         case gauge(GaugeFamily)
         case histogram(HistogramFamily)
     }
 
-    private let lock = NSLock()
-    private var families: [(String, Family)] = []
-    private var collectors: [@Sendable () -> Void] = []
+    private struct Contents {
+        var families: [(String, Family)] = []
+        var collectors: [@Sendable () -> Void] = []
+    }
+
+    private let contents = Locked(Contents())
 
     public init() {}
 
@@ -35,19 +38,19 @@ public final class MetricsRegistry: @unchecked Sendable {
 
     /// A closure run before each render to refresh cheap in-memory gauges (never I/O to the database).
     public func addCollector(_ collect: @escaping @Sendable () -> Void) {
-        lock.withLock { collectors.append(collect) }
+        contents.withLock { $0.collectors.append(collect) }
     }
 
     private func register(_ name: String, _ family: Family) {
-        lock.withLock {
-            precondition(!families.contains(where: { $0.0 == name }), "metric \(name) registered twice")
-            families.append((name, family))
+        contents.withLock { contents in
+            precondition(!contents.families.contains(where: { $0.0 == name }), "metric \(name) registered twice")
+            contents.families.append((name, family))
         }
     }
 
     /// The exposition text, format 0.0.4.
     public func render() -> String {
-        let (snapshot, hooks) = lock.withLock { (families, collectors) }
+        let (snapshot, hooks) = contents.withLock { ($0.families, $0.collectors) }
         hooks.forEach { $0() }
         var out = ""
         for (_, family) in snapshot {

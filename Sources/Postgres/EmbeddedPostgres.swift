@@ -1,5 +1,5 @@
-import Foundation
 import Cryptography
+import Foundation
 import Observability
 
 /// A PostgreSQL cluster that TeamCache runs itself under a data folder: the zero-configuration

@@ -1,5 +1,5 @@
-import Foundation
 import Cryptography
+import Foundation
 
 /// One forward-only migration file, `NNNN_snake_name.sql`.
 public struct Migration: Sendable, Equatable {

@@ -1,5 +1,6 @@
 import CLibPQ
 import Foundation
+import Locking
 
 /// Sends cancel requests for abandoned sessions from one background thread.
 ///
@@ -7,18 +8,16 @@ import Foundation
 /// only when it wakes; so no caller waits on it, at most `maxPending` requests queue (more
 /// would only repeat what the server-side `statement_timeout` does anyway), and the
 /// `PGcancel` object is taken while the session is still open: it outlives `PQfinish`.
-final class QueryCanceller: @unchecked Sendable {
-    // @unchecked: `pending` is guarded by `lock`; the queue runs one job at a time.
+final class QueryCanceller: Sendable {
     static let shared = QueryCanceller()
 
     private let queue = DispatchQueue(label: "teamcache.postgres.cancel")
-    private let lock = NSLock()
-    private var pending = 0
+    private let pending = Locked(0)
     private let maxPending = 64
 
     func cancel(_ connection: OpaquePointer) {
         guard let request = PQgetCancel(connection) else { return }
-        let accepted = lock.withLock {
+        let accepted = pending.withLock { pending in
             guard pending < maxPending else { return false }
             pending += 1
             return true
@@ -32,7 +31,7 @@ final class QueryCanceller: @unchecked Sendable {
             var message = [CChar](repeating: 0, count: 256)
             _ = PQcancel(token.request, &message, Int32(message.count))
             PQfreeCancel(token.request)
-            lock.withLock { pending -= 1 }
+            pending.withLock { $0 -= 1 }
         }
     }
 }

@@ -1,15 +1,19 @@
 import Foundation
+import Locking
 
 /// Where the primary's write-ahead log stood over the last minute, sampled a few times a
 /// second: it turns a standby's replayed position into an honest bound on how stale that
 /// standby's answers are. A standby that has replayed up to `p` holds everything the
 /// primary had written when it stood at `p` or before; if the primary stood there at time
 /// `t`, the standby is at most `now - t` behind, whether or not anything was written since.
-public final class WALHistory: @unchecked Sendable {
-    // @unchecked: `samples` and `next` are guarded by `lock`.
-    private let lock = NSLock()
-    private var samples: [(at: UInt64, position: WALPosition)] = []
-    private var next = 0
+public final class WALHistory: Sendable {
+    /// A ring of samples: `next` is where the next one goes once the ring is full.
+    private struct Ring {
+        var samples: [(at: UInt64, position: WALPosition)] = []
+        var next = 0
+    }
+
+    private let ring = Locked(Ring())
     private let capacity: Int
     /// Samples older than this say nothing about now: the primary is not being sampled.
     private let current: UInt64
@@ -30,13 +34,13 @@ public final class WALHistory: @unchecked Sendable {
 
     /// The primary stood at `position` at monotonic time `at` (nanoseconds).
     public func record(_ position: WALPosition, at: UInt64) {
-        lock.withLock {
-            if samples.count < capacity {
-                samples.append((at, position))
+        ring.withLock { ring in
+            if ring.samples.count < capacity {
+                ring.samples.append((at, position))
             } else {
-                samples[next] = (at, position)
+                ring.samples[ring.next] = (at, position)
             }
-            next = (next + 1) % capacity
+            ring.next = (ring.next + 1) % capacity
         }
     }
 
@@ -45,9 +49,10 @@ public final class WALHistory: @unchecked Sendable {
     /// sample is that old, or the newest sample is not current at `now` (unknown: treat
     /// the standby as too far behind).
     public func currentAsOf(replayed: WALPosition, now: UInt64) -> UInt64? {
-        lock.withLock {
+        ring.withLock { ring in
+            let samples = ring.samples
             guard !samples.isEmpty else { return nil }
-            let newest = (next + samples.count - 1) % samples.count
+            let newest = (ring.next + samples.count - 1) % samples.count
             guard now &- samples[newest].at <= current || samples[newest].at > now else { return nil }
             // Newest first: a standby keeping up matches the first or second sample.
             for step in 0..<samples.count {

@@ -1,6 +1,7 @@
 import CacheCore
 import Foundation
 import HTTPServer
+import Locking
 import Observability
 import Postgres
 
@@ -312,8 +313,7 @@ public final class Application: Sendable {
 
 /// Parked requests as a service: stopping answers every one of them at once (`pending`, or
 /// a miss), so a drain is never held up by requests waiting for a fill.
-final class WaitersService: Service, @unchecked Sendable {
-    // @unchecked: Waiters is thread-safe; this wrapper holds no state of its own.
+final class WaitersService: Service, Sendable {
     let name = "waiters"
     let waiters: Waiters
 
@@ -323,8 +323,7 @@ final class WaitersService: Service, @unchecked Sendable {
 }
 
 /// The HTTP server as a service.
-final class HTTPService: Service, @unchecked Sendable {
-    // @unchecked: HTTPServer is thread-safe; this wrapper holds no state of its own.
+final class HTTPService: Service, Sendable {
     let name = "http"
     let server: HTTPServer
 
@@ -386,11 +385,9 @@ extension NamespaceGauges {
 }
 
 /// Lets the access tracker wake the flusher early; connected once the flusher exists.
-final class FlushTrigger: @unchecked Sendable {
-    // @unchecked: `service` is guarded by `lock`.
-    private let lock = NSLock()
-    private var service: PeriodicService?
+final class FlushTrigger: Sendable {
+    private let service = Locked<PeriodicService?>(nil)
 
-    func connect(_ service: PeriodicService) { lock.withLock { self.service = service } }
-    func fire() { lock.withLock { service }?.trigger() }
+    func connect(_ service: PeriodicService) { self.service.withLock { $0 = service } }
+    func fire() { service.value?.trigger() }
 }

@@ -2,6 +2,7 @@ import CacheCore
 import CacheKeys
 import Foundation
 import HTTPServer
+import Locking
 
 /// Miss leases (single-flight) on lookups, raw GETs, writes and `release`: one caller of a
 /// burst is made the filler; the others are told the key is pending and for how long.
@@ -185,11 +186,18 @@ extension CacheAPI {
 }
 
 /// A read's `wait`: its deadline, and whether it has waited (its hit is then "collapsed").
-/// Used by one thread at a time: the request's loop, or the worker of a blocking step.
-final class WaitBudget: @unchecked Sendable {
+/// Used by one thread at a time, handed between the request's loop and the worker of a
+/// blocking step; the flag is `Locked` so that hand-off needs no proof in a comment.
+final class WaitBudget: Sendable {
     static let maxSeconds: TimeInterval = 60
     let deadline: TimeInterval
-    var waited = false
+    private let waitedFlag = Locked(false)
+
+    /// Whether the request parked at least once (its answer is then a collapsed one).
+    var waited: Bool {
+        get { waitedFlag.value }
+        set { waitedFlag.withLock { $0 = newValue } }
+    }
 
     init(seconds: TimeInterval) {
         deadline = ProcessInfo.processInfo.systemUptime + seconds

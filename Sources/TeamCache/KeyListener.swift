@@ -1,6 +1,6 @@
 import CacheCore
-import Foundation
 import Cryptography
+import Foundation
 import HTTPServer
 import Postgres
 

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Observability
 
 /// The standard process families (resident memory, CPU seconds, open fds, start time),
@@ -33,13 +34,11 @@ enum ProcessMetrics {
 }
 
 /// Turns the absolute CPU reading into counter increments.
-final class CPUReading: @unchecked Sendable {
-    // @unchecked: `last` is guarded by `lock`.
-    private let lock = NSLock()
-    private var last = 0.0
+final class CPUReading: Sendable {
+    private let last = Locked(0.0)
 
     func advance(to total: Double) -> Double {
-        lock.withLock {
+        last.withLock { last in
             let delta = max(0, total - last)
             last = max(last, total)
             return delta

@@ -1,6 +1,7 @@
 import CacheCore
 import Foundation
 import HTTPServer
+import Locking
 
 /// The route table: each route names the scope it needs and whether it is namespaced.
 extension Application {
@@ -40,7 +41,7 @@ extension Application {
     /// A deferred handler run to its answer on the calling thread.
     static func waiting(_ handler: @escaping DeferredHandler) -> SecuredHandler {
         { request, principal in
-            let answered = AnswerBox()
+            let answered = HandOff<Result<HTTPResponse, any Error>>()
             if let immediate = try handler(request, principal, { make in answered.put(Result { try make() }) }) {
                 return immediate
             }
@@ -98,22 +99,5 @@ extension Application {
             ? secured("GET", "/metrics", .metrics) { request, _ in operations.prometheus(request) }
             : Route("GET", "/metrics", .worker, handler: operations.prometheus))
         return routes
-    }
-}
-
-/// One answer handed from the thread that gives it to the one that waits for it.
-private final class AnswerBox: @unchecked Sendable {
-    // @unchecked: `result` is written before `ready.signal()` and read after `ready.wait()`.
-    private var result: Result<HTTPResponse, any Error> = .failure(HTTPError(500, "No answer."))
-    private let ready = DispatchSemaphore(value: 0)
-
-    func put(_ answer: Result<HTTPResponse, any Error>) {
-        result = answer
-        ready.signal()
-    }
-
-    func take() -> Result<HTTPResponse, any Error> {
-        ready.wait()
-        return result
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Observability
 
 /// A long-running part of the process (listener, access-tracker flusher, eviction job).
@@ -10,11 +11,9 @@ public protocol Service: AnyObject, Sendable {
 }
 
 /// Starts services in order and stops them in reverse order, on SIGTERM/SIGINT or `stop()`.
-public final class ServiceGroup: @unchecked Sendable {
-    // @unchecked: `started` is guarded by `lock`; the semaphore is thread-safe.
+public final class ServiceGroup: Sendable {
     private let services: [any Service]
-    private let lock = NSLock()
-    private var started: [any Service] = []
+    private let started = Locked<[any Service]>([])
     private let stopRequested = DispatchSemaphore(value: 0)
     private let logger = Logger(component: "lifecycle")
 
@@ -25,7 +24,7 @@ public final class ServiceGroup: @unchecked Sendable {
     public func start() throws {
         for service in services {
             try service.start()
-            lock.withLock { started.append(service) }
+            started.withLock { $0.append(service) }
         }
     }
 
@@ -51,10 +50,9 @@ public final class ServiceGroup: @unchecked Sendable {
     public func requestStop() { stopRequested.signal() }
 
     public func stopAll() {
-        let running = lock.withLock {
-            let list = started
-            started = []
-            return list
+        let running = started.withLock { started in
+            defer { started = [] }
+            return started
         }
         for service in running.reversed() {
             service.stop()
@@ -65,17 +63,19 @@ public final class ServiceGroup: @unchecked Sendable {
 
 /// Runs `work` every `interval` (± `jitter`, so replicas do not act in lockstep) on its own
 /// thread, and once more when stopped if `runOnStop`.
-public final class PeriodicService: Service, @unchecked Sendable {
-    // @unchecked: `stopping` and `thread` are guarded by `condition`.
+public final class PeriodicService: Service, Sendable {
     public let name: String
     private let interval: TimeInterval
     private let jitter: Double
     private let runOnStop: Bool
     private let work: @Sendable () -> Void
-    private let condition = NSCondition()
-    private var stopping = false
-    private var running = false
-    private var wakeEarly = false
+    private let flags = Monitor(Flags())
+
+    private struct Flags {
+        var stopping = false
+        var running = false
+        var wakeEarly = false
+    }
 
     public init(name: String, interval: TimeInterval, jitter: Double = 0, runOnStop: Bool = false,
                 work: @escaping @Sendable () -> Void) {
@@ -87,7 +87,7 @@ public final class PeriodicService: Service, @unchecked Sendable {
     }
 
     public func start() throws {
-        condition.withLock { running = true }
+        flags.withLock { $0.running = true }
         let thread = Thread { [self] in loop() }
         thread.name = name
         thread.start()
@@ -95,18 +95,12 @@ public final class PeriodicService: Service, @unchecked Sendable {
 
     /// Runs the work now rather than at the next tick (e.g. a batch filled up).
     public func trigger() {
-        condition.withLock {
-            wakeEarly = true
-            condition.signal()
-        }
+        flags.change { $0.wakeEarly = true }
     }
 
     public func stop() {
-        condition.withLock {
-            stopping = true
-            condition.broadcast()
-            while running { condition.wait() }
-        }
+        flags.change { $0.stopping = true }
+        flags.wait(while: { $0.running }, then: { _, _ in })
         if runOnStop { work() }
     }
 
@@ -115,17 +109,13 @@ public final class PeriodicService: Service, @unchecked Sendable {
             let spread = interval * jitter
             let wait = interval + Double.random(in: -spread...max(spread, 0))
             let deadline = Date().addingTimeInterval(wait)
-            let stop = condition.withLock {
-                while !stopping && !wakeEarly && condition.wait(until: deadline) {}
-                wakeEarly = false
-                return stopping
+            let stop = flags.wait(until: deadline, while: { !$0.stopping && !$0.wakeEarly }) { flags, _ in
+                flags.wakeEarly = false
+                return flags.stopping
             }
             if stop { break }
             work()
         }
-        condition.withLock {
-            running = false
-            condition.broadcast()
-        }
+        flags.change { $0.running = false }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 
 /// The circuit breaker every caller of one client shares (copies of a `TeamCacheClient`
 /// share it too: it is a reference). A cache must never make a call slower than no cache: a
@@ -10,8 +11,7 @@ import Foundation
 /// A timeout opens it at once (each one cost its caller the whole deadline); other failures
 /// (refused connections, 5xx) after `failureThreshold` in a row; a refused token (401) for
 /// `misconfiguredCooldown`.
-public final class CircuitBreaker: @unchecked Sendable {
-    // @unchecked: every stored var is read and written under `lock` only.
+public final class CircuitBreaker: Sendable {
 
     /// What `health` reports.
     public struct Health: Sendable, Equatable {
@@ -27,14 +27,23 @@ public final class CircuitBreaker: @unchecked Sendable {
     public let failureThreshold: Int
     public let cooldown: TimeInterval
     public let misconfiguredCooldown: TimeInterval
-    private let lock = NSLock()
-    private var state = Health.State.closed
-    private var openUntil: TimeInterval = 0
-    private var failures = 0
-    private var consecutive = 0
-    private var skipped = 0
-    private var lastError: String?
-    private var misconfiguration: String?
+    private let tally = Locked(Tally())
+
+    /// What the breaker knows, reachable only under its lock.
+    private struct Tally {
+        var state = Health.State.closed
+        var openUntil: TimeInterval = 0
+        var failures = 0
+        var consecutive = 0
+        var skipped = 0
+        var lastError: String?
+        var misconfiguration: String?
+
+        mutating func open(for seconds: TimeInterval) {
+            state = .open
+            openUntil = CircuitBreaker.now + seconds
+        }
+    }
 
     public init(failureThreshold: Int = 3, cooldown: TimeInterval = 5, misconfiguredCooldown: TimeInterval = 30) {
         self.failureThreshold = max(1, failureThreshold)
@@ -42,77 +51,71 @@ public final class CircuitBreaker: @unchecked Sendable {
         self.misconfiguredCooldown = misconfiguredCooldown
     }
 
-    private static var now: TimeInterval { ProcessInfo.processInfo.systemUptime }
+    fileprivate static var now: TimeInterval { ProcessInfo.processInfo.systemUptime }
 
     /// Whether a call may go to TeamCache now; the first call after a cool-down is the probe.
     /// A probe that never reported (its caller was cancelled) is replaced after a cool-down.
     public func allow() -> Bool {
-        lock.withLock {
-            if state == .closed { return true }
-            if Self.now >= openUntil {
-                state = .halfOpen
-                openUntil = Self.now + cooldown
+        tally.withLock { tally in
+            if tally.state == .closed { return true }
+            if Self.now >= tally.openUntil {
+                tally.state = .halfOpen
+                tally.openUntil = Self.now + cooldown
                 return true
             }
-            skipped += 1
+            tally.skipped += 1
             return false
         }
     }
 
     /// The call ended without a verdict (cancelled): the next call probes.
     public func abandonProbe() {
-        lock.withLock {
-            if state == .halfOpen {
-                state = .open
-                openUntil = Self.now
+        tally.withLock { tally in
+            if tally.state == .halfOpen {
+                tally.state = .open
+                tally.openUntil = Self.now
             }
         }
     }
 
     public func succeeded() {
-        lock.withLock {
-            state = .closed
-            consecutive = 0
-            misconfiguration = nil
+        tally.withLock { tally in
+            tally.state = .closed
+            tally.consecutive = 0
+            tally.misconfiguration = nil
         }
     }
 
     /// A failed call; `atOnce` (a timeout) opens the breaker without waiting for a run.
     public func failed(_ error: String, atOnce: Bool = false) {
-        lock.withLock {
-            failures += 1
-            consecutive += 1
-            lastError = error
-            if state == .halfOpen || atOnce || consecutive >= failureThreshold { open(for: cooldown) }
+        tally.withLock { tally in
+            tally.failures += 1
+            tally.consecutive += 1
+            tally.lastError = error
+            if tally.state == .halfOpen || atOnce || tally.consecutive >= failureThreshold { tally.open(for: cooldown) }
         }
     }
 
     /// The token is refused or lacks a scope; `stop`: every call would be refused (401).
     public func misconfigured(_ message: String, stop: Bool) {
-        lock.withLock {
-            failures += 1
-            lastError = message
-            misconfiguration = message
+        tally.withLock { tally in
+            tally.failures += 1
+            tally.lastError = message
+            tally.misconfiguration = message
             if stop {
-                open(for: misconfiguredCooldown)
+                tally.open(for: misconfiguredCooldown)
             } else {
                 // The server answered (a scope is missing for this call): it is up.
-                state = .closed
-                consecutive = 0
+                tally.state = .closed
+                tally.consecutive = 0
             }
         }
     }
 
-    /// Called with the lock held.
-    private func open(for seconds: TimeInterval) {
-        state = .open
-        openUntil = Self.now + seconds
-    }
-
     public var health: Health {
-        lock.withLock {
-            Health(state: state, failures: failures, consecutiveFailures: consecutive, skipped: skipped,
-                   lastError: lastError, misconfiguration: misconfiguration)
+        tally.withLock { tally in
+            Health(state: tally.state, failures: tally.failures, consecutiveFailures: tally.consecutive,
+                   skipped: tally.skipped, lastError: tally.lastError, misconfiguration: tally.misconfiguration)
         }
     }
 }

@@ -6,8 +6,7 @@ import Postgres
 /// failover and read-replica tests: the standby is synchronous, so a write the primary
 /// acknowledged is on the standby too. Runs the tools as `postgres` when the suite is root.
 /// `remove` stops both and deletes their folder.
-public final class ReplicatedCluster: @unchecked Sendable {
-    // @unchecked: the test drives it from one thread; ports and paths are fixed at init.
+public final class ReplicatedCluster: Sendable {
     public let primaryPort: Int
     public let standbyPort: Int
     public let database = "teamcache"

@@ -7,8 +7,7 @@ import TeamCache
 
 /// A running TeamCache (real server on a free loopback port, real PostgreSQL) for
 /// integration tests. Tests share the migrated test database and keep apart by namespace.
-public final class TestService: @unchecked Sendable {
-    // @unchecked: immutable after init; Application is thread-safe.
+public final class TestService: Sendable {
     public let app: Application
     public var port: Int { app.server.port }
 

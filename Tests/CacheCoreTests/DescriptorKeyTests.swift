@@ -1,7 +1,7 @@
 import CacheCore
 import CacheKeys
-import Foundation
 import Cryptography
+import Foundation
 import Testing
 
 /// Pins the key derivation docs/descriptor-keys.md specifies, so clients in any language can rely on it.

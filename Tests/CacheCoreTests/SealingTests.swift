@@ -1,6 +1,6 @@
 @testable import CacheCore
-import Foundation
 import Cryptography
+import Foundation
 import Testing
 
 /// AES-256-GCM sealing and master key files: what opens, and that nothing else does.

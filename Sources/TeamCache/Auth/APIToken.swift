@@ -1,6 +1,6 @@
 import CacheCore
-import Foundation
 import Cryptography
+import Foundation
 
 /// What a token may do.
 public enum Scope: String, Sendable, CaseIterable {

@@ -1,7 +1,8 @@
 import CacheCore
+import Cryptography
 import Foundation
 import HTTPServer
-import Cryptography
+import Locking
 
 /// Checks `Authorization: Bearer` on every `/v1/` request.
 ///
@@ -13,8 +14,7 @@ import Cryptography
 /// before the query (`unknownPerSecond`, bursts of `unknownBurst`): past it, 429. Known
 /// and unknown hashes live in separate bounded caches, so a flood of made-up tokens can
 /// neither grow memory nor push the team's real tokens out of the cache.
-public final class Authenticator: @unchecked Sendable {
-    // @unchecked: `cache` is guarded by `lock`; the rest is immutable or thread-safe.
+public final class Authenticator: Sendable {
     /// Who made a request: the token (nil when auth is off).
     public struct Principal: Sendable {
         public let token: APIToken?
@@ -43,10 +43,20 @@ public final class Authenticator: @unchecked Sendable {
     private let cacheTTL: TimeInterval
     private let limiter: RateLimiter?
     private let clock: any Clock
-    private let lock = NSLock()
-    private var known = GenerationalCache<SecretHash, Cached>(capacity: 10_000)
-    private var unknown = GenerationalCache<SecretHash, TimeInterval>(capacity: 10_000)
-    private var misses = GenerationalCache<String, (tokens: Double, updated: TimeInterval)>(capacity: 10_000)
+    private let caches = Locked(Caches())
+
+    /// What this replica remembers of tokens, each cache bounded.
+    private struct Caches {
+        var known = GenerationalCache<SecretHash, Cached>(capacity: 10_000)
+        var unknown = GenerationalCache<SecretHash, TimeInterval>(capacity: 10_000)
+        var misses = GenerationalCache<String, (tokens: Double, updated: TimeInterval)>(capacity: 10_000)
+
+        /// Gives back a reserved lookup of `client`'s allowance for unknown tokens.
+        mutating func refundUnknownLookup(_ client: String) {
+            guard let bucket = misses.value(client) else { return }
+            misses.insert(client, (tokens: min(Authenticator.unknownBurst, bucket.tokens + 1), updated: bucket.updated))
+        }
+    }
     static let unknownPerSecond = 5.0
     static let unknownBurst = 20.0
 
@@ -128,10 +138,10 @@ public final class Authenticator: @unchecked Sendable {
         // refreshing it is never limited, so a neighbour behind the same address sending
         // made-up tokens cannot lock the team's real ones out.
         let cacheKey = SecretHash(digest: hash)
-        let (cached, wasKnown): (APIToken??, Bool) = lock.withLock {
-            let hit = known.value(cacheKey)
+        let (cached, wasKnown): (APIToken??, Bool) = caches.withLock { caches in
+            let hit = caches.known.value(cacheKey)
             if let hit, now - hit.fetched < cacheTTL || lapsedIsKnown { return (.some(hit.token), true) }
-            if let seen = unknown.value(cacheKey), now - seen < cacheTTL { return (.some(nil), false) }
+            if let seen = caches.unknown.value(cacheKey), now - seen < cacheTTL { return (.some(nil), false) }
             return (nil, hit != nil)
         }
         if let cached { return cached }
@@ -143,14 +153,14 @@ public final class Authenticator: @unchecked Sendable {
                             headers: HTTPHeaders([("Retry-After", String(wait))]))
         }
         let token = try store.find(hash: hash)
-        lock.withLock {
+        caches.withLock { caches in
             if let token {
-                known.insert(cacheKey, Cached(token: token, fetched: now))
-                unknown.remove(cacheKey)
-                if !wasKnown { refundUnknownLookup(client) }
+                caches.known.insert(cacheKey, Cached(token: token, fetched: now))
+                caches.unknown.remove(cacheKey)
+                if !wasKnown { caches.refundUnknownLookup(client) }
             } else {
-                unknown.insert(cacheKey, now)
-                known.remove(cacheKey)
+                caches.unknown.insert(cacheKey, now)
+                caches.known.remove(cacheKey)
             }
         }
         return .some(token)
@@ -159,22 +169,16 @@ public final class Authenticator: @unchecked Sendable {
     /// Takes one lookup from `client`'s allowance for unknown tokens; when it is spent,
     /// the seconds until the next one and nothing taken.
     private func reserveUnknownLookup(_ client: String, now: TimeInterval) -> Int? {
-        lock.withLock {
-            let bucket = misses.value(client) ?? (tokens: Self.unknownBurst, updated: now)
+        caches.withLock { caches in
+            let bucket = caches.misses.value(client) ?? (tokens: Self.unknownBurst, updated: now)
             let tokens = min(Self.unknownBurst, bucket.tokens + (now - bucket.updated) * Self.unknownPerSecond)
             guard tokens >= 1 else {
-                misses.insert(client, (tokens: tokens, updated: now))
+                caches.misses.insert(client, (tokens: tokens, updated: now))
                 return Int(((1 - tokens) / Self.unknownPerSecond).rounded(.up))
             }
-            misses.insert(client, (tokens: tokens - 1, updated: now))
+            caches.misses.insert(client, (tokens: tokens - 1, updated: now))
             return nil
         }
-    }
-
-    /// Gives back a reserved lookup. Called with the lock held.
-    private func refundUnknownLookup(_ client: String) {
-        guard let bucket = misses.value(client) else { return }
-        misses.insert(client, (tokens: min(Self.unknownBurst, bucket.tokens + 1), updated: bucket.updated))
     }
 
     /// The scheme name `Bearer` in any case (RFC 9110 §11.1), compared without allocating.

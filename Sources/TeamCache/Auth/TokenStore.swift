@@ -1,5 +1,5 @@
-import Foundation
 import Cryptography
+import Foundation
 import Postgres
 
 /// API tokens in PostgreSQL: create (returns the secret once), list, revoke, look up by hash.
