@@ -178,16 +178,16 @@ public final class Application: Sendable {
         return ConnectionPool(direct)
     }
 
-    /// The near-cache's gauges.
+    /// The near-cache's gauges and its hit counter.
     static func expose(_ near: NearCache, _ metrics: MetricsRegistry) {
         let bytes = metrics.gauge("teamcache_near_cache_bytes", "Memory held by hot entries kept in this process.")
         let entries = metrics.gauge("teamcache_near_cache_entries", "Hot entries kept in this process.")
-        let hits = metrics.gauge("teamcache_near_cache_hits", "Reads answered from the near-cache since start.")
+        let hits = metrics.counter("teamcache_near_cache_hits_total", "Reads answered from the near-cache.")
         let on = metrics.gauge("teamcache_near_cache_enabled", "1 while the near-cache answers (its listener is up).")
         metrics.addCollector {
             bytes.set([], Double(near.heldBytes))
             entries.set([], Double(near.count))
-            hits.set([], Double(near.counters.hits))
+            hits.replaceAll([[]: Double(near.counters.hits)])
             on.set([], near.enabled ? 1 : 0)
         }
     }

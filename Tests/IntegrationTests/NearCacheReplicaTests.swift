@@ -83,7 +83,7 @@ import TestSupport
         // B answered from memory, not only from the database.
         let metrics = String(decoding: try RawClient(port: b.port, timeout: 10).request("GET", "/metrics").body,
                              as: UTF8.self)
-        let nearHits = metrics.split(separator: "\n").first { $0.hasPrefix("teamcache_near_cache_hits ") }
+        let nearHits = metrics.split(separator: "\n").first { $0.hasPrefix("teamcache_near_cache_hits_total ") }
             .flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
         #expect(nearHits > Double(seen.count) / 4, "near-cache hits \(nearHits) of \(seen.count) reads")
         print("near-cache across replicas: \(written.count) writes, \(seen.count) reads, \(Int(nearHits)) from memory; "
@@ -117,9 +117,9 @@ import TestSupport
         let path = "/v1/caches/trunc/entries/k"
         #expect(try service.request("PUT", path, body: [1]).status == 201)
         for _ in 0..<3 { #expect(try service.request("GET", path).status == 200) }
-        let before = try Self.nearGauge(service, "teamcache_near_cache_hits")
+        let before = try Self.nearGauge(service, "teamcache_near_cache_hits_total")
         #expect(try service.request("GET", path).status == 200)
-        #expect(try Self.nearGauge(service, "teamcache_near_cache_hits") > before, "answered from memory")
+        #expect(try Self.nearGauge(service, "teamcache_near_cache_hits_total") > before, "answered from memory")
         let admin = try TestDatabase.shared.connect(database: database)
         try admin.execute("TRUNCATE entries CASCADE")
         var gone = false
