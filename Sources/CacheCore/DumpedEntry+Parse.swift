@@ -155,23 +155,7 @@ extension DumpedEntry {
     }
 
     /// RFC 3339 with or without fractional seconds; nil otherwise.
-    public static func parseTimestamp(_ text: String) -> Date? {
-        Formatters.shared.withLock { $0.fractional.date(from: text) ?? $0.plain.date(from: text) }
-    }
+    public static func parseTimestamp(_ text: String) -> Date? { RFC3339.parse(text) }
 
-    static func timestamp(_ date: Date) -> String {
-        Formatters.shared.withLock { $0.fractional.string(from: date) }
-    }
-}
-
-/// Made once (a formatter is costly to make, and a dump has millions of lines), used under a
-/// lock (a formatter is not safe to share).
-private struct Formatters {
-    static let shared = Locked(Formatters())
-    let plain = ISO8601DateFormatter()
-    let fractional: ISO8601DateFormatter = {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter
-    }()
+    static func timestamp(_ date: Date) -> String { RFC3339.formatWithFraction(date) }
 }

@@ -213,11 +213,7 @@ struct SettingReader {
     /// Seconds, or a number with a unit: `250ms`, `10s`, `5m`, `12h`, `30d`.
     private func duration(_ name: String, _ range: ClosedRange<Double>, default fallback: Double) throws -> Double {
         guard let text = values[name], !text.isEmpty else { return fallback }
-        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400)]
-        var seconds = Double(text)
-        for (suffix, scale) in units where seconds == nil && text.hasSuffix(suffix) {
-            seconds = Double(text.dropLast(suffix.count)).map { $0 * scale }
-        }
+        let seconds = DurationText.seconds(text)
         guard let seconds, range.contains(seconds) else {
             throw ConfigurationError(variable: name, value: text,
                                      allowed: "a duration (e.g. 30s, 5m, 12h, 7d) from \(range.lowerBound)s to \(range.upperBound)s")

@@ -74,17 +74,6 @@ enum Timestamp {
                       parts.tm_mday, parts.tm_hour, parts.tm_min, parts.tm_sec)
     }
 
-    /// RFC 3339 only: four-digit years (Foundation's parser also takes `300000-01-01`, a
-    /// date no timestamp column can hold), at most 64 bytes.
-    static func parse(_ text: String) -> Date? {
-        let bytes = Array(text.utf8)
-        guard (20...64).contains(bytes.count), bytes[4] == UInt8(ascii: "-"),
-              bytes[0..<4].allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else { return nil }
-        let plain = ISO8601DateFormatter()
-        plain.formatOptions = [.withInternetDateTime]
-        if let date = plain.date(from: text) { return date }
-        let fractional = ISO8601DateFormatter()
-        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return fractional.date(from: text)
-    }
+    /// RFC 3339 only (one parser for requests, dumps and the command line).
+    static func parse(_ text: String) -> Date? { RFC3339.parse(text) }
 }

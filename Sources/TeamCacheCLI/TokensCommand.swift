@@ -1,3 +1,4 @@
+import CacheCore
 import Foundation
 import TeamCache
 
@@ -165,15 +166,10 @@ enum TokensCommand {
 }
 
 enum Duration {
-    /// `90d`, `12h`, `30m`, `45s`, or plain seconds.
-    /// Finite and at most 100 years: `inf`, `1e300d` and the like are refused, not trapped on.
+    /// `90d`, `12h`, `30m`, `45s`, `500ms`, or plain seconds (`DurationText`, as settings).
+    /// Above zero and at most 100 years: `inf`, `1e300d` and the like are refused, not trapped on.
     static func seconds(_ text: String) -> Double? {
-        let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86400]
-        var seconds = Double(text)
-        if seconds == nil, let last = text.last, let scale = units[last], let value = Double(text.dropLast()) {
-            seconds = value * scale
-        }
-        guard let seconds, seconds.isFinite, seconds > 0, seconds <= maximum else { return nil }
+        guard let seconds = DurationText.seconds(text), seconds > 0, seconds <= maximum else { return nil }
         return seconds
     }
 

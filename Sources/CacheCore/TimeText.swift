@@ -1,0 +1,77 @@
+import Foundation
+import Locking
+
+/// RFC 3339 timestamps as TeamCache reads them, in requests, dumps and the command line alike
+/// (there were two parsers, and they disagreed on five-digit years).
+public enum RFC3339 {
+    /// Longest timestamp read (a fraction of nanoseconds and an offset fit with room).
+    public static let maxBytes = 64
+
+    /// `2026-12-03T10:00:00Z`, with or without fractional seconds, with `Z` or an offset; nil
+    /// for anything else. Four-digit years only: Foundation's parser also takes `300000-01-01`,
+    /// a date no timestamp column can hold.
+    public static func parse(_ text: String) -> Date? {
+        let bytes = text.utf8
+        guard (20...maxBytes).contains(bytes.count) else { return nil }
+        let year = bytes.prefix(5)
+        guard year.prefix(4).allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+              year.last == UInt8(ascii: "-") else { return nil }
+        return Formatters.shared.withLock { $0.plain.date(from: text) ?? $0.fractional.date(from: text) }
+    }
+
+    /// UTC with milliseconds, as dumps write it.
+    public static func formatWithFraction(_ date: Date) -> String {
+        Formatters.shared.withLock { $0.fractional.string(from: date) }
+    }
+
+    /// Made once (a formatter is costly to make, and a dump has millions of lines), used
+    /// under a lock (a formatter is not safe to share).
+    private struct Formatters {
+        static let shared = Locked(Formatters())
+        let plain: ISO8601DateFormatter = {
+            let formatter = ISO8601DateFormatter()
+            formatter.formatOptions = [.withInternetDateTime]
+            return formatter
+        }()
+        let fractional: ISO8601DateFormatter = {
+            let formatter = ISO8601DateFormatter()
+            formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+            return formatter
+        }()
+    }
+}
+
+/// Durations as settings and the command line take them (there were two parsers, and only
+/// one knew `ms`).
+public enum DurationText {
+    private static let units: [(suffix: String, seconds: Double)] = [
+        ("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400),
+    ]
+
+    /// Seconds, from plain seconds (`30`, `0.5`) or a number with a unit: `250ms`, `10s`,
+    /// `5m`, `12h`, `30d`. The number is decimal digits with at most one point: `inf`, `nan`,
+    /// exponents, signs and spaces are refused, so the answer is always finite and >= 0.
+    public static func seconds(_ text: String) -> Double? {
+        if let plain = decimal(Substring(text)) { return plain }
+        for unit in units where text.hasSuffix(unit.suffix) {
+            guard let value = decimal(text.dropLast(unit.suffix.count)) else { return nil }
+            let seconds = value * unit.seconds
+            return seconds.isFinite ? seconds : nil
+        }
+        return nil
+    }
+
+    private static func decimal(_ text: Substring) -> Double? {
+        guard (1...32).contains(text.utf8.count) else { return nil }
+        var points = 0
+        for byte in text.utf8 {
+            if byte == UInt8(ascii: ".") {
+                points += 1
+            } else if byte < UInt8(ascii: "0") || byte > UInt8(ascii: "9") {
+                return nil
+            }
+        }
+        guard points <= 1, text != "." else { return nil }
+        return Double(text)
+    }
+}

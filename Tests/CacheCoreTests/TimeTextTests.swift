@@ -1,0 +1,59 @@
+import CacheCore
+import Foundation
+import Testing
+
+/// The one RFC 3339 parser and the one duration parser every caller shares (requests,
+/// dumps, settings, the command line).
+@Suite struct TimeTextTests {
+    @Test func timestampsParseWithAndWithoutFractionsAndOffsets() throws {
+        let whole = try #require(RFC3339.parse("2026-12-03T10:00:00Z"))
+        #expect(whole.timeIntervalSince1970 == 1_796_292_000)
+        let fraction = try #require(RFC3339.parse("2026-12-03T10:00:00.250Z"))
+        #expect(abs(fraction.timeIntervalSince(whole) - 0.25) < 0.001)
+        let offset = try #require(RFC3339.parse("2026-12-03T11:00:00+01:00"))
+        #expect(offset == whole)
+    }
+
+    /// The two parsers disagreed here: a five-digit year no timestamp column can hold.
+    @Test func onlyFourDigitYearsAndRFC3339Parse() {
+        for text in ["30000-01-01T00:00:00Z", "300000-01-01T00:00:00Z", "", "2026-12-03", "2026-12-03 10:00:00Z",
+                     "2026-12-03T10:00:00", "abcd-12-03T10:00:00Z", "2026-13-03T10:00:00Z",
+                     "2026-12-03T10:00:00Z" + String(repeating: " ", count: 60)] {
+            #expect(RFC3339.parse(text) == nil, "\(text) parsed")
+        }
+        #expect(DumpedEntry.parseTimestamp("30000-01-01T00:00:00Z") == nil, "dumps read timestamps as requests do")
+    }
+
+    @Test func formattedTimestampsParseBack() throws {
+        let date = Date(timeIntervalSince1970: 1_796_292_000.125)
+        let text = RFC3339.formatWithFraction(date)
+        let back = try #require(RFC3339.parse(text), "\(text)")
+        #expect(abs(back.timeIntervalSince(date)) < 0.001)
+    }
+
+    @Test func durationsTakeEveryUnit() {
+        let cases: [(String, Double)] = [("30", 30), ("0.5", 0.5), ("250ms", 0.25), ("10s", 10), ("5m", 300),
+                                         ("12h", 43_200), ("30d", 2_592_000), ("1.5h", 5_400), ("0", 0)]
+        for (text, seconds) in cases {
+            #expect(DurationText.seconds(text) == seconds, "\(text)")
+        }
+    }
+
+    @Test func durationsRefuseWhatIsNotOne() {
+        for text in ["", "ms", "s", ".", "inf", "nan", "infs", "1e3", "1e300d", "-5s", "+5s", " 5s", "5 s", "5x", "5.5.5s",
+                     "0x10", "5sm", "5mss", String(repeating: "9", count: 40)] {
+            #expect(DurationText.seconds(text) == nil, "\(text) read as a duration")
+        }
+    }
+
+    /// Random strings never trap and never answer a negative or infinite duration.
+    @Test func durationsAreTotal() {
+        var generator = SystemRandomNumberGenerator()
+        let alphabet = Array("0123456789.msdhx-+e inf")
+        for _ in 0..<20_000 {
+            let text = String((0..<Int.random(in: 0...8, using: &generator)).map { _ in alphabet.randomElement()! })
+            if let seconds = DurationText.seconds(text) { #expect(seconds.isFinite && seconds >= 0, "\(text)") }
+            _ = RFC3339.parse(text)
+        }
+    }
+}
