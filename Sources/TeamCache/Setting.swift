@@ -7,6 +7,12 @@ public struct Setting: Sendable {
     public let defaultValue: String
     public let help: String
 
+    /// Its row in docs/configuration.md's table, exactly (the test compares whole rows, so
+    /// a changed default or help text must be changed on the page too).
+    public var documentationRow: String {
+        "| `\(variable)` | \(flag.map { "`\($0)`" } ?? "") | `\(defaultValue)` | \(help) |"
+    }
+
     public static let all: [Setting] = [
         Setting(variable: "TEAMCACHE_LISTEN", flag: "--listen", defaultValue: "127.0.0.1:8080",
                 help: "HOST:PORT to listen on (IPv4)."),
@@ -45,7 +51,7 @@ public struct Setting: Sendable {
         Setting(variable: "TEAMCACHE_REQUEST_TIMEOUT", flag: nil, defaultValue: "5s",
                 help: "From a request's arrival (queueing included) to its answer; past it: 503 with Retry-After."),
         Setting(variable: "TEAMCACHE_READ_BATCH", flag: nil, defaultValue: "256",
-                help: "Most cache reads sent as one statement from an event loop (0: each read through the pool)."),
+                help: "Most cache reads sent as one statement from an event loop. 0: each read through the pool, and with no listener: no waiting (wait answers at once), no near-cache, no read standby."),
         Setting(variable: "TEAMCACHE_MAX_WAITERS", flag: nil, defaultValue: "10000",
                 help: "Most requests parked with `wait` at once; past it a request answers as if `wait` were 0."),
         Setting(variable: "TEAMCACHE_NEAR_CACHE_BYTES", flag: nil, defaultValue: "67108864",

@@ -54,6 +54,8 @@ import TestSupport
                               encoding: .utf8)
         for setting in Setting.all {
             #expect(page.contains("| `\(setting.variable)` |"), "docs/configuration.md lacks \(setting.variable)")
+            #expect(page.contains(setting.documentationRow + "\n"),
+                    "docs/configuration.md's row of \(setting.variable) is not \(setting.documentationRow)")
         }
     }
 
