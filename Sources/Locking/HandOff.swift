@@ -4,7 +4,7 @@ import Foundation
 /// a blocking worker waiting for an answer computed on an event loop, a caller waiting for
 /// its write's group to commit. The value is set once; `take` blocks until it is (or until
 /// the deadline passes).
-public final class HandOff<Value>: Sendable {
+public final class HandOff<Value: Sendable>: Sendable {
     private let slot = Locked<Value?>(nil)
     // A semaphore, not a condition: the producer may put before the consumer waits.
     private let ready = DispatchSemaphore(value: 0)

@@ -5,13 +5,15 @@ import Foundation
 /// with the lock held; a waiter re-checks its predicate under the lock each time it wakes,
 /// so a wake-up that comes early (or spuriously) only costs a check.
 public final class Monitor<State>: @unchecked Sendable {
-    // @unchecked: `state` is touched only inside `condition.lock()`…`unlock()` below.
-    private let condition = NSCondition()
-    private var state: State
+    // @unchecked: `state` is touched only inside `condition.lock()`…`unlock()` below
+    // (internal, for inlining: on every worker job's path, like `Locked`).
+    @usableFromInline let condition = NSCondition()
+    @usableFromInline var state: State
 
     public init(_ state: State) { self.state = state }
 
     /// Runs `body` with the state, the lock held.
+    @inlinable
     public func withLock<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
         condition.lock()
         defer { condition.unlock() }
@@ -19,6 +21,7 @@ public final class Monitor<State>: @unchecked Sendable {
     }
 
     /// Runs `body` with the state, then wakes one waiter (`all`: every waiter) to re-check.
+    @inlinable
     public func change<Result>(wakingAll all: Bool = true, _ body: (inout State) throws -> Result) rethrows -> Result {
         condition.lock()
         defer {
@@ -31,6 +34,7 @@ public final class Monitor<State>: @unchecked Sendable {
     /// Waits while `keepWaiting(state)` holds and `deadline` (nil: none) has not passed, then
     /// runs `body` with the state, the lock still held. `body` learns whether the deadline
     /// ended the wait (true: timed out with `keepWaiting` still true).
+    @inlinable
     public func wait<Result>(until deadline: Date? = nil, while keepWaiting: (State) -> Bool,
                              then body: (inout State, _ timedOut: Bool) throws -> Result) rethrows -> Result {
         condition.lock()

@@ -87,6 +87,12 @@ public final class HistogramFamily: Sendable {
         var counts: [UInt64]
         var sum: Double = 0
         var count: UInt64 = 0
+
+        mutating func add(_ value: Double, bucket: Int) {
+            counts[bucket] += 1
+            sum += value
+            count += 1
+        }
     }
 
     init(name: String, help: String, labelNames: [String], bounds: [Double]) {
@@ -101,11 +107,8 @@ public final class HistogramFamily: Sendable {
         let bucket = bounds.firstIndex(where: { value <= $0 }) ?? bounds.count
         let buckets = bounds.count + 1
         series.withLock { series in
-            var entry = series[labels] ?? Series(counts: Array(repeating: 0, count: buckets))
-            entry.counts[bucket] += 1
-            entry.sum += value
-            entry.count += 1
-            series[labels] = entry
+            // In place: an entry copied out and stored back copies its bucket array each time.
+            series[labels, default: Series(counts: Array(repeating: 0, count: buckets))].add(value, bucket: bucket)
         }
     }
 

@@ -47,8 +47,10 @@ import TestSupport
     }
 
     /// One caller takes a lease, `count` more park on it with `wait`, and the holder's fill
-    /// answers every one of them with the hit within a second: the fill's notification
-    /// reached this process's listener.
+    /// answers every one of them with the hit within 3 s (it takes milliseconds): the fill's
+    /// notification reached this process's listener. A lost notification answers them at
+    /// their 10 s wait; 1 s was passed by 10 ms in CI's cluster stage, the upsert itself
+    /// going through PgBouncer beside a second cluster.
     static func fillWakesWaiters(_ service: TestService, count: Int, prefix: String) throws {
         let namespace = TestService.namespace(prefix)
         let descriptor = "\"model\":\"m\",\"prompt\":\"one call\""
@@ -64,7 +66,7 @@ import TestSupport
         #expect(group.wait(timeout: .now() + 10) == .success)
         let took = ProcessInfo.processInfo.systemUptime - filled
         #expect(answers.value.count == count && answers.value.allSatisfy { $0.object["hit"] as? Bool == true })
-        #expect(took < 1, "waiters answered \(took) s after the fill")
+        #expect(took < 3, "waiters answered \(took) s after the fill")
     }
 
     static func waitForLease(_ answers: Locked<[Answer]>) -> String? {
