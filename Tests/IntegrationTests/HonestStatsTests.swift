@@ -13,23 +13,10 @@ import TestSupport
     /// once to `ports` (round robin); their answers' statuses and bodies.
     static func burst(_ count: Int, ports: [Int], _ make: @escaping @Sendable () -> [UInt8])
         -> (DispatchGroup, Locked<[RawClient.Response]>) {
-        let answers = Locked<[RawClient.Response]>([])
-        let group = DispatchGroup()
-        let start = DispatchSemaphore(value: 0)
-        for index in 0..<count {
-            group.enter()
-            let port = ports[index % ports.count]
-            Thread.detachNewThread {
-                defer { group.leave() }
-                guard let client = try? RawClient(port: port, timeout: 30) else { return }
-                start.wait()
-                guard (try? client.send(make())) != nil, let response = try? client.readResponse(head: false) else { return }
-                answers.withLock { $0.append(response) }
-            }
+        Burst.start(count, ports: ports) { client in
+            guard (try? client.send(make())) != nil else { return nil }
+            return try? client.readResponse(head: false)
         }
-        Thread.sleep(forTimeInterval: 0.3)
-        for _ in 0..<count { start.signal() }
-        return (group, answers)
     }
 
     static func lookupRequest(_ namespace: String, _ body: String, token: String?) -> [UInt8] {

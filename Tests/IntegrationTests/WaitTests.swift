@@ -16,27 +16,15 @@ import TestSupport
 
     /// Sends `body` to lookup on `ports` (round robin) from `count` clients at once.
     static func burst(_ count: Int, ports: [Int], namespace: String, body: String) -> (DispatchGroup, Locked<[Answer]>) {
-        let answers = Locked<[Answer]>([])
-        let group = DispatchGroup()
-        let start = DispatchSemaphore(value: 0)
-        for index in 0..<count {
-            group.enter()
-            let port = ports[index % ports.count]
-            Thread.detachNewThread {
-                defer { group.leave() }
-                guard let client = try? RawClient(port: port, timeout: 30) else { return }
-                start.wait()
-                if let response = try? client.request("POST", "/v1/caches/\(namespace)/lookup",
-                                                      headers: [("Content-Type", "application/json")],
-                                                      body: Array(body.utf8)),
-                   let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any] {
-                    answers.withLock { $0.append(Answer(object: object, at: ProcessInfo.processInfo.systemUptime)) }
-                }
+        Burst.start(count, ports: ports) { client in
+            guard let response = try? client.request("POST", "/v1/caches/\(namespace)/lookup",
+                                                     headers: [("Content-Type", "application/json")],
+                                                     body: Array(body.utf8)),
+                  let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any] else {
+                return nil
             }
+            return Answer(object: object, at: ProcessInfo.processInfo.systemUptime)
         }
-        Thread.sleep(forTimeInterval: 0.3)
-        for _ in 0..<count { start.signal() }
-        return (group, answers)
     }
 
     static func upsert(_ port: Int, _ namespace: String, _ descriptor: String, lease: String?) throws -> Int {
