@@ -1,11 +1,11 @@
-import Locking
 import CacheCore
 import CacheKeys
 import Foundation
 import HTTPServer
+import Locking
 import Postgres
-import Testing
 @testable import TeamCacheClient
+import Testing
 import TestSupport
 
 @Suite struct ClientTests {
@@ -309,13 +309,14 @@ import TestSupport
 /// never answers costs the first `cached` call the short lookup deadline and the next ones
 /// nothing (the breaker is open); a refused token is reported as such.
 @Suite struct ClientFailOpenTests {
-    /// A listening socket that accepts nothing it answers (the kernel completes connections).
+    /// A listening socket that accepts nothing it answers (the kernel completes connections);
+    /// not `listening`, a bound port that refuses every connection.
     final class Frozen: @unchecked Sendable {
         // @unchecked: immutable after init.
         let fd: Int32
         let port: Int
 
-        init() throws {
+        init(listening: Bool = true) throws {
             let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
             var address = sockaddr_in()
             address.sin_family = sa_family_t(AF_INET)
@@ -323,7 +324,7 @@ import TestSupport
             _ = withUnsafePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }
-            listen(fd, 128)
+            if listening { listen(fd, 128) }
             var bound = sockaddr_in()
             var length = socklen_t(MemoryLayout<sockaddr_in>.size)
             _ = withUnsafeMutablePointer(to: &bound) {
@@ -384,6 +385,33 @@ import TestSupport
         await #expect(throws: TeamCacheClientError.skipped(reason: "timedOut")) {
             _ = try await client.lookup(namespace: "n", descriptor)
         }
+    }
+
+    /// A TeamCache that is down (its port refuses connections): every call is answered by the
+    /// model, the first ones after a refused connect or two, and once the breaker opens the
+    /// cache costs nothing.
+    @Test func aCacheThatRefusesConnectionsCostsNothingOnceTheBreakerOpens() async throws {
+        let down = try Frozen(listening: false)
+        var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(down.port)")!,
+                                                          token: "t")
+        configuration.breaker = CircuitBreaker(cooldown: 30)
+        let client = TeamCacheClient(configuration)
+        let descriptor = Descriptor(model: "m", input: .prompt("down"))
+        let calls = Locked(0)
+        for _ in 0..<4 {
+            let answer = try await client.cached(namespace: "n", descriptor) {
+                calls.withLock { $0 += 1 }
+                return ModelAnswer(response: "paid")
+            }
+            #expect(answer.response == "paid")
+        }
+        #expect(calls.value == 4, "the model answered every call")
+        #expect(configuration.breaker?.health.state == .open)
+        let started = ProcessInfo.processInfo.systemUptime
+        let later = try await client.cached(namespace: "n", descriptor) { ModelAnswer(response: "paid") }
+        let cost = ProcessInfo.processInfo.systemUptime - started
+        #expect(later.response == "paid" && cost < 0.1, "a call with the breaker open paid \(cost) s")
+        #expect((configuration.breaker?.health.skipped ?? 0) >= 1)
     }
 
     @Test func aRefusedTokenIsReportedAsMisconfiguration() async throws {
