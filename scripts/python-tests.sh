@@ -11,10 +11,10 @@ cd "$(dirname "$0")/.."
 venv="$PWD/.venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 python="$venv/bin/python"
-if ! "$python" -c "import teamcache.openai, teamcache.langchain, langchain_tests, httpx2, pytest_asyncio" 2>/dev/null \
+if ! "$python" -c "import teamcache.openai, teamcache.langchain, langchain_tests, httpx2, pytest_asyncio, mypy, ruff" 2>/dev/null \
    || [ "$("$python" -c 'import teamcache, os; print(os.path.realpath(teamcache.__file__))')" \
         != "$(realpath clients/python/src/teamcache/__init__.py)" ]; then
-  "$python" -m pip install -q --disable-pip-version-check -e "clients/python[test]"
+  "$python" -m pip install -q --disable-pip-version-check -e "clients/python[test,lint]"
 fi
 if [ -z "${TEAMCACHE_BINARY:-}" ]; then
   # The newer of the two builds: the one that has this tree's changes.
@@ -29,4 +29,8 @@ fi
 TEAMCACHE_BINARY=$(realpath "$TEAMCACHE_BINARY")
 export TEAMCACHE_BINARY
 cd clients/python
+# Style and types first (ruff, mypy --strict, as pyproject.toml configures them): a loose type
+# or an unsorted import fails here in seconds, before the tests start a server.
+"$venv/bin/ruff" check src tests
+"$venv/bin/mypy"
 exec "$python" -m pytest -q -p no:cacheprovider tests "$@"

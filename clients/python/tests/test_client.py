@@ -12,8 +12,17 @@ import time
 
 import pytest
 
-from teamcache import (AsyncTeamCache, DescriptorError, Entry, EntryMiss, ProblemError, TeamCache, TransportError,
-                       descriptor_key)
+from teamcache import (
+    AsyncTeamCache,
+    DescriptorError,
+    Entry,
+    EntryMiss,
+    NamespaceSettings,
+    ProblemError,
+    TeamCache,
+    TransportError,
+    descriptor_key,
+)
 from teamcache._json import loads
 
 from .conftest import eventually, free_port
@@ -89,9 +98,11 @@ def test_descriptor_lookup_upsert_and_stats(cache, namespace):
     hit = cache.lookup(namespace, descriptor)
     assert hit.hit and hit.response == "4" and hit.metadata["input_tokens"] == 7 and not hit.stale
     assert not cache.lookup(namespace, descriptor, refresh=True).hit
-    stats = eventually(lambda: (lambda s: s if s["lookups"]["hit"] == 1 else None)(cache.stats(namespace)))
-    assert stats and stats["tokens_saved"]["input"] == 7
-    assert "entries" in cache.global_stats()
+    stats = eventually(lambda: (lambda s: s if s.lookups.hit == 1 else None)(cache.stats(namespace)))
+    assert stats and stats.tokens_saved.input == 7 and stats.lookups.miss >= 1 and stats.entries >= 1
+    assert stats.top and stats.top[0].hit_count == 1 and stats.document["top"][0]["hit_count"] == 1
+    everything = cache.global_stats()
+    assert everything.entries >= stats.entries and {entry.namespace for entry in everything.top} >= {namespace}
     assert cache.evict(namespace, tag="math") == 1
     assert not cache.lookup(namespace, descriptor).hit
 
@@ -153,8 +164,8 @@ def test_stale_while_revalidate(cache, namespace):
 
 
 def test_settings_and_operations(cache, namespace):
-    assert cache.set_settings(namespace, default_ttl=120)["default_ttl"] == 120
-    assert cache.settings(namespace)["default_ttl"] == 120
+    assert cache.set_settings(namespace, default_ttl=120).default_ttl == 120
+    assert cache.settings(namespace) == NamespaceSettings(namespace=namespace, default_ttl=120, max_bytes=None)
     assert cache.health()["status"] == "ok"
     assert cache.ready()["status"] == "ready"
     assert "teamcache_lookups_total" in cache.metrics()
@@ -163,13 +174,12 @@ def test_settings_and_operations(cache, namespace):
 
 
 def test_problems_are_exceptions_with_the_document(server, namespace):
-    with TeamCache(server.url, "tc_" + "1" * 64) as stranger:
-        with pytest.raises(ProblemError) as unknown:
-            stranger.get(namespace, "k")
+    with TeamCache(server.url, "tc_" + "1" * 64) as stranger, pytest.raises(ProblemError) as unknown:
+        stranger.get(namespace, "k")
     assert unknown.value.status == 401 and unknown.value.problem["type"].endswith("unauthorized")
-    with TeamCache(server.url, server.token(scopes="read", namespaces="other-*")) as narrow:
-        with pytest.raises(ProblemError) as forbidden:
-            narrow.put(namespace, "k", b"v")
+    with TeamCache(server.url, server.token(scopes="read", namespaces="other-*")) as narrow, \
+            pytest.raises(ProblemError) as forbidden:
+        narrow.put(namespace, "k", b"v")
     assert forbidden.value.status == 403
     with TeamCache(server.url, server.token()) as client:
         with pytest.raises(ProblemError) as bad:
@@ -180,9 +190,9 @@ def test_problems_are_exceptions_with_the_document(server, namespace):
 def test_a_stopped_server_is_a_transport_error_after_retries():
     port = free_port()
     started = time.monotonic()
-    with TeamCache(f"http://127.0.0.1:{port}", "t", max_retries=2, backoff=0.2) as client:
-        with pytest.raises(TransportError):
-            client.get("n", "k")
+    with TeamCache(f"http://127.0.0.1:{port}", "t", max_retries=2, backoff=0.2) as client, \
+            pytest.raises(TransportError):
+        client.get("n", "k")
     assert time.monotonic() - started >= 0.2, "it retried with backoff"
 
 
@@ -303,7 +313,7 @@ def test_cached_as_a_decorator_with_json_results(cache, namespace):
     assert forecast("Paris") == {"city": "Paris", "sky": "clear"}
     assert forecast("Paris") == {"city": "Paris", "sky": "clear"}
     assert calls == ["Paris"]
-    assert eventually(lambda: cache.stats(namespace)["tokens_saved"]["output"] == 5)
+    assert eventually(lambda: cache.stats(namespace).tokens_saved.output == 5)
 
 
 def test_cached_makes_one_call_per_burst(cache, namespace):

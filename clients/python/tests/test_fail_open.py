@@ -5,6 +5,7 @@ refuses the token, and a cache that raises whatever it raises."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import socket
 import threading
@@ -14,7 +15,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
-from teamcache import AsyncTeamCache, CircuitBreaker, ConfigurationError, TeamCache
+from teamcache import AsyncTeamCache, CircuitBreaker, ConfigurationError, TeamCache, TokenCounts
 from teamcache.openai import http_client
 
 from .conftest import eventually, free_port
@@ -74,10 +75,8 @@ class Switch:
         """Refuses new connections and cuts the open ones (a killed process)."""
         if self.listener is not None:
             # shutdown first: a close alone does not wake the thread blocked in accept().
-            try:
+            with contextlib.suppress(OSError):
                 self.listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             self.listener.close()
             self.listener = None
         for end in self.open:
@@ -108,10 +107,8 @@ class Switch:
             pass
         finally:
             for end in (source, sink):
-                try:
+                with contextlib.suppress(OSError):
                     end.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
 
 @pytest.fixture
@@ -137,7 +134,8 @@ def timed(call):
 def test_a_frozen_cache_costs_one_call_the_short_deadline_then_nothing(frozen, namespace):
     cache = TeamCache(frozen.url, "tc_x", lookup_timeout=0.3, circuit_breaker=CircuitBreaker(cooldown=30))
     calls = []
-    answer, first = timed(lambda: cache.cached(namespace, {"model": "m", "prompt": "p"}, lambda: calls.append(1) or "a"))
+    descriptor = {"model": "m", "prompt": "p"}
+    answer, first = timed(lambda: cache.cached(namespace, descriptor, lambda: calls.append(1) or "a"))
     assert answer == "a" and first < 1.0, f"the first call paid {first:.2f} s"
     for _ in range(5):
         answer, later = timed(lambda: cache.cached(namespace, {"model": "m", "prompt": "p"}, lambda: "b"))
@@ -305,4 +303,4 @@ def test_streamed_calls_without_usage_still_count_tokens_saved(upstream, server,
     assert upstream.calls[0]["body"]["stream_options"] == {"include_usage": True}
     assert all(chunk.choices for chunk in first) and all(chunk.choices for chunk in second)
     assert "".join(c.choices[0].delta.content or "" for c in second) == "Hello there" and upstream.count() == 1
-    assert eventually(lambda: cache.stats(namespace)["tokens_saved"] == {"input": 11, "output": 7})
+    assert eventually(lambda: cache.stats(namespace).tokens_saved == TokenCounts(input=11, output=7))

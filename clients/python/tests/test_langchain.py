@@ -10,7 +10,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel, G
 from langchain_core.messages import AIMessage
 from langchain_tests.integration_tests import AsyncCacheTestSuite, SyncCacheTestSuite
 
-from teamcache import AsyncTeamCache, TeamCache
+from teamcache import AsyncTeamCache, TeamCache, TokenCounts
 from teamcache.langchain import TeamCacheLLMCache, descriptor
 
 from .conftest import eventually
@@ -42,8 +42,8 @@ def test_a_fake_chat_model_answers_the_second_time_from_teamcache(llm_cache, nam
     assert model.invoke("hello").content == "first answer"
     assert model.invoke("hello").content == "first answer", "answered from the cache, not the model's next reply"
     stats = llm_cache._cache.stats(namespace)
-    assert stats["entries"] == 1
-    assert eventually(lambda: llm_cache._cache.stats(namespace)["lookups"]["hit"] == 1)
+    assert stats.entries == 1
+    assert eventually(lambda: llm_cache._cache.stats(namespace).lookups.hit == 1)
 
 
 async def test_a_generic_fake_chat_model_async(llm_cache, namespace):
@@ -52,7 +52,7 @@ async def test_a_generic_fake_chat_model_async(llm_cache, namespace):
     assert (await model.ainvoke("question")).content == "one"
     again = await model.ainvoke("question")
     assert again.content == "one"
-    assert eventually(lambda: llm_cache._cache.stats(namespace)["tokens_saved"] == {"input": 4, "output": 2})
+    assert eventually(lambda: llm_cache._cache.stats(namespace).tokens_saved == TokenCounts(input=4, output=2))
 
 
 def test_a_stale_answer_is_refreshed_by_one_caller(server, token, namespace):

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from teamcache import AsyncTeamCache, TeamCache
+from teamcache import AsyncTeamCache, TeamCache, TokenCounts
 from teamcache.openai import async_http_client, http_client, plan
 
 from .conftest import eventually
@@ -48,7 +48,7 @@ def test_the_second_call_is_served_from_teamcache(upstream, cache, namespace):
     client.chat.completions.create(model="gpt-x", messages=MESSAGES, temperature=0, user="u1", store=False)
     assert upstream.count("/chat/completions") == 2
     # tokens_saved is the usage of the replayed answers (two so far).
-    assert eventually(lambda: cache.stats(namespace)["tokens_saved"] == {"input": 22, "output": 14})
+    assert eventually(lambda: cache.stats(namespace).tokens_saved == TokenCounts(input=22, output=14))
 
 
 def test_credentials_and_base_urls_do_not_split_entries(upstream, cache, namespace):

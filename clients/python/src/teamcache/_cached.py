@@ -31,17 +31,54 @@ import json
 import logging
 import threading
 import typing
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypedDict, TypeVar, overload
 
 import httpx
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
 
+from . import _operations as op
 from .errors import ConfigurationError, TeamCacheError
 from .keys import descriptor_key
 from .models import Lease, Lookup
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 logger = logging.getLogger("teamcache")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+class CachedDecorator(Protocol):
+    """What ``cached(namespace, descriptor=function)`` returns: a decorator that keeps the
+    decorated function's parameters and return type."""
+
+    def __call__(self, function: Callable[P, R], /) -> Callable[P, R]: ...
+
+
+class AsyncCachedDecorator(Protocol):
+    """As ``CachedDecorator``, for coroutine functions."""
+
+    def __call__(self, function: Callable[P, Awaitable[R]], /) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+
+class CacheOptions(TypedDict, total=False):
+    """``cached``'s options (each as described there), for type checkers."""
+
+    ttl: int | None
+    tags: Iterable[str] | None
+    lease: int | None
+    wait: float
+    stale_on_error: int | None
+    stale_while_revalidate: int | None
+    refresh: bool
+    encode: Callable[[Any], str] | None
+    decode: Callable[[str], Any] | None
+    usage: Callable[[Any], Mapping[str, Any]] | None
+    result_type: Any
 
 #: Failures of the cache itself (as opposed to the call): the caller is never failed by these.
 #: (A descriptor the server would refuse is the caller's bug, and is raised.)
@@ -135,7 +172,8 @@ def _decode(options: Options, lookup: Lookup) -> Any:
                                "to decode it; calling instead", lookup.key[:12], (lookup.metadata or {}).get("type"))
                 return _UNDECODABLE
             data = json.loads(text)
-            return kind.model_validate(data) if codec == "pydantic" else kind(**data)  # type: ignore[attr-defined]
+            model: Any = kind  # a pydantic model class (checked by the stored type's name above)
+            return model.model_validate(data) if codec == "pydantic" else kind(**data)
     except Exception as error:  # noqa: BLE001 - an entry this cannot read is a miss
         logger.warning("TeamCache entry %s could not be decoded; calling instead: %r", lookup.key[:12], error)
         return _UNDECODABLE
@@ -198,10 +236,21 @@ class CachedMixin:
     def __init__(self) -> None:
         self._health = _Health()
 
+    if TYPE_CHECKING:
+        def _run(self, call: op.Call[T]) -> T: ...
+
     @property
     def cache_failures(self) -> int:
         """How many times a ``cached`` call went on without the cache because it failed."""
         return self._health.failures
+
+    @overload
+    def cached(self, namespace: str, descriptor: Mapping[str, Any], call: Callable[[], R],
+               **options: Unpack[CacheOptions]) -> R: ...
+
+    @overload
+    def cached(self, namespace: str, descriptor: Callable[..., Mapping[str, Any]], call: None = None,
+               **options: Unpack[CacheOptions]) -> CachedDecorator: ...
 
     def cached(self, namespace: str, descriptor: Mapping[str, Any] | Callable[..., Mapping[str, Any]],
                call: Callable[[], Any] | None = None, *, ttl: int | None = None, tags: Any = None,
@@ -236,10 +285,9 @@ class CachedMixin:
             try:
                 # Without a wait first, under the client's short lookup deadline: a frozen cache
                 # costs that, not the wait. Only a caller told "pending" waits for the fill.
-                found = self.lookup(namespace, descriptor, lease=options.lease)  # type: ignore[attr-defined]
+                found = self._run(op.lookup(namespace, descriptor, lease=options.lease))
                 if found.pending and options.lease and options.wait:
-                    found = self.lookup(namespace, descriptor, lease=options.lease,  # type: ignore[attr-defined]
-                                        wait=options.wait)
+                    found = self._run(op.lookup(namespace, descriptor, lease=options.lease, wait=options.wait))
                 self._health.succeeded()
             except _CACHE_FAILURES as error:
                 _fails_open(error)
@@ -247,7 +295,7 @@ class CachedMixin:
                 found = None
             value = _decode(options, found) if found is not None and found.hit else _UNDECODABLE
             if value is not _UNDECODABLE:
-                if found.revalidate is not None:
+                if found is not None and found.revalidate is not None:
                     refresh = found.revalidate
                     threading.Thread(target=self._refresh, args=(namespace, descriptor, call, options, refresh),
                                      daemon=True, name="teamcache-refresh").start()
@@ -259,7 +307,7 @@ class CachedMixin:
         except Exception:
             if options.stale_on_error is not None:
                 try:
-                    stale = self.lookup(namespace, descriptor, max_stale=options.stale_on_error)  # type: ignore[attr-defined]
+                    stale = self._run(op.lookup(namespace, descriptor, max_stale=options.stale_on_error))
                 except _CACHE_FAILURES:
                     stale = None
                 if stale is not None and stale.hit and (value := _decode(options, stale)) is not _UNDECODABLE:
@@ -280,7 +328,7 @@ class CachedMixin:
         except BaseException:
             if lease is not None:
                 try:
-                    self.release(namespace, self._key(descriptor), lease)  # type: ignore[attr-defined]
+                    self._run(op.release(namespace, self._key(descriptor), lease))
                 except _CACHE_FAILURES as error:
                     self._health.failed(error)
             raise
@@ -291,13 +339,13 @@ class CachedMixin:
                        "TeamCache could not store a result (encode or usage failed): %r", error)
             if lease is not None:
                 try:
-                    self.release(namespace, self._key(descriptor), lease)  # type: ignore[attr-defined]
+                    self._run(op.release(namespace, self._key(descriptor), lease))
                 except _CACHE_FAILURES as failure:
                     self._health.failed(failure)
             return result
         try:
-            self.upsert(namespace, descriptor, text, metadata=metadata or None, ttl=options.ttl,  # type: ignore[attr-defined]
-                        tags=options.tags, lease=lease, stale_while_revalidate=options.stale_while_revalidate)
+            self._run(op.upsert(namespace, descriptor, text, metadata=metadata or None, ttl=options.ttl,
+                        tags=options.tags, lease=lease, stale_while_revalidate=options.stale_while_revalidate))
         except _CACHE_FAILURES as error:
             self._health.failed(error)
         return result
@@ -314,9 +362,20 @@ class AsyncCachedMixin:
         self._health = _Health()
         self._background: set[asyncio.Task[Any]] = set()
 
+    if TYPE_CHECKING:
+        async def _run(self, call: op.Call[T]) -> T: ...
+
     @property
     def cache_failures(self) -> int:
         return self._health.failures
+
+    @overload
+    def cached(self, namespace: str, descriptor: Mapping[str, Any], call: Callable[[], Awaitable[R]],
+               **options: Unpack[CacheOptions]) -> Coroutine[Any, Any, R]: ...
+
+    @overload
+    def cached(self, namespace: str, descriptor: Callable[..., Mapping[str, Any]], call: None = None,
+               **options: Unpack[CacheOptions]) -> AsyncCachedDecorator: ...
 
     def cached(self, namespace: str, descriptor: Mapping[str, Any] | Callable[..., Mapping[str, Any]],
                call: Callable[[], Awaitable[Any]] | None = None, *, ttl: int | None = None, tags: Any = None,
@@ -352,10 +411,10 @@ class AsyncCachedMixin:
         lease: Lease | None = None
         if not options.refresh:
             try:
-                found = await self.lookup(namespace, descriptor, lease=options.lease)  # type: ignore[attr-defined]
+                found = await self._run(op.lookup(namespace, descriptor, lease=options.lease))
                 if found.pending and options.lease and options.wait:
-                    found = await self.lookup(namespace, descriptor, lease=options.lease,  # type: ignore[attr-defined]
-                                              wait=options.wait)
+                    found = await self._run(op.lookup(namespace, descriptor, lease=options.lease,
+                                                      wait=options.wait))
                 self._health.succeeded()
             except _CACHE_FAILURES as error:
                 _fails_open(error)
@@ -363,7 +422,7 @@ class AsyncCachedMixin:
                 found = None
             value = _decode(options, found) if found is not None and found.hit else _UNDECODABLE
             if value is not _UNDECODABLE:
-                if found.revalidate is not None:
+                if found is not None and found.revalidate is not None:
                     task = asyncio.get_running_loop().create_task(
                         self._refresh(namespace, descriptor, call, options, found.revalidate))
                     self._background.add(task)
@@ -376,7 +435,7 @@ class AsyncCachedMixin:
         except Exception:
             if options.stale_on_error is not None:
                 try:
-                    stale = await self.lookup(namespace, descriptor, max_stale=options.stale_on_error)  # type: ignore[attr-defined]
+                    stale = await self._run(op.lookup(namespace, descriptor, max_stale=options.stale_on_error))
                 except _CACHE_FAILURES:
                     stale = None
                 if stale is not None and stale.hit and (value := _decode(options, stale)) is not _UNDECODABLE:
@@ -397,7 +456,7 @@ class AsyncCachedMixin:
         except BaseException:
             if lease is not None:
                 try:
-                    await self.release(namespace, CachedMixin._key(descriptor), lease)  # type: ignore[attr-defined]
+                    await self._run(op.release(namespace, CachedMixin._key(descriptor), lease))
                 except _CACHE_FAILURES as error:
                     self._health.failed(error)
             raise
@@ -408,14 +467,14 @@ class AsyncCachedMixin:
                        "TeamCache could not store a result (encode or usage failed): %r", error)
             if lease is not None:
                 try:
-                    await self.release(namespace, CachedMixin._key(descriptor), lease)  # type: ignore[attr-defined]
+                    await self._run(op.release(namespace, CachedMixin._key(descriptor), lease))
                 except _CACHE_FAILURES as failure:
                     self._health.failed(failure)
             return result
         try:
-            await self.upsert(namespace, descriptor, text, metadata=metadata or None,  # type: ignore[attr-defined]
+            await self._run(op.upsert(namespace, descriptor, text, metadata=metadata or None,
                               ttl=options.ttl, tags=options.tags, lease=lease,
-                              stale_while_revalidate=options.stale_while_revalidate)
+                              stale_while_revalidate=options.stale_while_revalidate))
         except _CACHE_FAILURES as error:
             self._health.failed(error)
         return result

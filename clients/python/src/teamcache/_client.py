@@ -6,21 +6,24 @@ circuit breaker shared by every caller of one client (see ``_breaker``)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
 
 from . import _operations as op
-from ._cached import AsyncCachedMixin, CachedMixin
 from ._breaker import CacheHealth, CircuitBreaker
+from ._cached import AsyncCachedMixin, CachedMixin
 from ._positions import Positions
 from .errors import CacheSkipped, ConfigurationError, ProblemError, TransportError
-from .models import Entry, EntryMiss, Lease, Lookup, WriteResult
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 #: Statuses worth another attempt: the server (or a proxy) is overloaded or rate limiting.
 RETRYABLE = frozenset({429, 502, 503, 504})
@@ -58,10 +61,11 @@ class _Settings:
         backoff with jitter; capped."""
         if retry_after and retry_after.strip().isdigit():
             return min(self.max_backoff, float(retry_after.strip()))
-        return min(self.max_backoff, self.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
+        growth: float = 2.0 ** (attempt - 1)
+        return min(self.max_backoff, self.backoff * growth * random.uniform(0.5, 1.5))
 
     @staticmethod
-    def retries(call: op.Call, status: int) -> bool:
+    def retries(call: op.Call[Any], status: int) -> bool:
         """Whether an answer with ``status`` is worth another attempt. A 429 always (refused
         before anything was done); 502, 503 and 504 only for an idempotent call: a create-only
         or ``If-Match`` write, or a lookup that may be granted a lease, sent again could meet
@@ -75,14 +79,14 @@ class _Settings:
         return status == 429 or call.idempotent
 
     @staticmethod
-    def may_retry(call: op.Call, error: httpx.TransportError) -> bool:
+    def may_retry(call: op.Call[Any], error: httpx.TransportError) -> bool:
         """A call that is not idempotent is retried only if it never reached the server; a
         timeout never is (each try would cost its caller the whole deadline again)."""
         if isinstance(error, httpx.TimeoutException):
             return False
         return call.idempotent or isinstance(error, httpx.ConnectError)
 
-    def timeout_for(self, call: op.Call) -> httpx.Timeout:
+    def timeout_for(self, call: op.Call[Any]) -> httpx.Timeout:
         if call.quick:
             return httpx.Timeout(self.lookup_timeout)
         if call.reads and call.extra_timeout:
@@ -90,7 +94,7 @@ class _Settings:
             return httpx.Timeout(call.extra_timeout + self.lookup_timeout, connect=self.lookup_timeout)
         return httpx.Timeout(self.timeout + call.extra_timeout, connect=self.timeout)
 
-    def admit(self, call: op.Call) -> None:
+    def admit(self, call: op.Call[Any]) -> None:
         """Raises ``CacheSkipped`` while the breaker is open (no request is made)."""
         if self.breaker is not None and not self.breaker.allow():
             health = self.breaker.health
@@ -113,7 +117,7 @@ class _Settings:
     def breaker_closed(self) -> bool:
         return self.breaker is None or self.breaker.health.state == "closed"
 
-    def judge(self, call: op.Call, response: httpx.Response) -> None:
+    def judge(self, call: op.Call[Any], response: httpx.Response) -> None:
         """Tells the breaker what an answer says of TeamCache's health and configuration."""
         status = response.status_code
         if status == 429:
@@ -127,7 +131,8 @@ class _Settings:
         if status in (401, 403):
             problem = op.problem(status, response.content)
             reason = "unauthorized" if status == 401 else "forbidden"
-            what = ("the token is missing" if not self.token else "the token is refused (unknown, expired or revoked)") \
+            refused = "the token is refused (unknown, expired or revoked)"
+            what = ("the token is missing" if not self.token else refused) \
                 if status == 401 else f"the token lacks a scope: {problem.detail or 'forbidden'}"
             message = f"{what} ({self.base_url}{call.path}: {status})"
             if self.breaker is not None:
@@ -140,12 +145,12 @@ class _Settings:
         elif self.breaker is not None:
             self.breaker.succeeded()
 
-    def request_headers(self, call: op.Call) -> dict[str, str]:
+    def request_headers(self, call: op.Call[Any]) -> dict[str, str]:
         if self.positions is None or not call.reads:
             return call.headers
         return {**call.headers, **self.positions.headers()}
 
-    def outcome(self, call: op.Call, response: httpx.Response) -> Any:
+    def outcome(self, call: op.Call[T], response: httpx.Response) -> T:
         self.judge(call, response)
         if self.positions is not None:
             self.positions.note(response.headers)
@@ -169,8 +174,9 @@ def _breaker(option: bool | CircuitBreaker) -> CircuitBreaker | None:
     return CircuitBreaker() if option else None
 
 
-class _Routes:
-    """The API, as calls; `_run` sends one (sync or async)."""
+class _Common:
+    """What both clients answer the same way (the routes are bound in each, typed by
+    ``_sync_route`` and ``_async_route``)."""
 
     _settings: _Settings
 
@@ -185,120 +191,42 @@ class _Routes:
                                misconfiguration=None)
         return breaker.health
 
-    def _run(self, call: op.Call) -> Any:  # pragma: no cover - overridden
-        raise NotImplementedError
-
     @property
     def last_position(self) -> str | None:
         """The highest ``TeamCache-Position`` answered so far (``read_your_writes`` only)."""
         positions = self._settings.positions
         return positions.last if positions is not None else None
 
-    # Raw entries
 
-    def get(self, namespace: str, key: str | bytes, *, max_stale: int | None = None, no_cache: bool = False,
-            only_if_cached: bool = False, if_none_match: str | None = None, wait: float | None = None) -> Any:
-        """The entry (``Entry``), or None on a miss. ``wait`` with ``if_none_match``: a watch."""
-        return self._run(op.get(namespace, key, max_stale=max_stale, no_cache=no_cache,
-                                only_if_cached=only_if_cached, if_none_match=if_none_match, wait=wait))
+def _signature_with_self(build: Callable[..., Any]) -> inspect.Signature:
+    """The route's signature as a method's (``help()`` and IDEs show the real parameters)."""
+    signature = inspect.signature(build)
+    this = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    return signature.replace(parameters=[this, *signature.parameters.values()],
+                             return_annotation=inspect.Signature.empty)
 
-    def get_or_lease(self, namespace: str, key: str | bytes, *, lease: int = 30, wait: float | None = None,
-                     max_stale: int | None = None) -> Any:
-        """The entry (``Entry``), or on a miss an ``EntryMiss`` carrying this caller's lease (fill
-        it with ``put(lease=...)``), or ``pending`` when another caller holds it."""
-        return self._run(op.get(namespace, key, lease=lease, wait=wait, max_stale=max_stale))
 
-    def head(self, namespace: str, key: str | bytes) -> Any:
-        return self._run(op.get(namespace, key, method="HEAD"))
+def _named_like(send: Callable[..., Any], build: Callable[..., Any]) -> None:
+    send.__name__ = send.__qualname__ = build.__name__
+    send.__doc__ = build.__doc__
+    send.__signature__ = _signature_with_self(build)  # type: ignore[attr-defined]
 
-    def put(self, namespace: str, key: str | bytes, body: bytes | str, *, content_type: str | None = None,
-            ttl: int | None = None, tags: Iterable[str] = (), create_only: bool = False,
-            if_match: str | None = None, lease: Lease | str | None = None,
-            stale_while_revalidate: int | None = None, content_encoding: str | None = None) -> Any:
-        """Stores ``body``; returns a ``WriteResult`` once it is committed."""
-        return self._run(op.put(namespace, key, body, content_type=content_type, ttl=ttl, tags=tags,
-                                create_only=create_only, if_match=if_match, lease=lease,
-                                stale_while_revalidate=stale_while_revalidate, content_encoding=content_encoding))
 
-    def delete(self, namespace: str, key: str | bytes) -> Any:
-        """True when an entry was deleted, False when there was none."""
-        return self._run(op.delete(namespace, key))
+def _sync_route(build: Callable[P, op.Call[T]]) -> Callable[Concatenate[TeamCache, P], T]:
+    """A route of ``_operations`` as a ``TeamCache`` method: builds the call, sends it, returns
+    what it parses into (the route's own return type, for type checkers too)."""
+    def send(self: TeamCache, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(build(*args, **kwargs))
+    _named_like(send, build)
+    return send
 
-    # Descriptors
 
-    def lookup(self, namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | None = None,
-               refresh: bool = False, lease: int | None = None, wait: float | None = None) -> Any:
-        """A ``Lookup``: a hit with the stored answer, or a miss (with this caller's ``lease``,
-        or ``pending``, when a lease was asked for)."""
-        return self._run(op.lookup(namespace, descriptor, max_stale=max_stale, refresh=refresh, lease=lease,
-                                   wait=wait))
-
-    def upsert(self, namespace: str, descriptor: Mapping[str, Any], response: str, *,
-               metadata: Mapping[str, Any] | None = None, ttl: int | None = None, tags: Iterable[str] = (),
-               lease: Lease | str | None = None, stale_while_revalidate: int | None = None) -> Any:
-        """Stores the model's answer to ``descriptor``; ``metadata`` may carry ``input_tokens`` and
-        ``output_tokens`` (what a hit saves)."""
-        return self._run(op.upsert(namespace, descriptor, response, metadata=metadata, ttl=ttl, tags=tags,
-                                   lease=lease, stale_while_revalidate=stale_while_revalidate))
-
-    def release(self, namespace: str, key: str, lease: Lease | str) -> Any:
-        """Gives a lease back (the call to fill it failed); False when it was unknown or done."""
-        return self._run(op.release(namespace, key, lease))
-
-    # Evict, stats, settings, operations
-
-    def evict(self, namespace: str, **predicate: Any) -> Any:
-        """Evicts what matches every condition given (``tag=``, ``keys=``, ``model=``, ``version=``,
-        ``created_before=``, ``accessed_before=``, ``older_than=``, ``idle_for=``, ``all=True``);
-        returns how many entries went."""
-        return self._run(op.evict(namespace, predicate))
-
-    def clear(self, namespace: str) -> Any:
-        """Evicts every entry of the namespace."""
-        return self._run(op.evict(namespace, {"all": True}))
-
-    def stats(self, namespace: str, top: int | None = None) -> Any:
-        return self._run(op.stats(namespace, top))
-
-    def global_stats(self, top: int | None = None) -> Any:
-        return self._run(op.stats(None, top))
-
-    def settings(self, namespace: str) -> Any:
-        return self._run(op.settings(namespace))
-
-    def set_settings(self, namespace: str, *, default_ttl: int | None = None, max_bytes: int | None = None) -> Any:
-        return self._run(op.set_settings(namespace, default_ttl=default_ttl, max_bytes=max_bytes))
-
-    def export_page(self, namespace: str, *, after: str | None = None, limit: int | None = None,
-                    since: str | None = None) -> Any:
-        """One page of the namespace's dump lines (admin): ``(lines, next_cursor)``; pass the cursor
-        as ``after`` for the next page, until it is None."""
-        return self._run(op.export_page(namespace, after=after, limit=limit, since=since))
-
-    def changes(self, namespace: str, *, since: str | int = 0, limit: int | None = None,
-                wait: float | None = None, include_body: bool = False) -> Any:
-        """One page of the namespace's committed changes after ``since`` (read scope):
-        ``{"changes": [...], "next": cursor, "more": bool}``. Apply each change in order (``put``:
-        the key's ``etag``, ``size``, ``expires_at``, and ``body_base64`` with ``include_body``;
-        ``delete``: drop the key), then ask again from ``next``; ``wait`` holds an empty page
-        for the next change. A cursor too old raises ``ProblemError`` (410): resync."""
-        return self._run(op.changes(namespace, since=since, limit=limit, wait=wait, include_body=include_body))
-
-    def import_lines(self, namespace: str, lines: Iterable[bytes | str], *, on_conflict: str = "skip") -> Any:
-        """Stores dump lines (an export's, or ``{"key": ..., "body": ...}`` of your own) into the
-        namespace (admin); the server's counts (``imported``, ``unchanged``, ``rejected``, …).
-        Keep a call to a few thousand lines; send more in parts."""
-        return self._run(op.import_lines(namespace, lines, on_conflict=on_conflict))
-
-    def health(self) -> Any:
-        return self._run(op.operation("/healthz"))
-
-    def ready(self) -> Any:
-        """The readiness document; raises ``ProblemError`` (503) when not ready."""
-        return self._run(op.operation("/readyz"))
-
-    def metrics(self) -> Any:
-        return self._run(op.operation("/metrics", text=True))
+def _async_route(build: Callable[P, op.Call[T]]) -> Callable[Concatenate[AsyncTeamCache, P], Coroutine[Any, Any, T]]:
+    """As ``_sync_route``, for ``AsyncTeamCache`` (the method is a coroutine)."""
+    async def send(self: AsyncTeamCache, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._run(build(*args, **kwargs))
+    _named_like(send, build)
+    return send
 
 
 @dataclass(frozen=True)
@@ -349,7 +277,7 @@ def _check_result(namespace: str, ready: Any, read: Any, write: Any, strict: boo
     return result
 
 
-class TeamCache(_Routes, CachedMixin):
+class TeamCache(_Common, CachedMixin):
     """The synchronous client. ``base_url`` and ``token`` default to ``TEAMCACHE_URL`` and
     ``TEAMCACHE_TOKEN``. Thread-safe; reuses connections; close it (or use ``with``).
     ``read_your_writes``: reads see this client's own writes even when the server reads from
@@ -367,6 +295,28 @@ class TeamCache(_Routes, CachedMixin):
             base_url=self._settings.base_url, headers=self._settings.headers(), timeout=timeout,
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=64))
         CachedMixin.__init__(self)
+
+    # The API: each route's signature and answer type are its builder's in ``_operations``.
+    get = _sync_route(op.get)
+    get_or_lease = _sync_route(op.get_or_lease)
+    head = _sync_route(op.head)
+    put = _sync_route(op.put)
+    delete = _sync_route(op.delete)
+    lookup = _sync_route(op.lookup)
+    upsert = _sync_route(op.upsert)
+    release = _sync_route(op.release)
+    evict = _sync_route(op.evict)
+    clear = _sync_route(op.clear)
+    stats = _sync_route(op.stats)
+    global_stats = _sync_route(op.global_stats)
+    settings = _sync_route(op.settings)
+    set_settings = _sync_route(op.set_settings)
+    export_page = _sync_route(op.export_page)
+    changes = _sync_route(op.changes)
+    import_lines = _sync_route(op.import_lines)
+    health = _sync_route(op.health)
+    ready = _sync_route(op.ready)
+    metrics = _sync_route(op.metrics)
 
     def __enter__(self) -> TeamCache:
         return self
@@ -390,7 +340,7 @@ class TeamCache(_Routes, CachedMixin):
         write = attempt(lambda: self.release(namespace, "teamcache-check", _CHECK_LEASE))
         return _check_result(namespace, ready, read, write, self._settings.strict)
 
-    def _run(self, call: op.Call) -> Any:
+    def _run(self, call: op.Call[T]) -> T:
         settings = self._settings
         settings.admit(call)
         try:
@@ -399,7 +349,7 @@ class TeamCache(_Routes, CachedMixin):
             settings.abandoned()  # a verdict was given already unless it was cancelled or interrupted
             raise
 
-    def _attempts(self, call: op.Call) -> Any:
+    def _attempts(self, call: op.Call[T]) -> T:
         settings, attempt = self._settings, 0
         timeout = settings.timeout_for(call)
         while True:
@@ -409,7 +359,8 @@ class TeamCache(_Routes, CachedMixin):
                                               timeout=timeout)
             except httpx.TransportError as error:
                 settings.transport_failed(error)
-                if attempt >= settings.max_retries or not settings.may_retry(call, error) or not settings.breaker_closed:
+                if attempt >= settings.max_retries or not settings.may_retry(call, error) \
+                        or not settings.breaker_closed:
                     raise TransportError(f"TeamCache unreachable at {settings.base_url}: {error!r}") from error
                 attempt += 1
                 time.sleep(settings.pause(attempt, None))
@@ -424,7 +375,7 @@ class TeamCache(_Routes, CachedMixin):
             return settings.outcome(call, response)
 
 
-class AsyncTeamCache(_Routes, AsyncCachedMixin):
+class AsyncTeamCache(_Common, AsyncCachedMixin):
     """The asyncio client: the same methods as ``TeamCache``, as coroutines."""
 
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 5.0,
@@ -437,6 +388,28 @@ class AsyncTeamCache(_Routes, AsyncCachedMixin):
             base_url=self._settings.base_url, headers=self._settings.headers(), timeout=timeout,
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=64))
         AsyncCachedMixin.__init__(self)
+
+    # The API: each route's signature and answer type are its builder's in ``_operations``.
+    get = _async_route(op.get)
+    get_or_lease = _async_route(op.get_or_lease)
+    head = _async_route(op.head)
+    put = _async_route(op.put)
+    delete = _async_route(op.delete)
+    lookup = _async_route(op.lookup)
+    upsert = _async_route(op.upsert)
+    release = _async_route(op.release)
+    evict = _async_route(op.evict)
+    clear = _async_route(op.clear)
+    stats = _async_route(op.stats)
+    global_stats = _async_route(op.global_stats)
+    settings = _async_route(op.settings)
+    set_settings = _async_route(op.set_settings)
+    export_page = _async_route(op.export_page)
+    changes = _async_route(op.changes)
+    import_lines = _async_route(op.import_lines)
+    health = _async_route(op.health)
+    ready = _async_route(op.ready)
+    metrics = _async_route(op.metrics)
 
     async def __aenter__(self) -> AsyncTeamCache:
         return self
@@ -459,7 +432,7 @@ class AsyncTeamCache(_Routes, AsyncCachedMixin):
         write = await attempt(lambda: self.release(namespace, "teamcache-check", _CHECK_LEASE))
         return _check_result(namespace, ready, read, write, self._settings.strict)
 
-    async def _run(self, call: op.Call) -> Any:  # type: ignore[override]
+    async def _run(self, call: op.Call[T]) -> T:
         settings = self._settings
         settings.admit(call)
         try:
@@ -468,7 +441,7 @@ class AsyncTeamCache(_Routes, AsyncCachedMixin):
             settings.abandoned()
             raise
 
-    async def _attempts(self, call: op.Call) -> Any:
+    async def _attempts(self, call: op.Call[T]) -> T:
         settings, attempt = self._settings, 0
         timeout = settings.timeout_for(call)
         while True:
@@ -478,7 +451,8 @@ class AsyncTeamCache(_Routes, AsyncCachedMixin):
                                                     timeout=timeout)
             except httpx.TransportError as error:
                 settings.transport_failed(error)
-                if attempt >= settings.max_retries or not settings.may_retry(call, error) or not settings.breaker_closed:
+                if attempt >= settings.max_retries or not settings.may_retry(call, error) \
+                        or not settings.breaker_closed:
                     raise TransportError(f"TeamCache unreachable at {settings.base_url}: {error!r}") from error
                 attempt += 1
                 await asyncio.sleep(settings.pause(attempt, None))
@@ -493,4 +467,4 @@ class AsyncTeamCache(_Routes, AsyncCachedMixin):
             return settings.outcome(call, response)
 
 
-__all__ = ["AsyncTeamCache", "CheckResult", "Entry", "EntryMiss", "Lease", "Lookup", "TeamCache", "WriteResult"]
+__all__ = ["AsyncTeamCache", "CheckResult", "TeamCache"]

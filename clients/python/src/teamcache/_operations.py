@@ -7,24 +7,29 @@ import gzip
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 from . import _json
 from .errors import ProblemError
 from .keys import descriptor_key, fields
-from .models import Entry, EntryMiss, Lease, Lookup, WriteResult
+from .models import ChangePage, Entry, EntryMiss, ImportResult, Lease, Lookup, NamespaceSettings, Stats, WriteResult
 
 DESCRIPTOR_MEMBERS = ("model", "prompt", "messages", "schema", "params", "version")
 
+#: What a call's answer parses into.
+T = TypeVar("T")
+#: A JSON document as ``json.loads`` gives it.
+Document = dict[str, Any]
+
 
 @dataclass
-class Call:
+class Call(Generic[T]):
     """One HTTP request, the statuses that are answers (others raise), and its parser."""
 
     method: str
     path: str
-    parse: Callable[[int, Mapping[str, str], bytes], Any]
+    parse: Callable[[int, Mapping[str, str], bytes], T]
     accept: frozenset[int]
     params: dict[str, str] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
@@ -52,8 +57,11 @@ def problem(status: int, body: bytes) -> ProblemError:
     return ProblemError(status, document if isinstance(document, dict) else None)
 
 
-def _json_body(data: bytes) -> Any:
-    return json.loads(data) if data else {}
+def _json_body(data: bytes) -> Document:
+    document = json.loads(data) if data else {}
+    if not isinstance(document, dict):
+        raise ValueError("the answer is not a JSON object")
+    return document
 
 
 def namespace_path(namespace: str) -> str:
@@ -71,8 +79,8 @@ def descriptor_members(descriptor: Mapping[str, Any]) -> dict[str, Any]:
     return {name: descriptor[name] for name in DESCRIPTOR_MEMBERS if descriptor.get(name) is not None}
 
 
-def _json_call(method: str, path: str, document: Mapping[str, Any], parse: Callable[..., Any],
-               accept: Iterable[int], extra_timeout: float = 0, idempotent: bool = True) -> Call:
+def _json_call(method: str, path: str, document: Mapping[str, Any], parse: Callable[[int, Mapping[str, str], bytes], T],
+               accept: Iterable[int], extra_timeout: float = 0, idempotent: bool = True) -> Call[T]:
     return Call(method, path, parse, frozenset(accept), headers={"Content-Type": "application/json"},
                 content=_json.dumps(document).encode(), extra_timeout=extra_timeout, idempotent=idempotent)
 
@@ -103,9 +111,11 @@ def _write_result(status: int, _headers: Mapping[str, str], body: bytes) -> Writ
 # Raw entries
 
 
-def get(namespace: str, key: str | bytes, *, max_stale: int | None = None, no_cache: bool = False,
-        only_if_cached: bool = False, if_none_match: str | None = None, wait: float | None = None,
-        lease: int | None = None, method: str = "GET") -> Call:
+def read(namespace: str, key: str | bytes, *, max_stale: int | None = None, no_cache: bool = False,
+         only_if_cached: bool = False, if_none_match: str | None = None, wait: float | None = None,
+         lease: int | None = None, method: str = "GET") -> Call[Entry | EntryMiss | None]:
+    """A GET or HEAD of an entry, with everything a caller may ask of it (``get``, ``head`` and
+    ``get_or_lease`` are its public faces)."""
     directives = []
     if max_stale is not None:
         directives.append(f"max-stale={int(max_stale)}")
@@ -155,7 +165,8 @@ def _wait(wait: float) -> str:
 def put(namespace: str, key: str | bytes, body: bytes | str, *, content_type: str | None = None,
         ttl: int | None = None, tags: Iterable[str] = (), create_only: bool = False, if_match: str | None = None,
         lease: Lease | str | None = None, stale_while_revalidate: int | None = None,
-        content_encoding: str | None = None) -> Call:
+        content_encoding: str | None = None) -> Call[WriteResult]:
+    """Stores ``body``; returns a ``WriteResult`` once it is committed."""
     data = body.encode() if isinstance(body, str) else bytes(body)
     headers = {"Content-Type": content_type or ("text/plain; charset=utf-8" if isinstance(body, str)
                                                  else "application/octet-stream")}
@@ -177,7 +188,8 @@ def put(namespace: str, key: str | bytes, body: bytes | str, *, content_type: st
                 headers=headers, content=data, idempotent=not create_only and if_match is None)
 
 
-def delete(namespace: str, key: str | bytes) -> Call:
+def delete(namespace: str, key: str | bytes) -> Call[bool]:
+    """True when an entry was deleted, False when there was none."""
     return Call("DELETE", entry_path(namespace, key), lambda status, _h, _b: status == 204, frozenset({204, 404}))
 
 
@@ -185,7 +197,9 @@ def delete(namespace: str, key: str | bytes) -> Call:
 
 
 def lookup(namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | None = None, refresh: bool = False,
-           lease: int | None = None, wait: float | None = None) -> Call:
+           lease: int | None = None, wait: float | None = None) -> Call[Lookup]:
+    """A ``Lookup``: a hit with the stored answer, or a miss (with this caller's ``lease``,
+    or ``pending``, when a lease was asked for)."""
     document = descriptor_members(descriptor)
     if max_stale is not None:
         document["max_stale"] = int(max_stale)
@@ -216,7 +230,9 @@ def lookup(namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | No
 
 def upsert(namespace: str, descriptor: Mapping[str, Any], response: str, *,
            metadata: Mapping[str, Any] | None = None, ttl: int | None = None, tags: Iterable[str] = (),
-           lease: Lease | str | None = None, stale_while_revalidate: int | None = None) -> Call:
+           lease: Lease | str | None = None, stale_while_revalidate: int | None = None) -> Call[WriteResult]:
+    """Stores the model's answer to ``descriptor``; ``metadata`` may carry ``input_tokens`` and
+    ``output_tokens`` (what a hit saves)."""
     document = descriptor_members(descriptor)
     document["response"] = response
     if metadata is not None:
@@ -233,7 +249,8 @@ def upsert(namespace: str, descriptor: Mapping[str, Any], response: str, *,
     return _json_call("POST", namespace_path(namespace) + "/upsert", document, _write_result, {200, 201})
 
 
-def release(namespace: str, key: str, lease: Lease | str) -> Call:
+def release(namespace: str, key: str, lease: Lease | str) -> Call[bool]:
+    """Gives a lease back (the call to fill it failed); False when it was unknown or done."""
     document = {"key": key, "lease": lease.id if isinstance(lease, Lease) else lease}
     return _json_call("POST", namespace_path(namespace) + "/release", document,
                       lambda status, _h, _b: status == 204, {204, 404})
@@ -242,34 +259,66 @@ def release(namespace: str, key: str, lease: Lease | str) -> Call:
 # Evict, stats, settings, operations
 
 
-def evict(namespace: str, predicate: Mapping[str, Any]) -> Call:
+def evict(namespace: str, /, **predicate: Any) -> Call[int]:
+    """Evicts what matches every condition given (``tag=``, ``keys=``, ``model=``, ``version=``,
+    ``created_before=``, ``accessed_before=``, ``older_than=``, ``idle_for=``, ``all=True``);
+    returns how many entries went."""
     if not predicate:
         raise ValueError("an eviction needs at least one condition (all=True wipes the namespace)")
     return _json_call("POST", namespace_path(namespace) + "/evict", dict(predicate),
-                      lambda _s, _h, body: int(_json_body(body).get("evicted", 0)), {200})
+                      lambda _s, _h, body: _int_member(_json_body(body), "evicted"), {200})
 
 
-def _document(_status: int, _headers: Mapping[str, str], body: bytes) -> Any:
+def clear(namespace: str) -> Call[int]:
+    """Evicts every entry of the namespace; returns how many went."""
+    return evict(namespace, all=True)
+
+
+def _int_member(document: Document, name: str) -> int:
+    value = document.get(name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name!r} is not an integer")
+    return value
+
+
+def _document(_status: int, _headers: Mapping[str, str], body: bytes) -> Document:
     return _json_body(body)
 
 
-def stats(namespace: str | None, top: int | None = None) -> Call:
-    path = "/v1/stats" if namespace is None else namespace_path(namespace) + "/stats"
-    return Call("GET", path, _document, frozenset({200}), params={"top": str(int(top))} if top is not None else {})
+def _stats_call(path: str, top: int | None) -> Call[Stats]:
+    return Call("GET", path, lambda _s, _h, body: Stats.from_json(_json_body(body)), frozenset({200}),
+                params={"top": str(int(top))} if top is not None else {})
 
 
-def settings(namespace: str) -> Call:
-    return Call("GET", namespace_path(namespace) + "/settings", _document, frozenset({200}))
+def stats(namespace: str, top: int | None = None) -> Call[Stats]:
+    """The namespace's ``Stats`` (``top``: how many most-hit entries, 20 unless given)."""
+    return _stats_call(namespace_path(namespace) + "/stats", top)
 
 
-def set_settings(namespace: str, *, default_ttl: int | None = None, max_bytes: int | None = None) -> Call:
+def global_stats(top: int | None = None) -> Call[Stats]:
+    """Every namespace's ``Stats`` together (admin on ``*``)."""
+    return _stats_call("/v1/stats", top)
+
+
+def _settings(_status: int, _headers: Mapping[str, str], body: bytes) -> NamespaceSettings:
+    return NamespaceSettings.from_json(_json_body(body))
+
+
+def settings(namespace: str) -> Call[NamespaceSettings]:
+    return Call("GET", namespace_path(namespace) + "/settings", _settings, frozenset({200}))
+
+
+def set_settings(namespace: str, *, default_ttl: int | None = None,
+                 max_bytes: int | None = None) -> Call[NamespaceSettings]:
+    """Sets both settings (None: back to the server's default); returns them as stored."""
     document = {"default_ttl": default_ttl, "max_bytes": max_bytes}
-    return _json_call("PUT", namespace_path(namespace) + "/settings", document, _document, {200})
+    return _json_call("PUT", namespace_path(namespace) + "/settings", document, _settings, {200})
 
 
 def export_page(namespace: str, *, after: str | None = None, limit: int | None = None,
-                since: str | None = None) -> Call:
-    """One page of dump lines: ``(lines, next_cursor)``; the cursor is None on the last page."""
+                since: str | None = None) -> Call[tuple[list[bytes], str | None]]:
+    """One page of the namespace's dump lines (admin): ``(lines, next_cursor)``; pass the cursor
+    as ``after`` for the next page, until it is None."""
     params = {name: str(value) for name, value in (("after", after), ("limit", limit), ("since", since))
               if value is not None}
 
@@ -282,10 +331,13 @@ def export_page(namespace: str, *, after: str | None = None, limit: int | None =
 
 
 def changes(namespace: str, *, since: str | int = 0, limit: int | None = None, wait: float | None = None,
-            include_body: bool = False) -> Call:
-    """One page of the namespace's change feed: ``{"changes": [...], "next": cursor, "more": bool}``.
-    A cursor too old (or from another store) raises ``ProblemError`` with status 410: resync
-    from an export, whose first page names the cursor to follow from."""
+            include_body: bool = False) -> Call[ChangePage]:
+    """One ``ChangePage`` of the namespace's committed changes after ``since`` (read scope).
+    Apply each change in order (``put``: the key's ``etag``, ``size``, ``expires_at``, and
+    ``body_base64`` with ``include_body``; ``delete``: drop the key), then ask again from
+    ``next``; ``wait`` holds an empty page for the next change. A cursor too old (or from another
+    store) raises ``ProblemError`` with status 410: resync from an export, whose first page names
+    the cursor to follow from."""
     params = {"since": str(since)}
     if limit is not None:
         params["limit"] = str(limit)
@@ -294,26 +346,62 @@ def changes(namespace: str, *, since: str | int = 0, limit: int | None = None, w
     if include_body:
         params["include"] = "body"
 
-    def parse(_status: int, _headers: Mapping[str, str], body: bytes) -> Any:
-        return json.loads(body)
+    def parse(_status: int, _headers: Mapping[str, str], body: bytes) -> ChangePage:
+        return ChangePage.from_json(_json_body(body))
 
     return Call("GET", namespace_path(namespace) + "/changes", parse, frozenset({200}), params=params,
                 headers={"Accept-Encoding": "gzip"}, extra_timeout=wait or 0)
 
 
-def import_lines(namespace: str, lines: Iterable[bytes | str], *, on_conflict: str = "skip") -> Call:
-    """Dump lines into the namespace, gzip-compressed on the way; the server's summary. Safe to
-    send again (an identical entry is ``unchanged``)."""
+def import_lines(namespace: str, lines: Iterable[bytes | str], *, on_conflict: str = "skip") -> Call[ImportResult]:
+    """Stores dump lines (an export's, or ``{"key": ..., "body": ...}`` of your own) into the
+    namespace (admin), gzip-compressed on the way; the server's ``ImportResult``. Safe to send
+    again (an identical entry is ``unchanged``). Keep a call to a few thousand lines; send more
+    in parts."""
     if on_conflict not in ("skip", "replace", "newer"):
         raise ValueError("on_conflict must be skip, replace or newer")
     payload = b"\n".join(line.encode() if isinstance(line, str) else line for line in lines) + b"\n"
-    return Call("POST", namespace_path(namespace) + "/import", _document, frozenset({200}),
+    return Call("POST", namespace_path(namespace) + "/import",
+                lambda _s, _h, body: ImportResult.from_json(_json_body(body)), frozenset({200}),
                 params={"on_conflict": on_conflict},
                 headers={"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"},
                 content=gzip.compress(payload, compresslevel=6))
 
 
-def operation(path: str, accept: Iterable[int] = (200,), text: bool = False) -> Call:
-    if text:
-        return Call("GET", path, lambda _s, _h, body: body.decode(), frozenset(accept))
-    return Call("GET", path, _document, frozenset(accept))
+def health() -> Call[Document]:
+    """The server's ``/healthz`` document (the process is alive)."""
+    return Call("GET", "/healthz", _document, frozenset({200}))
+
+
+def ready() -> Call[Document]:
+    """The readiness document; raises ``ProblemError`` (503) when not ready."""
+    return Call("GET", "/readyz", _document, frozenset({200}))
+
+
+def metrics() -> Call[str]:
+    """The Prometheus text ``/metrics`` serves (the ``metrics`` scope)."""
+    return Call("GET", "/metrics", lambda _s, _h, body: body.decode(), frozenset({200}))
+
+
+# The raw entry reads' public faces.
+
+
+def get(namespace: str, key: str | bytes, *, max_stale: int | None = None, no_cache: bool = False,
+        only_if_cached: bool = False, if_none_match: str | None = None,
+        wait: float | None = None) -> Call[Entry | EntryMiss | None]:
+    """The entry (``Entry``), or None on a miss. ``wait`` with ``if_none_match``: a watch (an
+    ``EntryMiss`` marked ``pending`` when another caller's fill did not come in the wait)."""
+    return read(namespace, key, max_stale=max_stale, no_cache=no_cache, only_if_cached=only_if_cached,
+                if_none_match=if_none_match, wait=wait)
+
+
+def get_or_lease(namespace: str, key: str | bytes, *, lease: int = 30, wait: float | None = None,
+                 max_stale: int | None = None) -> Call[Entry | EntryMiss | None]:
+    """The entry (``Entry``), or on a miss an ``EntryMiss`` carrying this caller's lease (fill
+    it with ``put(lease=...)``), or ``pending`` when another caller holds it."""
+    return read(namespace, key, lease=lease, wait=wait, max_stale=max_stale)
+
+
+def head(namespace: str, key: str | bytes) -> Call[Entry | EntryMiss | None]:
+    """The entry's headers (``Entry`` with an empty body), or None on a miss."""
+    return read(namespace, key, method="HEAD")

@@ -27,12 +27,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.caches import BaseCache
-from langchain_core.load import dumpd, load
-from langchain_core.messages import (AIMessage, AIMessageChunk, ChatMessage, FunctionMessage, HumanMessage,
-                                     SystemMessage, ToolMessage)
+from langchain_core.load import Serializable, dumpd, load
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation, GenerationChunk
 
-from ._cached import _Health, _fails_open
+from ._cached import _fails_open, _Health
 from ._client import AsyncTeamCache, TeamCache
 from .keys import descriptor_key
 from .models import Lease, Lookup
@@ -47,8 +54,10 @@ _NOT_IN_KEY = re.compile(r"^(.*_)?(api_key|api_base|base_url|access_token|secret
 #: A descriptor or a serialisation that cannot be made is a miss, not an error.
 _UNUSABLE = (ValueError, TypeError, RecursionError)
 _MODEL_NAMES = ("model_name", "model", "model_id", "deployment_name", "azure_deployment")
-_LOADABLE = [Generation, ChatGeneration, GenerationChunk, ChatGenerationChunk, AIMessage, AIMessageChunk,
-             HumanMessage, SystemMessage, ToolMessage, FunctionMessage, ChatMessage]
+_LOADABLE: list[type[Serializable]] = [
+    Generation, ChatGeneration, GenerationChunk, ChatGenerationChunk, AIMessage, AIMessageChunk,
+    HumanMessage, SystemMessage, ToolMessage, FunctionMessage, ChatMessage,
+]
 
 
 def _clean(value: Any) -> Any:
@@ -69,8 +78,9 @@ def _clean(value: Any) -> Any:
 def _find_model(value: Any) -> str | None:
     if isinstance(value, dict):
         for name in _MODEL_NAMES:
-            if isinstance(value.get(name), str) and value[name]:
-                return value[name]
+            found_name = value.get(name)
+            if isinstance(found_name, str) and found_name:
+                return found_name
         for item in value.values():
             found = _find_model(item)
             if found:

@@ -136,7 +136,8 @@ def plan(method: str, path: str, body: bytes) -> Plan | None:
         descriptor_key(descriptor)
     except (DescriptorError, TypeError, ValueError):
         return None
-    return Plan(endpoint, descriptor, stream, _with_usage(request) if stream and endpoint == "/chat/completions" else None)
+    asks_usage = stream and endpoint == "/chat/completions"
+    return Plan(endpoint, descriptor, stream, _with_usage(request) if asks_usage else None)
 
 
 def _with_usage(request: dict[str, Any]) -> bytes | None:
@@ -283,7 +284,7 @@ class _Policy:
                 "wait": None if refresh or not self.lease else self.wait}
 
     def storable(self, the_plan: Plan, status: int, body: bytes, content_type: str,
-                 usage: Mapping[str, Any] | None = None) -> tuple[str, dict] | None:
+                 usage: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]] | None:
         """The text and metadata to store, or None (not a 2xx, cut short, not text). `usage`:
         what a usage-only event this transport asked for (and removed) said."""
         if not 200 <= status < 300:
@@ -334,6 +335,12 @@ def _module(http_module: ModuleType | str | None) -> ModuleType:
     return importlib.import_module("httpx")
 
 
+def _base(http: ModuleType, name: str) -> Any:
+    """A base class of the HTTP library chosen at run time (httpx or httpx2): untyped here, as
+    the choice is the installed SDK's."""
+    return getattr(http, name)
+
+
 def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str | None = None,
               inner: Any = None, ttl: int | None = None, lease: int | None = 60, wait: float = 30,
               stale_while_revalidate: int | None = None) -> Any:
@@ -342,12 +349,14 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
     policy = _Policy(namespace, ttl, lease, wait, stale_while_revalidate)
     upstream = inner if inner is not None else http.HTTPTransport()
 
-    class Recording(http.SyncByteStream):
+    SyncByteStream: Any = _base(http, "SyncByteStream")
+    class Recording(SyncByteStream):
         """Passes a streamed answer through chunk by chunk (through `usage`, when this
         transport asked for the usage event), and stores it once it completed."""
 
         def __init__(self, stream: Any, finish: Any, usage: UsageFilter | None = None):
-            self.stream, self.finish, self.parts, self.done, self.usage = stream, finish, [], False, usage
+            self.stream, self.finish, self.done, self.usage = stream, finish, False, usage
+            self.parts: list[bytes] = []
 
         def __iter__(self) -> Iterator[bytes]:
             try:
@@ -375,7 +384,8 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
             finally:
                 self._end()
 
-    class CachingTransport(http.BaseTransport):
+    BaseTransport: Any = _base(http, "BaseTransport")
+    class CachingTransport(BaseTransport):
         def handle_request(self, request: Any) -> Any:
             the_plan = plan(request.method, request.url.path, request.read())
             if the_plan is None:
@@ -457,7 +467,7 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
             """Calls this transport sent upstream without the cache because it failed."""
             return policy.health.failures
 
-        def _store(self, the_plan: Plan, lease: Lease | None, stored: tuple[str, dict] | None) -> None:
+        def _store(self, the_plan: Plan, lease: Lease | None, stored: tuple[str, dict[str, Any]] | None) -> None:
             try:
                 if stored is not None:
                     cache.upsert(namespace, the_plan.descriptor, stored[0], metadata=stored[1], ttl=policy.ttl,
@@ -502,9 +512,11 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
     upstream = inner if inner is not None else http.AsyncHTTPTransport()
     refreshing: set[asyncio.Task[Any]] = set()  # background refreshes, kept until done
 
-    class Recording(http.AsyncByteStream):
+    AsyncByteStream: Any = _base(http, "AsyncByteStream")
+    class Recording(AsyncByteStream):
         def __init__(self, stream: Any, finish: Any, usage: UsageFilter | None = None):
-            self.stream, self.finish, self.parts, self.done, self.usage = stream, finish, [], False, usage
+            self.stream, self.finish, self.done, self.usage = stream, finish, False, usage
+            self.parts: list[bytes] = []
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
             try:
@@ -530,7 +542,8 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
             finally:
                 await self._end()
 
-    class CachingTransport(http.AsyncBaseTransport):
+    AsyncBaseTransport: Any = _base(http, "AsyncBaseTransport")
+    class CachingTransport(AsyncBaseTransport):
         async def handle_async_request(self, request: Any) -> Any:
             the_plan = plan(request.method, request.url.path, await request.aread())
             if the_plan is None:
@@ -599,7 +612,7 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
             await self._store(the_plan, lease, policy.storable(the_plan, response.status_code, body, content_type))
             return http.Response(response.status_code, headers=headers, content=body, extensions=response.extensions)
 
-        async def _store(self, the_plan: Plan, lease: Lease | None, stored: tuple[str, dict] | None) -> None:
+        async def _store(self, the_plan: Plan, lease: Lease | None, stored: tuple[str, dict[str, Any]] | None) -> None:
             try:
                 if stored is not None:
                     await cache.upsert(namespace, the_plan.descriptor, stored[0], metadata=stored[1], ttl=policy.ttl,
