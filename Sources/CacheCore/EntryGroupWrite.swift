@@ -23,7 +23,7 @@ enum EntryGroupWrite {
     static let statement = """
         WITH input AS (
             SELECT b.*, s.default_ttl_seconds AS namespace_ttl, s.max_bytes AS quota,
-                   octet_length(b.body) - coalesce(o.stored_size, 0) AS growth
+                   octet_length(b.body) - coalesce(o.stored_size, 0) AS growth, coalesce(o.fresh, false) AS was_fresh
             FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[], $5::text[], $6::int8[], $7::text[],
                         $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int8[], $14::int8[],
                         $15::int8[], $16::int8[], $22::int4[])
@@ -34,7 +34,8 @@ enum EntryGroupWrite {
             -- knows nothing of the arrays' lengths) would otherwise hash-join a scan of the table.
             LEFT JOIN LATERAL (SELECT default_ttl_seconds, max_bytes FROM namespace_settings
                                WHERE namespace = b.namespace) s ON true
-            LEFT JOIN LATERAL (SELECT stored_size FROM entries WHERE namespace = b.namespace AND key = b.key) o
+            LEFT JOIN LATERAL (SELECT stored_size, expires_at > coalesce($17::timestamptz, now()) AS fresh
+                               FROM entries WHERE namespace = b.namespace AND key = b.key) o
                 ON true),
         admitted AS (
             SELECT i.* FROM (
@@ -77,7 +78,13 @@ enum EntryGroupWrite {
             SELECT id, namespace, 0, coalesce($17::timestamptz, now()) FROM written ORDER BY id
             ON CONFLICT (entry_id) DO UPDATE SET last_accessed_at = excluded.last_accessed_at
                WHERE a.last_accessed_at < excluded.last_accessed_at - interval '1 minute')
-        SELECT i.ordinal, w.id AS entry_id, w.expires_at, w.created, (a.ordinal IS NOT NULL) AS admitted
+        -- Created: the row was inserted, or one past its freshness was replaced (either way its
+        -- created_at is now), and the statement's snapshot held no fresh entry there. The
+        -- timestamp alone cannot tell: a fresh entry written at the same instant (a test's clock)
+        -- carries it too. The snapshot alone cannot either: a writer elsewhere may have inserted
+        -- the key since (then the conflict updates its row, created at its own instant).
+        SELECT i.ordinal, w.id AS entry_id, w.expires_at, (w.created AND NOT i.was_fresh) AS created,
+               (a.ordinal IS NOT NULL) AS admitted
         FROM input i
         LEFT JOIN admitted a ON a.ordinal = i.ordinal
         LEFT JOIN written w ON w.namespace = i.namespace AND w.key = i.key

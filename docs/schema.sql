@@ -1,0 +1,1088 @@
+-- The schema the migrations in migrations/ make, as `pg_dump --schema-only --no-owner
+-- --no-privileges` prints it (PostgreSQL 15). Generated, not edited: a test
+-- (SchemaDocumentTests) fails when it is not current. To regenerate:
+--   TEAMCACHE_UPDATE_SCHEMA=1 swift test --filter SchemaDocumentTests
+--
+-- PostgreSQL database dump
+--
+
+SET statement_timeout = 0;
+SET lock_timeout = 0;
+SET idle_in_transaction_session_timeout = 0;
+SET client_encoding = 'UTF8';
+SET standard_conforming_strings = on;
+SELECT pg_catalog.set_config('search_path', '', false);
+SET check_function_bodies = false;
+SET xmloption = content;
+SET client_min_messages = warning;
+SET row_security = off;
+
+--
+-- Name: tc_count_deleted(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_count_deleted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO counter_deltas (namespace, entries, identity_bytes, stored_bytes)
+    SELECT namespace, -count(*), -sum(identity_size), -sum(stored_size) FROM old_rows GROUP BY namespace;
+    RETURN NULL;
+END $$;
+
+--
+-- Name: tc_count_inserted(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_count_inserted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO counter_deltas (namespace, entries, identity_bytes, stored_bytes)
+    SELECT namespace, count(*), sum(identity_size), sum(stored_size) FROM new_rows GROUP BY namespace;
+    RETURN NULL;
+END $$;
+
+--
+-- Name: tc_count_updated(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_count_updated() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO counter_deltas (namespace, entries, identity_bytes, stored_bytes)
+    SELECT namespace, sum(n), sum(identity_size), sum(stored_size)
+    FROM (SELECT namespace, 1 AS n, identity_size, stored_size FROM new_rows
+          UNION ALL
+          SELECT namespace, -1, -identity_size, -stored_size FROM old_rows) AS changes
+    GROUP BY namespace
+    HAVING sum(n) <> 0 OR sum(identity_size) <> 0 OR sum(stored_size) <> 0;
+    RETURN NULL;
+END $$;
+
+--
+-- Name: tc_drop_prompt_in_encrypted(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_drop_prompt_in_encrypted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM data_keys k WHERE k.namespace = NEW.namespace) THEN
+        NEW.prompt_digest := NULL;
+    END IF;
+    RETURN NEW;
+END $$;
+
+--
+-- Name: tc_feed_new_rows(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_feed_new_rows() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO entry_changes (namespace, key, kind, etag, identity_size, stored_size, content_type, expires_at,
+                               stale_while_revalidate)
+    SELECT namespace, key, 'put', etag, identity_size, stored_size, content_type, expires_at, stale_while_revalidate
+    FROM new_rows;
+    RETURN NULL;
+END $$;
+
+--
+-- Name: tc_feed_old_rows(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_feed_old_rows() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO entry_changes (namespace, key, kind) SELECT namespace, key, 'delete' FROM old_rows;
+    RETURN NULL;
+END $$;
+
+--
+-- Name: tc_feed_truncated(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_feed_truncated() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_last bigint;
+BEGIN
+    UPDATE change_feed_head SET last = last + 1 RETURNING last INTO v_last;
+    INSERT INTO change_feed_floors (namespace, floor)
+    SELECT namespace, v_last FROM entry_changes
+    UNION SELECT namespace, v_last FROM namespace_counters WHERE namespace <> ''
+    ON CONFLICT (namespace) DO UPDATE SET floor = EXCLUDED.floor;
+    -- DELETE, not TRUNCATE: a feed reader holds entry_changes while it joins entries (which
+    -- the TRUNCATE holds), and TRUNCATE's lock would wait for it: a deadlock.
+    DELETE FROM entry_changes;
+    RETURN NULL;
+END $$;
+
+--
+-- Name: tc_feed_updated_rows(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_feed_updated_rows() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO entry_changes (namespace, key, kind, etag, identity_size, stored_size, content_type, expires_at,
+                               stale_while_revalidate)
+    SELECT n.namespace, n.key, 'put', n.etag, n.identity_size, n.stored_size, n.content_type, n.expires_at,
+           n.stale_while_revalidate
+    FROM new_rows n JOIN old_rows o ON o.id = n.id
+    WHERE (n.etag, n.expires_at, n.content_type, n.stale_while_revalidate, n.key)
+          IS DISTINCT FROM (o.etag, o.expires_at, o.content_type, o.stale_while_revalidate, o.key);
+    RETURN NULL;
+END $$;
+
+--
+-- Name: tc_fold_counters(bigint, boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_fold_counters(p_limit bigint, p_wait boolean) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_folded bigint;
+BEGIN
+    IF p_wait THEN
+        PERFORM pg_advisory_xact_lock(127970269162596);  -- "tcfold"
+    ELSIF NOT pg_try_advisory_xact_lock(127970269162596) THEN
+        RETURN -1;
+    END IF;
+    WITH moved AS (
+        DELETE FROM counter_deltas
+        WHERE id IN (SELECT id FROM counter_deltas ORDER BY id LIMIT p_limit)
+        RETURNING *),
+    summed AS (
+        SELECT coalesce(namespace, '') AS namespace, sum(entries) AS entries, sum(identity_bytes) AS identity_bytes,
+               sum(stored_bytes) AS stored_bytes, sum(hits) AS hits, sum(misses) AS misses, sum(stale) AS stale,
+               sum(bypass) AS bypass, sum(input_tokens_saved) AS tin, sum(output_tokens_saved) AS tout,
+               sum(collapsed) AS collapsed
+        FROM moved
+        GROUP BY GROUPING SETS ((namespace), ())
+        HAVING count(*) > 0 AND (GROUPING(namespace) = 1 OR namespace <> '_other')),
+    folded AS (
+        INSERT INTO namespace_counters AS c (namespace, shard, entries, identity_bytes, stored_bytes, hits, misses,
+                                             stale, bypass, input_tokens_saved, output_tokens_saved, collapsed)
+        SELECT namespace, 0, entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, tin, tout, collapsed
+        FROM summed ORDER BY namespace
+        ON CONFLICT (namespace, shard) DO UPDATE
+           SET entries = c.entries + excluded.entries, identity_bytes = c.identity_bytes + excluded.identity_bytes,
+               stored_bytes = c.stored_bytes + excluded.stored_bytes, hits = c.hits + excluded.hits,
+               misses = c.misses + excluded.misses, stale = c.stale + excluded.stale,
+               bypass = c.bypass + excluded.bypass,
+               input_tokens_saved = c.input_tokens_saved + excluded.input_tokens_saved,
+               output_tokens_saved = c.output_tokens_saved + excluded.output_tokens_saved,
+               collapsed = c.collapsed + excluded.collapsed
+        RETURNING 1)
+    SELECT count(*) INTO v_folded FROM moved;
+    RETURN v_folded;
+END $$;
+
+--
+-- Name: tc_import_entry(text, bytea, bytea, text, text, bigint, text, text, text, text, text[], jsonb, bigint, bigint, timestamp with time zone, timestamp with time zone, timestamp with time zone, integer, bigint, timestamp with time zone, text, timestamp with time zone, bigint, bigint, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_import_entry(p_namespace text, p_key bytea, p_body bytea, p_encoding text, p_content_type text, p_identity_size bigint, p_etag text, p_model text, p_version text, p_prompt_digest text, p_tags text[], p_metadata jsonb, p_input_tokens bigint, p_output_tokens bigint, p_created_at timestamp with time zone, p_updated_at timestamp with time zone, p_expires_at timestamp with time zone, p_stale_while_revalidate integer, p_hit_count bigint, p_last_accessed_at timestamp with time zone, p_policy text, p_now timestamp with time zone, p_default_ttl_seconds bigint, p_store_hard_cap bigint, p_namespace_hard_ratio double precision) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_id bigint;
+    v_old_size bigint;
+    v_old_etag text;
+    v_old_updated timestamptz;
+    v_old_expires timestamptz;
+    v_delta bigint;
+    v_total bigint;
+    v_quota bigint;
+    v_ttl bigint;
+    v_expires timestamptz;
+BEGIN
+    SELECT s.max_bytes, s.default_ttl_seconds INTO v_quota, v_ttl FROM namespace_settings s
+    WHERE s.namespace = p_namespace;
+    v_expires := coalesce(p_expires_at, p_now + make_interval(secs => coalesce(v_ttl, p_default_ttl_seconds)::float8));
+    IF v_expires + make_interval(secs => p_stale_while_revalidate::float8) <= p_now THEN
+        RETURN 'expired';
+    END IF;
+    LOOP
+        SELECT e.id, e.stored_size, e.etag, e.updated_at, e.expires_at
+        INTO v_id, v_old_size, v_old_etag, v_old_updated, v_old_expires
+        FROM entries e WHERE e.namespace = p_namespace AND e.key = p_key FOR UPDATE;
+
+        IF FOUND THEN
+            IF v_old_etag = p_etag AND v_old_updated = p_updated_at AND v_old_expires = v_expires THEN
+                RETURN 'unchanged';
+            END IF;
+            -- An expired entry is absent to every write (0003), so to an import too.
+            IF v_old_expires > p_now AND (p_policy = 'skip' OR (p_policy = 'newer' AND v_old_updated >= p_updated_at)) THEN
+                RETURN 'skipped';
+            END IF;
+            v_delta := octet_length(p_body) - v_old_size;
+        ELSE
+            v_delta := octet_length(p_body);
+        END IF;
+
+        IF v_delta > 0 AND p_store_hard_cap > 0 THEN
+            SELECT coalesce(sum(stored_bytes), 0)
+                   + (SELECT coalesce(sum(d.stored_bytes), 0) FROM counter_deltas d)
+            INTO v_total FROM namespace_counters WHERE namespace = '';
+            IF v_total + v_delta > p_store_hard_cap THEN
+                RETURN 'store_full';
+            END IF;
+        END IF;
+        IF v_delta > 0 AND v_quota IS NOT NULL THEN
+            SELECT coalesce(sum(stored_bytes), 0)
+                   + (SELECT coalesce(sum(d.stored_bytes), 0) FROM counter_deltas d WHERE d.namespace = p_namespace)
+            INTO v_total FROM namespace_counters WHERE namespace = p_namespace;
+            IF v_total + v_delta > v_quota * p_namespace_hard_ratio THEN
+                RETURN 'store_full';
+            END IF;
+        END IF;
+
+        IF v_id IS NOT NULL THEN
+            UPDATE entries SET body = p_body, encoding = p_encoding, content_type = p_content_type,
+                   identity_size = p_identity_size, stored_size = octet_length(p_body), etag = p_etag,
+                   model = p_model, version = p_version, prompt_digest = p_prompt_digest, tags = p_tags,
+                   metadata = p_metadata, input_tokens = p_input_tokens, output_tokens = p_output_tokens,
+                   created_at = p_created_at, updated_at = p_updated_at, expires_at = v_expires,
+                   writer_token_id = NULL, stale_while_revalidate = p_stale_while_revalidate
+            WHERE id = v_id;
+            -- As tc_put_entry: skipped rather than waited for while the access flush holds it
+            -- (docs/consistency.md: a transaction that waits holds only entry rows).
+            UPDATE entry_access SET hit_count = greatest(entry_access.hit_count, p_hit_count),
+                   last_accessed_at = greatest(entry_access.last_accessed_at, coalesce(p_last_accessed_at, p_now))
+            WHERE entry_access.entry_id = (SELECT a.entry_id FROM entry_access a WHERE a.entry_id = v_id
+                                           FOR UPDATE SKIP LOCKED);
+            RETURN 'imported';
+        END IF;
+
+        INSERT INTO entries (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
+                             model, version, prompt_digest, tags, metadata, input_tokens, output_tokens,
+                             created_at, updated_at, expires_at, writer_token_id, stale_while_revalidate)
+        VALUES (p_namespace, p_key, p_body, p_encoding, p_content_type, p_identity_size, octet_length(p_body),
+                p_etag, p_model, p_version, p_prompt_digest, p_tags, p_metadata, p_input_tokens, p_output_tokens,
+                p_created_at, p_updated_at, v_expires, NULL, p_stale_while_revalidate)
+        ON CONFLICT ON CONSTRAINT entries_namespace_key DO NOTHING
+        RETURNING id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            INSERT INTO entry_access (entry_id, namespace, hit_count, last_accessed_at)
+            VALUES (v_id, p_namespace, p_hit_count, coalesce(p_last_accessed_at, p_now));
+            RETURN 'imported';
+        END IF;
+        -- A concurrent writer inserted the key first: go round and treat it as existing.
+    END LOOP;
+END $$;
+
+--
+-- Name: tc_notify_everything(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_notify_everything() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('teamcache_keys', '*');
+    RETURN NULL;
+END $$;
+
+--
+-- Name: tc_notify_new_rows(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_notify_new_rows() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('teamcache_keys', payload)
+    FROM (SELECT DISTINCT CASE WHEN count(*) OVER (PARTITION BY namespace) > 64 THEN namespace || '/'
+                               ELSE namespace || '/' || encode(key, 'hex') END AS payload
+          FROM new_rows) AS payloads;
+    RETURN NULL;
+END $$;
+
+--
+-- Name: tc_notify_old_rows(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_notify_old_rows() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('teamcache_keys', payload)
+    FROM (SELECT DISTINCT CASE WHEN count(*) OVER (PARTITION BY namespace) > 64 THEN namespace || '/'
+                               ELSE namespace || '/' || encode(key, 'hex') END AS payload
+          FROM old_rows) AS payloads;
+    RETURN NULL;
+END $$;
+
+--
+-- Name: tc_put_entry(text, bytea, bytea, text, text, bigint, text, text, text, text, text[], jsonb, bigint, bigint, timestamp with time zone, bigint, bigint, bigint, text, text[], bigint, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_put_entry(p_namespace text, p_key bytea, p_body bytea, p_encoding text, p_content_type text, p_identity_size bigint, p_etag text, p_model text, p_version text, p_prompt_digest text, p_tags text[], p_metadata jsonb, p_input_tokens bigint, p_output_tokens bigint, p_now timestamp with time zone, p_ttl_seconds bigint, p_default_ttl_seconds bigint, p_writer bigint, p_condition text, p_if_match text[], p_store_hard_cap bigint, p_namespace_hard_ratio double precision) RETURNS TABLE(outcome text, entry_id bigint, created_at timestamp with time zone, expires_at timestamp with time zone)
+    LANGUAGE sql
+    AS $$
+    SELECT * FROM tc_put_entry(p_namespace, p_key, p_body, p_encoding, p_content_type, p_identity_size, p_etag,
+        p_model, p_version, p_prompt_digest, p_tags, p_metadata, p_input_tokens, p_output_tokens, p_now,
+        p_ttl_seconds, p_default_ttl_seconds, p_writer, p_condition, p_if_match, p_store_hard_cap,
+        p_namespace_hard_ratio, 0)
+$$;
+
+--
+-- Name: tc_put_entry(text, bytea, bytea, text, text, bigint, text, text, text, text, text[], jsonb, bigint, bigint, timestamp with time zone, bigint, bigint, bigint, text, text[], bigint, double precision, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_put_entry(p_namespace text, p_key bytea, p_body bytea, p_encoding text, p_content_type text, p_identity_size bigint, p_etag text, p_model text, p_version text, p_prompt_digest text, p_tags text[], p_metadata jsonb, p_input_tokens bigint, p_output_tokens bigint, p_now timestamp with time zone, p_ttl_seconds bigint, p_default_ttl_seconds bigint, p_writer bigint, p_condition text, p_if_match text[], p_store_hard_cap bigint, p_namespace_hard_ratio double precision, p_stale_while_revalidate integer) RETURNS TABLE(outcome text, entry_id bigint, created_at timestamp with time zone, expires_at timestamp with time zone)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_id bigint;
+    v_old_size bigint;
+    v_old_etag text;
+    v_created timestamptz;
+    v_delta bigint;
+    v_total bigint;
+    v_quota bigint;
+    v_ttl bigint;
+    v_expires timestamptz;
+    v_expired boolean;
+BEGIN
+    SELECT s.default_ttl_seconds, s.max_bytes INTO v_ttl, v_quota FROM namespace_settings s
+    WHERE s.namespace = p_namespace;
+    v_expires := p_now + make_interval(secs => coalesce(p_ttl_seconds, v_ttl, p_default_ttl_seconds));
+    LOOP
+        SELECT e.id, e.stored_size, e.etag, e.created_at, e.expires_at <= p_now
+        INTO v_id, v_old_size, v_old_etag, v_created, v_expired
+        FROM entries e WHERE e.namespace = p_namespace AND e.key = p_key FOR UPDATE;
+
+        IF FOUND AND v_expired THEN
+            -- Absent to the writer: a create-only write goes ahead, a conditional replace fails.
+            IF p_condition = 'match' THEN
+                RETURN QUERY SELECT 'precondition_failed'::text, NULL::bigint, NULL::timestamptz, NULL::timestamptz;
+                RETURN;
+            END IF;
+            v_delta := octet_length(p_body) - v_old_size;
+            v_created := p_now;
+        ELSIF FOUND THEN
+            IF p_condition = 'absent'
+               OR (p_condition = 'match' AND NOT (v_old_etag = ANY (p_if_match) OR '*' = ANY (p_if_match))) THEN
+                RETURN QUERY SELECT 'precondition_failed'::text, v_id, v_created, NULL::timestamptz;
+                RETURN;
+            END IF;
+            v_delta := octet_length(p_body) - v_old_size;
+        ELSE
+            IF p_condition = 'match' THEN
+                RETURN QUERY SELECT 'precondition_failed'::text, NULL::bigint, NULL::timestamptz, NULL::timestamptz;
+                RETURN;
+            END IF;
+            v_delta := octet_length(p_body);
+        END IF;
+
+        IF v_delta > 0 AND p_store_hard_cap > 0 THEN
+            SELECT coalesce(sum(stored_bytes), 0) INTO v_total FROM namespace_counters WHERE namespace = '';
+            IF v_total + v_delta > p_store_hard_cap THEN
+                RETURN QUERY SELECT 'store_full'::text, v_id, v_created, NULL::timestamptz;
+                RETURN;
+            END IF;
+        END IF;
+        IF v_delta > 0 AND v_quota IS NOT NULL THEN
+            SELECT coalesce(sum(stored_bytes), 0) INTO v_total FROM namespace_counters WHERE namespace = p_namespace;
+            IF v_total + v_delta > v_quota * p_namespace_hard_ratio THEN
+                RETURN QUERY SELECT 'store_full'::text, v_id, v_created, NULL::timestamptz;
+                RETURN;
+            END IF;
+        END IF;
+
+        IF v_id IS NOT NULL THEN
+            UPDATE entries SET body = p_body, encoding = p_encoding, content_type = p_content_type,
+                   identity_size = p_identity_size, stored_size = octet_length(p_body), etag = p_etag,
+                   model = p_model, version = p_version, prompt_digest = p_prompt_digest, tags = p_tags,
+                   metadata = p_metadata, input_tokens = p_input_tokens, output_tokens = p_output_tokens,
+                   updated_at = p_now, expires_at = v_expires, writer_token_id = p_writer,
+                   created_at = v_created, stale_while_revalidate = p_stale_while_revalidate
+            WHERE id = v_id;
+            -- A write counts as an access (LRU), unless the access tracker's flush holds the
+            -- row right now: it is recording reads of it, so it is recent anyway. Skipping
+            -- rather than waiting keeps writers from queueing behind flushes.
+            UPDATE entry_access SET last_accessed_at = greatest(entry_access.last_accessed_at, p_now)
+            WHERE entry_access.entry_id = (SELECT a.entry_id FROM entry_access a WHERE a.entry_id = v_id
+                                           FOR UPDATE SKIP LOCKED);
+            RETURN QUERY SELECT (CASE WHEN v_expired THEN 'created' ELSE 'replaced' END)::text, v_id, v_created,
+                                v_expires;
+            RETURN;
+        END IF;
+
+        INSERT INTO entries (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
+                             model, version, prompt_digest, tags, metadata, input_tokens, output_tokens,
+                             created_at, updated_at, expires_at, writer_token_id, stale_while_revalidate)
+        VALUES (p_namespace, p_key, p_body, p_encoding, p_content_type, p_identity_size, octet_length(p_body),
+                p_etag, p_model, p_version, p_prompt_digest, p_tags, p_metadata, p_input_tokens, p_output_tokens,
+                p_now, p_now, v_expires, p_writer, p_stale_while_revalidate)
+        ON CONFLICT ON CONSTRAINT entries_namespace_key DO NOTHING
+        RETURNING id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            INSERT INTO entry_access (entry_id, namespace, hit_count, last_accessed_at)
+            VALUES (v_id, p_namespace, 0, p_now);
+            RETURN QUERY SELECT 'created'::text, v_id, p_now, v_expires;
+            RETURN;
+        END IF;
+        -- A concurrent writer inserted the key first: go round and treat it as existing.
+    END LOOP;
+END $$;
+
+--
+-- Name: tc_refuse_plain_in_encrypted(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_refuse_plain_in_encrypted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM data_keys) AND EXISTS (
+        SELECT 1 FROM new_rows n
+        WHERE n.encoding NOT LIKE 'aes256gcm/%' AND EXISTS (SELECT 1 FROM data_keys k WHERE k.namespace = n.namespace))
+    THEN
+        RAISE EXCEPTION 'a plain body for an encrypted namespace' USING ERRCODE = 'TCE01';
+    END IF;
+    RETURN NULL;
+END $$;
+
+--
+-- Name: tc_sequence_changes(integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_sequence_changes(p_limit integer) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_last bigint;
+    v_timeline text;
+    v_now_timeline text;
+    v_numbered bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM entry_changes WHERE seq IS NULL) THEN
+        RETURN (SELECT last FROM change_feed_head);
+    END IF;
+    SELECT last, timeline INTO v_last, v_timeline FROM change_feed_head FOR UPDATE;
+    v_now_timeline := tc_wal_timeline();
+    IF v_now_timeline IS DISTINCT FROM v_timeline THEN
+        -- A new timeline: numbers after this head may have been handed out (and lost) on the
+        -- history it branched from. Skip far past them (10^12: room for millions of failovers).
+        INSERT INTO change_feed_gaps (after_seq, before_seq) VALUES (v_last, v_last + 1000000000000);
+        v_last := v_last + 1000000000000;
+    END IF;
+    WITH pending AS (
+        SELECT ctid AS row_id, row_number() OVER (ORDER BY id) AS n
+        FROM (SELECT ctid, id FROM entry_changes WHERE seq IS NULL ORDER BY id LIMIT p_limit) AS next_rows),
+    numbered AS (
+        UPDATE entry_changes c SET seq = v_last + p.n, numbered_at = clock_timestamp()
+        FROM pending p WHERE c.ctid = p.row_id RETURNING c.seq)
+    SELECT max(seq) INTO v_numbered FROM numbered;
+    UPDATE change_feed_head SET last = coalesce(v_numbered, v_last), timeline = v_now_timeline;
+    RETURN coalesce(v_numbered, v_last);
+END $$;
+
+--
+-- Name: tc_trim_changes(timestamp with time zone, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_trim_changes(p_before timestamp with time zone, p_limit integer) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    WITH gone AS (
+        DELETE FROM entry_changes WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM entry_changes WHERE numbered_at < p_before LIMIT p_limit))
+          AND numbered_at < p_before
+        RETURNING namespace, seq),
+    floors AS (
+        INSERT INTO change_feed_floors (namespace, floor) SELECT namespace, max(seq) FROM gone GROUP BY namespace
+        ON CONFLICT (namespace) DO UPDATE SET floor = greatest(change_feed_floors.floor, EXCLUDED.floor)
+        RETURNING 1)
+    -- (A data-modifying WITH runs to completion whether or not the query reads it.)
+    SELECT count(*) INTO v_count FROM gone;
+    RETURN v_count;
+END $$;
+
+--
+-- Name: tc_wal_timeline(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_wal_timeline() RETURNS text
+    LANGUAGE sql
+    AS $$
+    SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)
+$$;
+
+SET default_tablespace = '';
+
+SET default_table_access_method = heap;
+
+--
+-- Name: api_tokens; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.api_tokens (
+    id bigint NOT NULL,
+    name text NOT NULL,
+    secret_hash bytea NOT NULL,
+    namespace_pattern text NOT NULL,
+    scopes text[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone,
+    revoked_at timestamp with time zone
+);
+
+--
+-- Name: api_tokens_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.api_tokens ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.api_tokens_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: change_feed_floors; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.change_feed_floors (
+    namespace text NOT NULL,
+    floor bigint NOT NULL
+);
+
+--
+-- Name: change_feed_gaps; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.change_feed_gaps (
+    after_seq bigint NOT NULL,
+    before_seq bigint NOT NULL
+);
+
+--
+-- Name: change_feed_head; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.change_feed_head (
+    only_row boolean DEFAULT true NOT NULL,
+    last bigint NOT NULL,
+    timeline text NOT NULL,
+    CONSTRAINT change_feed_head_only_row_check CHECK (only_row)
+);
+
+--
+-- Name: counter_deltas; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.counter_deltas (
+    id bigint NOT NULL,
+    namespace text NOT NULL,
+    entries bigint DEFAULT 0 NOT NULL,
+    identity_bytes bigint DEFAULT 0 NOT NULL,
+    stored_bytes bigint DEFAULT 0 NOT NULL,
+    hits bigint DEFAULT 0 NOT NULL,
+    misses bigint DEFAULT 0 NOT NULL,
+    stale bigint DEFAULT 0 NOT NULL,
+    bypass bigint DEFAULT 0 NOT NULL,
+    input_tokens_saved bigint DEFAULT 0 NOT NULL,
+    output_tokens_saved bigint DEFAULT 0 NOT NULL,
+    collapsed bigint DEFAULT 0 NOT NULL
+);
+
+--
+-- Name: counter_deltas_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.counter_deltas ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.counter_deltas_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: data_keys; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.data_keys (
+    id bigint NOT NULL,
+    namespace text NOT NULL,
+    wrapped bytea NOT NULL,
+    master_key_id text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: data_keys_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.data_keys ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.data_keys_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: entries; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.entries (
+    id bigint NOT NULL,
+    namespace text NOT NULL,
+    key bytea NOT NULL,
+    body bytea NOT NULL,
+    encoding text NOT NULL,
+    content_type text NOT NULL,
+    identity_size bigint NOT NULL,
+    stored_size bigint NOT NULL,
+    etag text NOT NULL,
+    model text,
+    version text,
+    prompt_digest text,
+    tags text[] DEFAULT '{}'::text[] NOT NULL,
+    metadata jsonb,
+    input_tokens bigint DEFAULT 0 NOT NULL,
+    output_tokens bigint DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    writer_token_id bigint,
+    stale_while_revalidate integer DEFAULT 0 NOT NULL,
+    CONSTRAINT entries_identity_size_check CHECK ((identity_size >= 0)),
+    CONSTRAINT entries_key_check CHECK (((octet_length(key) >= 1) AND (octet_length(key) <= 512))),
+    CONSTRAINT entries_stored_size_check CHECK ((stored_size >= 0))
+);
+ALTER TABLE ONLY public.entries ALTER COLUMN body SET STORAGE EXTERNAL;
+
+--
+-- Name: entries_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.entries ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.entries_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: entry_access; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.entry_access (
+    entry_id bigint NOT NULL,
+    namespace text NOT NULL,
+    hit_count bigint DEFAULT 0 NOT NULL,
+    last_accessed_at timestamp with time zone NOT NULL
+)
+WITH (fillfactor='70');
+
+--
+-- Name: entry_changes_id; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.entry_changes_id
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: entry_changes; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.entry_changes (
+    id bigint DEFAULT nextval('public.entry_changes_id'::regclass) NOT NULL,
+    seq bigint,
+    namespace text NOT NULL,
+    key bytea NOT NULL,
+    kind text NOT NULL,
+    etag text,
+    identity_size bigint,
+    stored_size bigint,
+    content_type text,
+    expires_at timestamp with time zone,
+    stale_while_revalidate integer,
+    numbered_at timestamp with time zone
+);
+
+--
+-- Name: eviction_schedule; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.eviction_schedule (
+    id smallint NOT NULL,
+    last_slot bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT eviction_schedule_id_check CHECK ((id = 1))
+);
+
+--
+-- Name: leases; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.leases (
+    namespace text NOT NULL,
+    key bytea NOT NULL,
+    id_digest bytea NOT NULL,
+    holder bigint,
+    granted_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone NOT NULL
+);
+
+--
+-- Name: namespace_counters; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.namespace_counters (
+    namespace text NOT NULL,
+    shard smallint NOT NULL,
+    entries bigint DEFAULT 0 NOT NULL,
+    identity_bytes bigint DEFAULT 0 NOT NULL,
+    stored_bytes bigint DEFAULT 0 NOT NULL,
+    hits bigint DEFAULT 0 NOT NULL,
+    misses bigint DEFAULT 0 NOT NULL,
+    stale bigint DEFAULT 0 NOT NULL,
+    bypass bigint DEFAULT 0 NOT NULL,
+    input_tokens_saved bigint DEFAULT 0 NOT NULL,
+    output_tokens_saved bigint DEFAULT 0 NOT NULL,
+    collapsed bigint DEFAULT 0 NOT NULL
+);
+
+--
+-- Name: namespace_settings; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.namespace_settings (
+    namespace text NOT NULL,
+    default_ttl_seconds bigint,
+    max_bytes bigint,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT namespace_settings_default_ttl_seconds_check CHECK ((default_ttl_seconds > 0)),
+    CONSTRAINT namespace_settings_max_bytes_check CHECK ((max_bytes > 0))
+);
+
+--
+-- Name: schema_migrations; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.schema_migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL,
+    keeps_older_builds_working boolean DEFAULT false NOT NULL
+);
+
+--
+-- Name: api_tokens api_tokens_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.api_tokens
+    ADD CONSTRAINT api_tokens_pkey PRIMARY KEY (id);
+
+--
+-- Name: api_tokens api_tokens_secret_hash_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.api_tokens
+    ADD CONSTRAINT api_tokens_secret_hash_key UNIQUE (secret_hash);
+
+--
+-- Name: change_feed_floors change_feed_floors_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.change_feed_floors
+    ADD CONSTRAINT change_feed_floors_pkey PRIMARY KEY (namespace);
+
+--
+-- Name: change_feed_head change_feed_head_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.change_feed_head
+    ADD CONSTRAINT change_feed_head_pkey PRIMARY KEY (only_row);
+
+--
+-- Name: counter_deltas counter_deltas_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.counter_deltas
+    ADD CONSTRAINT counter_deltas_pkey PRIMARY KEY (id);
+
+--
+-- Name: data_keys data_keys_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.data_keys
+    ADD CONSTRAINT data_keys_pkey PRIMARY KEY (id);
+
+--
+-- Name: entries entries_encoding_check; Type: CHECK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE public.entries
+    ADD CONSTRAINT entries_encoding_check CHECK ((encoding = ANY (ARRAY['identity'::text, 'gzip'::text, 'aes256gcm/identity'::text, 'aes256gcm/gzip'::text]))) NOT VALID;
+
+--
+-- Name: entries entries_namespace_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.entries
+    ADD CONSTRAINT entries_namespace_key UNIQUE (namespace, key);
+
+--
+-- Name: entries entries_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.entries
+    ADD CONSTRAINT entries_pkey PRIMARY KEY (id);
+
+--
+-- Name: entry_access entry_access_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.entry_access
+    ADD CONSTRAINT entry_access_pkey PRIMARY KEY (entry_id);
+
+--
+-- Name: eviction_schedule eviction_schedule_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.eviction_schedule
+    ADD CONSTRAINT eviction_schedule_pkey PRIMARY KEY (id);
+
+--
+-- Name: leases leases_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.leases
+    ADD CONSTRAINT leases_pkey PRIMARY KEY (namespace, key);
+
+--
+-- Name: namespace_counters namespace_counters_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.namespace_counters
+    ADD CONSTRAINT namespace_counters_pkey PRIMARY KEY (namespace, shard);
+
+--
+-- Name: namespace_settings namespace_settings_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.namespace_settings
+    ADD CONSTRAINT namespace_settings_pkey PRIMARY KEY (namespace);
+
+--
+-- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+--
+-- Name: data_keys_namespace; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX data_keys_namespace ON public.data_keys USING btree (namespace, id);
+
+--
+-- Name: entries_created_at; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX entries_created_at ON public.entries USING btree (namespace, created_at);
+
+--
+-- Name: entries_expires_at; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX entries_expires_at ON public.entries USING btree (expires_at);
+
+--
+-- Name: entries_model; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX entries_model ON public.entries USING btree (namespace, model) WHERE (model IS NOT NULL);
+
+--
+-- Name: entries_tags; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX entries_tags ON public.entries USING gin (tags);
+
+--
+-- Name: entries_version; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX entries_version ON public.entries USING btree (namespace, version) WHERE (version IS NOT NULL);
+
+--
+-- Name: entry_access_idle; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX entry_access_idle ON public.entry_access USING btree (last_accessed_at);
+
+--
+-- Name: entry_access_lru; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX entry_access_lru ON public.entry_access USING btree (namespace, last_accessed_at);
+
+--
+-- Name: entry_access_top; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX entry_access_top ON public.entry_access USING btree (namespace, hit_count DESC);
+
+--
+-- Name: entry_access_top_global; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX entry_access_top_global ON public.entry_access USING btree (hit_count DESC);
+
+--
+-- Name: entry_changes_age; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX entry_changes_age ON public.entry_changes USING brin (numbered_at);
+
+--
+-- Name: entry_changes_feed; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX entry_changes_feed ON public.entry_changes USING btree (namespace, seq) WHERE (seq IS NOT NULL);
+
+--
+-- Name: entry_changes_pending; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX entry_changes_pending ON public.entry_changes USING btree (id) WHERE (seq IS NULL);
+
+--
+-- Name: leases_expires_at; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX leases_expires_at ON public.leases USING btree (expires_at);
+
+--
+-- Name: entries entries_count_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_count_delete AFTER DELETE ON public.entries REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.tc_count_deleted();
+
+--
+-- Name: entries entries_count_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_count_insert AFTER INSERT ON public.entries REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.tc_count_inserted();
+
+--
+-- Name: entries entries_count_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_count_update AFTER UPDATE ON public.entries REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.tc_count_updated();
+
+--
+-- Name: entries entries_feed_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_feed_delete AFTER DELETE ON public.entries REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.tc_feed_old_rows();
+
+--
+-- Name: entries entries_feed_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_feed_insert AFTER INSERT ON public.entries REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.tc_feed_new_rows();
+
+--
+-- Name: entries entries_feed_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_feed_truncate AFTER TRUNCATE ON public.entries FOR EACH STATEMENT EXECUTE FUNCTION public.tc_feed_truncated();
+
+--
+-- Name: entries entries_feed_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_feed_update AFTER UPDATE ON public.entries REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.tc_feed_updated_rows();
+
+--
+-- Name: entries entries_no_prompt_when_encrypted; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_no_prompt_when_encrypted BEFORE INSERT OR UPDATE OF prompt_digest, namespace ON public.entries FOR EACH ROW WHEN ((new.prompt_digest IS NOT NULL)) EXECUTE FUNCTION public.tc_drop_prompt_in_encrypted();
+
+--
+-- Name: entries entries_notify_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_notify_delete AFTER DELETE ON public.entries REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.tc_notify_old_rows();
+
+--
+-- Name: entries entries_notify_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_notify_insert AFTER INSERT ON public.entries REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.tc_notify_new_rows();
+
+--
+-- Name: entries entries_notify_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_notify_truncate AFTER TRUNCATE ON public.entries FOR EACH STATEMENT EXECUTE FUNCTION public.tc_notify_everything();
+
+--
+-- Name: entries entries_notify_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_notify_update AFTER UPDATE ON public.entries REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.tc_notify_new_rows();
+
+--
+-- Name: entries entries_sealed_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_sealed_insert AFTER INSERT ON public.entries REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.tc_refuse_plain_in_encrypted();
+
+--
+-- Name: entries entries_sealed_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_sealed_update AFTER UPDATE ON public.entries REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.tc_refuse_plain_in_encrypted();
+
+--
+-- Name: leases leases_notify_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER leases_notify_delete AFTER DELETE ON public.leases REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.tc_notify_old_rows();
+
+--
+-- Name: entry_access entry_access_entry_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.entry_access
+    ADD CONSTRAINT entry_access_entry_id_fkey FOREIGN KEY (entry_id) REFERENCES public.entries(id) ON DELETE CASCADE;
+
+--
+-- PostgreSQL database dump complete
+--
