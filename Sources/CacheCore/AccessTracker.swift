@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Observability
 import Postgres
 
@@ -7,8 +8,7 @@ import Postgres
 /// hit path never writes to the database.
 ///
 /// A crash loses at most one flush interval of counts; a graceful stop flushes first.
-public final class AccessTracker: @unchecked Sendable {
-    // @unchecked: `entries`, `namespaces` are guarded by `lock`.
+public final class AccessTracker: Sendable {
     /// String raw values: the metric label without reflection (`"\(lookup)"` costs a
     /// dynamic cast per request).
     public enum Lookup: String, Sendable {
@@ -104,15 +104,26 @@ public final class AccessTracker: @unchecked Sendable {
     private let enabled: Bool
     private let batchFull: @Sendable () -> Void
     private let batchSize: Int
-    private let lock = NSLock()
-    private var entries: [Int64: EntryAccess] = [:]
-    /// The flusher was woken for a full batch and has not taken it yet.
-    private var earlyFlushAsked = false
-    private var earlyFlushHeldUntil = Date.distantPast
-    /// Never emptied: one per label (see `NamespaceLabels`), as the metrics' label values are.
-    private var namespaces: [String: NamespaceState] = [:]
-    /// Folds namespaces that hold nothing into one label, so `namespaces` stays bounded.
-    private var labels: NamespaceLabels
+    /// What the counting shares, only inside `state`'s lock.
+    struct State {
+        var entries: [Int64: EntryAccess] = [:]
+        /// The flusher was woken for a full batch and has not taken it yet.
+        var earlyFlushAsked = false
+        var earlyFlushHeldUntil = Date.distantPast
+        /// Never emptied: one per label (see `NamespaceLabels`), as the metrics' label values are.
+        var namespaces: [String: NamespaceState] = [:]
+        /// Folds namespaces that hold nothing into one label, so `namespaces` stays bounded.
+        var labels: NamespaceLabels
+
+        /// The label for a namespace not counted yet.
+        mutating func newLabel(_ namespace: String, hit: Bool, mayLabel: Bool) -> String {
+            if hit { labels.admit(namespace) } else if mayLabel { labels.admitProvisionally(namespace) }
+            // `_other` itself is always in `namespaces` once used, so it never comes here twice.
+            return labels.holds(namespace) && namespaces.count < labels.totalCapacity ? namespace : NamespaceLabels.other
+        }
+    }
+
+    private let state: Locked<State>
     private let flushes: CounterFamily?
     private let logger = Logger(component: "access-tracker")
 
@@ -121,7 +132,7 @@ public final class AccessTracker: @unchecked Sendable {
     public init(pool: ConnectionPool, metrics: MetricsRegistry? = nil, enabled: Bool = true, batchSize: Int = 100_000,
                 labels: NamespaceLabels = NamespaceLabels(), batchFull: @escaping @Sendable () -> Void = {}) {
         self.pool = pool
-        self.labels = labels
+        state = Locked(State(labels: labels))
         self.enabled = enabled
         self.batchSize = batchSize
         self.batchFull = batchFull
@@ -151,7 +162,7 @@ public final class AccessTracker: @unchecked Sendable {
 
     /// Every namespace's running totals since start.
     func totals() -> [String: NamespaceCounts] {
-        lock.withLock { namespaces.mapValues(\.total) }
+        state.withLock { $0.namespaces.mapValues(\.total) }
     }
 
     /// Records a lookup's result; for a hit or stale answer, the entry and its tokens.
@@ -160,57 +171,52 @@ public final class AccessTracker: @unchecked Sendable {
     /// label bound still holds, as for every other way a namespace becomes known.
     public func record(_ lookup: Lookup, namespace: String, entry: StoredEntry? = nil, at now: Date,
                        mayLabel: Bool = false) {
-        let enabled = self.enabled
-        let full = lock.withLock {
+        let enabled = self.enabled, batchSize = self.batchSize
+        let full = state.withLock { state in
             // The common case, a namespace already counted, costs one hash and changes the
             // state in place (no copy out and back).
-            if let index = namespaces.index(forKey: namespace) {
-                namespaces.values[index].record(lookup, entry, pending: enabled)
+            if let index = state.namespaces.index(forKey: namespace) {
+                state.namespaces.values[index].record(lookup, entry, pending: enabled)
             } else {
-                namespaces[newLabel(namespace, hit: entry != nil, mayLabel: mayLabel), default: NamespaceState()]
-                    .record(lookup, entry, pending: enabled)
+                let label = state.newLabel(namespace, hit: entry != nil, mayLabel: mayLabel)
+                state.namespaces[label, default: NamespaceState()].record(lookup, entry, pending: enabled)
             }
             guard enabled, let entry else { return false }
-            entries[entry.id, default: EntryAccess(namespace: namespace, lastAccess: now)].add(at: now)
+            state.entries[entry.id, default: EntryAccess(namespace: namespace, lastAccess: now)].add(at: now)
             // At (not only exactly at) the batch size: after a failed flush the restored
             // entries can already be past it. Once per flush, and not again for a second
             // after a failure, so a database that is down is not asked in a tight loop.
-            guard entries.count >= batchSize, !earlyFlushAsked, Date() >= earlyFlushHeldUntil else { return false }
-            earlyFlushAsked = true
+            guard state.entries.count >= batchSize, !state.earlyFlushAsked, Date() >= state.earlyFlushHeldUntil else {
+                return false
+            }
+            state.earlyFlushAsked = true
             return true
         }
         if full { batchFull() }
     }
 
-    /// The label for a namespace not counted yet. Called with the lock held.
-    private func newLabel(_ namespace: String, hit: Bool, mayLabel: Bool) -> String {
-        if hit { labels.admit(namespace) } else if mayLabel { labels.admitProvisionally(namespace) }
-        // `_other` itself is always in `namespaces` once used, so it never comes here twice.
-        return labels.holds(namespace) && namespaces.count < labels.totalCapacity ? namespace : NamespaceLabels.other
-    }
-
     /// The metric label for `namespace` (itself, or `_other` when it holds nothing known).
     public func label(for namespace: String) -> String {
-        lock.withLock { labels.holds(namespace) ? namespace : NamespaceLabels.other }
+        state.withLock { $0.labels.holds(namespace) ? namespace : NamespaceLabels.other }
     }
 
     /// A namespace that now holds an entry or settings (this replica's own write).
     public func admitNamespace(_ namespace: String) {
-        lock.withLock { labels.admit(namespace) }
+        state.withLock { $0.labels.admit(namespace) }
     }
 
     /// The namespaces the store holds entries or settings for (from the periodic refresh).
     public func learnNamespaces(_ held: Set<String>) {
-        lock.withLock { labels.learn(held) }
+        state.withLock { $0.labels.learn(held) }
     }
 
     /// Writes what was counted since the last flush. On failure the counts are kept for the next one.
     public func flush() throws {
-        let (pendingEntries, pendingNamespaces) = lock.withLock {
-            let taken = (entries, namespaces.compactMapValues { $0.pending.isEmpty ? nil : $0.pending })
-            entries = [:]
-            earlyFlushAsked = false
-            for name in taken.1.keys { namespaces[name]?.pending = NamespaceCounts() }
+        let (pendingEntries, pendingNamespaces) = state.withLock { state in
+            let taken = (state.entries, state.namespaces.compactMapValues { $0.pending.isEmpty ? nil : $0.pending })
+            state.entries = [:]
+            state.earlyFlushAsked = false
+            for name in taken.1.keys { state.namespaces[name]?.pending = NamespaceCounts() }
             return taken
         }
         guard !pendingEntries.isEmpty || !pendingNamespaces.isEmpty else { return }
@@ -241,7 +247,7 @@ public final class AccessTracker: @unchecked Sendable {
         } catch {
             // What was committed stays committed; the rest waits for the next flush.
             flushes?.inc(["error"])
-            lock.withLock { earlyFlushHeldUntil = Date().addingTimeInterval(1) }
+            state.withLock { $0.earlyFlushHeldUntil = Date().addingTimeInterval(1) }
             restore(Dictionary(uniqueKeysWithValues: sortedEntries[flushed...].map { ($0.key, $0.value) })
                         .merging(busy) { pending, _ in pending },
                     pendingNamespaces)
@@ -261,15 +267,17 @@ public final class AccessTracker: @unchecked Sendable {
     }
 
     private func restore(_ pendingEntries: [Int64: EntryAccess], _ pendingNamespaces: [String: NamespaceCounts]) {
-        lock.withLock {
+        state.withLock { state in
             for (id, access) in pendingEntries {
-                var merged = entries[id] ?? EntryAccess(namespace: access.namespace, lastAccess: access.lastAccess)
+                var merged = state.entries[id] ?? EntryAccess(namespace: access.namespace, lastAccess: access.lastAccess)
                 merged.hits += access.hits
                 merged.lastAccess = max(merged.lastAccess, access.lastAccess)
-                entries[id] = merged
+                state.entries[id] = merged
             }
             // Back into pending only: the running totals counted them already.
-            for (name, counts) in pendingNamespaces { namespaces[name, default: NamespaceState()].pending.add(counts) }
+            for (name, counts) in pendingNamespaces {
+                state.namespaces[name, default: NamespaceState()].pending.add(counts)
+            }
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Observability
 import Postgres
 
@@ -12,7 +13,10 @@ import Postgres
 /// refuses and the caller reads through the pool (which knows how to answer 503).
 /// Loop-confined.
 public final class EntryReadBatcher: @unchecked Sendable {
-    // @unchecked: used on its loop's thread only, except `close` after the loop stopped.
+    // @unchecked: made before its loop exists (one per loop, held by the service and looked
+    // up by loop index on the read path) and closed after the loop stopped; in between only
+    // its loop's thread reads and sends through it, except `staleness`, which other threads
+    // read through a `Locked` of its own. (A `LoopBound` cannot hold it: it has no loop when made.)
     public typealias Completion = (Outcome) -> Void
 
     public enum Outcome {
@@ -68,11 +72,10 @@ public final class EntryReadBatcher: @unchecked Sendable {
     public private(set) var replayed: WALPosition?
     /// Monotonic nanoseconds as of which this standby is known current (see `WALHistory`).
     /// Set on the loop; read there and by the metrics collector, so kept under a lock.
-    private let known = NSLock()
-    private var knownCurrentAsOf: UInt64?
+    private let knownCurrentAsOf = Locked<UInt64?>(nil)
     private var currentAsOf: UInt64? {
-        get { known.withLock { knownCurrentAsOf } }
-        set { known.withLock { knownCurrentAsOf = newValue } }
+        get { knownCurrentAsOf.value }
+        set { knownCurrentAsOf.withLock { $0 = newValue } }
     }
 
     /// `replicaOf`: this batcher reads from a standby of the primary `WALHistory` samples;

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 
 /// Hot entries kept in this process's memory, so a hit needs no PostgreSQL round trip.
 ///
@@ -18,8 +19,7 @@ import Foundation
 /// (a one-hit wonder does not push out a hot entry); entries over `maxEntryBytes` are never
 /// kept. Thread-safe (one lock; every operation but emptying is O(1)). Served only while
 /// heartbeats come back through the notifications (`confirmLive`).
-public final class NearCache: @unchecked Sendable {
-    // @unchecked: every field is guarded by `lock`.
+public final class NearCache: Sendable {
     struct Key: Hashable {
         let namespace: String
         let key: [UInt8]
@@ -33,7 +33,7 @@ public final class NearCache: @unchecked Sendable {
         }
     }
 
-    private final class Node {
+    final class Node {
         let key: Key
         var entry: StoredEntry
         var cost: Int
@@ -55,28 +55,99 @@ public final class NearCache: @unchecked Sendable {
 
     public let budget: Int
     public let maxEntryBytes: Int
-    private let lock = NSLock()
-    private var nodes: [Key: Node] = [:]
-    /// The least and the most recently used.
-    private var oldest: Node?
-    private var newest: Node?
-    private var bytes = 0
-    private var isEnabled = false
-    /// Served only until then (uptime seconds): each heartbeat that made the round trip
-    /// through PostgreSQL's notifications moves it on. If they stop arriving (the listener's
-    /// connection is silently dead, or its loop stalled) kept entries stop being served.
-    private var liveUntil: TimeInterval = 0
-    /// Namespace-wide invalidations, by namespace.
-    private var generations: [String: UInt64] = [:]
     static let rememberedNamespaces = 10_000
-    /// Keys read once recently (by hash), for admission; reset when it reaches its bound.
-    private var seenOnce = Set<Int>()
     static let seenOnceBound = 100_000
-    /// Invalidations: a fill may keep what it read only if its key did not change since.
-    private var invalidations = RecentChanges(bound: 100_000)
-    /// Counted for the metrics: reads answered here, and entries admitted.
-    private(set) var hits = 0
-    private(set) var admissions = 0
+
+    /// Everything that changes, reachable only inside `state`'s lock.
+    struct State {
+        var nodes: [Key: Node] = [:]
+        /// The least and the most recently used.
+        var oldest: Node?
+        var newest: Node?
+        var bytes = 0
+        var isEnabled = false
+        /// Served only until then (uptime seconds): each heartbeat that made the round trip
+        /// through PostgreSQL's notifications moves it on. If they stop arriving (the listener's
+        /// connection is silently dead, or its loop stalled) kept entries stop being served.
+        var liveUntil: TimeInterval = 0
+        /// Namespace-wide invalidations, by namespace.
+        var generations: [String: UInt64] = [:]
+        /// Keys read once recently (by hash), for admission; reset when it reaches its bound.
+        var seenOnce = Set<Int>()
+        /// Invalidations: a fill may keep what it read only if its key did not change since.
+        var invalidations = RecentChanges(bound: 100_000)
+        /// Counted for the metrics: reads answered here, and entries admitted.
+        var hits = 0
+        var admissions = 0
+
+        func serves(at now: TimeInterval) -> Bool { isEnabled && now < liveUntil }
+
+        mutating func noteSeen(_ hash: Int) {
+            if seenOnce.count >= NearCache.seenOnceBound { seenOnce.removeAll() }
+            seenOnce.insert(hash)
+        }
+
+        /// Least recently used out first, with a second chance for entries read since their
+        /// last turn (CLOCK): each pass clears a bit, so this ends.
+        mutating func evict(over budget: Int) {
+            while bytes > budget, let victim = oldest {
+                if victim.referenced && victim !== newest {
+                    victim.referenced = false
+                    touch(victim)
+                } else {
+                    remove(victim)
+                }
+            }
+        }
+
+        mutating func removeAll() {
+            invalidations.recordEverything()
+            nodes = [:]
+            generations = [:]
+            // Unlink every node: the links are strong both ways.
+            var node = oldest
+            while let current = node {
+                node = current.newer
+                current.newer = nil
+                current.older = nil
+            }
+            oldest = nil
+            newest = nil
+            bytes = 0
+        }
+
+        mutating func touch(_ node: Node) {
+            guard node !== newest else { return }
+            unlink(node)
+            append(node)
+        }
+
+        mutating func append(_ node: Node) {
+            node.older = newest
+            node.newer = nil
+            newest?.newer = node
+            newest = node
+            if oldest == nil { oldest = node }
+        }
+
+        mutating func unlink(_ node: Node) {
+            let older = node.older, newer = node.newer
+            older?.newer = newer
+            newer?.older = older
+            if oldest === node { oldest = newer }
+            if newest === node { newest = older }
+            node.older = nil
+            node.newer = nil
+        }
+
+        mutating func remove(_ node: Node) {
+            unlink(node)
+            nodes[node.key] = nil
+            bytes -= node.cost
+        }
+    }
+
+    private let state = Locked(State())
 
     /// `budget` 0: never used.
     public init(budget: Int, maxEntryBytes: Int) {
@@ -84,17 +155,19 @@ public final class NearCache: @unchecked Sendable {
         self.maxEntryBytes = maxEntryBytes
     }
 
+    deinit { state.withLock { $0.removeAll() } }
+
     /// Whether reads may be answered here (the listener is up).
     public var enabled: Bool {
         let now = Self.now
-        return lock.withLock { isEnabled && now < liveUntil }
+        return state.withLock { $0.serves(at: now) }
     }
 
     /// Turns the near-cache off (the listener is down), emptied.
     public func disable() {
-        lock.withLock {
-            removeAll()
-            isEnabled = false
+        state.withLock { state in
+            state.removeAll()
+            state.isEnabled = false
         }
     }
 
@@ -103,41 +176,42 @@ public final class NearCache: @unchecked Sendable {
     /// meanwhile may have been missed.
     public func confirmLive(for seconds: TimeInterval) {
         let now = Self.now
-        lock.withLock {
-            guard budget > 0 else { return }
-            if !isEnabled || now >= liveUntil {
-                removeAll()
-                isEnabled = true
+        guard budget > 0 else { return }
+        state.withLock { state in
+            if !state.serves(at: now) {
+                state.removeAll()
+                state.isEnabled = true
             }
-            liveUntil = now + seconds
+            state.liveUntil = now + seconds
         }
     }
 
     /// Everything may have changed (a TRUNCATE): empty, still on.
     public func invalidateAll() {
-        lock.withLock { removeAll() }
+        state.withLock { $0.removeAll() }
     }
 
     private static var now: TimeInterval { ProcessInfo.processInfo.systemUptime }
 
-    public var heldBytes: Int { lock.withLock { bytes } }
-    public var count: Int { lock.withLock { nodes.count } }
-    public var counters: (hits: Int, admissions: Int) { lock.withLock { (hits, admissions) } }
+    public var heldBytes: Int { state.withLock { $0.bytes } }
+    public var count: Int { state.withLock { $0.nodes.count } }
+    public var counters: (hits: Int, admissions: Int) { state.withLock { ($0.hits, $0.admissions) } }
 
     /// The invalidation count now: note it before reading an entry from the database.
-    public var sequence: UInt64 { lock.withLock { invalidations.count } }
+    public var sequence: UInt64 { state.withLock { $0.invalidations.count } }
 
     /// The kept entry under (namespace, key), if any (and marks it recently used).
     public func entry(_ namespace: String, _ key: [UInt8]) -> StoredEntry? {
         let now = Self.now
-        return lock.withLock {
-            guard isEnabled, now < liveUntil, let node = nodes[Key(namespace: namespace, key: key)] else { return nil }
-            guard node.generation == generations[namespace, default: 0] else {
-                remove(node)
+        let wanted = Key(namespace: namespace, key: key)
+        return state.withLock { state in
+            guard state.serves(at: now), let node = state.nodes[wanted] else { return nil }
+            guard node.generation == state.generations[namespace, default: 0] else {
+                state.remove(node)
                 return nil
             }
             node.referenced = true
-            hits += 1
+            state.hits += 1
             return node.entry
         }
     }
@@ -149,28 +223,29 @@ public final class NearCache: @unchecked Sendable {
             + entry.etag.utf8.count + (entry.metadata?.utf8.count ?? 0) + (entry.model?.utf8.count ?? 0) + 160
         guard cost <= maxEntryBytes, cost <= budget else { return }
         let key = Key(namespace: entry.namespace, key: entry.key)
-        let now = Self.now
-        lock.withLock {
-            guard isEnabled, now < liveUntil, !invalidations.changed(key.namespace, key.key, since: since) else { return }
-            let generation = generations[key.namespace, default: 0]
-            if let node = nodes[key], node.generation == generation {
-                bytes += cost - node.cost
+        let now = Self.now, budget = self.budget
+        state.withLock { state in
+            guard state.serves(at: now), !state.invalidations.changed(key.namespace, key.key, since: since) else {
+                return
+            }
+            let generation = state.generations[key.namespace, default: 0]
+            if let node = state.nodes[key], node.generation == generation {
+                state.bytes += cost - node.cost
                 (node.entry, node.cost) = (entry, cost)
-                touch(node)
+                state.touch(node)
             } else {
-                if let stale = nodes[key] { remove(stale) }
-                guard seenOnce.remove(key.hashValue) != nil else {
-                    if seenOnce.count >= Self.seenOnceBound { seenOnce.removeAll() }
-                    seenOnce.insert(key.hashValue)
+                if let stale = state.nodes[key] { state.remove(stale) }
+                guard state.seenOnce.remove(key.hashValue) != nil else {
+                    state.noteSeen(key.hashValue)
                     return
                 }
                 let node = Node(key: key, entry: entry, cost: cost, generation: generation)
-                nodes[key] = node
-                append(node)
-                bytes += cost
-                admissions += 1
+                state.nodes[key] = node
+                state.append(node)
+                state.bytes += cost
+                state.admissions += 1
             }
-            evictOverBudget()
+            state.evict(over: budget)
         }
     }
 
@@ -178,94 +253,30 @@ public final class NearCache: @unchecked Sendable {
     /// Reads from a standby are never kept (see `LoopReads`), so such a read goes to the primary.
     public func wouldKeep(_ namespace: String, _ key: [UInt8]) -> Bool {
         let hash = Key(namespace: namespace, key: key).hashValue
-        return lock.withLock { isEnabled && seenOnce.contains(hash) }
+        return state.withLock { $0.isEnabled && $0.seenOnce.contains(hash) }
     }
 
     /// Counts a read not to be kept (one from a standby) toward admission: the key's next
     /// read, from the primary, is kept.
     public func noteRead(_ namespace: String, _ key: [UInt8]) {
         let hash = Key(namespace: namespace, key: key).hashValue
-        lock.withLock {
-            guard isEnabled else { return }
-            if seenOnce.count >= Self.seenOnceBound { seenOnce.removeAll() }
-            seenOnce.insert(hash)
+        state.withLock { state in
+            guard state.isEnabled else { return }
+            state.noteSeen(hash)
         }
     }
 
     /// Drops (namespace, key), or every key of the namespace when `key` is nil.
     public func invalidate(_ namespace: String, _ key: [UInt8]?) {
-        lock.withLock {
-            invalidations.record(namespace, key)
+        state.withLock { state in
+            state.invalidations.record(namespace, key)
             if let key {
-                if let node = nodes[Key(namespace: namespace, key: key)] { remove(node) }
-            } else if generations.count >= Self.rememberedNamespaces {
-                removeAll()  // bounded: past that many wiped namespaces, start over
+                if let node = state.nodes[Key(namespace: namespace, key: key)] { state.remove(node) }
+            } else if state.generations.count >= Self.rememberedNamespaces {
+                state.removeAll()  // bounded: past that many wiped namespaces, start over
             } else {
-                generations[namespace, default: 0] &+= 1
+                state.generations[namespace, default: 0] &+= 1
             }
         }
-    }
-
-    // MARK: Under `lock`
-
-    /// Least recently used out first, with a second chance for entries read since their last
-    /// turn (CLOCK): each pass clears a bit, so this ends.
-    private func evictOverBudget() {
-        while bytes > budget, let victim = oldest {
-            if victim.referenced && victim !== newest {
-                victim.referenced = false
-                touch(victim)
-            } else {
-                remove(victim)
-            }
-        }
-    }
-
-    deinit { removeAll() }
-
-    private func removeAll() {
-        invalidations.recordEverything()
-        nodes = [:]
-        generations = [:]
-        // Unlink every node: the links are strong both ways.
-        var node = oldest
-        while let current = node {
-            node = current.newer
-            current.newer = nil
-            current.older = nil
-        }
-        oldest = nil
-        newest = nil
-        bytes = 0
-    }
-
-    private func touch(_ node: Node) {
-        guard node !== newest else { return }
-        unlink(node)
-        append(node)
-    }
-
-    private func append(_ node: Node) {
-        node.older = newest
-        node.newer = nil
-        newest?.newer = node
-        newest = node
-        if oldest == nil { oldest = node }
-    }
-
-    private func unlink(_ node: Node) {
-        let older = node.older, newer = node.newer
-        older?.newer = newer
-        newer?.older = older
-        if oldest === node { oldest = newer }
-        if newest === node { newest = older }
-        node.older = nil
-        node.newer = nil
-    }
-
-    private func remove(_ node: Node) {
-        unlink(node)
-        nodes[node.key] = nil
-        bytes -= node.cost
     }
 }

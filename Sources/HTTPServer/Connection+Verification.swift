@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 
 /// Credentials the precheck could not verify on the loop (a token not seen yet): verified on
 /// a worker before a large body is read, while a small body is charged to the client's
@@ -31,10 +32,10 @@ extension Connection {
         verifying = true
         // Its body is read only once verified: it is not charged to the unverified share.
         bodyUnverified = false
-        let loop = self.loop
-        let accepted = loop.context.workers.submit { [self] in
+        let loop = self.loop, this = LoopBound(self, on: loop)
+        let accepted = loop.context.workers.submit {
             let outcome = Result { try verify() }
-            loop.execute { [self] in finishVerifying(request, outcome, continueExpected: continueExpected) }
+            loop.execute { this.value.finishVerifying(request, outcome, continueExpected: continueExpected) }
         }
         if !accepted {
             finishVerifying(request, .failure(HTTPError(503, "The server is busy; retry shortly.",

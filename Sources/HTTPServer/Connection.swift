@@ -1,14 +1,16 @@
 import CLinux
 import Foundation
 import Glibc
+import Locking
 import Observability
 
 /// One client connection: reads into the parser, hands complete requests to handlers one
 /// at a time (so pipelined responses leave in order), and writes responses back.
 ///
-/// Confined to its event loop's thread. Worker threads only carry the reference back to
-/// that loop through `EventLoop.execute`, and a completion for a closed connection is dropped.
-final class Connection: @unchecked Sendable {
+/// Confined to its event loop's thread (not `Sendable`). Worker threads only carry it back to
+/// that loop, as a `LoopBound`, through `EventLoop.execute`; a completion for a closed
+/// connection is dropped.
+final class Connection {
     // @unchecked: loop-confined, as described above.
     enum Phase {
         case idle, head, body, handling, writing, lingering
@@ -152,7 +154,10 @@ final class Connection: @unchecked Sendable {
         }
         // The turn's budget is spent: the rest waits for the next loop turn, after the
         // loop's other connections have had theirs.
-        if yielded { loop.execute { [self] in if !isClosed { processBuffered() } } }
+        if yielded {
+            let this = LoopBound(self, on: loop)
+            loop.execute { if !this.value.isClosed { this.value.processBuffered() } }
+        }
         if inputClosed && !inFlight && output.isEmpty && needsBytes {
             close(reason: "client closed")
             return

@@ -1,7 +1,9 @@
 import CLinux
 import Foundation
 import Glibc
+import Locking
 import Observability
+import Synchronization
 
 /// One epoll loop on its own thread, owning a listening socket (SO_REUSEPORT) and the
 /// connections accepted on it.
@@ -13,8 +15,11 @@ import Observability
 /// Code above the HTTP layer can watch descriptors of its own here (`watch`) and run work
 /// at the end of each iteration (`onEachIteration`): that is how a database client sends a
 /// batch of reads per iteration and picks up the answers without a thread of its own.
-public final class EventLoop: @unchecked Sendable {
-    // @unchecked: loop-confined state as described above; `pending` is guarded by `pendingLock`.
+public final class EventLoop: @unchecked Sendable, ConfiningLoop {
+    // @unchecked: the loop's own state (connections, watchers, hooks, clocks, buffers) is
+    // touched only on its thread, as a reactor's is (swift-nio's loops are @unchecked for the
+    // same reason); `pending`, the one thing other threads reach, is guarded by `pendingLock`.
+    // The types confined to it are not Sendable and cross threads only as `LoopBound`s.
     let context: ServerContext
     /// The loop's position among the server's loops (0-based).
     public let index: Int
@@ -40,6 +45,8 @@ public final class EventLoop: @unchecked Sendable {
     let finished = DispatchSemaphore(value: 0)
     /// This loop's request metrics (summed with the other loops' at scrape time).
     let requestStats = RequestStats()
+    /// The loop's thread (`pthread_self`), once it runs; 0 before.
+    private let thread = Atomic<UInt>(0)
     /// Access log lines, handed to the log sink in chunks rather than a lock per line.
     private var accessLog = LogLine(capacity: 64 * 1024)
 
@@ -65,6 +72,14 @@ public final class EventLoop: @unchecked Sendable {
         scratch.deallocate()
         close(epoll)
         close(wakeFD)
+    }
+
+    /// Whether the calling thread is the loop's.
+    public var inLoop: Bool { thread.load(ordering: .relaxed) == UInt(pthread_self()) }
+
+    /// Makes the calling thread the loop's: called once, first thing on the thread that runs it.
+    func claimThread() {
+        thread.store(UInt(pthread_self()), ordering: .relaxed)
     }
 
     /// Runs `task` on the loop's thread.

@@ -1,16 +1,17 @@
 import Foundation
 import Glibc
+import Locking
 import Observability
 
 /// The HTTP/1.1 server: one epoll event loop per core, each with its own `SO_REUSEPORT`
 /// listener, and a worker pool for blocking handlers. No thread per connection.
-public final class HTTPServer: @unchecked Sendable {
-    // @unchecked: `loops`, `threads` and `boundPort` are written once in start() before any
-    // other thread can see them, and only read afterwards.
+public final class HTTPServer: Sendable {
     public let configuration: HTTPServerConfiguration
     private let context: ServerContext
-    private var loops: [EventLoop] = []
-    private var boundPort = 0
+    /// The loops and the port, set by `start` (a lock taken at start, by the metrics collector
+    /// and at shutdown: never on a request path).
+    private let started = Locked<(loops: [EventLoop], port: Int)>(([], 0))
+    private var loops: [EventLoop] { started.value.loops }
     private let onLoopStart: (@Sendable (EventLoop) -> Void)?
 
     /// `onLoopStart` runs on each loop's thread before it serves: the place to attach
@@ -35,7 +36,7 @@ public final class HTTPServer: @unchecked Sendable {
     public var eventLoopCount: Int { max(1, configuration.eventLoops) }
 
     /// The port actually listened on (useful with port 0).
-    public var port: Int { boundPort }
+    public var port: Int { started.value.port }
 
     /// Binds the listeners and starts the loops; returns once the server accepts connections.
     public func start() throws {
@@ -43,14 +44,16 @@ public final class HTTPServer: @unchecked Sendable {
         MemoryReturn.boundArenas()
         ListeningSocket.raiseFileLimit()
         var port = try ListeningSocket.claim(host: configuration.host, port: configuration.port)
+        var loops: [EventLoop] = []
         for index in 0..<eventLoopCount {
             let (fd, bound) = try ListeningSocket.open(host: configuration.host, port: port)
             port = bound
             loops.append(try EventLoop(index: index, listener: fd, context: context))
         }
-        boundPort = port
+        started.withLock { $0 = (loops, port) }
         for loop in loops {
             let thread = Thread { [onLoopStart] in
+                loop.claimThread()
                 onLoopStart?(loop)
                 loop.run()
             }

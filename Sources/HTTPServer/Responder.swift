@@ -1,11 +1,12 @@
+import Locking
+
 /// How an async handler answers its request: exactly once, on the request's event loop,
 /// either there (after waiting on a file descriptor the loop watches) or by handing the
 /// rest of the work to the worker pool.
 ///
-/// Loop-confined like the connection it answers for; only `offload` crosses threads.
-public final class Responder: @unchecked Sendable {
-    // @unchecked: used on `loop`'s thread only; a worker's answer comes back through
-    // `EventLoop.execute` before it touches anything here.
+/// Loop-confined like the connection it answers for (not `Sendable`): a worker's answer comes
+/// back through `EventLoop.execute`, carrying the responder as a `LoopBound`.
+public final class Responder {
     /// The loop the request arrived on: where its answer must be given.
     public let loop: EventLoop
     private let connection: Connection
@@ -65,11 +66,12 @@ public final class Responder: @unchecked Sendable {
     public func offload(_ body: @escaping @Sendable () throws -> HTTPResponse) {
         let context = loop.context, loop = self.loop, route = self.route, request = self.request
         let deadline = workDeadline
-        let accepted = context.workers.submit { [self] in
+        let this = LoopBound(self, on: loop)
+        let accepted = context.workers.submit {
             // Queued past its deadline: the client has had its 503; do not start the work.
             guard monotonicNanoseconds() < deadline else { return }
             let response = context.run(route, request, body)
-            loop.execute { self.respond(response) }
+            loop.execute { this.value.respond(response) }
         }
         if !accepted { respondOverloaded() }
     }
@@ -84,9 +86,10 @@ public final class Responder: @unchecked Sendable {
     public func offload(deferring start: @escaping @Sendable (_ answer: @escaping Answer) throws -> HTTPResponse?) {
         let context = loop.context, loop = self.loop, route = self.route, request = self.request
         let deadline = workDeadline
-        let answer: Answer = { [self] make in
+        let this = LoopBound(self, on: loop)
+        let answer: Answer = { make in
             let response = context.run(route, request, make)
-            loop.execute { self.respond(response) }
+            loop.execute { this.value.respond(response) }
         }
         let accepted = context.workers.submit {
             guard monotonicNanoseconds() < deadline else { return }
@@ -96,7 +99,7 @@ public final class Responder: @unchecked Sendable {
             } catch {
                 immediate = context.run(route, request) { throw error }
             }
-            if let immediate { loop.execute { self.respond(immediate) } }
+            if let immediate { loop.execute { this.value.respond(immediate) } }
         }
         if !accepted { respondOverloaded() }
     }
@@ -107,7 +110,7 @@ public final class Responder: @unchecked Sendable {
                                      then next: @escaping (Result<T, any Error>) -> Void) {
         let context = loop.context, loop = self.loop
         let deadline = workDeadline
-        let continuation = LoopConfined(next)
+        let continuation = LoopBound(next, on: loop)
         let accepted = context.workers.submit {
             guard monotonicNanoseconds() < deadline else { return }
             let result = Result { try work() }
@@ -120,11 +123,4 @@ public final class Responder: @unchecked Sendable {
         respond(HTTPError(503, "The server is overloaded; retry shortly.",
                           headers: HTTPHeaders([("Retry-After", "1")])).response(requestID: request.requestID))
     }
-}
-
-/// A value handed to another thread only to come back to the loop it belongs to.
-final class LoopConfined<Value>: @unchecked Sendable {
-    // @unchecked: created on a loop and used only on that loop (after `EventLoop.execute`).
-    let value: Value
-    init(_ value: Value) { self.value = value }
 }

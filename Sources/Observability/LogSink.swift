@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Synchronization
 
 /// The process-wide destination of log lines.
@@ -9,9 +10,7 @@ import Synchronization
 /// writer waits, the buffer fills to `maxBufferedBytes`, and further lines are dropped and
 /// counted (`droppedLines`, published as `teamcache_log_lines_dropped_total`): requests go
 /// on, and memory stays bounded.
-public final class LogSink: @unchecked Sendable {
-    // @unchecked: `buffer`, `fd`, `writerStarted` and `wakeUp` are guarded by `condition`;
-    // `minimum` and `dropped` are atomic.
+public final class LogSink: Sendable {
     public static let shared = LogSink()
 
     /// Past this many buffered bytes new lines are dropped.
@@ -19,17 +18,28 @@ public final class LogSink: @unchecked Sendable {
     /// A write of at most PIPE_BUF bytes to a pipe with that much room never blocks.
     private static let chunk = 4096
 
-    private let condition = NSCondition()
-    private var buffer: [UInt8] = []
-    private var fd: Int32 = 2
+    /// The buffer and who writes it out, only inside the monitor's lock.
+    struct State {
+        var buffer: [UInt8] = []
+        var fd: Int32 = 2
+        var writerStarted = false
+        var wakeUp = false
+        /// True while a thread writes a batch it took: only one writes at a time (lines from two
+        /// writers would interleave), and `flush` waits for a batch already taken.
+        var writing = false
+
+        /// Takes the buffered bytes to write out (the caller writes them, then `finished`).
+        mutating func take() -> ([UInt8], Int32) {
+            writing = true
+            defer { buffer.removeAll(keepingCapacity: true) }
+            return (buffer, fd)
+        }
+    }
+
+    private let state = Monitor(State())
     /// Read on every log call (and every request, for the access log): atomic, not locked.
     private let minimum = Atomic<Int>(LogLevel.info.rawValue)
     private let dropped = Atomic<Int>(0)
-    private var writerStarted = false
-    private var wakeUp = false
-    /// True while a thread writes a batch it took: only one writes at a time (lines from two
-    /// writers would interleave), and `flush` waits for a batch already taken.
-    private var writing = false
 
     public var level: LogLevel { LogLevel(rawValue: minimum.load(ordering: .relaxed)) ?? .info }
 
@@ -39,21 +49,22 @@ public final class LogSink: @unchecked Sendable {
     /// Sets the minimum level and the output descriptor (2 = standard error).
     public func configure(level: LogLevel, fd: Int32 = 2) {
         minimum.store(level.rawValue, ordering: .relaxed)
-        condition.withLock { self.fd = fd }
+        state.withLock { $0.fd = fd }
     }
 
     /// Appends complete lines (one or many, each ending in a newline); never blocks on I/O.
     public func write(_ lines: [UInt8], urgent: Bool = false) {
-        let kept = condition.withLock {
-            guard buffer.count + lines.count <= Self.maxBufferedBytes else { return false }
-            buffer.append(contentsOf: lines)
-            if urgent || buffer.count > 64 * 1024 {
-                wakeUp = true
-                condition.broadcast()
-            }
-            startWriterLocked()
-            return true
+        let (kept, wake, startWriter) = state.withLock { state -> (Bool, Bool, Bool) in
+            guard state.buffer.count + lines.count <= Self.maxBufferedBytes else { return (false, false, false) }
+            state.buffer.append(contentsOf: lines)
+            let wake = urgent || state.buffer.count > 64 * 1024
+            if wake { state.wakeUp = true }
+            let startWriter = !state.writerStarted
+            state.writerStarted = true
+            return (true, wake, startWriter)
         }
+        if wake { state.change { _ in } }
+        if startWriter { startWriting() }
         if !kept {
             let count = lines.reduce(0) { $0 + ($1 == 10 ? 1 : 0) }
             dropped.add(max(count, 1), ordering: .relaxed)
@@ -64,41 +75,26 @@ public final class LogSink: @unchecked Sendable {
     /// (at shutdown: a stuck output must not hold the process).
     public func flush(timeout: TimeInterval = 2) {
         let deadline = Date().addingTimeInterval(timeout)
-        let taken = condition.withLock { () -> ([UInt8], Int32)? in
-            while writing && condition.wait(until: deadline) {}
-            guard !writing else { return nil }
-            writing = true
-            defer { buffer.removeAll(keepingCapacity: true) }
-            return (buffer, fd)
+        let taken = state.wait(until: deadline, while: { $0.writing }) { state, _ -> ([UInt8], Int32)? in
+            state.writing ? nil : state.take()
         }
         guard let (bytes, target) = taken else { return }
         Self.output(bytes, to: target, deadline: deadline)
-        condition.withLock {
-            writing = false
-            condition.broadcast()
-        }
+        state.change { $0.writing = false }
     }
 
-    private func startWriterLocked() {
-        guard !writerStarted else { return }
-        writerStarted = true
+    /// The writer thread: every 100 ms, or at once when woken, it writes out the buffer.
+    private func startWriting() {
         let thread = Thread { [self] in
             while true {
-                let (bytes, target) = condition.withLock { () -> ([UInt8], Int32) in
-                    let until = Date().addingTimeInterval(0.1)
-                    while (!wakeUp || writing) && condition.wait(until: until) {}
-                    while writing { condition.wait() }
-                    wakeUp = false
-                    writing = true
-                    defer { buffer.removeAll(keepingCapacity: true) }
-                    return (buffer, fd)
+                state.wait(until: Date().addingTimeInterval(0.1), while: { !$0.wakeUp || $0.writing }) { _, _ in }
+                let (bytes, target) = state.wait(while: { $0.writing }) { state, _ in
+                    state.wakeUp = false
+                    return state.take()
                 }
                 // No deadline here: this thread may wait; callers do not wait for it.
                 Self.output(bytes, to: target, deadline: nil)
-                condition.withLock {
-                    writing = false
-                    condition.broadcast()
-                }
+                state.change { $0.writing = false }
             }
         }
         thread.name = "log-writer"

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Observability
 
 /// A bounded pool of PostgreSQL connections shared by the request workers.
@@ -7,8 +8,7 @@ import Observability
 /// or dead database turns into a fast 503 rather than a pile of hung requests. A connection
 /// found broken is dropped and a fresh one opened on demand, which is how the pool recovers
 /// after PostgreSQL restarts without restarting the process.
-public final class ConnectionPool: @unchecked Sendable {
-    // @unchecked: `idle`, `open`, `lastConnectFailure` are guarded by `condition`'s lock.
+public final class ConnectionPool: Sendable {
     public struct Configuration: Sendable {
         public var url: String
         /// libpq keywords passed beside the URL (e.g. another `dbname`), never spliced into it.
@@ -32,10 +32,40 @@ public final class ConnectionPool: @unchecked Sendable {
     }
 
     public let configuration: Configuration
-    private let condition = NSCondition()
-    private var idle: [PostgresConnection] = []
-    private var open = 0
-    private var lastConnectFailure: (Date, PostgresError)?
+    /// The pool's connections, only inside the monitor's lock.
+    struct State {
+        var idle: [PostgresConnection] = []
+        /// Connections open or being opened, handed out or idle.
+        var open = 0
+        var lastConnectFailure: (Date, PostgresError)?
+
+        /// Whether a caller can be given something now: an idle connection, or room to open one.
+        func canGrant(maximum: Int) -> Bool { !idle.isEmpty || open < maximum }
+
+        /// A healthy idle connection, else the right to open one (or the recent failure that
+        /// holds new connects back). Only when `canGrant`: dropping broken idle connections
+        /// makes the room to open one.
+        mutating func grant(maximum: Int, backoff: TimeInterval) -> Grant {
+            while let connection = idle.popLast() {
+                if connection.looksHealthy() { return .idle(connection) }
+                open -= 1
+            }
+            if let (when, error) = lastConnectFailure, Date().timeIntervalSince(when) < backoff {
+                return .failedRecently(error)
+            }
+            open += 1
+            return .connect
+        }
+    }
+
+    enum Grant {
+        case idle(PostgresConnection)
+        case connect
+        case failedRecently(PostgresError)
+        case timedOut
+    }
+
+    private let pool = Monitor(State())
     private let metrics: PoolMetrics?
 
     public init(_ configuration: Configuration, metrics registry: MetricsRegistry? = nil) {
@@ -48,7 +78,7 @@ public final class ConnectionPool: @unchecked Sendable {
 
     /// Connections handed out right now, and connections open but idle.
     public var counts: (inUse: Int, idle: Int) {
-        condition.withLock { (open - idle.count, idle.count) }
+        pool.withLock { ($0.open - $0.idle.count, $0.idle.count) }
     }
 
     /// Runs `body` with a connection of its own, returning the connection afterwards.
@@ -74,43 +104,36 @@ public final class ConnectionPool: @unchecked Sendable {
 
     /// Closes idle connections (at shutdown); connections in use close when returned.
     public func closeIdle() {
-        condition.withLock {
-            open -= idle.count
-            idle.removeAll()
+        pool.withLock { state in
+            state.open -= state.idle.count
+            state.idle.removeAll()
         }
     }
 
     private func acquire(timeout: TimeInterval) throws -> PostgresConnection {
         let started = Date()
         let deadline = started.addingTimeInterval(timeout)
+        let maximum = configuration.maxConnections, backoff = configuration.reconnectBackoff
         var waited = false
-        condition.lock()
-        while true {
-            while let connection = idle.popLast() {
-                if connection.looksHealthy() {
-                    condition.unlock()
-                    recordWait(waited, since: started)
-                    return connection
-                }
-                open -= 1
-            }
-            if open < configuration.maxConnections {
-                if let (when, error) = lastConnectFailure,
-                   Date().timeIntervalSince(when) < configuration.reconnectBackoff {
-                    condition.unlock()
-                    throw error
-                }
-                open += 1
-                condition.unlock()
-                return try connect()
-            }
-            waited = true
-            if !condition.wait(until: deadline) {
-                condition.unlock()
-                metrics?.timeouts.inc()
-                recordWait(true, since: started)
-                throw PostgresError(.poolBusy)
-            }
+        let grant = pool.wait(until: deadline, while: { state in
+            let waits = !state.canGrant(maximum: maximum)
+            waited = waited || waits
+            return waits
+        }, then: { state, timedOut in
+            timedOut ? .timedOut : state.grant(maximum: maximum, backoff: backoff)
+        })
+        switch grant {
+        case .idle(let connection):
+            recordWait(waited, since: started)
+            return connection
+        case .connect:
+            return try connect()
+        case .failedRecently(let error):
+            throw error
+        case .timedOut:
+            metrics?.timeouts.inc()
+            recordWait(true, since: started)
+            throw PostgresError(.poolBusy)
         }
     }
 
@@ -119,28 +142,25 @@ public final class ConnectionPool: @unchecked Sendable {
             let connection = try PostgresConnection(url: configuration.url, overrides: configuration.overrides,
                                                 limits: configuration.limits)
             if configuration.requirePrimary { try connection.requirePrimary() }
-            condition.withLock { lastConnectFailure = nil }
+            pool.withLock { $0.lastConnectFailure = nil }
             return connection
         } catch let error as PostgresError {
-            condition.withLock {
-                open -= 1
-                lastConnectFailure = (Date(), error)
-                condition.signal()
+            // Room for one more: a waiter may open it (after the backoff) or take a returned one.
+            pool.change(wakingAll: false) { state in
+                state.open -= 1
+                state.lastConnectFailure = (Date(), error)
             }
             throw error
         }
     }
 
     private func release(_ connection: PostgresConnection) {
-        condition.withLock {
+        // Checked before the lock: the checks ask libpq, and the lock is every caller's.
+        let reusable = !(connection.isBroken || connection.carriedLargeMessage || !connection.isOutsideTransaction)
+        pool.change(wakingAll: false) { state in
             // A connection left inside a transaction (a body that threw before its ROLLBACK
             // could run, say) is closed rather than returned: closing rolls it back.
-            if connection.isBroken || connection.carriedLargeMessage || !connection.isOutsideTransaction {
-                open -= 1
-            } else {
-                idle.append(connection)
-            }
-            condition.signal()
+            if reusable { state.idle.append(connection) } else { state.open -= 1 }
         }
     }
 

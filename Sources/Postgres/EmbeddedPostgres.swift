@@ -1,5 +1,6 @@
 import Cryptography
 import Foundation
+import Locking
 import Observability
 
 /// A PostgreSQL cluster that TeamCache runs itself under a data folder: the zero-configuration
@@ -17,9 +18,7 @@ import Observability
 /// last one out stops it, if a TeamCache process started it (`owner.pid`): a CLI command
 /// never stops it under a server, and a cluster left by a `serve` killed with SIGKILL is
 /// stopped by the next process to use it and leave.
-public final class EmbeddedPostgres: @unchecked Sendable {
-    // @unchecked: `users` is changed in start() and stop(), both called from the single
-    // owner thread at start-up and shutdown.
+public final class EmbeddedPostgres: Sendable {
     public struct Options: Sendable {
         /// Tests trade durability for speed (fsync off); a served cache keeps it on.
         public var durable = true
@@ -32,7 +31,9 @@ public final class EmbeddedPostgres: @unchecked Sendable {
     public let root: URL
     public let options: Options
     private let logger = Logger(component: "embedded-postgres")
-    private var users: ClusterUsers
+    /// This process's use of the cluster. Its lock is held through a whole start or stop
+    /// (seconds, at start-up and shutdown only): two at once in one process are run in turn.
+    private let users: Locked<ClusterUsers>
 
     public var clusterDirectory: URL { root.appendingPathComponent("postgres") }
     public var logFile: URL { root.appendingPathComponent("postgres.log") }
@@ -40,7 +41,7 @@ public final class EmbeddedPostgres: @unchecked Sendable {
     public init(root: URL, options: Options = Options()) {
         self.root = root.standardizedFileURL
         self.options = options
-        users = ClusterUsers(folder: self.root)
+        users = Locked(ClusterUsers(folder: self.root))
     }
 
     /// Initialises the cluster if new, starts it unless it already runs (a server or another
@@ -48,7 +49,7 @@ public final class EmbeddedPostgres: @unchecked Sendable {
     /// process uses the cluster until `stop()`.
     public func start() throws -> String {
         try prepareDirectories()
-        try users.join {
+        try users.withLock { users in try users.join {
             if !FileManager.default.fileExists(atPath: clusterDirectory.appendingPathComponent("PG_VERSION").path) {
                 logger.info("initialising embedded PostgreSQL", [("data", .string(clusterDirectory.path))])
                 try initialise()
@@ -66,19 +67,19 @@ public final class EmbeddedPostgres: @unchecked Sendable {
                 logger.info("embedded PostgreSQL started", [("data", .string(clusterDirectory.path))])
             }
             try createDatabase()
-        }
+        } }
         return url(database: options.database)
     }
 
     /// Stops using the cluster, and stops the cluster if no other process uses it and a
     /// TeamCache process started it (one started by hand is left alone).
     public func stop() {
-        users.leave {
+        users.withLock { users in users.leave {
             guard FileManager.default.fileExists(atPath: starterFile.path) else { return }
             _ = try? run("pg_ctl", ["-D", clusterDirectory.path, "-m", "fast", "-w", "stop"], what: "stop PostgreSQL")
             try? FileManager.default.removeItem(at: starterFile)
             logger.info("embedded PostgreSQL stopped", [("data", .string(clusterDirectory.path))])
-        }
+        } }
     }
 
     /// The socket folder: inside the data folder when the path fits a Unix socket name

@@ -1,10 +1,11 @@
 import CLibPQ
 import Foundation
+import Locking
 
 /// What drives a `LoopConnection`: an event loop that watches descriptors, runs hooks at the
 /// end of each iteration and accepts tasks from other threads. Only the loop's thread calls
 /// `watch`, `unwatch` and `onEachIteration`.
-public protocol Reactor: AnyObject, Sendable {
+public protocol Reactor: ConfiningLoop {
     func watch(_ fd: Int32, writable: Bool, _ callback: @escaping () -> Void)
     func unwatch(_ fd: Int32)
     func onEachIteration(_ hook: @escaping () -> Void)
@@ -19,10 +20,9 @@ public protocol Reactor: AnyObject, Sendable {
 /// Connecting (which blocks in libpq) happens on a short-lived thread; the connection is
 /// handed to the loop when ready. A statement that gets no answer within `timeout`, or a
 /// broken socket, fails with `connectionLost` and drops the connection; a new one is tried
-/// after `reconnectDelay`. Loop-confined, like the reactor's other users.
-public final class LoopConnection: @unchecked Sendable {
-    // @unchecked: touched only on the reactor's thread; the connecting thread hands its
-    // result over through `Reactor.execute`.
+/// after `reconnectDelay`. Loop-confined, like the reactor's other users (not `Sendable`): the
+/// connecting thread hands its result back through `Reactor.execute`, to a `LoopBound` self.
+public final class LoopConnection {
     public typealias Completion = (Result<PostgresResult, PostgresError>) -> Void
 
     public struct Configuration: Sendable {
@@ -101,9 +101,10 @@ public final class LoopConnection: @unchecked Sendable {
         guard !stopped, let reactor, case .closed(let retryAt) = state, reactor.nanoseconds >= retryAt else { return }
         state = .connecting
         let configuration = self.configuration
-        Thread.detachNewThread { [self] in
+        let this = LoopBound(self, on: reactor)
+        Thread.detachNewThread {
             let connection = Self.open(configuration)
-            reactor.execute { [self] in self.connected(connection) }
+            reactor.execute { this.value.connected(connection) }
         }
     }
 

@@ -17,7 +17,10 @@ import Postgres
 /// (a dead socket fails it, and the connection is replaced), and the near-cache serves only
 /// while heartbeats come back (`NearCache.confirmLive`).
 final class KeyListener: @unchecked Sendable {
-    // @unchecked: `connection` is confined to the loop it is attached to.
+    // @unchecked: made before its loop exists and closed after it stopped (by the service,
+    // which holds it), it is used in between only by that loop: `attach` runs on the loop's
+    // thread before it serves, and its connection and `nextBeat` are touched from the loop's
+    // iteration hook only. (A `LoopBound` cannot hold it: it has no loop when it is made.)
     static let channel = "teamcache_keys"
     public static let applicationName = "teamcache-listen"
 

@@ -1,6 +1,7 @@
 import CacheCore
 import Foundation
 import HTTPServer
+import Locking
 import Observability
 
 /// Requests parked until their key changes, their lease's holder is done, or their time runs
@@ -11,10 +12,10 @@ import Observability
 /// committed change to the key, or its lease ending, on any replica), by its own re-check
 /// time (its deadline, the lease's expiry, or every second while the listener is down), or
 /// at shutdown; waking runs its read again on its loop.
-final class Waiters: @unchecked Sendable {
-    // @unchecked: `byKey`, `count`, `closing` and `listenerUp` are guarded by `lock`; each
-    // waiter's `done` and each loop's timers are touched only on that loop's thread.
-    final class Waiter: @unchecked Sendable {
+final class Waiters: Sendable {
+    /// One parked request. Confined to its loop (not `Sendable`): the shared table holds it as
+    /// a `LoopBound`, and a wake-up runs it through its loop's `execute`.
+    final class Waiter {
         let namespace: String
         let key: [UInt8]
         let loop: EventLoop
@@ -36,18 +37,36 @@ final class Waiters: @unchecked Sendable {
     /// How often a waiter re-checks while the listener is down (notifications may be lost).
     static let fallbackRecheck: TimeInterval = 1
 
+    /// A parked waiter as the shared table holds it: its loop (to run it there) and itself.
+    struct Parked {
+        let loop: EventLoop
+        let waiter: LoopBound<Waiter>
+    }
+
+    /// What every loop shares, only inside `state`'s lock.
+    struct State {
+        var byKey: [String: [[UInt8]: [ObjectIdentifier: Parked]]] = [:]
+        var count = 0
+        var closing = false
+        var listenerIsUp = false
+        /// Wake-ups. A request notes their count before it reads; if its key was woken after
+        /// that (a fill that landed between its read and its parking), it reads again instead
+        /// of parking, so no notification is lost in that gap.
+        var wakes = RecentChanges()
+        /// One timer heap per event loop, by loop index (each used on its loop only).
+        var timers: [Int: LoopBound<WaiterTimers>] = [:]
+
+        /// Takes every parked waiter out of the table.
+        mutating func takeAll() -> [Parked] {
+            let all = byKey.values.flatMap { $0.values.flatMap(\.values) }
+            byKey = [:]
+            count = 0
+            return all
+        }
+    }
+
     let capacity: Int
-    private let lock = NSLock()
-    private var byKey: [String: [[UInt8]: [ObjectIdentifier: Waiter]]] = [:]
-    private var count = 0
-    private var closing = false
-    private var listenerIsUp = false
-    /// Wake-ups. A request notes their count before it reads; if its key was woken after
-    /// that (a fill that landed between its read and its parking), it reads again instead
-    /// of parking, so no notification is lost in that gap.
-    private var wakes = RecentChanges()
-    /// One timer heap per event loop, by loop index (each touched on its loop only).
-    private var timers: [Int: WaiterTimers] = [:]
+    private let state = Locked(State())
     private let outcomes: CounterFamily?
 
     init(capacity: Int, metrics: MetricsRegistry?) {
@@ -59,7 +78,7 @@ final class Waiters: @unchecked Sendable {
         let up = metrics.gauge("teamcache_notify_listener_up", "1 while this process listens for key changes.")
         metrics.addCollector { [weak self] in
             guard let self else { return }
-            let (waiting, listening) = lock.withLock { (count, listenerIsUp) }
+            let (waiting, listening) = state.withLock { ($0.count, $0.listenerIsUp) }
             parked.set([], Double(waiting))
             up.set([], listening ? 1 : 0)
         }
@@ -68,15 +87,16 @@ final class Waiters: @unchecked Sendable {
     /// Gives `loop` its timer heap (on the loop's thread, before it serves).
     func attach(to loop: EventLoop) {
         let heap = WaiterTimers()
-        lock.withLock { timers[loop.index] = heap }
+        let bound = LoopBound(heap, on: loop)
+        state.withLock { $0.timers[loop.index] = bound }
         loop.onEachIteration { [weak self] in self?.fireDue(heap, now: loop.nanoseconds) }
     }
 
-    var listenerUp: Bool { lock.withLock { listenerIsUp } }
+    var listenerUp: Bool { state.withLock { $0.listenerIsUp } }
 
     /// Whether any key of `namespace` may have changed after `since` (a count noted earlier).
     func changed(_ namespace: String, since: UInt64) -> Bool {
-        lock.withLock { wakes.changed(namespace, Self.anyKey, since: since) }
+        state.withLock { $0.wakes.changed(namespace, Self.anyKey, since: since) }
     }
 
     /// How long from now a waiter may sleep before it must re-check by itself.
@@ -85,7 +105,7 @@ final class Waiters: @unchecked Sendable {
     }
 
     /// The wake-up count now: note it before reading a key that may be parked on.
-    var now: UInt64 { lock.withLock { wakes.count } }
+    var now: UInt64 { state.withLock { $0.wakes.count } }
 
     /// Parks a request on `loop` (call on that loop's thread) until woken or `at`
     /// (monotonic nanoseconds). `.full` when it may not park (full, or stopping): answer
@@ -95,20 +115,22 @@ final class Waiters: @unchecked Sendable {
     func park(namespace: String, key: [UInt8], since: UInt64, loop: EventLoop, at: UInt64,
               retry: @escaping (_ final: Bool) -> Void) -> Parking {
         let waiter = Waiter(namespace: namespace, key: key, loop: loop, retry: retry)
+        let parked = Parked(loop: loop, waiter: LoopBound(waiter, on: loop))
         var woken = false
-        let heap: WaiterTimers? = lock.withLock {
-            guard !closing, count < capacity, let heap = timers[loop.index] else { return nil }
-            if wakes.changed(namespace, key, since: since) {
+        let capacity = self.capacity
+        let heap: LoopBound<WaiterTimers>? = state.withLock { state in
+            guard !state.closing, state.count < capacity, let heap = state.timers[loop.index] else { return nil }
+            if state.wakes.changed(namespace, key, since: since) {
                 woken = true
                 return nil
             }
-            byKey[namespace, default: [:]][key, default: [:]][ObjectIdentifier(waiter)] = waiter
-            count += 1
+            state.byKey[namespace, default: [:]][key, default: [:]][ObjectIdentifier(waiter)] = parked
+            state.count += 1
             return heap
         }
         if woken { return .wokenMeanwhile }
         guard let heap else { return .full }
-        heap.push(at, waiter)
+        heap.value.push(at, waiter)
         return .parked(waiter)
     }
 
@@ -123,10 +145,10 @@ final class Waiters: @unchecked Sendable {
 
     /// Wakes the waiters of one key (nil: of the whole namespace), on their loops.
     func wake(namespace: String, key: [UInt8]?) {
-        let woken: [Waiter] = lock.withLock {
-            wakes.record(namespace, key)
-            guard var keys = byKey[namespace] else { return [] }
-            var taken: [Waiter] = []
+        let woken: [Parked] = state.withLock { state in
+            state.wakes.record(namespace, key)
+            guard var keys = state.byKey[namespace] else { return [] }
+            var taken: [Parked] = []
             if let key {
                 taken = keys.removeValue(forKey: key).map { Array($0.values) } ?? []
                 // Waiters on the whole namespace (the change feed's) wake at any of its keys.
@@ -135,30 +157,35 @@ final class Waiters: @unchecked Sendable {
                 taken = keys.values.flatMap(\.values)
                 keys = [:]
             }
-            byKey[namespace] = keys.isEmpty ? nil : keys
-            count -= taken.count
+            state.byKey[namespace] = keys.isEmpty ? nil : keys
+            state.count -= taken.count
             return taken
         }
-        for waiter in woken { waiter.loop.execute { [self] in fire(waiter, final: false, removed: true) } }
+        run(woken, final: false)
     }
 
     /// Wakes every waiter: they re-check (the listener reconnected and may have missed
     /// notifications), or answer now when `final` (the service is stopping).
     func wakeAll(final: Bool) {
-        let woken: [Waiter] = lock.withLock {
-            if final { closing = true }
+        let woken: [Parked] = state.withLock { state in
+            if final { state.closing = true }
             // Everything may have changed (the listener was away): nothing noted before counts.
-            wakes.recordEverything()
-            let all = byKey.values.flatMap { $0.values.flatMap(\.values) }
-            byKey = [:]
-            count = 0
-            return all
+            state.wakes.recordEverything()
+            return state.takeAll()
         }
-        for waiter in woken { waiter.loop.execute { [self] in fire(waiter, final: final, removed: true) } }
+        run(woken, final: final)
+    }
+
+    /// Runs waiters taken out of the table, each on its own loop.
+    private func run(_ woken: [Parked], final: Bool) {
+        for parked in woken {
+            let waiter = parked.waiter
+            parked.loop.execute { [self] in fire(waiter.value, final: final, removed: true) }
+        }
     }
 
     func setListener(up: Bool) {
-        lock.withLock { listenerIsUp = up }
+        state.withLock { $0.listenerIsUp = up }
     }
 
     func count(_ outcome: String) { outcomes?.inc([outcome]) }
@@ -173,13 +200,12 @@ final class Waiters: @unchecked Sendable {
     }
 
     private func remove(_ waiter: Waiter) {
-        lock.withLock {
-            guard byKey[waiter.namespace]?[waiter.key]?.removeValue(forKey: ObjectIdentifier(waiter)) != nil else {
-                return
-            }
-            count -= 1
-            if byKey[waiter.namespace]?[waiter.key]?.isEmpty == true { byKey[waiter.namespace]?[waiter.key] = nil }
-            if byKey[waiter.namespace]?.isEmpty == true { byKey[waiter.namespace] = nil }
+        let (namespace, key, id) = (waiter.namespace, waiter.key, ObjectIdentifier(waiter))
+        state.withLock { state in
+            guard state.byKey[namespace]?[key]?.removeValue(forKey: id) != nil else { return }
+            state.count -= 1
+            if state.byKey[namespace]?[key]?.isEmpty == true { state.byKey[namespace]?[key] = nil }
+            if state.byKey[namespace]?.isEmpty == true { state.byKey[namespace] = nil }
         }
     }
 
