@@ -2,7 +2,8 @@
 import PackageDescription
 
 // Layering (lower never imports higher):
-//   Locking → C wrappers, Cryptography, Observability → Postgres, HTTPServer, CacheCore → TeamCache
+//   Locking → C wrappers, Cryptography, Observability → Postgres, HTTPServer, CacheCore
+//   → CacheStore (CacheCore on PostgreSQL) → TeamCache
 //   → TeamCacheCLI (the `teamcache` executable)
 let package = Package(
     name: "TeamCache",
@@ -29,10 +30,15 @@ let package = Package(
         .target(name: "CacheKeys", dependencies: [.target(name: "Cryptography", condition: .when(platforms: [
             .linux, .android, .windows, .wasi, .openbsd,
         ]))]),
-        .target(name: "CacheCore", dependencies: ["CZlib", "CacheKeys", "Cryptography", "Locking", "Observability",
-                                                  "Postgres"]),
-        .target(name: "TeamCache", dependencies: ["CacheCore", "CacheKeys", "HTTPServer", "Postgres", "Cryptography",
-                                                  "Locking", "Observability"]),
+        // The cache's domain: entries and freshness, policy, names, the near-cache, recent
+        // changes, held leases, gzip, the dump format, feed changes. No database here.
+        .target(name: "CacheCore", dependencies: ["CZlib", "CacheKeys", "Cryptography", "Locking", "Observability"]),
+        // The domain stored in PostgreSQL: the entry store and its batchers, the group write,
+        // eviction, leases, access tracking, the keyring and sealing, import.
+        .target(name: "CacheStore", dependencies: ["CacheCore", "CacheKeys", "Cryptography", "Locking", "Observability",
+                                                   "Postgres"]),
+        .target(name: "TeamCache", dependencies: ["CacheCore", "CacheStore", "CacheKeys", "HTTPServer", "Postgres",
+                                                  "Cryptography", "Locking", "Observability"]),
         // The command line (`teamcache serve`, `migrate`, `tokens`, …). Not named `teamcache`:
         // that differs from `TeamCache` only in case, and macOS's default file system folds it.
         .executableTarget(name: "TeamCacheCLI", dependencies: ["TeamCache"]),
@@ -48,7 +54,10 @@ let package = Package(
 
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "Locking", "TestSupport"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "Locking", "Observability", "TestSupport"]),
-        .testTarget(name: "CacheCoreTests", dependencies: ["CacheCore", "Locking", "CacheKeys", "TestSupport"]),
+        // The domain's tests: no database, no server.
+        .testTarget(name: "CacheCoreTests", dependencies: ["CacheCore", "CLinux", "Locking", "CacheKeys"]),
+        .testTarget(name: "CacheKeysTests", dependencies: ["CacheKeys"]),
+        .testTarget(name: "CacheStoreTests", dependencies: ["CacheStore", "CacheCore", "Locking", "Postgres", "TestSupport"]),
         .testTarget(name: "IntegrationTests", dependencies: ["TeamCache", "Locking", "TeamCacheClient", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -33,6 +33,18 @@ public struct TopEntry: Sendable, Equatable {
     public let hitCount: Int
     public let lastAccessedAt: Date
     public let writerTokenID: Int?
+
+    /// Every member (the store builds these from its rows).
+    package init(namespace: String, key: [UInt8], promptDigest: String?, model: String?, hitCount: Int,
+                 lastAccessedAt: Date, writerTokenID: Int?) {
+        self.namespace = namespace
+        self.key = key
+        self.promptDigest = promptDigest
+        self.model = model
+        self.hitCount = hitCount
+        self.lastAccessedAt = lastAccessedAt
+        self.writerTokenID = writerTokenID
+    }
 }
 
 /// Per-namespace settings.

@@ -20,6 +20,28 @@ public struct StoredEntry: Sendable {
     /// Seconds after `expiresAt` for which the entry is still served, while one caller
     /// refreshes it (RFC 5861 `stale-while-revalidate`); 0: no such window.
     public var staleWhileRevalidate = 0
+
+    /// Every member (the store builds these from its rows).
+    package init(id: Int64, namespace: String, key: [UInt8], body: [UInt8], encoding: BodyEncoding,
+                 contentType: String, identitySize: Int, etag: String, model: String?, metadata: String?,
+                 inputTokens: Int, outputTokens: Int, updatedAt: Date, expiresAt: Date,
+                 staleWhileRevalidate: Int = 0) {
+        self.id = id
+        self.namespace = namespace
+        self.key = key
+        self.body = body
+        self.encoding = encoding
+        self.contentType = contentType
+        self.identitySize = identitySize
+        self.etag = etag
+        self.model = model
+        self.metadata = metadata
+        self.inputTokens = inputTokens
+        self.outputTokens = outputTokens
+        self.updatedAt = updatedAt
+        self.expiresAt = expiresAt
+        self.staleWhileRevalidate = staleWhileRevalidate
+    }
 }
 
 /// Whether a stored entry may be served now.
@@ -79,11 +101,11 @@ public struct EntryWrite: Sendable {
     public var condition: WriteCondition = .none
     /// What is stored instead of the body, its encoding and the metadata, when the namespace
     /// is encrypted (set by the store, `EntryStore.sealed`).
-    var sealed: (body: [UInt8], encoding: String, metadata: String?)?
+    package var sealed: (body: [UInt8], encoding: String, metadata: String?)?
 
-    var storedBytes: [UInt8] { sealed?.body ?? body.bytes }
-    var storedEncoding: String { sealed?.encoding ?? body.encoding.rawValue }
-    var storedMetadata: String? { sealed.map(\.metadata) ?? metadata }
+    package var storedBytes: [UInt8] { sealed?.body ?? body.bytes }
+    package var storedEncoding: String { sealed?.encoding ?? body.encoding.rawValue }
+    package var storedMetadata: String? { sealed.map(\.metadata) ?? metadata }
 
     public init(namespace: Namespace, key: EntryKey, body: StoredBody, contentType: String) {
         self.namespace = namespace

@@ -22,7 +22,7 @@ public struct FeedChange: Sendable, Equatable {
     public var body: [UInt8]?
     public var encoding: BodyEncoding?
     /// The entry's id while it holds this change's version (to fetch the body by).
-    var entryID: Int64?
+    package var entryID: Int64?
 
     public var json: JSONValue {
         var members: [(String, JSONValue)] = [("cursor", .string(String(cursor))), ("kind", .string(kind.rawValue))]
@@ -43,6 +43,25 @@ public struct FeedChange: Sendable, Equatable {
             members += [("body_base64", .string(Data(body).base64EncodedString())), ("encoding", .string(encoding.rawValue))]
         }
         return .object(members)
+    }
+
+    /// Every member (the store builds these from its rows).
+    package init(cursor: Int64, kind: Kind, key: [UInt8], etag: String? = nil, identitySize: Int? = nil,
+                 storedSize: Int? = nil, contentType: String? = nil, expiresAt: String? = nil,
+                 staleUntil: String? = nil, body: [UInt8]? = nil, encoding: BodyEncoding? = nil,
+                 entryID: Int64? = nil) {
+        self.cursor = cursor
+        self.kind = kind
+        self.key = key
+        self.etag = etag
+        self.identitySize = identitySize
+        self.storedSize = storedSize
+        self.contentType = contentType
+        self.expiresAt = expiresAt
+        self.staleUntil = staleUntil
+        self.body = body
+        self.encoding = encoding
+        self.entryID = entryID
     }
 }
 

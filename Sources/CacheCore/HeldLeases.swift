@@ -9,7 +9,7 @@ import Locking
 /// when the key changes or its lease ends on any replica (the key listener), and it is never
 /// consulted to grant anything. Bounded: past `capacity` keys, nothing more is noted (those
 /// keys just ask the database each time), and expired keys are pruned at most once a second.
-final class HeldLeases: Sendable {
+package final class HeldLeases: Sendable {
     let capacity: Int
     private let state = Locked(State())
 
@@ -38,12 +38,12 @@ final class HeldLeases: Sendable {
         }
     }
 
-    init(capacity: Int = 10_000) { self.capacity = capacity }
+    package init(capacity: Int = 10_000) { self.capacity = capacity }
 
     private static var now: TimeInterval { ProcessInfo.processInfo.systemUptime }
 
     /// Whether (namespace, key) is known to be leased right now.
-    func isHeld(_ namespace: String, _ key: [UInt8]) -> Bool {
+    package func isHeld(_ namespace: String, _ key: [UInt8]) -> Bool {
         state.withLock { state in
             guard let end = state.until[namespace]?[key] else { return false }
             if end > Self.now { return true }
@@ -53,11 +53,11 @@ final class HeldLeases: Sendable {
     }
 
     /// Where forgetting stands: take it before asking the database, and pass it to `note`.
-    var generation: UInt64 { state.withLock { $0.forgets.count } }
+    package var generation: UInt64 { state.withLock { $0.forgets.count } }
 
     /// Notes that (namespace, key) is leased for `seconds` more, unless something was
     /// forgotten since `generation` (then the answer may already be out of date).
-    func note(_ namespace: String, _ key: [UInt8], seconds: Int, since generation: UInt64) {
+    package func note(_ namespace: String, _ key: [UInt8], seconds: Int, since generation: UInt64) {
         let now = Self.now
         let capacity = capacity
         state.withLock { state in
@@ -74,7 +74,7 @@ final class HeldLeases: Sendable {
     }
 
     /// Forgets (namespace, key), or every key of the namespace when `key` is nil.
-    func forget(_ namespace: String, _ key: [UInt8]?) {
+    package func forget(_ namespace: String, _ key: [UInt8]?) {
         state.withLock { state in
             state.forgets.record(namespace, key)
             guard state.held > 0 else { return }
@@ -87,7 +87,7 @@ final class HeldLeases: Sendable {
     }
 
     /// Forgets everything (notifications may have been missed).
-    func forgetAll() {
+    package func forgetAll() {
         state.withLock { state in
             state.forgets.recordEverything()
             state.until.removeAll()

@@ -10,7 +10,7 @@ public struct MasterKeys: Sendable {
         /// A fingerprint stored beside each wrapped data key (not secret: it says which master
         /// key to use, and a wrong file is named before any unwrap is tried).
         public let id: String
-        let bytes: [UInt8]
+        package let bytes: [UInt8]
     }
 
     /// Every key of the file, in its order (the first is `sealing`).

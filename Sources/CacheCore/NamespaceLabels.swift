@@ -33,10 +33,10 @@ public struct NamespaceLabels: Sendable {
     /// Labels of every kind at most.
     public var totalCapacity: Int { capacity + provisionalCapacity }
 
-    func holds(_ namespace: String) -> Bool { known.contains(namespace) }
+    package func holds(_ namespace: String) -> Bool { known.contains(namespace) }
 
     /// A namespace that holds an entry or settings.
-    mutating func admit(_ namespace: String) {
+    package mutating func admit(_ namespace: String) {
         // Real labels stay within `capacity`: a provisional one is promoted only while there
         // is room (else it stays provisional, holding its provisional place).
         guard known.count - provisional.count < capacity else { return }
@@ -45,14 +45,14 @@ public struct NamespaceLabels: Sendable {
     }
 
     /// A namespace a token that may write it asks for, holding nothing yet.
-    mutating func admitProvisionally(_ namespace: String) {
+    package mutating func admitProvisionally(_ namespace: String) {
         guard !known.contains(namespace), provisional.count < provisionalCapacity else { return }
         known.insert(namespace)
         provisional.insert(namespace)
     }
 
     /// What the store holds now. Names already known stay (their series must not flap).
-    mutating func learn(_ namespaces: Set<String>) {
+    package mutating func learn(_ namespaces: Set<String>) {
         for name in namespaces.sorted() { admit(name) }
     }
 }

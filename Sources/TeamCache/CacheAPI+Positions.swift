@@ -1,4 +1,5 @@
 import CacheCore
+import CacheStore
 import HTTPServer
 import Postgres
 

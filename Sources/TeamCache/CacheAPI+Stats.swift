@@ -1,5 +1,6 @@
 import CacheCore
 import CacheKeys
+import CacheStore
 import Foundation
 import HTTPServer
 

@@ -1,4 +1,5 @@
 import CacheCore
+import CacheStore
 import Cryptography
 import Foundation
 import HTTPServer

@@ -1,4 +1,5 @@
 import CacheCore
+import CacheStore
 import Foundation
 import Postgres
 import TeamCache

@@ -1,4 +1,5 @@
 @testable import CacheCore
+import CacheStore
 import Foundation
 import Glibc
 import Postgres

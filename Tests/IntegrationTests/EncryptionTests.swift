@@ -1,9 +1,10 @@
-import Locking
 import CacheCore
+import CacheStore
 import Foundation
+import Locking
 import Postgres
-import Testing
 import TeamCache
+import Testing
 import TestSupport
 
 /// Encryption at rest (migration 0013): the real CLI encrypts and rotates, a listening service

@@ -1,3 +1,4 @@
+import CacheStore
 import Foundation
 import Postgres
 import TeamCache

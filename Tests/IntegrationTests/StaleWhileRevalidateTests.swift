@@ -1,9 +1,10 @@
 import CacheCore
-import Postgres
+import CacheStore
 import Foundation
 import Glibc
-import Testing
+import Postgres
 import TeamCache
+import Testing
 import TestSupport
 
 /// Stale-while-revalidate (RFC 5861): past expiry, within the entry's window, every lookup

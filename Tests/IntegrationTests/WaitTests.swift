@@ -1,3 +1,4 @@
+import CacheStore
 import Foundation
 import Glibc
 import Locking

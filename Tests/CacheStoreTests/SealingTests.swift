@@ -1,4 +1,5 @@
-@testable import CacheCore
+import CacheCore
+@testable import CacheStore
 import Cryptography
 import Foundation
 import Testing

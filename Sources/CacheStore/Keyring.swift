@@ -1,3 +1,4 @@
+import CacheCore
 import Cryptography
 import Foundation
 import Locking

@@ -1,10 +1,8 @@
-import CacheCore
 import CacheKeys
 import Cryptography
 import Foundation
 import Testing
 
-/// Pins the key derivation docs/descriptor-keys.md specifies, so clients in any language can rely on it.
 @Suite struct DescriptorKeyTests {
     /// The worked example in docs/descriptor-keys.md.
     @Test func worksAsTheReadmeExample() throws {
@@ -87,47 +85,5 @@ import Testing
         #expect(Descriptor(model: "m", input: .prompt(long)).promptDigest.count == 200)
         let messages = JSONValue.array([.object([("role", .string("user")), ("content", .string("question"))])])
         #expect(Descriptor(model: "m", input: .messages(messages)).promptDigest == "question")
-    }
-}
-
-@Suite struct JSONTests {
-    @Test func canonicalFormSortsKeysAndKeepsNumbers() throws {
-        let value = try JSONParser.parse(" { \"b\" : [1.50, -0, 2e10], \"a\": \"\\u00e9\\n\\/\", \"\\u00e0\": null } ")
-        #expect(value.canonical == "{\"a\":\"é\\n/\",\"b\":[1.50,-0,2e10],\"à\":null}")
-    }
-
-    @Test func rejectsWhatIsNotJSON() {
-        for text in ["", "{", "{\"a\":1,}", "[1 2]", "01", "1.", "\"\\x\"", "{\"a\":1,\"a\":2}", "nul", "\"\u{1}\"",
-                     "\"\\ud800\"", String(repeating: "[", count: 100) + String(repeating: "]", count: 100)] {
-            #expect(throws: JSONParser.Failure.self, "\(text)") { try JSONParser.parse(text) }
-        }
-    }
-
-    @Test func surrogatePairsDecode() throws {
-        #expect(try JSONParser.parse("\"\\ud83d\\ude00\"") == .string("😀"))
-    }
-}
-
-@Suite struct GzipTests {
-    @Test func roundTripsAndEnforcesLimit() throws {
-        let text = Array(String(repeating: "abc", count: 10_000).utf8)
-        let packed = Gzip.compress(text, level: 6)
-        #expect(packed.count < text.count / 10)
-        #expect(try Gzip.decompress(packed, limit: text.count) == text)
-        #expect(throws: Gzip.Failure.tooLarge) { try Gzip.decompress(packed, limit: text.count - 1) }
-        #expect(throws: Gzip.Failure.malformed) { try Gzip.decompress(Array(packed.dropLast(4)), limit: 1 << 20) }
-        #expect(throws: Gzip.Failure.malformed) { try Gzip.decompress(packed + [0], limit: 1 << 20) }
-    }
-
-    @Test func smallOrIncompressibleBodiesStayIdentity() {
-        let policy = CachePolicy()
-        #expect(StoredBody.fromIdentity(Array("tiny".utf8), contentType: "text/plain", policy: policy).encoding
-            == .identity)
-        let random = (0..<4096).map { _ in UInt8.random(in: 0...255) }
-        #expect(StoredBody.fromIdentity(random, contentType: "application/octet-stream", policy: policy).encoding
-            == .identity)
-        let text = Array(String(repeating: "{\"k\":1}", count: 200).utf8)
-        #expect(StoredBody.fromIdentity(text, contentType: "application/json", policy: policy).encoding == .gzip)
-        #expect(StoredBody.fromIdentity(text, contentType: "image/png", policy: policy).encoding == .identity)
     }
 }

@@ -1,3 +1,4 @@
+import CacheCore
 import CacheKeys
 import Foundation
 import Postgres

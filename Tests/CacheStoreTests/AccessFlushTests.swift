@@ -1,6 +1,7 @@
-@testable import CacheCore
-import Locking
+import CacheCore
+@testable import CacheStore
 import Foundation
+import Locking
 import Postgres
 import Testing
 import TestSupport

@@ -1,0 +1,45 @@
+import CacheCore
+import Foundation
+import Postgres
+
+extension DumpedEntry {
+    /// The columns `init(row:)` reads, timestamps already in the dump's form.
+    static let columns = """
+        e.namespace, e.key, e.body, e.encoding, e.content_type, e.identity_size, e.etag, e.model, e.version,
+        e.prompt_digest, e.tags, e.metadata::text AS metadata, e.input_tokens, e.output_tokens,
+        \(timestamp("e.created_at")) AS created_at, \(timestamp("e.updated_at")) AS updated_at,
+        \(timestamp("e.expires_at")) AS expires_at,
+        \(timestamp("e.expires_at + make_interval(secs => e.stale_while_revalidate::float8)")) AS stale_until,
+        e.stale_while_revalidate, coalesce(a.hit_count, 0) AS hit_count,
+        \(timestamp("a.last_accessed_at")) AS last_accessed_at
+        """
+
+    private static func timestamp(_ column: String) -> String {
+        "to_char((\(column)) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+    }
+
+    /// An export row (`columns`), opened if sealed: a dump holds what the entry answers, and
+    /// an import seals it again under the target namespace's key. nil when a sealed entry
+    /// does not open (the keyring logs and counts it; the export goes on without it).
+    init?(row: PostgresRow, keyring: Keyring, pool: ConnectionPool) throws {
+        guard let namespace = try row.string("namespace"), let key = try row.bytes("key"),
+              let stored = try row.bytes("body"), let storedEncoding = try row.string("encoding"),
+              let contentType = try row.string("content_type"), let identitySize = try row.int("identity_size"),
+              let etag = try row.string("etag"), let createdAt = try row.string("created_at"),
+              let updatedAt = try row.string("updated_at"), let expiresAt = try row.string("expires_at") else {
+            throw PostgresError(.decoding, serverMessage: "entry row has unexpected NULLs")
+        }
+        guard case .plain(let body, let encoding, let metadata) = try keyring.open(
+            namespace: namespace, key: key, etag: etag, body: stored, encoding: storedEncoding,
+            metadata: try row.string("metadata"), pool: pool) else { return nil }
+        self.init(namespace: namespace, key: key, body: body, encoding: encoding, contentType: contentType,
+                  identitySize: identitySize, etag: etag, model: try row.string("model"),
+                  version: try row.string("version"), promptDigest: try row.string("prompt_digest"),
+                  tags: try row.stringArray("tags") ?? [], metadata: metadata,
+                  inputTokens: try row.int("input_tokens") ?? 0, outputTokens: try row.int("output_tokens") ?? 0,
+                  createdAt: createdAt, updatedAt: updatedAt, expiresAt: expiresAt,
+                  staleWhileRevalidate: max(0, try row.int("stale_while_revalidate") ?? 0),
+                  hitCount: max(0, try row.int("hit_count") ?? 0), lastAccessedAt: try row.string("last_accessed_at"),
+                  staleUntil: try row.string("stale_until"))
+    }
+}
