@@ -22,12 +22,14 @@ let package = Package(
         .target(name: "Locking"),
         // SHA-256, AES-GCM and HKDF through OpenSSL, and byte helpers.
         .target(name: "Cryptography", dependencies: ["CCrypto"]),
-        .target(name: "Observability", dependencies: ["Locking"]),
+        // The one JSON string escaper (canonical: descriptor keys hash its output).
+        .target(name: "JSONEscaping"),
+        .target(name: "Observability", dependencies: ["JSONEscaping", "Locking"]),
         .target(name: "Postgres", dependencies: ["CLibPQ", "Cryptography", "Locking", "Observability"]),
-        .target(name: "HTTPServer", dependencies: ["CLinux", "Locking", "Observability"]),
+        .target(name: "HTTPServer", dependencies: ["CLinux", "JSONEscaping", "Locking", "Observability"]),
         // Descriptor keys and canonical JSON: shared by the server and the client library.
         // On Apple platforms it hashes with CryptoKit: the client library needs no OpenSSL there.
-        .target(name: "CacheKeys", dependencies: [.target(name: "Cryptography", condition: .when(platforms: [
+        .target(name: "CacheKeys", dependencies: ["JSONEscaping", .target(name: "Cryptography", condition: .when(platforms: [
             .linux, .android, .windows, .wasi, .openbsd,
         ]))]),
         // The cache's domain: entries and freshness, policy, names, the near-cache, recent
@@ -57,6 +59,7 @@ let package = Package(
         // The domain's tests: no database, no server.
         .testTarget(name: "CacheCoreTests", dependencies: ["CacheCore", "CLinux", "Locking", "CacheKeys"]),
         .testTarget(name: "CacheKeysTests", dependencies: ["CacheKeys"]),
+        .testTarget(name: "JSONEscapingTests", dependencies: ["JSONEscaping"]),
         .testTarget(name: "CacheStoreTests", dependencies: ["CacheStore", "CacheCore", "Locking", "Postgres", "TestSupport"]),
         .testTarget(name: "IntegrationTests", dependencies: ["TeamCache", "Locking", "TeamCacheClient", "TestSupport"]),
     ],

@@ -1,3 +1,5 @@
+import JSONEscaping
+
 /// A JSON value that keeps numbers as their source text, so canonical JSON can write them
 /// "as given" (a float parse would turn `1.10` into `1.1` and change cache keys).
 public indirect enum JSONValue: Sendable, Equatable {
@@ -106,22 +108,6 @@ extension JSONValue {
     }
 
     static func writeString(_ text: String, into out: inout String) {
-        out += "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\u{08}": out += "\\b"
-            case "\u{0C}": out += "\\f"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        out += "\""
+        JSONText.appendString(text, to: &out)
     }
 }

@@ -1,3 +1,4 @@
+import JSONEscaping
 import Observability
 
 /// A complete response. The server adds `Date`, `Server`, `X-Request-Id`, `Content-Length`

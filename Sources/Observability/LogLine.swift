@@ -1,4 +1,5 @@
 import Foundation
+import JSONEscaping
 
 /// Builds JSON log lines straight into bytes: one object a line,
 /// `{"ts":"…","level":"…","component":"…","msg":"…",<fields>}`.

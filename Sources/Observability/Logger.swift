@@ -62,30 +62,3 @@ public struct Logger: Sendable {
         sink.write(line.bytes, urgent: level >= .warn)
     }
 }
-
-/// JSON string escaping shared by the log and metrics writers.
-public enum JSONText {
-    public static func appendString(_ text: String, to out: inout String) {
-        // Fast path: most values need no escaping and are appended whole.
-        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }) {
-            out += "\""
-            out += text
-            out += "\""
-            return
-        }
-        out += "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                out += "\\u00" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        out += "\""
-    }
-}
