@@ -69,7 +69,8 @@ enum EntryGroupWrite {
                    stale_while_revalidate = excluded.stale_while_revalidate,
                    created_at = CASE WHEN e.expires_at <= coalesce($17::timestamptz, now()) THEN excluded.created_at ELSE e.created_at END
                WHERE NOT $21::bool OR e.expires_at <= coalesce($17::timestamptz, now())
-            RETURNING e.id, e.namespace, e.key, e.expires_at, e.created_at = coalesce($17::timestamptz, now()) AS created),
+            RETURNING e.id, e.namespace, e.key, e.expires_at, e.created_at = coalesce($17::timestamptz, now()) AS created,
+                      e.xmax = 0 AS inserted),
         accessed AS (
             -- A write counts as an access (LRU), to the minute: an access row touched within
             -- the last minute is left as it is, which spares a new version of it and of its five
@@ -79,12 +80,14 @@ enum EntryGroupWrite {
             SELECT id, namespace, 0, coalesce($17::timestamptz, now()) FROM written ORDER BY id
             ON CONFLICT (entry_id) DO UPDATE SET last_accessed_at = excluded.last_accessed_at
                WHERE a.last_accessed_at < excluded.last_accessed_at - interval '1 minute')
-        -- Created: the row was inserted, or one past its freshness was replaced (either way its
-        -- created_at is now), and the statement's snapshot held no fresh entry there. The
-        -- timestamp alone cannot tell: a fresh entry written at the same instant (a test's clock)
-        -- carries it too. The snapshot alone cannot either: a writer elsewhere may have inserted
-        -- the key since (then the conflict updates its row, created at its own instant).
-        SELECT i.ordinal, w.id AS entry_id, w.expires_at, (w.created AND NOT i.was_fresh) AS created,
+        -- Created: a new row was inserted (xmax 0: no conflict, even when the snapshot held a
+        -- fresh entry that a delete removed meanwhile), or one past its freshness was replaced
+        -- (its created_at is now then) and the statement's snapshot held no fresh entry there.
+        -- The timestamp alone cannot tell: a fresh entry written at the same instant (a test's
+        -- clock) carries it too. The snapshot alone cannot either: a writer elsewhere may have
+        -- inserted the key since (then the conflict updates its row, created at its own instant).
+        SELECT i.ordinal, w.id AS entry_id, w.expires_at,
+               (w.inserted OR (w.created AND NOT i.was_fresh)) AS created,
                (a.ordinal IS NOT NULL) AS admitted
         FROM input i
         LEFT JOIN admitted a ON a.ordinal = i.ordinal

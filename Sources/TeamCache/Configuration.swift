@@ -90,70 +90,67 @@ struct SettingReader {
         }
         // At least what 100 ms sampling and probing can tell apart; at most the minute of WAL
         // history kept (older is unknown, so too far behind).
-        config.readMaxLag = try duration("TEAMCACHE_READ_MAX_LAG", 0.3...60, default: 1)
+        config.readMaxLag = try duration("TEAMCACHE_READ_MAX_LAG", 0.3...60)
         if let folder = values["TEAMCACHE_DATA_DIR"], !folder.isEmpty {
             config.dataDirectory = URL(fileURLWithPath: folder)
         }
         if let folder = values["TEAMCACHE_MIGRATIONS_DIR"], !folder.isEmpty {
             config.migrationsDirectory = URL(fileURLWithPath: folder)
         }
-        if let level = values["TEAMCACHE_LOG_LEVEL"] {
-            guard let parsed = LogLevel(name: level) else {
-                throw ConfigurationError(variable: "TEAMCACHE_LOG_LEVEL", value: level,
-                                         allowed: "debug, info, warn or error")
-            }
-            config.logLevel = parsed
+        let level = text("TEAMCACHE_LOG_LEVEL")
+        guard let parsed = LogLevel(name: level) else {
+            throw ConfigurationError(variable: "TEAMCACHE_LOG_LEVEL", value: level, allowed: "debug, info, warn or error")
         }
-        config.authEnabled = try flag("TEAMCACHE_AUTH", default: true)
+        config.logLevel = parsed
+        config.authEnabled = try flag("TEAMCACHE_AUTH")
         if !config.authEnabled && !host.hasPrefix("127.") {
             throw ConfigurationError(variable: "TEAMCACHE_AUTH", value: "off",
                                      allowed: "on when listening beyond loopback (\(host)): off is for local development")
         }
-        config.metricsRequireAuth = try flag("TEAMCACHE_METRICS_AUTH", default: true)
-        config.poolSize = try integer("TEAMCACHE_DB_POOL_SIZE", 1...500, default: 16)
-        config.acquireTimeout = try duration("TEAMCACHE_DB_ACQUIRE_TIMEOUT", 0.01...60, default: 2)
-        // A worker without a database connection only waits for one: match the pool by default.
-        config.readBatch = try integer("TEAMCACHE_READ_BATCH", 0...10_000, default: 256)
-        config.maxWaiters = try integer("TEAMCACHE_MAX_WAITERS", 0...1_000_000, default: 10_000)
-        config.readTimeout = try duration("TEAMCACHE_DB_READ_TIMEOUT", 0.01...60, default: 2)
-        config.sessionLimits.statementTimeout = try duration("TEAMCACHE_DB_STATEMENT_TIMEOUT", 0.01...3600, default: 4)
-        config.sessionLimits.lockTimeout = try duration("TEAMCACHE_DB_LOCK_TIMEOUT", 0.01...3600, default: 2)
+        config.metricsRequireAuth = try flag("TEAMCACHE_METRICS_AUTH")
+        config.poolSize = try integer("TEAMCACHE_DB_POOL_SIZE", 1...500)
+        config.acquireTimeout = try duration("TEAMCACHE_DB_ACQUIRE_TIMEOUT", 0.01...60)
+        config.readBatch = try integer("TEAMCACHE_READ_BATCH", 0...10_000)
+        config.maxWaiters = try integer("TEAMCACHE_MAX_WAITERS", 0...1_000_000)
+        config.readTimeout = try duration("TEAMCACHE_DB_READ_TIMEOUT", 0.01...60)
+        config.sessionLimits.statementTimeout = try duration("TEAMCACHE_DB_STATEMENT_TIMEOUT", 0.01...3600)
+        config.sessionLimits.lockTimeout = try duration("TEAMCACHE_DB_LOCK_TIMEOUT", 0.01...3600)
         config.sessionLimits.idleInTransactionTimeout = try duration("TEAMCACHE_DB_IDLE_IN_TRANSACTION_TIMEOUT",
-                                                                     0.01...3600, default: 10)
-        config.http.requestTimeout = try duration("TEAMCACHE_REQUEST_TIMEOUT", 0.1...3600, default: 5)
-        config.inflateCacheBytes = try integer("TEAMCACHE_INFLATE_CACHE_BYTES", 0...Int(Int32.max),
-                                               default: 32 * 1024 * 1024)
-        config.nearCacheBytes = try integer("TEAMCACHE_NEAR_CACHE_BYTES", 0...(1 << 40), default: 64 * 1024 * 1024)
+                                                                     0.01...3600)
+        config.http.requestTimeout = try duration("TEAMCACHE_REQUEST_TIMEOUT", 0.1...3600)
+        config.inflateCacheBytes = try integer("TEAMCACHE_INFLATE_CACHE_BYTES", 0...Int(Int32.max))
+        config.nearCacheBytes = try integer("TEAMCACHE_NEAR_CACHE_BYTES", 0...(1 << 40))
+        // A worker without a database connection only waits for one: match the pool by default.
         config.http.workerThreads = try integer("TEAMCACHE_WORKERS", 1...1024, default: config.poolSize)
         config.http.eventLoops = try integer("TEAMCACHE_EVENT_LOOPS", 1...64,
                                              default: ProcessInfo.processInfo.activeProcessorCount)
-        config.http.maxConnections = try integer("TEAMCACHE_MAX_CONNECTIONS", 1...1_000_000, default: 20_000)
-        config.http.maxConnectionsPerClient = try integer("TEAMCACHE_MAX_CONNECTIONS_PER_CLIENT", 0...1_000_000,
-                                                          default: 1_000)
-        config.cache.maxBodyBytes = try integer("TEAMCACHE_MAX_BODY_BYTES", 1...1_073_741_824, default: 8 * 1024 * 1024)
+        config.http.maxConnections = try integer("TEAMCACHE_MAX_CONNECTIONS", 1...1_000_000)
+        config.http.maxConnectionsPerClient = try integer("TEAMCACHE_MAX_CONNECTIONS_PER_CLIENT", 0...1_000_000)
+        config.cache.maxBodyBytes = try integer("TEAMCACHE_MAX_BODY_BYTES", 1...1_073_741_824)
         config.http.bodyBudgetBytes = try integer("TEAMCACHE_BODY_BUDGET_BYTES", 1...(1 << 40),
                                                   default: max(256 * 1024 * 1024, 4 * config.cache.maxBodyBytes))
-        config.http.headerTimeout = try duration("TEAMCACHE_HEADER_TIMEOUT", 0.1...3600, default: 10)
-        config.http.bodyTimeout = try duration("TEAMCACHE_BODY_TIMEOUT", 0.1...3600, default: 60)
-        config.http.idleTimeout = try duration("TEAMCACHE_IDLE_TIMEOUT", 0.1...86400, default: 75)
-        config.http.writeTimeout = try duration("TEAMCACHE_WRITE_TIMEOUT", 0.1...3600, default: 60)
-        config.cache.maxTTL = Int(try duration("TEAMCACHE_MAX_TTL", 1...3_153_600_000, default: 365 * 86400))
-        config.cache.defaultTTL = Int(try duration("TEAMCACHE_DEFAULT_TTL", 1...Double(config.cache.maxTTL),
-                                                   default: 7 * 86400))
-        config.cache.staleRetention = Int(try duration("TEAMCACHE_STALE_RETENTION", 0...3_153_600_000,
-                                                       default: 86400))
-        config.cache.compressionLevel = Int32(try integer("TEAMCACHE_COMPRESSION_LEVEL", 1...9, default: 6))
-        config.cache.storeMaxBytes = Int64(try integer("TEAMCACHE_MAX_BYTES", 0...(1 << 60), default: 0))
-        config.cache.hardCapRatio = try number("TEAMCACHE_HARD_CAP_RATIO", 1...10, default: 1.1)
-        config.cache.idleTTL = Int(try duration("TEAMCACHE_IDLE_TTL", 60...3_153_600_000, default: 30 * 86400))
-        config.cache.changeRetention = Int(try duration("TEAMCACHE_CHANGE_RETENTION", 60...3_153_600_000,
-                                                        default: 7 * 86400))
-        config.evictionInterval = try duration("TEAMCACHE_EVICTION_INTERVAL", 1...86400, default: 60)
-        config.accessFlushInterval = try duration("TEAMCACHE_ACCESS_FLUSH_INTERVAL", 0.05...3600, default: 2)
-        config.accessTracking = try flag("TEAMCACHE_ACCESS_TRACKING", default: true)
-        config.accessFlushBatch = try integer("TEAMCACHE_ACCESS_FLUSH_BATCH", 1...1_000_000, default: 100_000)
-        config.tokenCacheTTL = try duration("TEAMCACHE_TOKEN_CACHE_TTL", 0...3600, default: 10)
-        config.rateLimit = try number("TEAMCACHE_RATE_LIMIT", 0...1_000_000, default: 0)
+        config.http.headerTimeout = try duration("TEAMCACHE_HEADER_TIMEOUT", 0.1...3600)
+        config.http.bodyTimeout = try duration("TEAMCACHE_BODY_TIMEOUT", 0.1...3600)
+        config.http.idleTimeout = try duration("TEAMCACHE_IDLE_TIMEOUT", 0.1...86400)
+        config.http.writeTimeout = try duration("TEAMCACHE_WRITE_TIMEOUT", 0.1...3600)
+        config.cache.maxTTL = Int(try duration("TEAMCACHE_MAX_TTL", 1...3_153_600_000))
+        // Unset, the documented default, but never past TEAMCACHE_MAX_TTL (a user who lowered
+        // the cap did not ask for an error about a variable they did not set).
+        config.cache.defaultTTL = values["TEAMCACHE_DEFAULT_TTL"]?.isEmpty ?? true
+            ? min(Int(try duration("TEAMCACHE_DEFAULT_TTL", 1...3_153_600_000)), config.cache.maxTTL)
+            : Int(try duration("TEAMCACHE_DEFAULT_TTL", 1...Double(config.cache.maxTTL)))
+        config.cache.staleRetention = Int(try duration("TEAMCACHE_STALE_RETENTION", 0...3_153_600_000))
+        config.cache.compressionLevel = Int32(try integer("TEAMCACHE_COMPRESSION_LEVEL", 1...9))
+        config.cache.storeMaxBytes = Int64(try integer("TEAMCACHE_MAX_BYTES", 0...(1 << 60)))
+        config.cache.hardCapRatio = try number("TEAMCACHE_HARD_CAP_RATIO", 1...10)
+        config.cache.idleTTL = Int(try duration("TEAMCACHE_IDLE_TTL", 60...3_153_600_000))
+        config.cache.changeRetention = Int(try duration("TEAMCACHE_CHANGE_RETENTION", 60...3_153_600_000))
+        config.evictionInterval = try duration("TEAMCACHE_EVICTION_INTERVAL", 1...86400)
+        config.accessFlushInterval = try duration("TEAMCACHE_ACCESS_FLUSH_INTERVAL", 0.05...3600)
+        config.accessTracking = try flag("TEAMCACHE_ACCESS_TRACKING")
+        config.accessFlushBatch = try integer("TEAMCACHE_ACCESS_FLUSH_BATCH", 1...1_000_000)
+        config.tokenCacheTTL = try duration("TEAMCACHE_TOKEN_CACHE_TTL", 0...3600)
+        config.rateLimit = try number("TEAMCACHE_RATE_LIMIT", 0...1_000_000)
         return config
     }
 
@@ -175,7 +172,7 @@ struct SettingReader {
     }
 
     private func listen(_ name: String) throws -> (String, Int) {
-        guard let text = values[name], !text.isEmpty else { return ("127.0.0.1", 8080) }
+        let text = self.text(name)
         let parts = text.split(separator: ":", omittingEmptySubsequences: false)
         guard parts.count == 2, let port = Int(parts[1]), (0...65535).contains(port),
               parts[0].split(separator: ".").count == 4,
@@ -185,8 +182,18 @@ struct SettingReader {
         return (String(parts[0]), port)
     }
 
-    private func flag(_ name: String, default fallback: Bool) throws -> Bool {
-        guard let text = values[name]?.lowercased(), !text.isEmpty else { return fallback }
+    /// The value of `name`, else its documented default (`Setting.all`: the one place a
+    /// literal default is written; docs/configuration.md and `--help` show the same text).
+    private func text(_ name: String) -> String {
+        if let text = values[name], !text.isEmpty { return text }
+        guard let setting = Setting.all.first(where: { $0.variable == name }) else {
+            preconditionFailure("\(name) is not in Setting.all")
+        }
+        return setting.defaultValue
+    }
+
+    private func flag(_ name: String) throws -> Bool {
+        let text = self.text(name).lowercased()
         switch text {
         case "on", "true", "1", "yes": return true
         case "off", "false", "0", "no": return false
@@ -194,16 +201,18 @@ struct SettingReader {
         }
     }
 
-    private func integer(_ name: String, _ range: ClosedRange<Int>, default fallback: Int) throws -> Int {
-        guard let text = values[name], !text.isEmpty else { return fallback }
+    /// `fallback`: a default computed from other settings (the documented one is a description).
+    private func integer(_ name: String, _ range: ClosedRange<Int>, default fallback: Int? = nil) throws -> Int {
+        if let fallback, values[name]?.isEmpty ?? true { return fallback }
+        let text = self.text(name)
         guard let value = Int(text), range.contains(value) else {
             throw ConfigurationError(variable: name, value: text, allowed: "an integer in \(range)")
         }
         return value
     }
 
-    private func number(_ name: String, _ range: ClosedRange<Double>, default fallback: Double) throws -> Double {
-        guard let text = values[name], !text.isEmpty else { return fallback }
+    private func number(_ name: String, _ range: ClosedRange<Double>) throws -> Double {
+        let text = self.text(name)
         guard let value = Double(text), range.contains(value) else {
             throw ConfigurationError(variable: name, value: text, allowed: "a number in \(range)")
         }
@@ -211,8 +220,8 @@ struct SettingReader {
     }
 
     /// Seconds, or a number with a unit: `250ms`, `10s`, `5m`, `12h`, `30d`.
-    private func duration(_ name: String, _ range: ClosedRange<Double>, default fallback: Double) throws -> Double {
-        guard let text = values[name], !text.isEmpty else { return fallback }
+    private func duration(_ name: String, _ range: ClosedRange<Double>) throws -> Double {
+        let text = self.text(name)
         let seconds = DurationText.seconds(text)
         guard let seconds, range.contains(seconds) else {
             throw ConfigurationError(variable: name, value: text,

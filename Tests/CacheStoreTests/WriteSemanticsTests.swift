@@ -1,6 +1,7 @@
 import CacheCore
 @testable import CacheStore
 import Foundation
+import Locking
 import Postgres
 import Testing
 import TestSupport
@@ -67,6 +68,56 @@ import TestSupport
             try Self.expectSameRows(single, group, store: store, context: "seed \(seed) step \(step)")
             clock.advance(by: Double(random.next(below: 4)))
         }
+    }
+
+    /// A group write whose snapshot saw a fresh entry that a delete then removed (committed
+    /// while the write waited for its row lock): the write inserts a new row, and that is a
+    /// creation, as `tc_put_entry` (which reads the key again after the lock) says too.
+    /// Interleaved on purpose: the delete holds the row until the write is seen waiting.
+    @Test func aGroupWriteRacingADeleteOfItsKeyIsACreation() throws {
+        let shared = TestService.shared.app.store
+        let store = EntryStore(pool: shared.pool, policy: shared.policy)
+        let namespace = try #require(Namespace(TestService.namespace("wsem-race")))
+        let key = try #require(EntryKey(Array("raced".utf8)))
+        let write = EntryWrite(namespace: namespace, key: key,
+                               body: StoredBody.fromIdentity([1, 2, 3], contentType: "text/plain", policy: store.policy),
+                               contentType: "text/plain")
+        guard case .created = try store.putOne(write) else { Issue.record("the first write did not create"); return }
+        let outcome = HandOff<Result<[WriteOutcome], any Error>>()
+        try store.pool.withConnection { deleter in
+            try deleter.execute("BEGIN")
+            try deleter.query("DELETE FROM entries WHERE namespace = $1 AND key = $2",
+                              [.text(namespace.name), .bytes(key.bytes)])
+            Thread.detachNewThread {
+                outcome.put(Result { try EntryGroupWrite.run([write], createOnly: false, store: store) })
+            }
+            // The write has read its snapshot (the entry, fresh) and waits for the row lock.
+            let waiting = try Self.eventually {
+                try store.pool.withConnection { monitor in
+                    try monitor.query("""
+                        SELECT count(*)::int8 AS n FROM pg_stat_activity
+                        WHERE wait_event_type = 'Lock' AND query LIKE '%WITH input AS%'
+                        """).first?.int("n") ?? 0
+                } > 0
+            }
+            #expect(waiting, "the group write never waited for the deleted row")
+            try deleter.execute("COMMIT")
+        }
+        let outcomes = try #require(outcome.take(before: .now() + 10)).get()
+        guard outcomes.count == 1, case .created = outcomes[0] else {
+            Issue.record("a write that inserted a new row answered \(outcomes)")
+            return
+        }
+        #expect(try store.fetch(namespace, key) != nil)
+    }
+
+    static func eventually(_ check: () throws -> Bool) throws -> Bool {
+        let deadline = Date().addingTimeInterval(5)
+        while Date() < deadline {
+            if try check() { return true }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        return false
     }
 
     /// One to four writes to distinct keys of a small key set (so entries are replaced, expire

@@ -59,6 +59,33 @@ import TestSupport
         }
     }
 
+    /// Each literal default is written once, in `Setting.all` (what the docs and `--help`
+    /// show), and the loader reads it from there; `Configuration()`'s initial values, which
+    /// tests and embedders start from, must be the same.
+    @Test func theDefaultsAreTheDocumentedOnes() throws {
+        let loaded = try Configuration.load(environment: [:])
+        var built = Configuration()
+        // Computed from the machine or other settings, not literals: the same by construction.
+        built.http.eventLoops = loaded.http.eventLoops
+        built.http.workerThreads = loaded.http.workerThreads
+        built.http.bodyBudgetBytes = loaded.http.bodyBudgetBytes
+        #expect(String(reflecting: built) == String(reflecting: loaded))
+        let mirror = zip(Mirror(reflecting: built).children, Mirror(reflecting: loaded).children)
+        for (one, other) in mirror where String(reflecting: one.value) != String(reflecting: other.value) {
+            Issue.record("Configuration().\(one.label ?? "?") is \(one.value), the documented default is \(other.value)")
+        }
+    }
+
+    /// A lowered TEAMCACHE_MAX_TTL lowers the default TTL with it, rather than refusing a
+    /// default nobody set.
+    @Test func aLowerMaxTTLCapsTheDefaultTTL() throws {
+        let configuration = try Configuration.load(environment: ["TEAMCACHE_MAX_TTL": "1h"])
+        #expect(configuration.cache.defaultTTL == 3600 && configuration.cache.maxTTL == 3600)
+        #expect(throws: ConfigurationError.self) {
+            try Configuration.load(environment: ["TEAMCACHE_MAX_TTL": "1h", "TEAMCACHE_DEFAULT_TTL": "2h"])
+        }
+    }
+
     @Test func durationsTakeUnits() throws {
         let configuration = try Configuration.load(environment: ["TEAMCACHE_DEFAULT_TTL": "12h",
                                                                  "TEAMCACHE_DB_ACQUIRE_TIMEOUT": "250ms"])

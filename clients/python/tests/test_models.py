@@ -33,7 +33,7 @@ def test_stats_keep_every_member():
 @pytest.mark.parametrize("broken", [
     {**STATS, "entries": "3"},
     {**STATS, "entries": True},
-    {**STATS, "lookups": {"hit": 1}},
+    {**STATS, "lookups": {"hit": "1"}},
     {**STATS, "hit_ratio": None},
     {**STATS, "top": [{"key": "k"}]},
     {key: value for key, value in STATS.items() if key != "bytes"},
@@ -64,10 +64,18 @@ def test_an_import_result_and_settings():
     result = ImportResult.from_json({"imported": 1, "unchanged": 2, "skipped": 3, "expired": 4, "store_full": 5,
                                      "rejected": 6, "errors": [{"line": 9, "reason": "not JSON"}]})
     assert result == ImportResult(1, 2, 3, 4, 5, 6, (RejectedLine(9, "not JSON"),))
+    # A server older than a count leaves it out: 0. A count of the wrong type is refused.
+    assert ImportResult.from_json({"imported": 1}) == ImportResult(1, 0, 0, 0, 0, 0)
+    assert Stats.from_json({**STATS, "lookups": {"hit": 2, "miss": 1}}).lookups.collapsed == 0
     with pytest.raises(ValueError):
-        ImportResult.from_json({"imported": 1})
+        ImportResult.from_json({"imported": "1"})
     assert NamespaceSettings.from_json({"namespace": "a", "default_ttl": None, "max_bytes": 10}) == \
         NamespaceSettings("a", None, 10)
+
+
+def test_evict_takes_the_namespace_by_name_too():
+    call = op.evict(namespace="team", tag="t")
+    assert call.path == "/v1/caches/team/evict" and call.content == b'{"tag":"t"}'
 
 
 def test_an_answer_that_is_not_an_object_is_malformed():

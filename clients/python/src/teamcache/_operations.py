@@ -259,7 +259,7 @@ def release(namespace: str, key: str, lease: Lease | str) -> Call[bool]:
 # Evict, stats, settings, operations
 
 
-def evict(namespace: str, /, **predicate: Any) -> Call[int]:
+def evict(namespace: str, **predicate: Any) -> Call[int]:
     """Evicts what matches every condition given (``tag=``, ``keys=``, ``model=``, ``version=``,
     ``created_before=``, ``accessed_before=``, ``older_than=``, ``idle_for=``, ``all=True``);
     returns how many entries went."""

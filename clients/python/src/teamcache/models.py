@@ -91,6 +91,11 @@ def _int(document: Mapping[str, Any], name: str) -> int:
     return value
 
 
+def _count(document: Mapping[str, Any], name: str) -> int:
+    """A count: 0 when absent (a server older than the member), refused when not an integer."""
+    return _int(document, name) if name in document else 0
+
+
 def _object(document: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     value = document.get(name)
     if not isinstance(value, Mapping):
@@ -174,7 +179,7 @@ class Stats:
             raise ValueError("stats need a hit_ratio and a top list")
         return cls(entries=_int(document, "entries"), identity_bytes=_int(sizes, "identity"),
                    stored_bytes=_int(sizes, "stored"),
-                   lookups=LookupCounts(**{name: _int(lookups, name)
+                   lookups=LookupCounts(**{name: _count(lookups, name)
                                            for name in ("hit", "miss", "stale", "bypass", "collapsed")}),
                    hit_ratio=float(ratio), tokens_saved=TokenCounts(_int(tokens, "input"), _int(tokens, "output")),
                    top=tuple(TopEntry.from_json(entry) for entry in top), document=document)
@@ -270,6 +275,6 @@ class ImportResult:
         errors = document.get("errors", [])
         if not isinstance(errors, list):
             raise ValueError("errors is not a list")
-        return cls(**{name: _int(document, name)
+        return cls(**{name: _count(document, name)
                       for name in ("imported", "unchanged", "skipped", "expired", "store_full", "rejected")},
                    errors=tuple(RejectedLine(_int(error, "line"), str(error.get("reason", ""))) for error in errors))
