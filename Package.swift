@@ -54,6 +54,9 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["Locking", "Postgres", "TeamCache", "HTTPServer"],
                 path: "Sources/TestSupport"),
 
+        // One test target per module, lowest first.
+        .testTarget(name: "LockingTests", dependencies: ["Locking"]),
+        .testTarget(name: "ObservabilityTests", dependencies: ["Observability"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "Locking", "TestSupport"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "Locking", "Observability", "TestSupport"]),
         // The domain's tests: no database, no server.

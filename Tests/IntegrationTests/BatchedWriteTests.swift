@@ -111,35 +111,3 @@ import TestSupport
         group.wait()
     }
 }
-
-/// The access tracker's flush commits in chunks (short row locks): more entries than one
-/// chunk still all get their hits, and the namespace its lookup counts.
-@Suite struct ChunkedFlushTests {
-    @Test func hitsOnMoreEntriesThanAChunkAllArrive() throws {
-        let service = try TestService { $0.authEnabled = false }
-        defer { service.stop() }
-        let namespace = TestService.namespace("chunks")
-        let count = AccessTracker.flushChunk * 2 + 37
-        DispatchQueue.concurrentPerform(iterations: 8) { worker in
-            // A request whose connection fails under the loaded parallel suite is sent again: this
-            // test is about the flush's chunks, and needs every write and exactly one hit each.
-            func until(_ expected: Int, _ send: () throws -> Int) {
-                for _ in 0..<3 {
-                    if (try? send()) == expected { return }
-                }
-            }
-            for index in stride(from: worker, to: count, by: 8) {
-                until(201) { try service.request("PUT", entryPath(namespace, "k\(index)"), body: [UInt8(index % 256)]).status }
-                until(200) { try service.request("GET", entryPath(namespace, "k\(index)")).status }
-            }
-        }
-        try service.app.tracker.flush()
-        let row = try service.app.pool.withConnection {
-            try $0.query("SELECT count(*) AS entries, sum(hit_count)::bigint AS hits FROM entry_access WHERE namespace = $1",
-                         [.text(namespace)]).first
-        }
-        #expect(try row?.int("entries") == count && row?.int("hits") == count)
-        let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats"))
-        #expect((stats["lookups"] as? [String: Int])?["hit"] == count)
-    }
-}

@@ -1,0 +1,47 @@
+@testable import CacheCore
+import CacheStore
+import Foundation
+import Glibc
+import Postgres
+import Testing
+import TestSupport
+
+/// Identity clients of a gzip entry get its inflated bytes from memory after the first
+/// hit; a replaced body is never answered from the old copy.
+@Suite struct InflatedBodiesTests {
+    @Test func aReplacedBodyIsNeverServedFromTheOldInflatedCopy() throws {
+        let service = TestService.shared
+        let namespace = TestService.namespace("inflate")
+        let token = try writer(namespace)
+        let path = entryPath(namespace, "doc")
+        let first = Array(String(repeating: "first answer, compressible. ", count: 200).utf8)
+        let second = Array(String(repeating: "second answer, also compressible! ", count: 150).utf8)
+        #expect(try service.request("PUT", path, token: token, headers: [("Content-Type", "text/plain")],
+                                    body: first).status == 201)
+        for _ in 0..<3 { #expect(try service.request("GET", path, token: token).body == first) }
+        #expect(try service.request("PUT", path, token: token, headers: [("Content-Type", "text/plain")],
+                                    body: second).status == 200)
+        #expect(try service.request("GET", path, token: token).body == second)
+        let gzip = try service.request("GET", path, token: token, headers: [("Accept-Encoding", "gzip")])
+        let unpacked = try gunzip(gzip.body)
+        #expect(gzip.header("Content-Encoding") == "gzip" && unpacked == second)
+        let metrics = try service.metrics()
+        #expect(metricSample(metrics, "teamcache_inflate_cache_bytes") >= Double(first.count + second.count))
+    }
+
+    @Test func theCacheKeepsToItsBudget() throws {
+        let bodies = InflatedBodies(budget: 10_000, maxBodyBytes: 64 * 1024)
+        for id in 0..<50 {
+            let identity = [UInt8](repeating: UInt8(id), count: 1_000)
+            let stored = StoredBody.fromIdentity(identity, contentType: "application/octet-stream", policy: CachePolicy())
+            #expect(stored.encoding == .gzip)
+            let entry = StoredEntry(id: Int64(id), namespace: "n", key: [1], body: stored.bytes, encoding: stored.encoding,
+                                    contentType: "application/octet-stream", identitySize: stored.identitySize,
+                                    etag: stored.etag, model: nil, metadata: nil, inputTokens: 0, outputTokens: 0,
+                                    updatedAt: Date(), expiresAt: Date())
+            #expect(try bodies.identity(of: entry) == identity)
+            #expect(try bodies.identity(of: entry) == identity)
+        }
+        #expect(bodies.heldBytes > 0 && bodies.heldBytes <= 10_000)
+    }
+}

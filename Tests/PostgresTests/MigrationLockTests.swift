@@ -1,0 +1,65 @@
+import Locking
+import Foundation
+import Postgres
+import Testing
+import TestSupport
+
+/// Migrations that need a table lock wait for it a bounded time per try, so they never queue
+/// the running service (older replicas included) behind a long transaction.
+@Suite struct MigrationLockTests {
+    static let shipped = (try? Migration.load(from: TestPaths.migrations)) ?? []
+
+    /// From migration 14 on (earlier files cannot change: they are applied), a file with a
+    /// statement that locks a table says so on a line of its own.
+    @Test func migrationsThatLockTablesSaySo() throws {
+        #expect(Self.shipped.count >= 14)
+        for migration in Self.shipped where migration.version >= 14 && migration.takesTableLocks {
+            #expect(migration.declaresTableLocks, "\(migration.version) \(migration.name) locks a table silently")
+        }
+        #expect(Migration(version: 1, name: "a", sql: "alter  table entries add column x int").takesTableLocks)
+        #expect(Migration(version: 1, name: "a", sql: "CREATE INDEX CONCURRENTLY i ON t (a)").takesTableLocks == false)
+        #expect(Migration(version: 1, name: "a", sql: "-- LOCK TABLE entries\nSELECT 1").takesTableLocks == false)
+        #expect(Self.shipped.first { $0.version == 12 }?.takesTableLocks == true)
+    }
+
+    /// A write transaction holds `entries`; the migration that needs it (0014's trigger) waits
+    /// its lock timeout, rolls back, and tries again; a write queued behind it meanwhile waits
+    /// no longer than that; once the holder commits, the migration goes through.
+    @Test func aMigrationWaitingForATableLockGivesWayAndRetries() throws {
+        let name = try TestDatabase.shared.freshDatabase(prefix: "mlock")
+        let connection = try TestDatabase.shared.connect(database: name)
+        try MigrationRunner(migrations: Array(Self.shipped.prefix(13))).apply(on: connection)
+        let holder = try TestDatabase.shared.connect(database: name)
+        try holder.execute("BEGIN")
+        try holder.execute("LOCK TABLE entries IN ROW EXCLUSIVE MODE")
+        var runner = MigrationRunner(migrations: Array(Self.shipped.prefix(14)))
+        runner.lockTimeout = 0.3
+        runner.retryPause = 0.2
+        runner.lockTries = 100
+        let retries = Locked(0)
+        runner.onLockRetry = { _, _ in retries.withLock { $0 += 1 } }
+        let done = DispatchSemaphore(value: 0)
+        let failure = Locked<String?>(nil)
+        let migrating = try TestDatabase.shared.connect(database: name)
+        let configured = runner
+        Thread.detachNewThread {
+            do { try configured.apply(on: migrating) } catch { failure.withLock { $0 = "\(error)" } }
+            done.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.5)
+        // A writer arriving now queues behind the migration's lock request, at most its timeout.
+        let writer = try TestDatabase.shared.connect(database: name)
+        let started = ProcessInfo.processInfo.systemUptime
+        try writer.execute("BEGIN")
+        try writer.execute("LOCK TABLE entries IN ROW EXCLUSIVE MODE")
+        let waited = ProcessInfo.processInfo.systemUptime - started
+        try writer.execute("COMMIT")
+        #expect(waited < 1.0, "a writer waited \(waited) s behind the migration")
+        #expect(done.wait(timeout: .now() + 0.5) == .timedOut, "the migration cannot finish while the lock is held")
+        try holder.execute("COMMIT")
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        #expect(failure.value == nil, "\(failure.value ?? "")")
+        #expect(retries.value >= 1)
+        #expect(try runner.pending(on: connection).isEmpty)
+    }
+}
