@@ -22,8 +22,9 @@ public final class HTTPServer: Sendable {
         self.onLoopStart = onLoopStart
         self.context = ServerContext(configuration: configuration, router: Router(routes), metrics: metrics)
         if let metrics {
-            let connections = metrics.gauge("teamcache_http_connections", "Open client connections.")
-            let queued = metrics.gauge("teamcache_http_worker_queue", "Handler jobs waiting for a worker thread.")
+            let prefix = configuration.metricPrefix
+            let connections = metrics.gauge(prefix + "http_connections", "Open client connections.")
+            let queued = metrics.gauge(prefix + "http_worker_queue", "Handler jobs waiting for a worker thread.")
             metrics.addCollector { [context, weak self] in
                 connections.set([], Double(context.connectionCount))
                 queued.set([], Double(context.workers.queued))

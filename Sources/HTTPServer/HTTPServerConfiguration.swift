@@ -44,7 +44,11 @@ public struct HTTPServerConfiguration: Sendable {
     public var maxRequestsPerConnection = 100_000
     /// How long in-flight requests may take to finish at shutdown.
     public var shutdownGracePeriod: TimeInterval = 10
-    public var serverName = "teamcache"
+    /// The `Server` header's value.
+    public var serverName = "http-server"
+    /// Put before every metric name the server registers (`http_requests_total` and the
+    /// rest): the application's namespace, with its underscore (TeamCache's: `teamcache_`).
+    public var metricPrefix = ""
 
     public init() {}
 }

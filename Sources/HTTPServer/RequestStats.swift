@@ -62,19 +62,19 @@ struct HTTPServerMetrics {
     let deadlineExceeded: CounterFamily
     let bodyBudgetRefusals: CounterFamily
 
-    init(registry: MetricsRegistry) {
-        requests = registry.counter("teamcache_http_requests_total", "HTTP requests answered.",
+    init(registry: MetricsRegistry, prefix: String) {
+        requests = registry.counter(prefix + "http_requests_total", "HTTP requests answered.",
                                     labels: ["route", "method", "status_class"])
-        duration = registry.histogram("teamcache_http_request_duration_seconds",
+        duration = registry.histogram(prefix + "http_request_duration_seconds",
                                       "Time from a complete request to its queued response.",
                                       labels: ["route", "method"], bounds: latencyBuckets)
-        refused = registry.counter("teamcache_http_connections_refused_total",
+        refused = registry.counter(prefix + "http_connections_refused_total",
                                    "Connections refused at the connection limit (server_limit) or a client's (client_limit).",
                                    labels: ["limit"])
-        deadlineExceeded = registry.counter("teamcache_http_deadline_exceeded_total",
-                                            "Requests answered 503 because they outlived TEAMCACHE_REQUEST_TIMEOUT.")
-        bodyBudgetRefusals = registry.counter("teamcache_http_body_budget_refusals_total",
-                                              "Requests refused 503 because bodies in flight passed TEAMCACHE_BODY_BUDGET_BYTES.")
+        deadlineExceeded = registry.counter(prefix + "http_deadline_exceeded_total",
+                                            "Requests answered 503 because they outlived the request timeout.")
+        bodyBudgetRefusals = registry.counter(prefix + "http_body_budget_refusals_total",
+                                              "Requests refused 503 because bodies in flight passed the body budget.")
     }
 
     func publish(_ stats: [RequestStats], routeNames: [String]) {

@@ -34,7 +34,7 @@ final class ServerContext: Sendable {
         self.configuration = configuration
         self.router = router
         self.workers = WorkerPool(threads: configuration.workerThreads, maxQueued: configuration.maxQueuedJobs)
-        self.metrics = metrics.map(HTTPServerMetrics.init)
+        self.metrics = metrics.map { HTTPServerMetrics(registry: $0, prefix: configuration.metricPrefix) }
     }
 
     var connectionCount: Int { held.withLock { $0.openConnections } }

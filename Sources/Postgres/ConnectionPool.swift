@@ -21,6 +21,9 @@ public final class ConnectionPool: Sendable {
         public var limits = SessionLimits()
         /// Each new session checks that it reached a primary (see `requirePrimary`).
         public var requirePrimary = false
+        /// Put before the pool's metric names (`db_pool_connections_in_use` and the rest): the
+        /// application's namespace, with its underscore (TeamCache's: `teamcache_`).
+        public var metricPrefix = ""
 
         public init(url: String, overrides: [String: String] = [:], maxConnections: Int = 16,
                     acquireTimeout: TimeInterval = 2) {
@@ -70,7 +73,7 @@ public final class ConnectionPool: Sendable {
 
     public init(_ configuration: Configuration, metrics registry: MetricsRegistry? = nil) {
         self.configuration = configuration
-        self.metrics = registry.map(PoolMetrics.init)
+        self.metrics = registry.map { PoolMetrics(registry: $0, prefix: configuration.metricPrefix) }
         if let registry {
             registry.addCollector { [weak self] in self?.publishGauges() }
         }
@@ -188,13 +191,13 @@ struct PoolMetrics {
     let timeouts: CounterFamily
     let waitSeconds: HistogramFamily
 
-    init(registry: MetricsRegistry) {
-        inUse = registry.gauge("teamcache_db_pool_connections_in_use", "Database connections handed out.")
-        idle = registry.gauge("teamcache_db_pool_connections_idle", "Database connections open and idle.")
-        max = registry.gauge("teamcache_db_pool_connections_max", "Configured pool size.")
-        waits = registry.counter("teamcache_db_pool_waits_total", "Acquires that had to wait for a connection.")
-        timeouts = registry.counter("teamcache_db_pool_timeouts_total", "Acquires that gave up at the deadline.")
-        waitSeconds = registry.histogram("teamcache_db_pool_wait_seconds", "Time spent waiting for a connection.",
+    init(registry: MetricsRegistry, prefix: String) {
+        inUse = registry.gauge(prefix + "db_pool_connections_in_use", "Database connections handed out.")
+        idle = registry.gauge(prefix + "db_pool_connections_idle", "Database connections open and idle.")
+        max = registry.gauge(prefix + "db_pool_connections_max", "Configured pool size.")
+        waits = registry.counter(prefix + "db_pool_waits_total", "Acquires that had to wait for a connection.")
+        timeouts = registry.counter(prefix + "db_pool_timeouts_total", "Acquires that gave up at the deadline.")
+        waitSeconds = registry.histogram(prefix + "db_pool_wait_seconds", "Time spent waiting for a connection.",
                                          bounds: latencyBuckets)
     }
 }

@@ -41,6 +41,7 @@ public final class Application: Sendable {
                                                              acquireTimeout: configuration.acquireTimeout)
         poolConfiguration.limits = configuration.sessionLimits
         poolConfiguration.requirePrimary = true
+        poolConfiguration.metricPrefix = Configuration.metricPrefix
         pool = ConnectionPool(poolConfiguration, metrics: metrics)
         if configuration.sessionLimits.transactionPooler { Self.checkServerLimits(pool) }
         // A quarter of the pool commits writes; the rest stays free for reads, flushes and eviction.

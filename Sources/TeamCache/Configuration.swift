@@ -7,7 +7,17 @@ import Postgres
 /// The whole service's configuration, read once at start from `TEAMCACHE_*` variables and
 /// flags (flags win) and validated then.
 public struct Configuration: Sendable {
-    public var http = HTTPServerConfiguration()
+    /// The HTTP server's settings, under TeamCache's name: its `Server` header and the
+    /// `teamcache_` prefix of the server's metrics.
+    public var http: HTTPServerConfiguration = {
+        var http = HTTPServerConfiguration()
+        http.serverName = Configuration.applicationName
+        http.metricPrefix = Configuration.metricPrefix
+        return http
+    }()
+    /// What the lower layers (the HTTP server, the database pool) are named by here.
+    public static let applicationName = "teamcache"
+    public static let metricPrefix = "teamcache_"
     public var cache = CachePolicy()
     /// nil: the embedded cluster under `dataDirectory`.
     public var databaseURL: String?

@@ -43,7 +43,7 @@ final class TestServer {
             #expect(response.status == 200)
             #expect(response.text == "ok\n")
             #expect(response.header("Date") != nil)
-            #expect(response.header("Server") == "teamcache")
+            #expect(response.header("Server") == "http-server")  // the library's own default
             #expect(response.header("X-Request-Id")?.isEmpty == false)
         }
     }
@@ -204,6 +204,7 @@ final class TestServer {
     @Test func metricsRenderAfterUnparsedAndUnmatchedRequests() throws {
         var configuration = HTTPServerConfiguration()
         configuration.port = 0
+        configuration.metricPrefix = "test_"
         let registry = MetricsRegistry()
         let server = HTTPServer(configuration: configuration, routes: [
             Route("GET", "/metrics") { _ in .text(200, registry.render()) },
@@ -219,8 +220,10 @@ final class TestServer {
         try client.send("GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n")
         let metrics = try client.readResponse()
         #expect(metrics.status == 200)
-        #expect(metrics.text.contains("teamcache_http_requests_total{route=\"unparsed\",method=\"OTHER\",status_class=\"4xx\"} 1"))
-        #expect(metrics.text.contains("teamcache_http_requests_total{route=\"unmatched\",method=\"GET\",status_class=\"4xx\"} 1"))
+        // The names carry the prefix the configuration gave, nothing of the application's own.
+        #expect(metrics.text.contains("test_http_requests_total{route=\"unparsed\",method=\"OTHER\",status_class=\"4xx\"} 1"))
+        #expect(metrics.text.contains("test_http_requests_total{route=\"unmatched\",method=\"GET\",status_class=\"4xx\"} 1"))
+        #expect(!metrics.text.contains("teamcache"))
     }
 
     @Test func aTakenPortIsRefusedNotShared() throws {

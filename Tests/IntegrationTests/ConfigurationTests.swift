@@ -76,6 +76,15 @@ import TestSupport
         }
     }
 
+    /// The HTTP server and the pool are generic; the service names them: its `Server` header
+    /// and the `teamcache_` prefix of their metrics.
+    @Test func theServiceNamesItsLowerLayers() throws {
+        let health = try TestService.shared.request("GET", "/healthz")
+        #expect(health.header("Server") == "teamcache")
+        let metrics = try TestService.shared.metrics()
+        #expect(metrics.contains("teamcache_http_requests_total{") && metrics.contains("teamcache_db_pool_connections_max "))
+    }
+
     /// A lowered TEAMCACHE_MAX_TTL lowers the default TTL with it, rather than refusing a
     /// default nobody set.
     @Test func aLowerMaxTTLCapsTheDefaultTTL() throws {
