@@ -31,7 +31,7 @@ final class Connection {
     /// unowned(unsafe): the loop owns its connections and outlives them; a checked unowned
     /// reference would cost two atomic operations on each of the ~15 uses per request.
     unowned(unsafe) let loop: EventLoop
-    private var parser: HTTPParser
+    var parser: HTTPParser
     var output = OutputQueue()
     /// The request being handled; an answer for any other (one given up at its deadline)
     /// is dropped.
@@ -60,13 +60,13 @@ final class Connection {
     private var processing = false
     var closeAfterFlush = false
     /// Close through a lingering close: the client may still be sending a body we refused.
-    private var lingerOnClose = false
+    var lingerOnClose = false
     var lingering = false
     var inputClosed = false
     var served = 0
     var phase = Phase.idle
     var phaseStart: UInt64
-    private var interest: UInt32 = EPOLLIN.rawValue | EPOLLRDHUP.rawValue
+    var interest: UInt32 = EPOLLIN.rawValue | EPOLLRDHUP.rawValue
     private(set) var isClosed = false
     /// Whether epoll is asked for input now.
     var isReading: Bool { interest & EPOLLIN.rawValue != 0 }
@@ -120,7 +120,7 @@ final class Connection {
     }
 
     /// Whether the next buffered request may be taken now.
-    private var canTakeRequests: Bool {
+    var canTakeRequests: Bool {
         !inFlight && !verifying && !isClosed && !closeAfterFlush && output.bytes < Self.maxQueuedOutput
     }
 
@@ -363,68 +363,6 @@ final class Connection {
         enqueue(wire.head)
         if let body = wire.separateBody { enqueue(body) }
         return wire.bodyBytes
-    }
-
-    // MARK: Output
-
-    func enqueue(_ bytes: [UInt8]) {
-        output.append(bytes, at: loop.now)
-    }
-
-    func onWritable() {
-        flush()
-        if isClosed { return }
-        // The client read enough: answer the requests that waited for room (or, after its
-        // half-close, find that none is left and close).
-        if canTakeRequests && (parser.bufferedBytes > 0 || inputClosed) {
-            processBuffered()
-            return
-        }
-        updatePhase()
-        updateInterest()
-    }
-
-    /// Writes queued output until done or the socket is full (then EPOLLOUT resumes it).
-    func flush() {
-        while !output.isEmpty {
-            if output.write(to: fd) < 0 {
-                if errno == EINTR { continue }
-                if errno == EAGAIN { return }
-                close(reason: "write error")
-                return
-            }
-        }
-        guard closeAfterFlush else { return }
-        if lingerOnClose && !inputClosed { startLingering() } else { close(reason: "answered") }
-    }
-
-    /// Like nginx's lingering close: after an error answer, stop writing but keep reading
-    /// (and dropping) input for a moment, so a client still sending the body we refused
-    /// reads our answer instead of a connection reset.
-    private func startLingering() {
-        guard !lingering else { return }
-        lingering = true
-        shutdown(fd, Int32(SHUT_WR))
-        phase = .lingering
-        phaseStart = loop.now
-        interest = EPOLLIN.rawValue | EPOLLRDHUP.rawValue
-        loop.modify(fd, events: interest)
-    }
-
-    /// Reads and drops input: while an answer that closes the connection is still queued
-    /// (the end of input is only noted), or while lingering (it ends the connection).
-    private func dropInput(lingering: Bool) {
-        while true {
-            let count = read(fd, loop.scratch.baseAddress, loop.scratch.count)
-            if count > 0 || (count < 0 && errno == EINTR) { continue }
-            if count < 0 && errno == EAGAIN { return }
-            if count == 0 && !lingering {
-                inputClosed = true
-                return
-            }
-            close(reason: lingering ? "lingering over" : "read error after answer")
-            return
-        }
     }
 
     // MARK: State

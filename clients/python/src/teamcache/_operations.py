@@ -13,7 +13,18 @@ from urllib.parse import quote
 from . import _json
 from .errors import ProblemError
 from .keys import descriptor_key, fields
-from .models import ChangePage, Entry, EntryMiss, ImportResult, Lease, Lookup, NamespaceSettings, Stats, WriteResult
+from .models import (
+    ChangePage,
+    Entry,
+    EntryMiss,
+    ImportResult,
+    Lease,
+    Lookup,
+    NamespaceSettings,
+    Stats,
+    WriteResult,
+    _int,
+)
 
 DESCRIPTOR_MEMBERS = ("model", "prompt", "messages", "schema", "params", "version")
 
@@ -266,19 +277,12 @@ def evict(namespace: str, **predicate: Any) -> Call[int]:
     if not predicate:
         raise ValueError("an eviction needs at least one condition (all=True wipes the namespace)")
     return _json_call("POST", namespace_path(namespace) + "/evict", dict(predicate),
-                      lambda _s, _h, body: _int_member(_json_body(body), "evicted"), {200})
+                      lambda _s, _h, body: _int(_json_body(body), "evicted"), {200})
 
 
 def clear(namespace: str) -> Call[int]:
     """Evicts every entry of the namespace; returns how many went."""
     return evict(namespace, all=True)
-
-
-def _int_member(document: Document, name: str) -> int:
-    value = document.get(name)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name!r} is not an integer")
-    return value
 
 
 def _document(_status: int, _headers: Mapping[str, str], body: bytes) -> Document:

@@ -1,0 +1,66 @@
+import CLinux
+import Glibc
+
+/// Writing answers out: the queue, the socket's room, and how a connection that must close
+/// after its answer stops (at once, or lingering while the client still sends).
+extension Connection {
+    func enqueue(_ bytes: [UInt8]) {
+        output.append(bytes, at: loop.now)
+    }
+
+    func onWritable() {
+        flush()
+        if isClosed { return }
+        // The client read enough: answer the requests that waited for room (or, after its
+        // half-close, find that none is left and close).
+        if canTakeRequests && (parser.bufferedBytes > 0 || inputClosed) {
+            processBuffered()
+            return
+        }
+        updatePhase()
+        updateInterest()
+    }
+
+    /// Writes queued output until done or the socket is full (then EPOLLOUT resumes it).
+    func flush() {
+        while !output.isEmpty {
+            if output.write(to: fd) < 0 {
+                if errno == EINTR { continue }
+                if errno == EAGAIN { return }
+                close(reason: "write error")
+                return
+            }
+        }
+        guard closeAfterFlush else { return }
+        if lingerOnClose && !inputClosed { startLingering() } else { close(reason: "answered") }
+    }
+
+    /// Like nginx's lingering close: after an error answer, stop writing but keep reading
+    /// (and dropping) input for a moment, so a client still sending the body we refused
+    /// reads our answer instead of a connection reset.
+    func startLingering() {
+        guard !lingering else { return }
+        lingering = true
+        shutdown(fd, Int32(SHUT_WR))
+        phase = .lingering
+        phaseStart = loop.now
+        interest = EPOLLIN.rawValue | EPOLLRDHUP.rawValue
+        loop.modify(fd, events: interest)
+    }
+
+    /// Reads and drops input: while an answer that closes the connection is still queued
+    /// (the end of input is only noted), or while lingering (it ends the connection).
+    func dropInput(lingering: Bool) {
+        while true {
+            let count = read(fd, loop.scratch.baseAddress, loop.scratch.count)
+            if count > 0 || (count < 0 && errno == EINTR) { continue }
+            if count < 0 && errno == EAGAIN { return }
+            if count == 0 && !lingering {
+                inputClosed = true
+                return
+            }
+            close(reason: lingering ? "lingering over" : "read error after answer")
+            return
+        }
+    }
+}
