@@ -100,7 +100,9 @@ public final class AccessTracker: Sendable {
     /// replace a hot entry never wait behind a flush of the whole batch.
     public static let flushChunk = 500
 
-    private let pool: ConnectionPool
+    /// nil: counted in memory and metrics only, each flush dropping what it takes (a store
+    /// without PostgreSQL: the domain's tests and the request fuzzer).
+    private let pool: ConnectionPool?
     /// Off: lookups are only counted in metrics (for measuring what tracking costs).
     private let enabled: Bool
     private let batchFull: @Sendable () -> Void
@@ -130,7 +132,7 @@ public final class AccessTracker: Sendable {
 
     /// `batchFull` is called (outside the lock) when `batchSize` entries have pending hits,
     /// so the flusher can run early instead of letting memory grow until its next tick.
-    public init(pool: ConnectionPool, metrics: MetricsRegistry? = nil, enabled: Bool = true, batchSize: Int = 100_000,
+    public init(pool: ConnectionPool?, metrics: MetricsRegistry? = nil, enabled: Bool = true, batchSize: Int = 100_000,
                 labels: NamespaceLabels = NamespaceLabels(), batchFull: @escaping @Sendable () -> Void = {}) {
         self.pool = pool
         state = Locked(State(labels: labels))
@@ -220,7 +222,7 @@ public final class AccessTracker: Sendable {
             for name in taken.1.keys { state.namespaces[name]?.pending = NamespaceCounts() }
             return taken
         }
-        guard !pendingEntries.isEmpty || !pendingNamespaces.isEmpty else { return }
+        guard let pool, !pendingEntries.isEmpty || !pendingNamespaces.isEmpty else { return }
         // In id order: neighbouring rows share index pages. (Locks are skipped, never waited for.)
         let sortedEntries = pendingEntries.sorted { $0.key < $1.key }
         var flushed = 0

@@ -5,7 +5,7 @@ import Postgres
 /// One import's work, shared by `teamcache import` and `POST /v1/caches/{ns}/import`: dump
 /// lines in (numbered), committed 500 to a transaction, outcomes and rejections counted.
 public struct DumpImport {
-    public let store: EntryStore
+    public let store: any EntryStorage
     public let namespace: Namespace?
     public let conflict: ImportConflictPolicy
     public static let chunkEntries = 500
@@ -21,7 +21,7 @@ public struct DumpImport {
     /// Lines not stored for being malformed or refused (store_full is in `outcomes`).
     public private(set) var rejected = 0
 
-    public init(store: EntryStore, namespace: Namespace?, conflict: ImportConflictPolicy, listed: Int = 20) {
+    public init(store: any EntryStorage, namespace: Namespace?, conflict: ImportConflictPolicy, listed: Int = 20) {
         (self.store, self.namespace, self.conflict, self.listed) = (store, namespace, conflict, listed)
     }
 

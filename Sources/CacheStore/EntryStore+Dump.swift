@@ -2,20 +2,6 @@ import CacheCore
 import Foundation
 import Postgres
 
-/// What importing one entry did (migration 0011's outcomes).
-public enum ImportOutcome: String, Sendable, CaseIterable {
-    case imported, unchanged, skipped
-    /// Its expiry and window had passed already: not imported.
-    case expired
-    /// A byte cap of the store or the namespace would be passed; nothing stored.
-    case storeFull = "store_full"
-}
-
-/// What an import does with an entry already stored under the key.
-public enum ImportConflictPolicy: String, Sendable, CaseIterable {
-    case skip, replace, newer
-}
-
 /// Moving entries in and out whole (`teamcache export` / `import`).
 extension EntryStore {
     /// Keys in (namespace, key) order after a position, with their stored sizes: the export
@@ -117,6 +103,13 @@ extension EntryStore {
     /// the server rejects rolls the whole transaction back; the caller then imports the
     /// entries one at a time to find the one at fault.
     public func importEntries(_ entries: [DumpedEntry], policy conflict: ImportConflictPolicy) throws -> [ImportOutcome] {
+        // Whatever was imported (an unknown outcome may have committed), this process's kept
+        // copies of each namespace go; other replicas hear of each key from its notification.
+        defer { for namespace in Set(entries.map(\.namespace)) { localChanges.changed(namespace, nil) } }
+        return try forgettingStaleSealingKeys { try importSorted(entries, conflict) }
+    }
+
+    private func importSorted(_ entries: [DumpedEntry], _ conflict: ImportConflictPolicy) throws -> [ImportOutcome] {
         // Ties (one key twice, as a --namespace merge makes) keep the input's order: the later line wins.
         let order = entries.indices.sorted { left, right in
             let (a, b) = (entries[left], entries[right])

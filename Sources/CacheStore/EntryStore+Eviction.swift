@@ -42,6 +42,8 @@ extension EntryStore {
     /// short; returns how many went and their stored bytes.
     public func evict(_ namespace: Namespace, _ predicate: EvictionPredicate) throws -> (entries: Int, bytes: Int) {
         precondition(predicate.isRestrictive, "an empty predicate would wipe the namespace")
+        // Whatever went (batches may have committed before a failure), kept copies go.
+        defer { localChanges.changed(namespace.name, nil) }
         // The clock writes are stamped with: an entry written after this is newer than the request.
         let now = try pool.withConnection { try stampNow(on: $0) }
         var createdBefore = predicate.createdBefore

@@ -49,4 +49,6 @@ extension EntryStore {
         let before = WALHistory.now
         history.record(try position(Self.flushedPosition), at: before)
     }
+
+    public func commitPosition() throws -> String { try currentPosition().description }
 }

@@ -6,7 +6,7 @@ import Postgres
 /// Entries in PostgreSQL: lookup, upsert and delete by key. Every write runs in a single
 /// autocommit statement (alone or with a group of others), so a returned outcome means
 /// the row is committed.
-public final class EntryStore: Sendable {
+public final class EntryStore: EntryStorage {
     /// What a read returns of an entry (decoded by `entry(_:)`).
     static let entryColumns = """
         id, namespace, key, body, encoding, content_type, identity_size, etag, model, metadata::text AS metadata,
@@ -31,6 +31,7 @@ public final class EntryStore: Sendable {
     public let tracksPositions: Bool
     /// Seals writes to encrypted namespaces and opens what they stored.
     public let keyring: Keyring
+    public let localChanges = LocalChanges()
     private let writes: EntryWriteBatcher
     /// One change-feed sequencer run at a time from this process (`sequenceChanges`).
     let sequencerGate = NSLock()
@@ -64,7 +65,8 @@ public final class EntryStore: Sendable {
     /// calls share transactions (see `EntryWriteBatcher`); the outcome is returned once the
     /// entry is committed.
     public func put(_ write: EntryWrite) throws -> WriteOutcome {
-        try writes.put(try sealed(write), into: self)
+        defer { localChanges.changed(write.namespace.name, write.key.bytes) }
+        return try forgettingStaleSealingKeys { try writes.put(try sealed(write), into: self) }
     }
 
     /// `write` as it is stored: sealed when its namespace is encrypted. Blocking (the
@@ -84,19 +86,38 @@ public final class EntryStore: Sendable {
     /// As `put`, without waiting: `completion` gets the outcome once the entry is committed
     /// (on the thread that committed it; it must not block), with the primary's WAL position
     /// after the commit when `tracksPositions` (nil otherwise, or when it could not be read).
-    /// `committed` is told first, as soon as the outcome is known, before the position is read.
-    public func submit(_ write: EntryWrite,
-                       committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)? = nil,
-                       completion: @escaping @Sendable (Result<WriteOutcome, any Error>, WALPosition?) -> Void) {
+    /// `committed` is told first, as soon as the outcome is known, before the position is read;
+    /// `localChanges` before either, whatever the outcome (an unknown one may have committed).
+    public func submit(_ write: EntryWrite, committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)?,
+                       completion: @escaping @Sendable (Result<WriteOutcome, any Error>, String?) -> Void) {
+        let changes = localChanges, keyring = keyring
+        let known: @Sendable (Result<WriteOutcome, any Error>) -> Void = { result in
+            if case .failure(let error) = result { Self.forgetSealingKeys(after: error, keyring) }
+            changes.changed(write.namespace.name, write.key.bytes)
+            committed?(result)
+        }
         let stored: EntryWrite
         do {
             stored = try sealed(write)
         } catch {
-            committed?(.failure(error))
+            known(.failure(error))
             completion(.failure(error), nil)
             return
         }
-        writes.submit(stored, into: self, committed: committed, completion: completion)
+        writes.submit(stored, into: self, committed: known) { result, position in completion(result, position?.description) }
+    }
+
+    /// This replica sealed with what it knew, and the namespace was encrypted since: it reads
+    /// the keys again, so the client's retry is sealed.
+    static func forgetSealingKeys(after error: any Error, _ keyring: Keyring) {
+        if let error = error as? PostgresError, error.sqlState == .plainInEncryptedNamespace { keyring.forgetSealingKeys() }
+    }
+
+    func forgettingStaleSealingKeys<T>(_ body: () throws -> T) throws -> T {
+        do { return try body() } catch {
+            Self.forgetSealingKeys(after: error, keyring)
+            throw error
+        }
     }
 
     /// The time a write is stamped with: NULL for the database's clock (the statements take
@@ -163,7 +184,8 @@ public final class EntryStore: Sendable {
 
     /// Deletes one entry; false when it was absent.
     public func delete(_ namespace: Namespace, _ key: EntryKey) throws -> Bool {
-        try pool.withConnection { connection in
+        defer { localChanges.changed(namespace.name, key.bytes) }
+        return try pool.withConnection { connection in
             try connection.query(Self.deleteEntry, [.text(namespace.name), .bytes(key.bytes), writeStamp])
                 .affectedRows > 0
         }

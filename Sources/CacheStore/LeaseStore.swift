@@ -4,23 +4,9 @@ import Foundation
 import Observability
 import Postgres
 
-/// A miss lease: the right, for a while, to be the one caller that fills a key.
-public struct Lease: Sendable, Equatable {
-    /// The holder's secret (`tcl_` and 64 hex digits): never stored, never logged.
-    public let id: String
-    public let expiresIn: Int
-}
-
-/// What asking for a lease on a missed key gave.
-public enum LeaseGrant: Sendable, Equatable {
-    case granted(Lease)
-    /// Another caller holds a live lease; it runs out in `retryAfter` seconds (at least 1).
-    case held(retryAfter: Int)
-}
-
 /// Miss leases in PostgreSQL (migration 0006), on the database's clock so every replica
 /// agrees on expiry. See docs/consistency.md for how the statements meet.
-public final class LeaseStore: Sendable {
+public final class LeaseStore: LeaseStorage {
     /// One statement: a new lease, or one over an expired lease (`took_over`), or nothing
     /// when a live one is held (then its expiry, as of this statement's snapshot).
     static let grant = """
@@ -44,9 +30,6 @@ public final class LeaseStore: Sendable {
         """
     static let sweep = "DELETE FROM leases WHERE expires_at <= now()"
 
-    /// Longest lease a caller may ask for, in seconds.
-    public static let maxSeconds = 600
-    static let idPrefix = "tcl_"
 
     private let pool: ConnectionPool
     private let outcomes: CounterFamily?
@@ -59,11 +42,11 @@ public final class LeaseStore: Sendable {
 
     /// A lease of `seconds` on (namespace, key) for `holder`, unless a live one is held.
     public func grant(_ namespace: Namespace, _ key: EntryKey, seconds: Int, holder: Int64?) throws -> LeaseGrant {
-        let id = Self.idPrefix + Bytes.hex(Bytes.random(count: 32))
+        let id = Lease.newID()
         let row = try pool.withConnection { connection in
             try connection.query(Self.grant, [
                 .text(namespace.name), .bytes(key.bytes), .bytes(SHA256.hash(id)),
-                holder.map { .int($0) } ?? .null, .int(min(max(seconds, 1), Self.maxSeconds)),
+                holder.map { .int($0) } ?? .null, .int(min(max(seconds, 1), Lease.maxSeconds)),
             ]).first
         }
         guard let row, try row.bool("granted") == true else {
@@ -155,12 +138,5 @@ public final class LeaseStore: Sendable {
         let swept = try connection.query(Self.sweep).affectedRows
         if swept > 0 { outcomes?.inc(["expired"], by: Double(swept)) }
         return swept
-    }
-
-    /// Whether `text` has the shape of a lease id (checked before any database work).
-    public static func isWellFormed(_ text: String) -> Bool {
-        let bytes = Array(text.utf8)
-        return bytes.count == idPrefix.utf8.count + 64 && text.hasPrefix(idPrefix)
-            && bytes.dropFirst(idPrefix.utf8.count).allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
     }
 }

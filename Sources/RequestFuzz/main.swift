@@ -4,8 +4,8 @@ import Observability
 import TeamCache
 
 /// Drives the whole request path: bytes → parser → router → the real handlers (header,
-/// query and JSON parsers included) over a database that cannot be reached. Traps when a
-/// request gets a 500 (an unexpected error: every store failure is a 503 here) or when a
+/// query and JSON parsers included) over the in-memory store. Traps when a
+/// request gets a 500 (an unexpected error: the memory store does not fail) or when a
 /// list-header helper breaks its own contract.
 let router = RequestHarness.router()
 // Each failed store call warns; millions of them would only slow the fuzzer down.

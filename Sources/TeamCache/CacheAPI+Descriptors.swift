@@ -21,7 +21,7 @@ extension CacheAPI {
         guard json["refresh"] == nil || json["refresh"]?.boolValue != nil else {
             throw HTTPError(422, "`refresh` must be a boolean.")
         }
-        let leaseSeconds = try Self.optionalInteger(json["lease"], name: "lease", 1...LeaseStore.maxSeconds)
+        let leaseSeconds = try Self.optionalInteger(json["lease"], name: "lease", 1...Lease.maxSeconds)
         let wait = try Self.waitMember(json["wait"])
         let key = descriptor.key
         if json["refresh"]?.boolValue == true {

@@ -58,9 +58,6 @@ extension CacheAPI {
         } ?? .skip
         let body = try Self.importBody(request)
         var work = DumpImport(store: store, namespace: namespace, conflict: conflict, listed: 100)
-        // Whatever was imported (chunks may have committed before a failure): this process's
-        // kept copies of the namespace go; other replicas hear of each key from its notification.
-        defer { ownChange(namespace.name, nil) }
         try guarded(request) {
             var number = 0
             for line in body.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {

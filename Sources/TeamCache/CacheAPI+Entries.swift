@@ -12,7 +12,7 @@ extension CacheAPI {
         let control = RequestCacheControl(request.headers)
         // Only GET takes a lease (`?lease=N`): a HEAD is a question, not a promise to fill.
         let query = request.method == "GET" ? try RequestParsing.query(request) : [:]
-        let leaseSeconds = try RequestParsing.integer("lease", in: query, 1...LeaseStore.maxSeconds)
+        let leaseSeconds = try RequestParsing.integer("lease", in: query, 1...Lease.maxSeconds)
         let budget = try Self.waitSeconds(query["wait"], status: 400).flatMap { $0 > 0 ? WaitBudget(seconds: $0) : nil }
         if control.noCache {
             tracker.record(.bypass, namespace: namespace.name, at: clock.now())
@@ -154,7 +154,6 @@ extension CacheAPI {
         let namespace = try RequestParsing.namespace(request)
         let key = try RequestParsing.key(request)
         return try guarded(request) {
-            defer { ownChange(namespace.name, key.bytes) }
             guard try store.delete(namespace, key) else { throw HTTPError(404, "No entry under this key.") }
             var response = HTTPResponse(status: 204)
             stampAfterCommit(&response)

@@ -19,9 +19,8 @@ extension CacheAPI {
         }
         return try guarded(request) {
             // Batches may have committed even if a later one fails: the namespace's kept copies go.
-            defer { ownChange(namespace.name, nil) }
             let evicted = try store.evict(namespace, predicate)
-            eviction.recordManual(entries: evicted.entries, bytes: evicted.bytes)
+            eviction?.recordManual(entries: evicted.entries, bytes: evicted.bytes)
             var response = HTTPResponse.json(200, JSONValue.object([("evicted", .int(evicted.entries))]).serialized)
             stampAfterCommit(&response)
             return response

@@ -148,7 +148,7 @@ extension CacheAPI {
     /// A lease id from a client: its shape is checked before anything is stored.
     static func leaseID(_ text: String?, _ name: String) throws -> String? {
         guard let text else { return nil }
-        guard LeaseStore.isWellFormed(text) else {
+        guard Lease.isWellFormed(text) else {
             throw HTTPError(400, "`\(name)` is not a lease id (tcl_ and 64 hex digits, as granted).")
         }
         return text

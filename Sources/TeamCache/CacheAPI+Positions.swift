@@ -13,20 +13,20 @@ extension CacheAPI {
     static let minPositionHeader = "TeamCache-Min-Position"
 
     /// Adds the position to a write's 2xx; one that could not be learned is counted.
-    func stamp(_ response: inout HTTPResponse, _ position: WALPosition?) {
+    func stamp(_ response: inout HTTPResponse, _ position: String?) {
         guard store.tracksPositions, (200..<300).contains(response.status) else { return }
         guard let position else {
             positionsMissing?.inc()
             return
         }
-        response.headers.add(Self.positionHeader, position.description)
+        response.headers.add(Self.positionHeader, position)
     }
 
     /// For writes that commit on a worker (DELETE, evict): the position now, which is past
     /// their commit. A failure to read it leaves the header out rather than fail the write.
     func stampAfterCommit(_ response: inout HTTPResponse) {
         guard store.tracksPositions else { return }
-        stamp(&response, try? store.currentPosition())
+        stamp(&response, try? store.commitPosition())
     }
 
     /// The request's `TeamCache-Min-Position`: nil when absent; 400 when it is not a

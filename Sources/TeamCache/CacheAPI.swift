@@ -8,10 +8,11 @@ import Postgres
 
 /// What the cache routes share: the store, the access tracker, the policy and the clock.
 public final class CacheAPI: Sendable {
-    let store: EntryStore
+    let store: any EntryStorage
     let tracker: AccessTracker
-    let eviction: EvictionJob
-    let leases: LeaseStore
+    /// Counts manual evictions in the eviction job's metrics (nil: not counted).
+    let eviction: EvictionJob?
+    let leases: any LeaseStorage
     /// Where reads with `wait` park (nil: they answer at once).
     let waiters: Waiters?
     let upserts: CounterFamily?
@@ -20,8 +21,8 @@ public final class CacheAPI: Sendable {
     let inflated: InflatedBodies
     /// Change feed pages shared by followers asking the same question.
     let feedPages: FeedPages
-    /// Hot entries answered without a database read (nil: none); every write here drops
-    /// its key before it answers.
+    /// Hot entries answered without a database read (nil: none); the store drops a key from
+    /// it on every change this process makes, before the change is answered.
     let near: NearCache?
     let logger = Logger(component: "cache")
     /// Database failures during an outage repeat per request: one line per kind per 10 s.
@@ -30,14 +31,23 @@ public final class CacheAPI: Sendable {
     var policy: CachePolicy { store.policy }
     var clock: any Clock { store.clock }
 
-    init(store: EntryStore, tracker: AccessTracker, eviction: EvictionJob, leases: LeaseStore, waiters: Waiters? = nil,
-         metrics: MetricsRegistry?, inflated: InflatedBodies, near: NearCache? = nil) {
+    init(store: any EntryStorage, tracker: AccessTracker, eviction: EvictionJob?, leases: any LeaseStorage,
+         waiters: Waiters? = nil, metrics: MetricsRegistry?, inflated: InflatedBodies, near: NearCache? = nil) {
         self.store = store
         self.near = near
         self.leases = leases
         self.waiters = waiters
         self.inflated = inflated
-        feedPages = FeedPages(metrics: metrics)
+        let feedPages = FeedPages(metrics: metrics)
+        self.feedPages = feedPages
+        // The one place this process's own changes reach what it keeps: a change's key (or its
+        // whole namespace) goes from the near-cache, and no shared feed page read before it is
+        // reused, before the change is answered, without waiting for the notification's round
+        // trip. Waiters are woken by the notification, once.
+        store.localChanges.listen { namespace, key in
+            near?.invalidate(namespace, key)
+            feedPages.noteLocalChange(namespace)
+        }
         self.tracker = tracker
         self.eviction = eviction
         upserts = metrics?.counter("teamcache_upserts_total", "Writes by namespace and outcome.",
@@ -54,9 +64,8 @@ public final class CacheAPI: Sendable {
         do {
             return try body()
         } catch let error as PostgresError where error.sqlState == .plainInEncryptedNamespace {
-            // This replica sealed with what it knew, and the namespace was encrypted since:
-            // it reads the keys again, and the client's retry is sealed.
-            store.keyring.forgetSealingKeys()
+            // This replica sealed with what it knew, and the namespace was encrypted since: the
+            // store read the keys again, and the client's retry is sealed.
             throw HTTPError(503, "This namespace was just encrypted; retry shortly.",
                             headers: HTTPHeaders([("Retry-After", "1")]))
         } catch let error as PostgresError {
@@ -96,10 +105,8 @@ public final class CacheAPI: Sendable {
         // then never is (so what the deadline's answer says is at worst too cautious).
         var bounded = write
         if request.deadline > 0 { bounded.notAfter = request.deadline }
+        // The store drops the key's kept copy before `committed`, whatever the outcome.
         store.submit(bounded, committed: { [self] result in
-            // Whatever the outcome (an unknown one may have committed), the key's kept copy goes
-            // before the answer: a read after this 2xx, on this replica, reads the database.
-            ownChange(write.namespace.name, write.key.bytes)
             completeLease(lease, write, outcome: result)
         }) { [self] result, position in
             answer {
@@ -110,16 +117,6 @@ public final class CacheAPI: Sendable {
                 }
             }
         }
-    }
-
-    /// A change this process made (committed, or of unknown outcome), before its answer: the
-    /// key's kept copy goes, and no shared feed page of the namespace read before it is reused,
-    /// without waiting for the notification's round trip (a read after this 2xx, on this
-    /// replica, reads the database). Waiters are woken by the notification, once. `key` nil:
-    /// the whole namespace.
-    func ownChange(_ namespace: String, _ key: [UInt8]?) {
-        near?.invalidate(namespace, key)
-        feedPages.noteLocalChange(namespace)
     }
 
     /// The JSON answer of a write (PUT and descriptor upsert).

@@ -39,7 +39,7 @@ public final class Authenticator: Sendable {
     }
 
     public let enabled: Bool
-    private let store: TokenStore
+    private let store: any TokenDirectory
     private let cacheTTL: TimeInterval
     private let limiter: RateLimiter?
     private let clock: any Clock
@@ -60,7 +60,7 @@ public final class Authenticator: Sendable {
     static let unknownPerSecond = 5.0
     static let unknownBurst = 20.0
 
-    init(enabled: Bool, store: TokenStore, cacheTTL: TimeInterval, rateLimit: Double, clock: any Clock) {
+    init(enabled: Bool, store: any TokenDirectory, cacheTTL: TimeInterval, rateLimit: Double, clock: any Clock) {
         self.enabled = enabled
         self.store = store
         self.cacheTTL = cacheTTL

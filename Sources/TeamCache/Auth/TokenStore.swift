@@ -2,8 +2,14 @@ import Cryptography
 import Foundation
 import Postgres
 
+/// Where a request's token is looked up by its secret's SHA-256: PostgreSQL's `TokenStore`,
+/// or a fixed set where there is no database (the request fuzzer).
+public protocol TokenDirectory: Sendable {
+    func find(hash: [UInt8]) throws -> APIToken?
+}
+
 /// API tokens in PostgreSQL: create (returns the secret once), list, revoke, look up by hash.
-public struct TokenStore: Sendable {
+public struct TokenStore: TokenDirectory {
     static let insert = """
         INSERT INTO api_tokens (name, secret_hash, namespace_pattern, scopes, expires_at)
         VALUES ($1, $2, $3, $4, $5::timestamptz)
