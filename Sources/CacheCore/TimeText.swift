@@ -24,6 +24,17 @@ public enum RFC3339 {
         Formatters.shared.withLock { $0.fractional.string(from: date) }
     }
 
+    /// UTC with microseconds, as PostgreSQL's `to_char(… 'US')` writes it in dumps and feeds
+    /// (`2026-12-03T10:00:00.250000Z`).
+    public static func formatMicroseconds(_ date: Date) -> String {
+        var whole = date.timeIntervalSince1970.rounded(.down)
+        var micros = Int(((date.timeIntervalSince1970 - whole) * 1_000_000).rounded())
+        if micros >= 1_000_000 { (whole, micros) = (whole + 1, micros - 1_000_000) }
+        let seconds = Formatters.shared.withLock { $0.plain.string(from: Date(timeIntervalSince1970: whole)) }
+        let digits = String(micros)
+        return seconds.dropLast() + "." + String(repeating: "0", count: 6 - digits.count) + digits + "Z"
+    }
+
     /// Made once (a formatter is costly to make, and a dump has millions of lines), used
     /// under a lock (a formatter is not safe to share).
     private struct Formatters {

@@ -24,7 +24,11 @@ enum EntryGroupWrite {
     static let statement = """
         WITH input AS (
             SELECT b.*, s.default_ttl_seconds AS namespace_ttl, s.max_bytes AS quota,
-                   octet_length(b.body) - coalesce(o.stored_size, 0) AS growth, coalesce(o.fresh, false) AS was_fresh
+                   -- A create-only write over a fresh entry fails its precondition before any cap
+                   -- is asked (as in tc_put_entry): it grows nothing, and is admitted to fail.
+                   CASE WHEN $21::bool AND coalesce(o.fresh, false) THEN 0
+                        ELSE octet_length(b.body) - coalesce(o.stored_size, 0) END AS growth,
+                   coalesce(o.fresh, false) AS was_fresh
             FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[], $5::text[], $6::int8[], $7::text[],
                         $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int8[], $14::int8[],
                         $15::int8[], $16::int8[], $22::int4[])

@@ -40,10 +40,10 @@ extension MemoryStore.Row {
         DumpedEntry(namespace: namespace, key: key, body: body, encoding: encoding, contentType: contentType,
                     identitySize: identitySize, etag: etag, model: model, version: version, promptDigest: promptDigest,
                     tags: tags, metadata: metadata, inputTokens: inputTokens, outputTokens: outputTokens,
-                    createdAt: RFC3339.formatWithFraction(createdAt), updatedAt: RFC3339.formatWithFraction(updatedAt),
-                    expiresAt: RFC3339.formatWithFraction(expiresAt), staleWhileRevalidate: staleWhileRevalidate,
-                    hitCount: hitCount, lastAccessedAt: RFC3339.formatWithFraction(lastAccessedAt),
-                    staleUntil: RFC3339.formatWithFraction(expiresAt.addingTimeInterval(Double(staleWhileRevalidate))))
+                    createdAt: RFC3339.formatMicroseconds(createdAt), updatedAt: RFC3339.formatMicroseconds(updatedAt),
+                    expiresAt: RFC3339.formatMicroseconds(expiresAt), staleWhileRevalidate: staleWhileRevalidate,
+                    hitCount: hitCount, lastAccessedAt: RFC3339.formatMicroseconds(lastAccessedAt),
+                    staleUntil: RFC3339.formatMicroseconds(expiresAt.addingTimeInterval(Double(staleWhileRevalidate))))
     }
 }
 

@@ -21,8 +21,9 @@ extension MemoryStore {
                 index += 1
                 guard record.namespace == namespace.name else { continue }
                 var change = record.change
+                // The body, when the entry holds this change's version (its ETag, as PostgreSQL matches it).
                 if bodies, change.kind == .put, let row = state.rows[RowID(namespace.name, change.key)],
-                   row.id == change.entryID, row.etag == change.etag {
+                   row.etag == change.etag {
                     // A page ends early once its bodies pass the budget (never before its first change).
                     if !changes.isEmpty && bodyBytes + row.storedSize > Self.feedPageBytes {
                         cut = true

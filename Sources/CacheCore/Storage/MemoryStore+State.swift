@@ -124,8 +124,8 @@ extension MemoryStore {
             append(FeedRecord(namespace: row.namespace, change: FeedChange(
                 cursor: head + 1, kind: .put, key: row.key, etag: row.etag, identitySize: row.identitySize,
                 storedSize: row.storedSize, contentType: row.contentType,
-                expiresAt: RFC3339.formatWithFraction(row.expiresAt),
-                staleUntil: RFC3339.formatWithFraction(row.expiresAt.addingTimeInterval(Double(row.staleWhileRevalidate))),
+                expiresAt: RFC3339.formatMicroseconds(row.expiresAt),
+                staleUntil: RFC3339.formatMicroseconds(row.expiresAt.addingTimeInterval(Double(row.staleWhileRevalidate))),
                 entryID: row.id)), capacity: feedCapacity)
         }
 
