@@ -1,0 +1,144 @@
+import CacheCore
+import CacheStore
+import Foundation
+import HTTPServer
+import Observability
+import Postgres
+
+/// The builders `Application.init` composes, one part each, lowest first.
+extension Application {
+    /// The parts that live on the event loops: where `wait` requests park, the near-cache, and
+    /// the listener that wakes the one and invalidates the other.
+    struct LoopParts {
+        let waiters: Waiters?
+        let near: NearCache?
+        let listener: KeyListener?
+    }
+
+    static func pool(_ configuration: Configuration, _ database: Database, _ metrics: MetricsRegistry) -> ConnectionPool {
+        var settings = ConnectionPool.Configuration(url: database.url, maxConnections: configuration.poolSize,
+                                                    acquireTimeout: configuration.acquireTimeout)
+        settings.limits = configuration.sessionLimits
+        settings.requirePrimary = true
+        settings.metricPrefix = Configuration.metricPrefix
+        let pool = ConnectionPool(settings, metrics: metrics)
+        if configuration.sessionLimits.transactionPooler { checkServerLimits(pool) }
+        return pool
+    }
+
+    /// Every data key unwrapped before anything is served: a missing or wrong master key
+    /// stops the start, naming the variable, instead of serving misses (or ciphertext).
+    static func keyring(_ configuration: Configuration, _ pool: ConnectionPool, _ metrics: MetricsRegistry) throws
+        -> Keyring {
+        let keyring = Keyring(master: configuration.masterKeys, metrics: metrics)
+        do {
+            try keyring.loadAll(pool)
+        } catch let error as PostgresError where error.isUnavailable {
+            // The database is not reachable yet (the service starts unready and waits for it):
+            // keys are then read when first needed, and a key that does not unwrap refuses the
+            // write (503) and answers its entries as misses, logged.
+            Logger(component: "teamcache").warn("data keys not checked at start: the database is unavailable",
+                                                [("error", .string(error.description))])
+        }
+        return keyring
+    }
+
+    static func store(_ configuration: Configuration, _ pool: ConnectionPool, _ metrics: MetricsRegistry,
+                      clock: any Clock, history: WALHistory?, keyring: Keyring) -> EntryStore {
+        // A quarter of the pool commits writes; the rest stays free for reads, flushes and eviction.
+        EntryStore(pool: pool, policy: configuration.cache, clock: clock,
+                   concurrentWriteBatches: max(1, configuration.poolSize / 4),
+                   writeBatchSizes: metrics.histogram("teamcache_db_write_batch_size",
+                                                      "Entry writes per committed transaction.",
+                                                      bounds: [1, 2, 4, 8, 16, 32, 64]),
+                   tracksPositions: history != nil, keyring: keyring)
+    }
+
+    static func loopParts(_ configuration: Configuration, _ database: Database, _ metrics: MetricsRegistry,
+                          _ leases: LeaseStore) -> LoopParts {
+        // Requests with `wait` park on their loop; they need the loops' batched reads.
+        let waiters = configuration.readBatch > 0 ? Waiters(capacity: configuration.maxWaiters, metrics: metrics) : nil
+        // The near-cache needs the loops' reads and the listener that invalidates it.
+        let near = waiters == nil || configuration.nearCacheBytes == 0 ? nil
+            : NearCache(budget: configuration.nearCacheBytes, maxEntryBytes: LoopReads.inlineEntryLimit + 1024)
+        if let near { expose(near, metrics) }
+        // LISTEN needs a session of its own: never through a transaction pooler.
+        let url = database.directURL, limits = configuration.directSessionLimits
+        let listener = waiters.map { KeyListener(url: url, limits: limits, waiters: $0, leases: leases, near: near) }
+        return LoopParts(waiters: waiters, near: near, listener: listener)
+    }
+
+    static func inflatedBodies(_ configuration: Configuration, _ metrics: MetricsRegistry) -> InflatedBodies {
+        let inflated = InflatedBodies(budget: configuration.inflateCacheBytes, maxBodyBytes: LoopReads.inlineEntryLimit)
+        let bytes = metrics.gauge("teamcache_inflate_cache_bytes", "Inflated bodies held for clients without gzip, in bytes.")
+        metrics.addCollector { bytes.set([], Double(inflated.heldBytes)) }
+        return inflated
+    }
+
+    /// Health, readiness, the spec and /metrics, with the process-wide gauges behind them.
+    static func operations(_ configuration: Configuration, _ metrics: MetricsRegistry, _ readiness: ReadinessProbe)
+        throws -> OperationalRoutes {
+        guard let specURL = ResourceLocator.find("openapi.yaml"), let spec = FileManager.default.contents(atPath: specURL.path)
+        else { throw ConfigurationError(variable: "openapi.yaml", value: "", allowed: "the file beside the binary") }
+        let queueUsage = metrics.gauge("teamcache_notification_queue_usage",
+                                       "PostgreSQL's notification queue in use (0-1; -1 unknown): full, every write fails.")
+        metrics.addCollector { queueUsage.set([], readiness.notificationQueueUsage ?? -1) }
+        exposeProcess(metrics)
+        metrics.gauge("teamcache_store_max_bytes", "Configured soft cap of the store in stored bytes (0: none).")
+            .set([], Double(configuration.cache.storeMaxBytes))
+        metrics.gauge("teamcache_store_hard_cap_bytes", "Writes past this many stored bytes get 507 (0: none).")
+            .set([], Double(configuration.cache.storeHardCap))
+        return OperationalRoutes(readiness: readiness, metrics: metrics, openAPI: Array(spec))
+    }
+
+    /// The process's own gauges: CPU and memory, the heap, dropped log lines.
+    static func exposeProcess(_ metrics: MetricsRegistry) {
+        ProcessMetrics.register(in: metrics)
+        let heapInUse = metrics.gauge("teamcache_heap_in_use_bytes", "Heap bytes in use (glibc mallinfo2).")
+        let heapFree = metrics.gauge("teamcache_heap_free_bytes", "Heap bytes free but still held by glibc's arenas.")
+        metrics.addCollector {
+            let heap = MemoryReturn.heap()
+            heapInUse.set([], Double(heap.inUse))
+            heapFree.set([], Double(heap.free))
+        }
+        let droppedLogLines = metrics.counter("teamcache_log_lines_dropped_total",
+                                              "Log lines dropped because the log output did not drain.")
+        metrics.addCollector { droppedLogLines.replaceAll([[]: Double(LogSink.shared.droppedLines)]) }
+    }
+
+    /// Read routes served from the loops: one read batcher per loop, and one standby reader
+    /// per loop when a standby is configured.
+    static func loopReads(_ configuration: Configuration, _ database: Database, _ metrics: MetricsRegistry,
+                          api: CacheAPI, auth: Authenticator, loops: LoopParts, keyring: Keyring,
+                          history: WALHistory?) -> LoopReads {
+        let readers = readers(configuration: configuration, url: database.url, metrics: metrics, keyring: keyring)
+        var reads = LoopReads(api: api, auth: auth, readers: readers)
+        reads.waiters = loops.waiters
+        reads.near = loops.near
+        reads.replicas = replicas(configuration: configuration, history: history, metrics: metrics, keyring: keyring)
+        reads.maxLag = configuration.readMaxLag
+        if !reads.replicas.isEmpty {
+            reads.replicaReads = metrics.counter("teamcache_db_reads_total",
+                                                 "Batched entry reads by the database that answered them.",
+                                                 labels: ["database"])
+            exposeStandbyLag(reads.replicas, metrics)
+        }
+        return reads
+    }
+
+    /// The HTTP server, each loop attaching its batchers, its waiters and (loop 0) the listener.
+    static func server(_ configuration: Configuration, _ metrics: MetricsRegistry, reads: LoopReads,
+                       listener: KeyListener?, routes: [Route]) -> HTTPServer {
+        // The wire limit leaves room for a descriptor's JSON around a maximal response; the
+        // handlers enforce the exact entry limit (413 with nothing stored).
+        var http = configuration.http
+        http.limits.maxBodyBytes = configuration.cache.maxBodyBytes + 64 * 1024
+        let readers = reads.readers, replicas = reads.replicas, waiters = reads.waiters
+        return HTTPServer(configuration: http, routes: routes, metrics: metrics, onLoopStart: { loop in
+            if !readers.isEmpty { readers[loop.index].attach(to: loop) }
+            if !replicas.isEmpty { replicas[loop.index].attach(to: loop) }
+            waiters?.attach(to: loop)
+            if loop.index == 0 { listener?.attach(to: loop) }
+        })
+    }
+}
