@@ -53,7 +53,7 @@ extension Connection {
         let error = request.mayChangeState
             ? HTTPError(504, "The request did not complete within its deadline; it may or may not have taken effect. "
                 + "Read the state (GET the key) before retrying a write that is not idempotent.",
-                        title: "Outcome unknown", type: "https://teamcache.dev/problems/outcome-unknown",
+                        title: "Outcome unknown", type: ProblemTypes.uri("outcome-unknown"),
                         headers: HTTPHeaders([("Retry-After", "1")]))
             : HTTPError(503, "The request did not complete within its deadline; retry shortly.",
                         headers: HTTPHeaders([("Retry-After", "1")]))

@@ -445,8 +445,7 @@ final class Connection {
         case .serverFull: "The server is at its connection limit."
         case .clientFull: "This client address holds as many connections as one client may; reuse them or close some."
         }
-        let body = "{\"type\":\"https://teamcache.dev/problems/service-unavailable\",\"title\":\"Service Unavailable\","
-            + "\"status\":503,\"detail\":\"\(detail)\"}"
+        let body = String(decoding: HTTPError(503, detail).response(requestID: "").body, as: UTF8.self)
         let text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\nRetry-After: 1\r\n"
             + "Connection: close\r\nContent-Length: \(body.utf8.count)\r\n\r\n" + body
         _ = text.withCString { write(fd, $0, strlen($0)) }

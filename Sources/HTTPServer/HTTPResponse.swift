@@ -47,7 +47,7 @@ public struct HTTPError: Error, Sendable {
         self.status = status
         self.detail = detail
         self.title = title ?? HTTPStatus.reason(status)
-        self.type = type ?? "https://teamcache.dev/problems/\(HTTPStatus.slug(status))"
+        self.type = type ?? ProblemTypes.uri(HTTPStatus.slug(status))
         self.headers = headers
     }
 

@@ -20,6 +20,7 @@ public final class HTTPServer: Sendable {
                 onLoopStart: (@Sendable (EventLoop) -> Void)? = nil) {
         self.configuration = configuration
         self.onLoopStart = onLoopStart
+        if !configuration.problemTypeBase.isEmpty { ProblemTypes.use(base: configuration.problemTypeBase) }
         self.context = ServerContext(configuration: configuration, router: Router(routes), metrics: metrics)
         if let metrics {
             let prefix = configuration.metricPrefix

@@ -49,6 +49,10 @@ public struct HTTPServerConfiguration: Sendable {
     /// Put before every metric name the server registers (`http_requests_total` and the
     /// rest): the application's namespace, with its underscore (TeamCache's: `teamcache_`).
     public var metricPrefix = ""
+    /// Where the problem types of this application's errors point, ending in `/`
+    /// (TeamCache's: `https://teamcache.dev/problems/`); empty: `about:blank`, or the base
+    /// another server of the process named (see `ProblemTypes`).
+    public var problemTypeBase = ""
 
     public init() {}
 }

@@ -13,11 +13,14 @@ public struct Configuration: Sendable {
         var http = HTTPServerConfiguration()
         http.serverName = Configuration.applicationName
         http.metricPrefix = Configuration.metricPrefix
+        http.problemTypeBase = Configuration.problemTypeBase
         return http
     }()
     /// What the lower layers (the HTTP server, the database pool) are named by here.
     public static let applicationName = "teamcache"
     public static let metricPrefix = "teamcache_"
+    /// Where every problem type of the service points (`…/problems/not-found`).
+    public static let problemTypeBase = "https://teamcache.dev/problems/"
     public var cache = CachePolicy()
     /// nil: the embedded cluster under `dataDirectory`.
     public var databaseURL: String?

@@ -18,6 +18,8 @@ public enum RequestHarness {
     public static func router() -> Router {
         var configuration = Configuration()
         configuration.authEnabled = false
+        // No server is made here: the service's problem types are named as a server would.
+        ProblemTypes.use(base: configuration.http.problemTypeBase)
         configuration.readBatch = 0
         var policy = configuration.cache
         policy.storeMaxBytes = storeBytes

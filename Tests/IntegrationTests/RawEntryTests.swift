@@ -1,6 +1,7 @@
 import CacheCore
 import Foundation
 import Locking
+import TeamCache
 import Testing
 import TestSupport
 
@@ -69,6 +70,9 @@ import TestSupport
         #expect(try service.request("PUT", entryPath(namespace, long), token: token, body: [1]).status == 400)
         let problem = try service.request("PUT", entryPath(namespace, "k?ttl=0"), token: token, body: [1])
         #expect(problem.status == 400 && problem.header("Content-Type") == "application/problem+json")
+        // The problem type is the service's base (from its server's configuration) and the kind.
+        let type = try JSONSerialization.jsonObject(with: Data(problem.body)) as? [String: Any]
+        #expect(type?["type"] as? String == Configuration.problemTypeBase + "bad-request")
         #expect(try service.request("GET", entryPath(namespace, "k"), token: token).status == 404)
     }
 
