@@ -11,7 +11,7 @@ extension CacheAPI {
     static let upsertMembers = descriptorMembers.union(["response", "metadata", "ttl", "tags", "lease",
                                                         "stale_while_revalidate"])
 
-    /// A descriptor lookup: parsed here; answered by `answerLookup` once the entry is read.
+    /// A descriptor lookup: parsed here; answered once the entry is read (`hitStep`, else a miss).
     func planLookup(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> ReadPlan {
         let namespace = try RequestParsing.namespace(request)
         let json = try RequestParsing.jsonObject(request)
@@ -37,17 +37,15 @@ extension CacheAPI {
         let answers = Self.lookupMissAnswers(key: key)
         return .read(namespace, entryKey, standby: leaseSeconds == nil && budget == nil) { [self] entry, mayPark in
             let now = clock.now()
-            if let entry, entry.model == model, case .revalidate = Freshness.of(entry, now: now, maxStale: maxStale) {
-                let collapsed = budget?.waited == true
-                return try revalidateStep(namespace, entryKey, lease: leaseSeconds, holder: holder) { [self] lease in
-                    try answerLookup(entry, key: key, model: model, namespace: namespace, maxStale: maxStale,
-                                     collapsed: collapsed, now: now, revalidate: lease) ?? Self.lookupMiss(key)
-                }
-            }
-            if let answer = try answerLookup(entry, key: key, model: model, namespace: namespace, maxStale: maxStale,
-                                             collapsed: budget?.waited == true, now: now) {
-                if budget?.waited == true { waiters?.count("filled") }
-                return .response(answer)
+            // The model must match exactly: a defence against collisions and mix-ups.
+            let question = HitQuestion(namespace: namespace, key: entryKey, maxStale: maxStale, mayRefresh: true,
+                                       leaseSeconds: leaseSeconds, holder: holder, collapsed: budget?.waited == true)
+            if let answer = try hitStep(entry.flatMap { $0.model == model ? $0 : nil }, question, now: now,
+                                        render: { [self] entry, freshness, collapsed, lease in
+                                            try lookupHit(entry, key: key, freshness: freshness, collapsed: collapsed,
+                                                          now: now, revalidate: lease)
+                                        }) {
+                return answer
             }
             return missStep(namespace, entryKey, lease: leaseSeconds, holder: holder, budget: budget,
                             mayPark: mayPark, request: request, answers: answers, labelled: labelled)
@@ -65,21 +63,14 @@ extension CacheAPI {
         .json(200, JSONValue.object([("hit", .bool(false)), ("key", .string(key))]).serialized)
     }
 
-    /// The hit (or stale) answer; nil for a miss, which the caller answers (and counts).
-    /// `revalidate`: a refresh lease granted with a stale-while-revalidate answer.
-    private func answerLookup(_ entry: StoredEntry?, key: String, model: String, namespace: Namespace,
-                              maxStale: Int?, collapsed: Bool, now: Date, revalidate: Lease? = nil) throws
-        -> HTTPResponse? {
-        // The model must match exactly: a defence against collisions and mix-ups.
-        guard let entry, entry.model == model else { return nil }
-        let freshness = Freshness.of(entry, now: now, maxStale: maxStale)
-        if freshness == .expired { return nil }
-        let stale: Bool
-        switch freshness {
-        case .stale, .revalidate: stale = true
-        case .fresh, .expired: stale = false
+    /// A lookup's hit (or stale) answer; `revalidate`: a refresh lease granted with a
+    /// stale-while-revalidate answer.
+    private func lookupHit(_ entry: StoredEntry, key: String, freshness: Freshness, collapsed: Bool, now: Date,
+                           revalidate: Lease?) throws -> HTTPResponse {
+        let stale = switch freshness {
+        case .stale, .revalidate: true
+        case .fresh, .expired: false
         }
-        tracker.record(stale ? .stale : collapsed ? .collapsed : .hit, namespace: namespace.name, entry: entry, at: now)
         let text = String(decoding: try identityBody(entry), as: UTF8.self)
         let metadata = try entry.metadata.map { try JSONParser.parse($0) } ?? .null
         let answer = JSONValue.object([

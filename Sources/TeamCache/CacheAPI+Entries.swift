@@ -5,7 +5,7 @@ import HTTPServer
 
 /// `GET | HEAD | PUT | DELETE /v1/caches/{ns}/entries/{key}`.
 extension CacheAPI {
-    /// GET and HEAD: parsed here; answered by `answerGet` once the entry is read.
+    /// GET and HEAD: parsed here; answered once the entry is read (`hitStep`, else a miss).
     func planGet(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> ReadPlan {
         let namespace = try RequestParsing.namespace(request)
         let key = try RequestParsing.key(request)
@@ -30,20 +30,17 @@ extension CacheAPI {
                 return .park(seconds: waiters.recheckDelay(untilDeadline: budget.remaining))
             }
             // A watch that saw a change is an update, not a fill it waited for.
-            let collapsed = budget?.waited == true && watched == nil
+            let question = HitQuestion(namespace: namespace, key: key, maxStale: control.maxStale,
+                                       mayRefresh: request.method == "GET" && !control.onlyIfCached,
+                                       leaseSeconds: leaseSeconds, holder: holder,
+                                       collapsed: budget?.waited == true && watched == nil)
             let now = clock.now()
-            // Only GET is handed a refresh lease: a HEAD answers the same, without the lease, and
-            // so does a caller that takes only cached answers (it will not refresh anything).
-            if let entry, request.method == "GET", !control.onlyIfCached, case .revalidate = Freshness.of(entry, now: now, maxStale: control.maxStale) {
-                return try revalidateStep(namespace, key, lease: leaseSeconds, holder: holder) { [self] lease in
-                    try answerGet(entry, namespace: namespace, control: control, request: request, collapsed: collapsed,
-                                  now: now, revalidate: lease) ?? miss(false, request)
-                }
-            }
-            if let answer = try answerGet(entry, namespace: namespace, control: control, request: request,
-                                          collapsed: collapsed, now: now) {
-                if collapsed { waiters?.count("filled") }
-                return .response(answer)
+            if let answer = try hitStep(entry, question, now: now, render: { [self] entry, freshness, collapsed, lease in
+                var response = try hit(entry, freshness: freshness, now: now, request: request, collapsed: collapsed)
+                if let lease { response.headers.add("TeamCache-Lease", "\(lease.id); expires_in=\(lease.expiresIn)") }
+                return response
+            }) {
+                return answer
             }
             // A caller that takes only cached answers neither fills a key nor waits for one;
             // a watched entry that went away is answered at once (404).
@@ -58,25 +55,6 @@ extension CacheAPI {
             return missStep(namespace, key, lease: leaseSeconds, holder: holder, budget: budget, mayPark: mayPark,
                             request: request, answers: answers, labelled: labelled)
         }
-    }
-
-    /// The hit (or stale, or 304) answer; nil for a miss, which the caller answers (and counts).
-    /// `revalidate`: a refresh lease granted with a stale-while-revalidate answer.
-    private func answerGet(_ entry: StoredEntry?, namespace: Namespace, control: RequestCacheControl,
-                           request: HTTPRequest, collapsed: Bool, now: Date, revalidate: Lease? = nil) throws
-        -> HTTPResponse? {
-        guard let entry else { return nil }
-        let freshness = Freshness.of(entry, now: now, maxStale: control.maxStale)
-        if freshness == .expired { return nil }
-        switch freshness {
-        case .stale, .revalidate: tracker.record(.stale, namespace: namespace.name, entry: entry, at: now)
-        case .fresh, .expired: tracker.record(collapsed ? .collapsed : .hit, namespace: namespace.name, entry: entry, at: now)
-        }
-        var response = try hit(entry, freshness: freshness, now: now, request: request, collapsed: collapsed)
-        if let revalidate {
-            response.headers.add("TeamCache-Lease", "\(revalidate.id); expires_in=\(revalidate.expiresIn)")
-        }
-        return response
     }
 
     func miss(_ onlyIfCached: Bool, _ request: HTTPRequest) -> HTTPResponse {

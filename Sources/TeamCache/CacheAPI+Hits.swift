@@ -1,0 +1,63 @@
+import CacheCore
+import CacheStore
+import Foundation
+import HTTPServer
+
+/// The one hit decision of the two read routes (a raw GET and a descriptor lookup): whether
+/// what was read answers, how it is counted, and whether a refresh lease goes with it. Each
+/// route only renders its own answer (headers and bytes, or JSON).
+extension CacheAPI {
+    /// What a read route knows when its entry has been read.
+    struct HitQuestion: Sendable {
+        let namespace: Namespace
+        let key: EntryKey
+        /// How stale an answer the caller accepts (nil: none; `Int.max`: any).
+        let maxStale: Int?
+        /// A refresh lease may go with an answer in its stale-while-revalidate window (not to a
+        /// HEAD, nor to a caller that takes only cached answers: neither will refresh anything).
+        let mayRefresh: Bool
+        /// The refresh lease's length the request asked for (nil: the default).
+        let leaseSeconds: Int?
+        let holder: Int64?
+        /// The answer comes from waiting for another caller's fill.
+        let collapsed: Bool
+    }
+
+    /// Renders a route's hit: the entry, its freshness now, whether it was collapsed, and the
+    /// refresh lease handed out with it (nil: none).
+    typealias HitRenderer = @Sendable (StoredEntry, Freshness, _ collapsed: Bool, _ refresh: Lease?) throws -> HTTPResponse
+
+    /// The read's answer when `entry` answers it: fresh, stale within `maxStale`, or in its
+    /// revalidate window (then with a refresh lease for one caller, which may block, so it is
+    /// a `.blocking` step). nil when it does not (absent, or expired past what is accepted):
+    /// the route then answers a miss and counts it. A hit is counted once, as it is answered.
+    func hitStep(_ entry: StoredEntry?, _ question: HitQuestion, now: Date, render: @escaping HitRenderer) throws
+        -> ReadAnswer? {
+        guard let entry else { return nil }
+        let freshness = Freshness.of(entry, now: now, maxStale: question.maxStale)
+        switch freshness {
+        case .expired:
+            return nil
+        case .revalidate where question.mayRefresh:
+            return try revalidateStep(question.namespace, question.key, lease: question.leaseSeconds,
+                                      holder: question.holder) { [self] lease in
+                countHit(entry, freshness, question, now: now)
+                return try render(entry, freshness, question.collapsed, lease)
+            }
+        case .fresh, .stale, .revalidate:
+            countHit(entry, freshness, question, now: now)
+            if question.collapsed { waiters?.count("filled") }
+            return .response(try render(entry, freshness, question.collapsed, nil))
+        }
+    }
+
+    /// A stale answer (past expiry, in a window or within `max-stale`) is counted stale; a
+    /// fresh one a hit, or a collapsed hit when it waited for the fill.
+    private func countHit(_ entry: StoredEntry, _ freshness: Freshness, _ question: HitQuestion, now: Date) {
+        let lookup: AccessTracker.Lookup = switch freshness {
+        case .stale, .revalidate: .stale
+        case .fresh, .expired: question.collapsed ? .collapsed : .hit
+        }
+        tracker.record(lookup, namespace: question.namespace.name, entry: entry, at: now)
+    }
+}
