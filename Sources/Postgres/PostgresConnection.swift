@@ -28,7 +28,7 @@ public final class PostgresConnection: @unchecked Sendable {
     /// as separate keywords, never spliced into the string. `limits` come after the URL, so
     /// they hold whatever it says; `overrides` come last.
     public init(url: String, overrides: [String: String] = [:], limits: SessionLimits = SessionLimits()) throws {
-        var pairs: [(String, String)] = [("application_name", "teamcache")]
+        var pairs: [(String, String)] = limits.applicationName.isEmpty ? [] : [("application_name", limits.applicationName)]
         pairs.append(("dbname", url))
         pairs += limits.keywords(besides: Self.keywords(in: url))
         pairs += overrides.sorted(by: { $0.key < $1.key })

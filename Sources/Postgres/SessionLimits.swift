@@ -28,12 +28,19 @@ public struct SessionLimits: Sendable, Equatable {
     /// set on the role or database (`ALTER ROLE … SET statement_timeout`), which the
     /// service checks at start. The client-side deadline holds either way.
     public var transactionPooler = false
+    /// The name each session shows in `pg_stat_activity` (`application_name`; empty: none).
+    /// Not a limit, but carried with them: every session is opened with both.
+    public var applicationName = ""
 
     public init() {}
 
     /// No statement or lock limit; the connect and TCP limits stay.
-    public static var unbounded: SessionLimits {
-        var limits = SessionLimits()
+    public static var unbounded: SessionLimits { SessionLimits().withoutStatementLimits }
+
+    /// These limits without a statement, lock or idle-transaction limit (a migration may build
+    /// an index for minutes); the connect and TCP limits and the name stay.
+    public var withoutStatementLimits: SessionLimits {
+        var limits = self
         limits.statementTimeout = 0
         limits.lockTimeout = 0
         limits.idleInTransactionTimeout = 0

@@ -39,8 +39,13 @@ public struct Configuration: Sendable {
     public var authEnabled = true
     public var poolSize = 16
     public var acquireTimeout: TimeInterval = 2
-    /// Statement, lock and idle-transaction limits of every serving connection.
-    public var sessionLimits = SessionLimits()
+    /// Statement, lock and idle-transaction limits of every serving connection, and the name
+    /// its sessions show in `pg_stat_activity`.
+    public var sessionLimits: SessionLimits = {
+        var limits = SessionLimits()
+        limits.applicationName = Configuration.applicationName
+        return limits
+    }()
     /// The same limits for sessions on the direct URL (never through the pooler).
     public var directSessionLimits: SessionLimits {
         var limits = sessionLimits

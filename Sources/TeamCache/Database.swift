@@ -40,7 +40,7 @@ public final class Database: Sendable {
             logger.info("using embedded PostgreSQL", [("data", .string(cluster.clusterDirectory.path))])
             if requireCurrent {
                 // A migration may build an index for minutes: no statement limit on its session.
-                let applied = try migrations.apply(on: try PostgresConnection(url: url, limits: .unbounded))
+                let applied = try migrations.apply(on: try PostgresConnection(url: url, limits: configuration.sessionLimits.withoutStatementLimits))
                 if !applied.isEmpty {
                     logger.info("migrated embedded database", [("applied", .int(applied.count))])
                 }

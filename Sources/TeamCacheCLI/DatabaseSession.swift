@@ -22,7 +22,7 @@ enum DatabaseSession {
         var session = ConnectionPool.Configuration(url: database.directURL, maxConnections: 2, acquireTimeout: 10)
         // A command may rightly run long (a migration building an index, a large evict), but
         // it never waits without end for a lock a live server holds.
-        session.limits = .unbounded
+        session.limits = configuration.sessionLimits.withoutStatementLimits
         session.limits.lockTimeout = 60
         let pool = ConnectionPool(session)
         return try body(database, pool, configuration)

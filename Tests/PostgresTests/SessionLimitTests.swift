@@ -31,4 +31,18 @@ import TestSupport
         // The session stays usable: the server ended the statement, not the connection.
         #expect(try connection.query("SELECT 1 AS one").first?.int("one") == 1)
     }
+
+    /// The database client names no product: a session shows the name its limits give, and
+    /// none unless given one (migrations keep it when their statement limits are lifted).
+    @Test func aSessionShowsTheApplicationNameItsLimitsGive() throws {
+        func name(_ limits: SessionLimits) throws -> String? {
+            try PostgresConnection(url: TestDatabase.shared.url, limits: limits)
+                .query("SELECT current_setting('application_name') AS v").first?.string("v")
+        }
+        #expect(try name(SessionLimits()) == "")
+        var named = SessionLimits()
+        named.applicationName = "inventory-service"
+        #expect(try name(named) == "inventory-service")
+        #expect(try name(named.withoutStatementLimits) == "inventory-service")
+    }
 }
