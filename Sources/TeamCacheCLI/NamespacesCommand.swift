@@ -106,6 +106,38 @@ enum NamespacesCommand {
         }
     }
 
+    /// Sessions of this database whose snapshot is older than `$1` (an xid): they may still see
+    /// row versions deleted before it.
+    static let olderSnapshots = """
+        SELECT count(*)::int8 AS n FROM pg_stat_activity
+        WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL
+          AND age(backend_xmin) > age($1::text::xid)
+        """
+
+    /// A VACUUM (FULL too) keeps every row version a running transaction may still see: while
+    /// one that began before the sealing runs (an access flush, a counter fold, a long read),
+    /// the plain versions the sealing replaced would be copied into the rewritten files. Waits,
+    /// up to a minute, until no session of this database holds a snapshot from before now.
+    private static func waitForOlderSnapshots(_ store: EntryStore) throws {
+        let horizon = try store.pool.withConnection { connection in
+            try connection.query("SELECT (txid_current() % 4294967296)::text AS xid").first?.string("xid")
+        }
+        guard let horizon else { return }
+        let deadline = Date().addingTimeInterval(60)
+        while true {
+            let older = try store.pool.withConnection { connection in
+                try connection.query(olderSnapshots, [.text(horizon)]).first?.int("n") ?? 0
+            }
+            if older == 0 { return }
+            guard Date() < deadline else {
+                printError("teamcache namespaces: \(older) transaction(s) older than the sealing still run; the "
+                    + "rewrite may keep plain versions they can see: run --rewrite again once they end")
+                return
+            }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+    }
+
     /// Gives the namespace its first data key (if it has none) and seals what is stored;
     /// then vacuums the entries table so the plain row versions it replaced are removed.
     private static func encrypt(_ namespace: Namespace, _ store: EntryStore, settle: TimeInterval,
@@ -118,6 +150,7 @@ enum NamespacesCommand {
             + " (\(report.unchanged) already sealed or rewritten meanwhile, \(report.broken) did not open)")
         guard report.rewritten > 0 else { return }
         // VACUUM cannot run inside a transaction: a statement of its own on a pooled session.
+        if rewrite { try waitForOlderSnapshots(store) }
         try vacuum(store, full: rewrite)
         if rewrite {
             printError("teamcache namespaces: rewrote the entries table (VACUUM FULL): its files hold no plain body now")

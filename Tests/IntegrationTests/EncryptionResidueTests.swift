@@ -63,6 +63,18 @@ import TestSupport
     /// A marker PUT in clear, then `set --encrypt --rewrite` and a CHECKPOINT: no file of the
     /// database's relations holds the marker (a plain VACUUM leaves freed page space as it was).
     @Test func rewriteLeavesNoPlaintextInRelationFiles() throws {
+        try rewrite(holdingASnapshotFor: nil)
+    }
+
+    /// A transaction that began before the sealing still runs when the rewrite starts (an
+    /// access flush, a fold, a long read under load): VACUUM FULL would copy the plain versions
+    /// it can still see into the new files. Held on purpose here for 2 s: the rewrite waits
+    /// for it to end, and the files then hold no plain body.
+    @Test func rewriteWaitsForATransactionThatStillSeesThePlainRows() throws {
+        try rewrite(holdingASnapshotFor: 2)
+    }
+
+    private func rewrite(holdingASnapshotFor seconds: TimeInterval?) throws {
         let (url, keys, service) = try EncryptionTests.serviceWithNewKey(prefix: "residue")
         defer { service.stop() }
         let marker = "body-marker-\(UUID().uuidString)"
@@ -88,9 +100,20 @@ import TestSupport
             }
         }
         #expect(!(try filesHolding(marker)).isEmpty, "the marker was written in clear first")
+        let reader = try PostgresConnection(url: url, limits: .unbounded)
+        if let seconds {
+            try reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            // A snapshot that holds no lock on the entries table (one that did would make the
+            // VACUUM FULL wait for its lock anyway): it keeps the rows it can see all the same.
+            _ = try reader.query("SELECT count(*) AS n FROM namespace_settings")
+            let done = DispatchTime.now() + seconds
+            DispatchQueue.global().asyncAfter(deadline: done) { try? reader.execute("COMMIT") }
+        }
+        let started = Date()
         let (status, errors) = try DumpTests.cli("namespaces set residue --encrypt --rewrite --settle 0", url: url,
                                                  masterKeyFile: keys)
         #expect(status == 0, "\(errors)")
+        if let seconds { #expect(Date().timeIntervalSince(started) >= seconds, "the rewrite did not wait") }
         #expect(errors.contains("WAL archives, base backups and standbys"))
         _ = try connection.query("CHECKPOINT")
         #expect(try filesHolding(marker) == [], "old plaintext left in relation files")
