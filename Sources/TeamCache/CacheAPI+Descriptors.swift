@@ -12,8 +12,8 @@ extension CacheAPI {
                                                         "stale_while_revalidate"])
 
     /// A descriptor lookup: parsed here; answered once the entry is read (`hitStep`, else a miss).
-    func planLookup(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> ReadPlan {
-        let namespace = try RequestParsing.namespace(request)
+    func planLookup(_ request: HTTPRequest, _ context: RequestContext) throws -> ReadPlan {
+        let namespace = try context.namespace
         let json = try RequestParsing.jsonObject(request)
         try RequestParsing.rejectUnknownMembers(json, allowed: Self.lookupMembers)
         let descriptor = try Self.descriptor(json)
@@ -31,8 +31,8 @@ extension CacheAPI {
         }
         guard let entryKey = EntryKey(Array(key.utf8)) else { throw HTTPError(500, "A derived key was out of range.") }
         let model = descriptor.model
-        let holder = principal.token?.id
-        let labelled = principal.mayWrite(namespace)
+        let holder = context.holder
+        let labelled = context.principal.mayWrite(namespace)
         let budget = wait.flatMap { $0 > 0 ? WaitBudget(seconds: $0) : nil }
         let answers = Self.lookupMissAnswers(key: key)
         return .read(namespace, entryKey, standby: leaseSeconds == nil && budget == nil) { [self] entry, mayPark in
@@ -85,9 +85,9 @@ extension CacheAPI {
     }
 
     /// Answered once the write is committed, without holding a worker meanwhile (see `commit`).
-    func upsert(_ request: HTTPRequest, _ principal: Authenticator.Principal,
+    func upsert(_ request: HTTPRequest, _ context: RequestContext,
                 _ answer: @escaping Responder.Answer) throws -> HTTPResponse? {
-        let namespace = try RequestParsing.namespace(request)
+        let namespace = try context.namespace
         let json = try RequestParsing.jsonObject(request)
         try RequestParsing.rejectUnknownMembers(json, allowed: Self.upsertMembers)
         let descriptor = try Self.descriptor(json)
@@ -112,7 +112,7 @@ extension CacheAPI {
                                                               name: "stale_while_revalidate", 0...Self.maxWindow(policy)) ?? 0
         write.tags = try Self.tags(json["tags"])
         try Self.applyMetadata(json["metadata"], to: &write)
-        write.writerTokenID = principal.token?.id
+        write.writerTokenID = context.holder
         let lease = try Self.leaseID(try Self.optionalString(json["lease"], name: "lease"), "lease")
         commit(write, location: nil, lease: lease, request: request, answer: answer)
         return nil

@@ -19,8 +19,8 @@ extension CacheAPI {
     /// Most inflated bytes of one import request (a dump split over requests goes further).
     static let importRequestBytes = 64 * 1024 * 1024
 
-    func exportPage(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
-        let namespace = try RequestParsing.namespace(request)
+    func exportPage(_ request: HTTPRequest, _ context: RequestContext) throws -> HTTPResponse {
+        let namespace = try context.namespace
         let query = try RequestParsing.query(request)
         let limit = try RequestParsing.integer("limit", in: query, 1...1000) ?? 1000
         let after = try query["after"].map(Self.cursorKey)
@@ -47,8 +47,8 @@ extension CacheAPI {
         return HTTPResponse(status: 200, headers: headers, body: body)
     }
 
-    func importLines(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
-        let namespace = try RequestParsing.namespace(request)
+    func importLines(_ request: HTTPRequest, _ context: RequestContext) throws -> HTTPResponse {
+        let namespace = try context.namespace
         let query = try RequestParsing.query(request)
         let conflict = try query["on_conflict"].map { text -> ImportConflictPolicy in
             guard let policy = ImportConflictPolicy(rawValue: text) else {

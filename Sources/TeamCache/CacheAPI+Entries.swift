@@ -6,9 +6,9 @@ import HTTPServer
 /// `GET | HEAD | PUT | DELETE /v1/caches/{ns}/entries/{key}`.
 extension CacheAPI {
     /// GET and HEAD: parsed here; answered once the entry is read (`hitStep`, else a miss).
-    func planGet(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> ReadPlan {
-        let namespace = try RequestParsing.namespace(request)
-        let key = try RequestParsing.key(request)
+    func planGet(_ request: HTTPRequest, _ context: RequestContext) throws -> ReadPlan {
+        let namespace = try context.namespace
+        let key = try context.key
         let control = RequestCacheControl(request.headers)
         // Only GET takes a lease (`?lease=N`): a HEAD is a question, not a promise to fill.
         let query = request.method == "GET" ? try RequestParsing.query(request) : [:]
@@ -18,8 +18,8 @@ extension CacheAPI {
             tracker.record(.bypass, namespace: namespace.name, at: clock.now())
             return .answer(miss("fwd=request", detail: "Bypassed at the client's request (no-cache).", request))
         }
-        let holder = principal.token?.id
-        let labelled = principal.mayWrite(namespace)
+        let holder = context.holder
+        let labelled = context.principal.mayWrite(namespace)
         let answers = Self.entryMissAnswers(requestID: request.requestID) { [self] in miss(false, request) }
         // A watch: `wait` with If-None-Match holds the request while the answer would be 304.
         let watched = budget == nil ? nil : EntityTagList(request.headers, "If-None-Match")
@@ -108,10 +108,10 @@ extension CacheAPI {
     }
 
     /// Answered once the write is committed, without holding a worker meanwhile (see `commit`).
-    func putEntry(_ request: HTTPRequest, _ principal: Authenticator.Principal,
+    func putEntry(_ request: HTTPRequest, _ context: RequestContext,
                   _ answer: @escaping Responder.Answer) throws -> HTTPResponse? {
-        let namespace = try RequestParsing.namespace(request)
-        let key = try RequestParsing.key(request)
+        let namespace = try context.namespace
+        let key = try context.key
         let query = try RequestParsing.query(request)
         let ttl = try RequestParsing.integer("ttl", in: query, 1...policy.maxTTL)
         let contentType = try Self.contentType(request.headers["Content-Type"])
@@ -121,16 +121,16 @@ extension CacheAPI {
         write.staleWhileRevalidate = try Self.staleWhileRevalidate(request.headers, max: Self.maxWindow(policy))
         write.tags = try RequestParsing.tags(HeaderList.split(request.headers, "Cache-Tag").map(HeaderList.unquote))
         write.condition = try Self.condition(request.headers)
-        write.writerTokenID = principal.token?.id
+        write.writerTokenID = context.holder
         let lease = try Self.leaseID(request.headers["TeamCache-Lease"], "TeamCache-Lease")
         commit(write, location: "/v1/caches/\(namespace.name)/entries/\(PercentDecoding.encode(key.bytes))",
                lease: lease, request: request, answer: answer)
         return nil
     }
 
-    func deleteEntry(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
-        let namespace = try RequestParsing.namespace(request)
-        let key = try RequestParsing.key(request)
+    func deleteEntry(_ request: HTTPRequest, _ context: RequestContext) throws -> HTTPResponse {
+        let namespace = try context.namespace
+        let key = try context.key
         return try guarded(request) {
             guard try store.delete(namespace, key) else { throw HTTPError(404, "No entry under this key.") }
             var response = HTTPResponse(status: 204)

@@ -8,8 +8,8 @@ extension CacheAPI {
     static let evictMembers: Set<String> = ["keys", "tag", "model", "version", "created_before", "accessed_before",
                                              "older_than", "idle_for", "all"]
 
-    func evict(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
-        let namespace = try RequestParsing.namespace(request)
+    func evict(_ request: HTTPRequest, _ context: RequestContext) throws -> HTTPResponse {
+        let namespace = try context.namespace
         let json = try RequestParsing.jsonObject(request)
         // An unknown member is a 400 here: a misspelt predicate would evict more than meant.
         try RequestParsing.rejectUnknownMembers(json, allowed: Self.evictMembers, status: 400)

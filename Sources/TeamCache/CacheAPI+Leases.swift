@@ -168,8 +168,8 @@ extension CacheAPI {
     /// `POST /v1/caches/{ns}/release` `{"key", "lease"}`: the holder gives its lease back
     /// (its call failed), so the next caller can fill the key. 204; 404 for a lease that is
     /// unknown, another token's, or already finished.
-    func release(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
-        let namespace = try RequestParsing.namespace(request)
+    func release(_ request: HTTPRequest, _ context: RequestContext) throws -> HTTPResponse {
+        let namespace = try context.namespace
         let json = try RequestParsing.jsonObject(request)
         try RequestParsing.rejectUnknownMembers(json, allowed: ["key", "lease"])
         guard let text = json["key"]?.stringValue, let key = EntryKey(Array(text.utf8)) else {
@@ -179,7 +179,7 @@ extension CacheAPI {
             throw HTTPError(422, "`lease` must be the id of the lease to give back.")
         }
         let released = try guarded(request) {
-            try leases.release(namespace, key, id: id, holder: principal.token?.id)
+            try leases.release(namespace, key, id: id, holder: context.holder)
         }
         guard released else { throw HTTPError(404, "No live lease with this id on this key for this token.") }
         return HTTPResponse(status: 204)

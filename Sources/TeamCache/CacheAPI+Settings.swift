@@ -5,15 +5,15 @@ import HTTPServer
 
 /// `GET | PUT /v1/caches/{ns}/settings` (admin): the namespace's default TTL and byte quota.
 extension CacheAPI {
-    func getSettings(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
-        let namespace = try RequestParsing.namespace(request)
+    func getSettings(_ request: HTTPRequest, _ context: RequestContext) throws -> HTTPResponse {
+        let namespace = try context.namespace
         return try guarded(request) {
             .json(200, Self.json(namespace, try store.settings(namespace)).serialized)
         }
     }
 
-    func putSettings(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
-        let namespace = try RequestParsing.namespace(request)
+    func putSettings(_ request: HTTPRequest, _ context: RequestContext) throws -> HTTPResponse {
+        let namespace = try context.namespace
         let json = try RequestParsing.jsonObject(request)
         try RequestParsing.rejectUnknownMembers(json, allowed: ["default_ttl", "max_bytes"])
         let settings = NamespaceSettings(

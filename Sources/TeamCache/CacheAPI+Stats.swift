@@ -8,12 +8,12 @@ import HTTPServer
 extension CacheAPI {
     /// Read scope sees keys, models and hit counts of the top entries; who wrote them
     /// (`writer_token_id`) and what was asked (`prompt_digest`) only an admin of the namespace.
-    func namespaceStats(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
-        let namespace = try RequestParsing.namespace(request)
-        return try stats(request, namespace: namespace, detailed: principal.token?.administers(namespace) ?? true)
+    func namespaceStats(_ request: HTTPRequest, _ context: RequestContext) throws -> HTTPResponse {
+        let namespace = try context.namespace
+        return try stats(request, namespace: namespace, detailed: context.principal.token?.administers(namespace) ?? true)
     }
 
-    func globalStats(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
+    func globalStats(_ request: HTTPRequest, _ context: RequestContext) throws -> HTTPResponse {
         try stats(request, namespace: nil, detailed: true)
     }
 

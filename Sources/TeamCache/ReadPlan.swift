@@ -36,7 +36,7 @@ enum ReadAnswer: Sendable {
 }
 
 extension CacheAPI {
-    typealias ReadPlanner = @Sendable (HTTPRequest, Authenticator.Principal) throws -> ReadPlan
+    typealias ReadPlanner = @Sendable (HTTPRequest, RequestContext) throws -> ReadPlan
 
     /// Carries a plan out on the calling (worker) thread, reading through the pool.
     func perform(_ plan: ReadPlan, _ request: HTTPRequest) throws -> HTTPResponse {
@@ -83,8 +83,8 @@ struct LoopReads: Sendable {
     func route(_ method: String, _ template: String, _ scope: Scope, _ planner: @escaping CacheAPI.ReadPlanner)
         -> Route {
         let api = self.api
-        let blocking = Application.secured(api, auth, scope) { request, principal in
-            try api.perform(try planner(request, principal), request)
+        let blocking = Application.secured(api, auth, scope) { request, context in
+            try api.perform(try planner(request, context), request)
         }
         let precheck = Application.precheck(auth, scope)
         guard !readers.isEmpty else { return Route(method, template, .worker, precheck: precheck, handler: blocking) }
@@ -106,7 +106,7 @@ struct LoopReads: Sendable {
                 planOnWorker(request, responder, scope: scope, planner: planner)
                 return
             }
-            plan = try planner(request, principal)
+            plan = try planner(request, try RequestContext(request, namespace: namespace, principal: principal))
         } catch {
             responder.respond { throw error }
             return
@@ -122,7 +122,8 @@ struct LoopReads: Sendable {
         responder.offload({
             try api.guarded(request) {
                 let namespace = try RequestParsing.namespace(request)
-                return try planner(request, try auth.authorize(request, scope, namespace: namespace))
+                let principal = try auth.authorize(request, scope, namespace: namespace)
+                return try planner(request, try RequestContext(request, namespace: namespace, principal: principal))
             }
         }) { planned in
             switch planned {

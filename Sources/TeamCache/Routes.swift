@@ -5,7 +5,7 @@ import Locking
 
 /// The route table: each route names the scope it needs and whether it is namespaced.
 extension Application {
-    typealias SecuredHandler = @Sendable (HTTPRequest, Authenticator.Principal) throws -> HTTPResponse
+    typealias SecuredHandler = @Sendable (HTTPRequest, RequestContext) throws -> HTTPResponse
 
     /// A handler that authorizes `scope` (on the path's namespace, if any) before `handler`;
     /// blocking (the token may be read from the database), so for workers.
@@ -13,14 +13,14 @@ extension Application {
                         _ handler: @escaping SecuredHandler) -> HTTPHandler {
         { request in
             try api.guarded(request) {
-                let namespace = try request.pathParameters["ns"] == nil ? nil : RequestParsing.namespace(request)
+                let namespace = try RequestContext.namespace(of: request)
                 let principal = try auth.authorize(request, scope, namespace: namespace)
-                return try handler(request, principal)
+                return try handler(request, try RequestContext(request, namespace: namespace, principal: principal))
             }
         }
     }
 
-    typealias DeferredHandler = @Sendable (HTTPRequest, Authenticator.Principal, @escaping Responder.Answer) throws
+    typealias DeferredHandler = @Sendable (HTTPRequest, RequestContext, @escaping Responder.Answer) throws
         -> HTTPResponse?
 
     /// As `secured`, for a handler that may answer later through `answer` (returning nil):
@@ -30,9 +30,10 @@ extension Application {
         { request, responder in
             responder.offload(deferring: { answer in
                 try api.guarded(request) {
-                    let namespace = try request.pathParameters["ns"] == nil ? nil : RequestParsing.namespace(request)
+                    let namespace = try RequestContext.namespace(of: request)
                     let principal = try auth.authorize(request, scope, namespace: namespace)
-                    return try handler(request, principal, answer)
+                    return try handler(request, try RequestContext(request, namespace: namespace, principal: principal),
+                                       answer)
                 }
             })
         }
@@ -40,9 +41,9 @@ extension Application {
 
     /// A deferred handler run to its answer on the calling thread.
     static func waiting(_ handler: @escaping DeferredHandler) -> SecuredHandler {
-        { request, principal in
+        { request, context in
             let answered = HandOff<Result<HTTPResponse, any Error>>()
-            if let immediate = try handler(request, principal, { make in answered.put(Result { try make() }) }) {
+            if let immediate = try handler(request, context, { make in answered.put(Result { try make() }) }) {
                 return immediate
             }
             return try answered.take().get()
@@ -53,8 +54,7 @@ extension Application {
     /// one known to lack the scope, is refused before a byte of its body is read.
     static func precheck(_ auth: Authenticator, _ scope: Scope) -> Route.Precheck {
         { request in
-            let namespace = try request.pathParameters["ns"] == nil ? nil : RequestParsing.namespace(request)
-            return try auth.precheck(request, scope, namespace: namespace)
+            try auth.precheck(request, scope, namespace: try RequestContext.namespace(of: request))
         }
     }
 
