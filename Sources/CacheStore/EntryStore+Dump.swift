@@ -145,7 +145,7 @@ extension EntryStore {
     private func parameters(_ entry: DumpedEntry, _ conflict: ImportConflictPolicy,
                             sealedWith dataKey: Keyring.DataKey?) throws -> [PostgresValue] {
         let stored = try dataKey.map {
-            try Keyring.seal(body: entry.body, encoding: entry.encoding, metadata: entry.metadata, namespace: entry.namespace,
+            try Sealing.seal(body: entry.body, encoding: entry.encoding, metadata: entry.metadata, namespace: entry.namespace,
                          key: entry.key, etag: entry.etag, with: $0)
         } ?? (body: entry.body, encoding: entry.encoding.rawValue, metadata: entry.metadata)
         return [

@@ -53,7 +53,7 @@ extension EntryStore {
                 guard let id = try row.int("id"), let key = try row.bytes("key"), let stored = try row.bytes("body"),
                       let encoding = try row.string("encoding"), let etag = try row.string("etag"),
                       let updatedAt = try row.string("updated_at") else { continue }
-                if encoding.hasPrefix(Keyring.sealedPrefix), Keyring.keyID(stored[...]) == target.id {
+                if encoding.hasPrefix(Keyring.sealedPrefix), Sealing.keyID(stored[...]) == target.id {
                     report.unchanged += 1
                     continue
                 }
@@ -63,7 +63,7 @@ extension EntryStore {
                     report.broken += 1
                     continue
                 }
-                let sealed = try Keyring.seal(body: body, encoding: inner, metadata: metadata, namespace: namespace.name,
+                let sealed = try Sealing.seal(body: body, encoding: inner, metadata: metadata, namespace: namespace.name,
                                           key: key, etag: etag, with: target)
                 rewrites.append((Int64(id), sealed.body, sealed.encoding, sealed.metadata, etag, encoding, updatedAt))
             }

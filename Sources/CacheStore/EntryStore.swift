@@ -77,7 +77,7 @@ public final class EntryStore: EntryStorage {
         var sealed = write
         // No prompt in clear beside a sealed body (migration 0014 clears it too, whoever writes).
         sealed.promptDigest = nil
-        sealed.sealed = try Keyring.seal(body: write.body.bytes, encoding: write.body.encoding, metadata: write.metadata,
+        sealed.sealed = try Sealing.seal(body: write.body.bytes, encoding: write.body.encoding, metadata: write.metadata,
                                      namespace: write.namespace.name, key: write.key.bytes, etag: write.body.etag,
                                      with: dataKey)
         return sealed
