@@ -132,21 +132,18 @@ public final class AccessTracker: Sendable {
 
     /// `batchFull` is called (outside the lock) when `batchSize` entries have pending hits,
     /// so the flusher can run early instead of letting memory grow until its next tick.
-    public init(pool: ConnectionPool?, metrics: MetricsRegistry? = nil, enabled: Bool = true, batchSize: Int = 100_000,
+    public init(pool: ConnectionPool?, metrics: StoreMetrics? = nil, enabled: Bool = true, batchSize: Int = 100_000,
                 labels: NamespaceLabels = NamespaceLabels(), batchFull: @escaping @Sendable () -> Void = {}) {
         self.pool = pool
         state = Locked(State(labels: labels))
         self.enabled = enabled
         self.batchSize = batchSize
         self.batchFull = batchFull
-        flushes = metrics?.counter("teamcache_access_flushes_total", "Access-tracker flushes by outcome.",
-                                   labels: ["outcome"])
+        flushes = metrics.map { $0.registry.counter($0.accessFlushes) }
         guard let metrics else { return }
-        let lookups = metrics.counter("teamcache_lookups_total", "Cache lookups by namespace and result.",
-                                      labels: ["namespace", "result"])
-        let tokensSaved = metrics.counter("teamcache_tokens_saved_total", "Model tokens not paid for thanks to hits.",
-                                          labels: ["namespace", "kind"])
-        metrics.addCollector { [weak self] in
+        let lookups = metrics.registry.counter(metrics.lookups)
+        let tokensSaved = metrics.registry.counter(metrics.tokensSaved)
+        metrics.registry.addCollector { [weak self] in
             guard let totals = self?.totals() else { return }
             var lookupValues: [[String]: Double] = [:], tokenValues: [[String]: Double] = [:]
             for (namespace, total) in totals {

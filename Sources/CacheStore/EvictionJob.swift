@@ -108,7 +108,7 @@ public final class EvictionJob: Sendable {
     private let metrics: EvictionMetrics?
     private let logger = Logger(component: "eviction")
 
-    public init(store: EntryStore, metrics registry: MetricsRegistry? = nil, leases: LeaseStore? = nil,
+    public init(store: EntryStore, metrics registry: StoreMetrics? = nil, leases: LeaseStore? = nil,
                 sessions: ConnectionPool? = nil) {
         self.store = store
         self.sessions = sessions ?? store.pool
@@ -252,15 +252,13 @@ struct EvictionMetrics {
     let duration: HistogramFamily
     let lastSuccess: GaugeFamily
 
-    init(registry: MetricsRegistry) {
-        runs = registry.counter("teamcache_eviction_runs_total", "Eviction cycles by outcome.", labels: ["outcome"])
-        evicted = registry.counter("teamcache_evictions_total", "Entries evicted by reason.", labels: ["reason"])
-        evictedBytes = registry.counter("teamcache_evicted_bytes_total", "Stored bytes evicted by reason.",
-                                        labels: ["reason"])
-        duration = registry.histogram("teamcache_eviction_duration_seconds", "Duration of eviction cycles.",
-                                      bounds: latencyBuckets)
-        lastSuccess = registry.gauge("teamcache_eviction_last_success_timestamp_seconds",
-                                     "When an eviction cycle last completed, Unix seconds.")
+    init(_ metrics: StoreMetrics) {
+        let registry = metrics.registry
+        runs = registry.counter(metrics.evictionRuns)
+        evicted = registry.counter(metrics.evictions)
+        evictedBytes = registry.counter(metrics.evictedBytes)
+        duration = registry.histogram(metrics.evictionDuration, bounds: latencyBuckets)
+        lastSuccess = registry.gauge(metrics.evictionLastSuccess)
     }
 
     func record(_ report: EvictionJob.Report, seconds: Double) {

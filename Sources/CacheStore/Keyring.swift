@@ -66,11 +66,9 @@ public final class Keyring: Sendable {
     private let integrityErrors: CounterFamily?
     private let failures = LogThrottle(Logger(component: "keyring"))
 
-    public init(master: MasterKeys?, metrics: MetricsRegistry? = nil) {
+    public init(master: MasterKeys?, metrics: StoreMetrics? = nil) {
         self.master = master
-        integrityErrors = metrics?.counter("teamcache_integrity_errors_total",
-                                           "Sealed entries that did not open (tampered or corrupt): answered as misses.",
-                                           labels: ["namespace"])
+        integrityErrors = metrics.map { $0.registry.counter($0.integrityErrors) }
     }
 
     static let selectKeys = "SELECT id, namespace, wrapped, master_key_id FROM data_keys"

@@ -35,9 +35,9 @@ public final class LeaseStore: LeaseStorage {
     private let outcomes: CounterFamily?
     private let held = HeldLeases()
 
-    public init(pool: ConnectionPool, metrics: MetricsRegistry? = nil) {
+    public init(pool: ConnectionPool, metrics: StoreMetrics? = nil) {
         self.pool = pool
-        outcomes = metrics?.counter("teamcache_leases_total", "Miss leases by outcome.", labels: ["outcome"])
+        outcomes = metrics.map { $0.registry.counter($0.leases) }
     }
 
     /// A lease of `seconds` on (namespace, key) for `holder`, unless a live one is held.

@@ -28,7 +28,7 @@ extension Application {
 
     /// Every data key unwrapped before anything is served: a missing or wrong master key
     /// stops the start, naming the variable, instead of serving misses (or ciphertext).
-    static func keyring(_ configuration: Configuration, _ pool: ConnectionPool, _ metrics: MetricsRegistry) throws
+    static func keyring(_ configuration: Configuration, _ pool: ConnectionPool, _ metrics: StoreMetrics) throws
         -> Keyring {
         let keyring = Keyring(master: configuration.masterKeys, metrics: metrics)
         do {
@@ -48,8 +48,7 @@ extension Application {
         // A quarter of the pool commits writes; the rest stays free for reads, flushes and eviction.
         EntryStore(pool: pool, policy: configuration.cache, clock: clock,
                    concurrentWriteBatches: max(1, configuration.poolSize / 4),
-                   writeBatchSizes: metrics.histogram("teamcache_db_write_batch_size",
-                                                      "Entry writes per committed transaction.",
+                   writeBatchSizes: metrics.histogram(MetricCatalogue.dbWriteBatchSize,
                                                       bounds: [1, 2, 4, 8, 16, 32, 64]),
                    tracksPositions: history != nil, keyring: keyring)
     }
@@ -70,7 +69,7 @@ extension Application {
 
     static func inflatedBodies(_ configuration: Configuration, _ metrics: MetricsRegistry) -> InflatedBodies {
         let inflated = InflatedBodies(budget: configuration.inflateCacheBytes, maxBodyBytes: LoopReads.inlineEntryLimit)
-        let bytes = metrics.gauge("teamcache_inflate_cache_bytes", "Inflated bodies held for clients without gzip, in bytes.")
+        let bytes = metrics.gauge(MetricCatalogue.inflateCacheBytes)
         metrics.addCollector { bytes.set([], Double(inflated.heldBytes)) }
         return inflated
     }
@@ -80,13 +79,12 @@ extension Application {
         throws -> OperationalRoutes {
         guard let specURL = ResourceLocator.find("openapi.yaml"), let spec = FileManager.default.contents(atPath: specURL.path)
         else { throw ConfigurationError(variable: "openapi.yaml", value: "", allowed: "the file beside the binary") }
-        let queueUsage = metrics.gauge("teamcache_notification_queue_usage",
-                                       "PostgreSQL's notification queue in use (0-1; -1 unknown): full, every write fails.")
+        let queueUsage = metrics.gauge(MetricCatalogue.notificationQueueUsage)
         metrics.addCollector { queueUsage.set([], readiness.notificationQueueUsage ?? -1) }
         exposeProcess(metrics)
-        metrics.gauge("teamcache_store_max_bytes", "Configured soft cap of the store in stored bytes (0: none).")
+        metrics.gauge(MetricCatalogue.storeMaxBytes)
             .set([], Double(configuration.cache.storeMaxBytes))
-        metrics.gauge("teamcache_store_hard_cap_bytes", "Writes past this many stored bytes get 507 (0: none).")
+        metrics.gauge(MetricCatalogue.storeHardCapBytes)
             .set([], Double(configuration.cache.storeHardCap))
         return OperationalRoutes(readiness: readiness, metrics: metrics, openAPI: Array(spec))
     }
@@ -94,15 +92,14 @@ extension Application {
     /// The process's own gauges: CPU and memory, the heap, dropped log lines.
     static func exposeProcess(_ metrics: MetricsRegistry) {
         ProcessMetrics.register(in: metrics)
-        let heapInUse = metrics.gauge("teamcache_heap_in_use_bytes", "Heap bytes in use (glibc mallinfo2).")
-        let heapFree = metrics.gauge("teamcache_heap_free_bytes", "Heap bytes free but still held by glibc's arenas.")
+        let heapInUse = metrics.gauge(MetricCatalogue.heapInUseBytes)
+        let heapFree = metrics.gauge(MetricCatalogue.heapFreeBytes)
         metrics.addCollector {
             let heap = MemoryReturn.heap()
             heapInUse.set([], Double(heap.inUse))
             heapFree.set([], Double(heap.free))
         }
-        let droppedLogLines = metrics.counter("teamcache_log_lines_dropped_total",
-                                              "Log lines dropped because the log output did not drain.")
+        let droppedLogLines = metrics.counter(MetricCatalogue.logLinesDroppedTotal)
         metrics.addCollector { droppedLogLines.replaceAll([[]: Double(LogSink.shared.droppedLines)]) }
     }
 
@@ -118,9 +115,7 @@ extension Application {
         reads.replicas = replicas(configuration: configuration, history: history, metrics: metrics, keyring: keyring)
         reads.maxLag = configuration.readMaxLag
         if !reads.replicas.isEmpty {
-            reads.replicaReads = metrics.counter("teamcache_db_reads_total",
-                                                 "Batched entry reads by the database that answered them.",
-                                                 labels: ["database"])
+            reads.replicaReads = metrics.counter(MetricCatalogue.dbReadsTotal)
             exposeStandbyLag(reads.replicas, metrics)
         }
         return reads

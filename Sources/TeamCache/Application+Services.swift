@@ -35,10 +35,10 @@ extension Application {
 
     /// The near-cache's gauges and its hit counter.
     static func expose(_ near: NearCache, _ metrics: MetricsRegistry) {
-        let bytes = metrics.gauge("teamcache_near_cache_bytes", "Memory held by hot entries kept in this process.")
-        let entries = metrics.gauge("teamcache_near_cache_entries", "Hot entries kept in this process.")
-        let hits = metrics.counter("teamcache_near_cache_hits_total", "Reads answered from the near-cache.")
-        let on = metrics.gauge("teamcache_near_cache_enabled", "1 while the near-cache answers (its listener is up).")
+        let bytes = metrics.gauge(MetricCatalogue.nearCacheBytes)
+        let entries = metrics.gauge(MetricCatalogue.nearCacheEntries)
+        let hits = metrics.counter(MetricCatalogue.nearCacheHitsTotal)
+        let on = metrics.gauge(MetricCatalogue.nearCacheEnabled)
         metrics.addCollector {
             bytes.set([], Double(near.heldBytes))
             entries.set([], Double(near.count))
@@ -57,7 +57,7 @@ extension Application {
     static func readers(configuration: Configuration, url: String, metrics: MetricsRegistry, keyring: Keyring)
         -> [EntryReadBatcher] {
         guard configuration.readBatch > 0 else { return [] }
-        let sizes = metrics.histogram("teamcache_db_read_batch_size", "Entry reads per batched statement.",
+        let sizes = metrics.histogram(MetricCatalogue.dbReadBatchSize,
                                       bounds: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
         return (0..<max(1, configuration.http.eventLoops)).map { _ in
             EntryReadBatcher(url: url, maxBatch: configuration.readBatch, timeout: configuration.readTimeout,
@@ -80,8 +80,7 @@ extension Application {
     /// The read standby's lag as its loops last saw it: the largest over the loops, -1 while
     /// any loop knows nothing (the standby is down, not a standby, or not current at all).
     static func exposeStandbyLag(_ replicas: [EntryReadBatcher], _ metrics: MetricsRegistry) {
-        let lag = metrics.gauge("teamcache_read_standby_lag_seconds",
-                                "How far behind the primary the read standby may be (-1: unknown, not read from).")
+        let lag = metrics.gauge(MetricCatalogue.readStandbyLagSeconds)
         metrics.addCollector {
             let now = WALHistory.now
             let seen = replicas.map { $0.staleness(now: now) }
@@ -168,9 +167,8 @@ struct NamespaceGauges: Sendable {
     init(store: EntryStore, tracker: AccessTracker, metrics: MetricsRegistry) {
         self.store = store
         self.tracker = tracker
-        entries = metrics.gauge("teamcache_entries", "Entries stored, by namespace.", labels: ["namespace"])
-        bytes = metrics.gauge("teamcache_stored_bytes", "Bytes stored, by namespace and encoding basis.",
-                              labels: ["namespace", "kind"])
+        entries = metrics.gauge(MetricCatalogue.entries)
+        bytes = metrics.gauge(MetricCatalogue.storedBytes)
     }
 
     func refresh() {

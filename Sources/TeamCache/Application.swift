@@ -40,15 +40,16 @@ public final class Application: Sendable {
         pool = Self.pool(configuration, database, metrics)
         // With a standby to read from, writes learn their WAL position (read-your-writes).
         let history = configuration.readDatabaseURL != nil && configuration.readBatch > 0 ? WALHistory() : nil
-        let keyring = try Self.keyring(configuration, pool, metrics)
+        let storeMetrics = MetricCatalogue.store(in: metrics)
+        let keyring = try Self.keyring(configuration, pool, storeMetrics)
         store = Self.store(configuration, pool, metrics, clock: clock, history: history, keyring: keyring)
         let flusher = FlushTrigger()
-        tracker = AccessTracker(pool: pool, metrics: metrics, enabled: configuration.accessTracking,
+        tracker = AccessTracker(pool: pool, metrics: storeMetrics, enabled: configuration.accessTracking,
                                 batchSize: configuration.accessFlushBatch, batchFull: { flusher.fire() })
         tokens = TokenStore(pool: pool)
-        let leases = LeaseStore(pool: pool, metrics: metrics)
+        let leases = LeaseStore(pool: pool, metrics: storeMetrics)
         directSessions = Self.directSessions(configuration, database)
-        eviction = EvictionJob(store: store, metrics: metrics, leases: leases, sessions: directSessions)
+        eviction = EvictionJob(store: store, metrics: storeMetrics, leases: leases, sessions: directSessions)
         let auth = Authenticator(enabled: configuration.authEnabled, store: tokens,
                                  cacheTTL: configuration.tokenCacheTTL, rateLimit: configuration.rateLimit, clock: clock)
         let loops = Self.loopParts(configuration, database, metrics, leases)

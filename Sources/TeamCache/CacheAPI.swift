@@ -50,11 +50,8 @@ public final class CacheAPI: Sendable {
         }
         self.tracker = tracker
         self.eviction = eviction
-        upserts = metrics?.counter("teamcache_upserts_total", "Writes by namespace and outcome.",
-                                   labels: ["namespace", "outcome"])
-        positionsMissing = store.tracksPositions ? metrics?.counter(
-            "teamcache_write_positions_missing_total",
-            "Write answers sent without TeamCache-Position: the primary's position was not read in time.") : nil
+        upserts = metrics?.counter(MetricCatalogue.upsertsTotal)
+        positionsMissing = store.tracksPositions ? metrics?.counter(MetricCatalogue.writePositionsMissingTotal) : nil
     }
 
     /// Runs a handler body, turning database failures into problems: unreachable or busy →

@@ -87,9 +87,7 @@ final class FeedPages: Sendable {
     private let answered: CounterFamily?
 
     init(metrics: MetricsRegistry?) {
-        answered = metrics?.counter("teamcache_feed_pages_total",
-                                    "Change feed pages by where they came from: the database, or a read shared with followers asking the same.",
-                                    labels: ["source"])
+        answered = metrics?.counter(MetricCatalogue.feedPagesTotal)
     }
 
     /// A page for `question`, from the table or from another follower's read of it (waited

@@ -6,10 +6,10 @@ import Observability
 /// read from /proc at scrape time.
 enum ProcessMetrics {
     static func register(in registry: MetricsRegistry) {
-        let resident = registry.gauge("process_resident_memory_bytes", "Resident memory size in bytes.")
-        let cpu = registry.counter("process_cpu_seconds_total", "User and system CPU time in seconds.")
-        let fds = registry.gauge("process_open_fds", "Open file descriptors.")
-        let start = registry.gauge("process_start_time_seconds", "Start time of the process, Unix seconds.")
+        let resident = registry.gauge(MetricCatalogue.processResidentMemoryBytes)
+        let cpu = registry.counter(MetricCatalogue.processCpuSecondsTotal)
+        let fds = registry.gauge(MetricCatalogue.processOpenFds)
+        let start = registry.gauge(MetricCatalogue.processStartTimeSeconds)
         start.set([], Date().timeIntervalSince1970.rounded())
         let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
         let pageSize = Double(sysconf(Int32(_SC_PAGESIZE)))

@@ -71,11 +71,10 @@ final class Waiters: Sendable {
 
     init(capacity: Int, metrics: MetricsRegistry?) {
         self.capacity = capacity
-        outcomes = metrics?.counter("teamcache_waits_total", "Parked lookups by how their wait ended.",
-                                    labels: ["outcome"])
+        outcomes = metrics?.counter(MetricCatalogue.waitsTotal)
         guard let metrics else { return }
-        let parked = metrics.gauge("teamcache_waiters", "Requests parked waiting for a key to be filled.")
-        let up = metrics.gauge("teamcache_notify_listener_up", "1 while this process listens for key changes.")
+        let parked = metrics.gauge(MetricCatalogue.waiters)
+        let up = metrics.gauge(MetricCatalogue.notifyListenerUp)
         metrics.addCollector { [weak self] in
             guard let self else { return }
             let (waiting, listening) = state.withLock { ($0.count, $0.listenerIsUp) }

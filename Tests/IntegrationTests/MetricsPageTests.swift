@@ -1,45 +1,69 @@
 import Foundation
+import Observability
 import TeamCache
 import Testing
 import TestSupport
 
-/// docs/metrics.md is the page operators read to write alerts: every series the service
-/// serves is on it, by its full name, or an alert is written against a guess.
+/// The metric catalogue is the one place a family is defined: a running service serves
+/// exactly its families (names, kinds and help as written there), and docs/metrics.md, the
+/// page operators read to write alerts, is its rendering.
 @Suite struct MetricsPageTests {
-    /// The metric names of a Prometheus text exposition (from its `# TYPE` lines).
-    static func names(in exposition: String) -> [String] {
-        exposition.split(separator: "\n").compactMap { line in
-            let parts = line.split(separator: " ")
-            return parts.count >= 4 && parts[0] == "#" && parts[1] == "TYPE" ? String(parts[2]) : nil
+    /// The families of a Prometheus text exposition: name → (kind, help).
+    static func families(in exposition: String) -> [String: (kind: String, help: String)] {
+        var helps: [String: String] = [:], families: [String: (kind: String, help: String)] = [:]
+        for line in exposition.split(separator: "\n") {
+            let parts = line.split(separator: " ", maxSplits: 3)
+            guard parts.count >= 4, parts[0] == "#" else { continue }
+            let name = String(parts[2])
+            if parts[1] == "HELP" { helps[name] = String(parts[3]) }
+            if parts[1] == "TYPE" { families[name] = (String(parts[3]), helps[name] ?? "") }
         }
+        return families
     }
 
-    /// The names the page's table lists: every backticked word of a row's first cell.
-    static func documented(in page: String) -> Set<String> {
-        var names = Set<String>()
-        for line in page.split(separator: "\n") where line.hasPrefix("| `") {
-            let firstCell = line.dropFirst(2).prefix { $0 != "|" }
-            let quoted = firstCell.split(separator: "`", omittingEmptySubsequences: false)
-            for (index, part) in quoted.enumerated() where index % 2 == 1 { names.insert(String(part)) }
-        }
-        return names
-    }
+    static let page = TestPaths.repository.appendingPathComponent("docs/metrics.md")
+    static let start = "<!-- metrics table: generated -->\n", end = "<!-- end of metrics table -->\n"
 
-    @Test func theMetricsPageListsEverySeriesServed() throws {
-        let served = Self.names(in: try TestService.shared.metrics())
+    @Test func aRunningServiceServesExactlyTheCatalogue() throws {
+        let served = Self.families(in: try TestService.shared.metrics())
         #expect(served.count > 20, "the exposition had \(served.count) families")
-        let page = try String(contentsOf: TestPaths.repository.appendingPathComponent("docs/metrics.md"),
-                              encoding: .utf8)
-        let documented = Self.documented(in: page)
-        let missing = served.filter { !documented.contains($0) }
-        #expect(missing.isEmpty, "docs/metrics.md lacks \(missing.joined(separator: ", "))")
+        let catalogue = Dictionary(uniqueKeysWithValues: MetricCatalogue.all.map { ($0.name, $0) })
+        #expect(catalogue.count == MetricCatalogue.all.count, "a family is defined twice")
+        for (name, family) in served {
+            guard let defined = catalogue[name] else {
+                Issue.record("\(name) is served but not in the catalogue")
+                continue
+            }
+            #expect(family.kind == defined.kind.rawValue, "\(name): served as a \(family.kind)")
+            #expect(family.help == defined.help, "\(name): served with the help \"\(family.help)\"")
+        }
+        let missing = catalogue.keys.filter { served[$0] == nil && !MetricCatalogue.conditional.contains($0) }
+        #expect(missing.isEmpty, "in the catalogue, never served: \(missing.sorted())")
     }
 
-    /// The parsers themselves, on a page and an exposition written by hand.
-    @Test func theParsersReadTablesAndTypeLines() {
-        let exposition = "# HELP a_total A.\n# TYPE a_total counter\na_total 1\n# TYPE b gauge\nb 2\n"
-        #expect(Self.names(in: exposition) == ["a_total", "b"])
-        let page = "| metric | type |\n| --- | --- |\n| `a_total`, `b` | counter | `c` |\n| `d` | gauge |\n"
-        #expect(Self.documented(in: page) == ["a_total", "b", "d"])
+    @Test func theMetricsPageIsTheCataloguesRendering() throws {
+        let text = try String(contentsOf: Self.page, encoding: .utf8)
+        let table = MetricCatalogue.table()
+        guard let from = text.range(of: Self.start), let to = text.range(of: Self.end, range: from.upperBound..<text.endIndex)
+        else {
+            Issue.record("docs/metrics.md lacks the generated table's markers")
+            return
+        }
+        if ProcessInfo.processInfo.environment["TEAMCACHE_UPDATE_DOCS"] == "1" {
+            try Data((String(text[..<from.upperBound]) + table + String(text[to.lowerBound...])).utf8).write(to: Self.page)
+            return
+        }
+        #expect(String(text[from.upperBound..<to.lowerBound]) == table, """
+            docs/metrics.md is not the catalogue's rendering; regenerate it: \
+            TEAMCACHE_UPDATE_DOCS=1 swift test --filter MetricsPageTests
+            """)
+    }
+
+    /// The parser itself, on an exposition written by hand.
+    @Test func theParserReadsHelpAndTypeLines() {
+        let exposition = "# HELP a_total A thing.\n# TYPE a_total counter\na_total 1\n# TYPE b gauge\nb 2\n"
+        let families = Self.families(in: exposition)
+        #expect(families["a_total"]?.kind == "counter" && families["a_total"]?.help == "A thing.")
+        #expect(families["b"]?.kind == "gauge" && families["b"]?.help == "")
     }
 }
