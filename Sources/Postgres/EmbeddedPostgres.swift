@@ -3,7 +3,7 @@ import Foundation
 import Locking
 import Observability
 
-/// A PostgreSQL cluster that TeamCache runs itself under a data folder: the zero-configuration
+/// A PostgreSQL cluster an application runs itself under a data folder: for TeamCache the zero-configuration
 /// default of `teamcache serve`, the CLI's way to reach that same data, and the test suite's
 /// throwaway database.
 ///
@@ -22,10 +22,17 @@ public final class EmbeddedPostgres: Sendable {
     public struct Options: Sendable {
         /// Tests trade durability for speed (fsync off); a served cache keeps it on.
         public var durable = true
-        public var database = "teamcache"
+        /// The application's name: the database it creates, and the names of its settings
+        /// files and (for a long data path) its socket folder. TeamCache's is `teamcache`; a
+        /// cluster keeps the names it was made with, so an application must not change its own.
+        public var name = "embedded"
+        public var database: String { name }
         public var port = 5432
 
-        public init(durable: Bool = true) { self.durable = durable }
+        public init(durable: Bool = true, name: String = "embedded") {
+            self.durable = durable
+            self.name = name
+        }
     }
 
     public let root: URL
@@ -89,7 +96,7 @@ public final class EmbeddedPostgres: Sendable {
         let inside = root.appendingPathComponent("run")
         if inside.path.utf8.count + 20 < 100 { return inside }
         let tag = Bytes.hex(SHA256.hash(root.path).prefix(8))
-        return URL(fileURLWithPath: "/tmp/teamcache-\(tag)")
+        return URL(fileURLWithPath: "/tmp/\(options.name)-\(tag)")
     }
 
     /// Present while a TeamCache process's start of the cluster stands (holds its pid).
@@ -158,7 +165,7 @@ public final class EmbeddedPostgres: Sendable {
             chown(clusterDirectory.path, account.pointee.pw_uid, account.pointee.pw_gid)
         }
         try run("initdb", arguments, what: "initialise PostgreSQL")
-        let include = "\ninclude_if_exists = 'teamcache.conf'\n"
+        let include = "\ninclude_if_exists = '\(options.name).conf'\n"
         let handle = try FileHandle(forWritingTo: clusterDirectory.appendingPathComponent("postgresql.conf"))
         try handle.seekToEnd()
         try handle.write(contentsOf: Data(include.utf8))
@@ -179,10 +186,10 @@ public final class EmbeddedPostgres: Sendable {
         if !options.durable {
             lines += ["fsync = off", "synchronous_commit = off", "full_page_writes = off"]
         }
-        let file = clusterDirectory.appendingPathComponent("teamcache.conf")
+        let file = clusterDirectory.appendingPathComponent("\(options.name).conf")
         try (lines.joined(separator: "\n") + "\n").write(to: file, atomically: false, encoding: .utf8)
         // The socket only: initdb's default also trusts TCP from 127.0.0.1 and ::1.
-        let hba = "# Written by TeamCache at each start: the private Unix socket only.\nlocal all all trust\n"
+        let hba = "# Written at each start: the private Unix socket only.\nlocal all all trust\n"
         try hba.write(to: hbaFile, atomically: false, encoding: .utf8)
         chmod(hbaFile.path, 0o600)
         if runsAsRoot, let account = getpwnam("postgres") {
@@ -190,7 +197,7 @@ public final class EmbeddedPostgres: Sendable {
         }
     }
 
-    private var hbaFile: URL { clusterDirectory.appendingPathComponent("teamcache_hba.conf") }
+    private var hbaFile: URL { clusterDirectory.appendingPathComponent("\(options.name)_hba.conf") }
 
     private func isRunning() throws -> Bool {
         try run("pg_ctl", ["-D", clusterDirectory.path, "status"], what: "query PostgreSQL", tolerate: true) == 0
@@ -223,7 +230,7 @@ public final class EmbeddedPostgres: Sendable {
     @discardableResult
     public static func runAsOwner(_ command: [String], what: String, tolerate: Bool = false) throws -> Int32 {
         let owner = getuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] : []
-        let output = FileManager.default.temporaryDirectory.appendingPathComponent("teamcache-\(UUID().uuidString)")
+        let output = FileManager.default.temporaryDirectory.appendingPathComponent("postgres-command-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: output) }
         let status = try Subprocess.run(owner + command, output: output)
         if status != 0 && !tolerate {

@@ -11,7 +11,7 @@ import Locking
 final class QueryCanceller: Sendable {
     static let shared = QueryCanceller()
 
-    private let queue = DispatchQueue(label: "teamcache.postgres.cancel")
+    private let queue = DispatchQueue(label: "postgres.cancel")
     private let pending = Locked(0)
     private let maxPending = 64
 

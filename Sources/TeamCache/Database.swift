@@ -33,7 +33,8 @@ public final class Database: Sendable {
                                                                          limits: configuration.directSessionLimits))
             }
         } else {
-            let cluster = EmbeddedPostgres(root: configuration.dataDirectory.standardizedFileURL)
+            let cluster = EmbeddedPostgres(root: configuration.dataDirectory.standardizedFileURL,
+                                           options: .init(name: Configuration.applicationName))
             url = try cluster.start()
             directURL = url
             embedded = cluster

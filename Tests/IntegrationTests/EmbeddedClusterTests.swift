@@ -73,7 +73,7 @@ import TestSupport
             try? FileManager.default.removeItem(at: target)
             try? FileManager.default.removeItem(at: root)
         }
-        #expect(cluster.socketDirectory.path.hasPrefix("/tmp/teamcache-"))
+        #expect(cluster.socketDirectory.path.hasPrefix("/tmp/\(cluster.options.name)-"))
         try FileManager.default.createSymbolicLink(atPath: cluster.socketDirectory.path,
                                                    withDestinationPath: target.path)
         #expect(throws: EmbeddedPostgresError.self) { _ = try cluster.start() }
@@ -111,6 +111,8 @@ import TestSupport
         let first = try ServeProcess(dataDirectory: data, port: port)
         try #require(first.waitUntilListening(seconds: 30))
         #expect(try request("PUT", [1, 2, 3]) == 201)
+        // The service's cluster keeps the names data folders made by earlier builds have.
+        #expect(FileManager.default.fileExists(atPath: data.appendingPathComponent("postgres/teamcache.conf").path))
         first.stop(SIGKILL)
         let second = try ServeProcess(dataDirectory: data, port: port)
         try #require(second.waitUntilListening(seconds: 30), "serve did not start again on the data folder of a killed one")
