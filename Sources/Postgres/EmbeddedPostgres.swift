@@ -124,15 +124,15 @@ public final class EmbeddedPostgres: Sendable {
             try prepareSocketFolder(owner: getuid(), group: nil)
             return
         }
-        guard let account = getpwnam("postgres") else {
+        guard let account = SystemAccount.postgres else {
             throw EmbeddedPostgresError.noPostgresUser
         }
         chmod(root.path, 0o755)
-        try prepareSocketFolder(owner: account.pointee.pw_uid, group: account.pointee.pw_gid)
+        try prepareSocketFolder(owner: account.uid, group: account.gid)
         if manager.fileExists(atPath: clusterDirectory.path) {
-            chown(clusterDirectory.path, account.pointee.pw_uid, account.pointee.pw_gid)
+            chown(clusterDirectory.path, account.uid, account.gid)
         }
-        chown(logFile.path, account.pointee.pw_uid, account.pointee.pw_gid)
+        chown(logFile.path, account.uid, account.gid)
         // postgres must be able to reach the folder: a data dir under /root is not reachable.
         let probe = try run("test", ["-w", root.path, "-o", "-x", root.path], what: "check access", tolerate: true)
         if probe != 0 { throw EmbeddedPostgresError.unreachable(root.path) }
@@ -160,9 +160,9 @@ public final class EmbeddedPostgres: Sendable {
     private func initialise() throws {
         var arguments = ["-D", clusterDirectory.path, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"]
         if !options.durable { arguments.append("--no-sync") }
-        if runsAsRoot, let account = getpwnam("postgres") {
+        if runsAsRoot, let account = SystemAccount.postgres {
             try FileManager.default.createDirectory(at: clusterDirectory, withIntermediateDirectories: true)
-            chown(clusterDirectory.path, account.pointee.pw_uid, account.pointee.pw_gid)
+            chown(clusterDirectory.path, account.uid, account.gid)
         }
         try run("initdb", arguments, what: "initialise PostgreSQL")
         let include = "\ninclude_if_exists = '\(options.name).conf'\n"
@@ -192,8 +192,8 @@ public final class EmbeddedPostgres: Sendable {
         let hba = "# Written at each start: the private Unix socket only.\nlocal all all trust\n"
         try hba.write(to: hbaFile, atomically: false, encoding: .utf8)
         chmod(hbaFile.path, 0o600)
-        if runsAsRoot, let account = getpwnam("postgres") {
-            for path in [file.path, hbaFile.path] { chown(path, account.pointee.pw_uid, account.pointee.pw_gid) }
+        if runsAsRoot, let account = SystemAccount.postgres {
+            for path in [file.path, hbaFile.path] { chown(path, account.uid, account.gid) }
         }
     }
 

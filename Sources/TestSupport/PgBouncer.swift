@@ -25,8 +25,8 @@ public final class PgBouncer: Sendable {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         chmod(folder.path, 0o755)
         // PgBouncer writes its log and pid file here, as `postgres` when the suite is root.
-        if getuid() == 0, let account = getpwnam("postgres") {
-            chown(folder.path, account.pointee.pw_uid, account.pointee.pw_gid)
+        if getuid() == 0, let account = SystemAccount.postgres {
+            chown(folder.path, account.uid, account.gid)
         }
         let server = PostgresConnection.keywords(in: TestDatabase.shared.url)
         let settings = """

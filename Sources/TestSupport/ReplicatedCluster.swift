@@ -122,8 +122,8 @@ public final class ReplicatedCluster: Sendable {
 
     private static func giveToPostgres(_ folder: URL) throws {
         guard getuid() == 0 else { return }
-        guard let account = getpwnam("postgres") else { throw EmbeddedPostgresError.noPostgresUser }
-        chown(folder.path, account.pointee.pw_uid, account.pointee.pw_gid)
+        guard let account = SystemAccount.postgres else { throw EmbeddedPostgresError.noPostgresUser }
+        chown(folder.path, account.uid, account.gid)
     }
 
     private func tool(_ name: String, _ arguments: [String], tolerate: Bool = false) throws {
