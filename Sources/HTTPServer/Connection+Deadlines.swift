@@ -15,6 +15,9 @@ extension Connection {
         case .handling:
             if now > phaseStart + Self.nanoseconds(configuration.requestTimeout) + waitAllowance { abandonRequest() }
             return
+        case .streaming:
+            checkStreamDeadlines(now: now)
+            return
         // A connection that never sent a byte gets the head's allowance, not the idle one.
         case .idle: limit = served == 0 ? min(configuration.headerTimeout, configuration.idleTimeout)
                                         : configuration.idleTimeout
@@ -73,6 +76,21 @@ extension Connection {
         if !isClosed {
             updatePhase()
             updateInterest()
+        }
+    }
+
+    /// A stream's client must read each part within the write timeout of its queueing (else
+    /// the connection is reset, as for any answer); its producer must send something within the
+    /// stream's idle timeout while the client has read everything (a paused producer is not idle).
+    private func checkStreamDeadlines(now: UInt64) {
+        let configuration = loop.context.configuration
+        if let queued = output.oldestQueuedAt {
+            guard now > queued + Self.nanoseconds(configuration.writeTimeout) else { return }
+            var abort = linger(l_onoff: 1, l_linger: 0)
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, socklen_t(MemoryLayout<linger>.size))
+            close(reason: "stream not read")
+        } else if now > phaseStart + Self.nanoseconds(configuration.streamIdleTimeout) {
+            close(reason: "stream idle")
         }
     }
 

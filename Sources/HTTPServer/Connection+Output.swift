@@ -11,6 +11,8 @@ extension Connection {
     func onWritable() {
         flush()
         if isClosed { return }
+        // A paused producer resumes once its client has read enough.
+        streaming?.stream.noteQueued(output.bytes)
         // The client read enough: answer the requests that waited for room (or, after its
         // half-close, find that none is left and close).
         if canTakeRequests && (parser.bufferedBytes > 0 || inputClosed) {

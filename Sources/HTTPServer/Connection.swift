@@ -13,7 +13,7 @@ import Observability
 final class Connection {
     // @unchecked: loop-confined, as described above.
     enum Phase {
-        case idle, head, body, handling, writing, lingering
+        case idle, head, body, handling, streaming, writing, lingering
     }
 
     /// How long input is read and dropped after an error response before closing.
@@ -57,6 +57,8 @@ final class Connection {
     /// What to do if the client goes away while the request in flight waits on purpose (a
     /// parked read): drop the waiter at once rather than keep it to its deadline.
     var onClientGone: (() -> Void)?
+    /// The streamed answer of the request in flight, once it has started.
+    var streaming: Streaming?
     private var processing = false
     var closeAfterFlush = false
     /// Close through a lingering close: the client may still be sending a body we refused.
@@ -371,7 +373,7 @@ final class Connection {
         if lingering { return }
         let next: Phase
         if inFlight {
-            next = .handling
+            next = streaming == nil ? .handling : .streaming
         } else if !output.isEmpty {
             next = .writing
         } else if parser.isIdle {
@@ -427,6 +429,11 @@ final class Connection {
                                        ("served", .int(served)), ("in_flight", .bool(inFlight))])
         }
         isClosed = true
+        // A stream cut short: its producer learns its client has gone.
+        if let cut = streaming {
+            streaming = nil
+            cut.stream.noteClosed()
+        }
         loop.remove(fd)
         Glibc.close(fd)
         output.removeAll()

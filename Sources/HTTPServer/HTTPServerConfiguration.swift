@@ -44,6 +44,12 @@ public struct HTTPServerConfiguration: Sendable {
     public var maxRequestsPerConnection = 100_000
     /// How long in-flight requests may take to finish at shutdown.
     public var shutdownGracePeriod: TimeInterval = 10
+    /// How long a streamed answer may send nothing while its client has read all of it,
+    /// before the connection is closed (its producer is told, `ResponseStream.whenClosed`).
+    public var streamIdleTimeout: TimeInterval = 60
+    /// Unread bytes a streamed answer holds at most before its producer is asked to pause
+    /// (`ResponseStream.isWritable`).
+    public var streamBufferBytes = 256 * 1024
     /// The `Server` header's value.
     public var serverName = "http-server"
     /// Put before every metric name the server registers (`http_requests_total` and the

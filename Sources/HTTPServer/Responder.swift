@@ -56,6 +56,15 @@ public final class Responder {
         connection.complete(response, for: request, started: started)
     }
 
+    /// Starts a streamed answer: `head`'s status and headers go out now (its body is ignored;
+    /// the body follows through the returned stream, from any thread). nil when the request
+    /// has been answered already or its client has gone. Counts as the answer.
+    public func stream(_ head: HTTPResponse) -> ResponseStream? {
+        guard !answered else { return nil }
+        answered = true
+        return connection.startStream(head, for: request, started: started)
+    }
+
     /// Answers with what `body` returns, or with the problem it throws (as handlers do).
     public func respond(_ body: () throws -> HTTPResponse) {
         respond(loop.context.run(route, request, body))

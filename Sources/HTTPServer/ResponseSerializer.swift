@@ -85,7 +85,7 @@ enum ResponseSerializer {
             ($0, Array("HTTP/1.1 \($0) \(HTTPStatus.reason($0))\r\n".utf8))
         })
 
-    private static func statusLine(_ status: Int) -> [UInt8] {
+    static func statusLine(_ status: Int) -> [UInt8] {
         commonStatusLines[status] ?? Array("HTTP/1.1 \(status) \(HTTPStatus.reason(status))\r\n".utf8)
     }
 }
@@ -129,4 +129,31 @@ struct WireWriter {
         }
         count += length
     }
+}
+
+extension ResponseSerializer {
+    /// The head of a streamed answer: its own fields, then the framing the stream uses in
+    /// place of a Content-Length (`Transfer-Encoding: chunked`, or none, the end marked by the
+    /// connection's close). Not on the hit path: built plainly.
+    static func streamHead(_ response: HTTPResponse, framing: ResponseStream.Framing, version: HTTPVersion,
+                           keepAlive: Bool, requestID: String, date: String, server: String) -> [UInt8] {
+        var head = statusLine(response.status)
+        var fields = ""
+        for (name, value) in response.headers where !Self.framingFields.contains(name.lowercased()) {
+            fields += name + ": " + value + "\r\n"
+        }
+        if !requestID.isEmpty { fields += "X-Request-Id: " + requestID + "\r\n" }
+        fields += "Date: " + date + "\r\nServer: " + server + "\r\n"
+        if framing == .chunked { fields += "Transfer-Encoding: chunked\r\n" }
+        if !keepAlive {
+            fields += "Connection: close\r\n"
+        } else if version == .http10 {
+            fields += "Connection: keep-alive\r\n"
+        }
+        head += Array((fields + "\r\n").utf8)
+        return head
+    }
+
+    /// Fields the connection decides for a stream: a handler's own would contradict its framing.
+    static let framingFields: Set<String> = ["content-length", "transfer-encoding", "connection"]
 }

@@ -75,6 +75,14 @@ public final class RawClient {
 
     deinit { Glibc.close(fd) }
 
+    /// Hangs up as a client that goes away does (the descriptor itself is closed at deinit:
+    /// closing it here could close a number another thread has been given since).
+    public func hangUp() {
+        var abort = linger(l_onoff: 1, l_linger: 0)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, socklen_t(MemoryLayout<linger>.size))
+        shutdown(fd, Int32(SHUT_RDWR))
+    }
+
     public func setTimeout(_ seconds: TimeInterval) {
         var value = timeval(tv_sec: Int(seconds), tv_usec: Int((seconds - Double(Int(seconds))) * 1e6))
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
@@ -128,6 +136,44 @@ public final class RawClient {
         while (try? fill()) != nil {}
         defer { buffer = [] }
         return Response(status: status, headers: headers, body: buffer)
+    }
+
+    /// Reads a response's head alone (status and fields); its body stays to be read, with
+    /// `readChunk` for a chunked one or `readSome` for one delimited by the close.
+    public func readHead() throws -> Response {
+        let headEnd = try readUntil([13, 10, 13, 10])
+        let headText = String(decoding: buffer[..<headEnd], as: UTF8.self)
+        buffer.removeFirst(headEnd + 4)
+        var lines = headText.components(separatedBy: "\r\n")
+        let statusLine = lines.removeFirst().split(separator: " ")
+        guard statusLine.count >= 2, let status = Int(statusLine[1]) else { throw Failure.malformed(headText) }
+        let headers = lines.compactMap { line -> (String, String)? in
+            guard let colon = line.firstIndex(of: ":") else { return nil }
+            return (String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+        }
+        return Response(status: status, headers: headers, body: [])
+    }
+
+    /// The next chunk of a chunked body; nil for the last (empty) chunk, whose end is read too.
+    public func readChunk() throws -> [UInt8]? {
+        let lineEnd = try readUntil([13, 10])
+        let sizeText = String(decoding: buffer[..<lineEnd], as: UTF8.self)
+        guard let size = Int(sizeText.split(separator: ";").first ?? "", radix: 16) else {
+            throw Failure.malformed("chunk size \(sizeText)")
+        }
+        buffer.removeFirst(lineEnd + 2)
+        while buffer.count < size + 2 { try fill() }
+        let data = Array(buffer[..<size])
+        guard buffer[size] == 13, buffer[size + 1] == 10 else { throw Failure.malformed("chunk end") }
+        buffer.removeFirst(size + 2)
+        return size == 0 ? nil : data
+    }
+
+    /// Whatever bytes come next (at least one): what is buffered, else one read.
+    public func readSome() throws -> [UInt8] {
+        if buffer.isEmpty { try fill() }
+        defer { buffer = [] }
+        return buffer
     }
 
     /// True when the server has closed the connection (EOF within the timeout).
