@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Postgres
+import TeamCache
 
 /// A PostgreSQL cluster of one test's own, for tests that stop, stall or kill it (the
 /// shared test database must stay up for the others): started without durability under a
@@ -12,7 +13,7 @@ public final class PrivateCluster {
 
     public init(_ name: String, migrated: Bool = true) throws {
         root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("\(name)-\(getpid())")
-        cluster = EmbeddedPostgres(root: root, options: .init(durable: false))
+        cluster = EmbeddedPostgres(root: root, options: .init(durable: false, name: Configuration.applicationName))
         url = try cluster.start()
         if migrated {
             try MigrationRunner(migrations: try Migration.load(from: TestPaths.migrations))

@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import TeamCache
 
 /// The PostgreSQL the test suite runs against: `TEAMCACHE_TEST_DATABASE_URL` when set,
 /// otherwise a throwaway embedded cluster (fsync off) started once per test process and
@@ -21,7 +22,7 @@ public final class TestDatabase: Sendable {
         }
         let root = URL(fileURLWithPath: NSTemporaryDirectory())
             .appendingPathComponent("teamcache-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
-        let embedded = EmbeddedPostgres(root: root, options: .init(durable: false))
+        let embedded = EmbeddedPostgres(root: root, options: .init(durable: false, name: Configuration.applicationName))
         TestDatabaseCleanup.register(embedded)
         url = try embedded.start()
         cluster = embedded
