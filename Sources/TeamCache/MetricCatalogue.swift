@@ -206,10 +206,11 @@ public enum MetricCatalogue {
         processStartTimeSeconds,
     ]
 
-    /// Families served only in some configurations: with a read standby, with the near-cache
-    /// on (the test service runs with it), or with positions tracked.
+    /// Families served only in some configurations: with a read standby (and positions
+    /// tracked for it), or with the near-cache on (`TEAMCACHE_NEAR_CACHE_BYTES` above 0).
     public static let conditional: Set<String> = [
         dbReadsTotal.name, readStandbyLagSeconds.name, writePositionsMissingTotal.name,
+        nearCacheHitsTotal.name, nearCacheEntries.name, nearCacheBytes.name, nearCacheEnabled.name,
     ]
 
     /// The store's families, for its components to register in `registry`.

@@ -39,6 +39,11 @@ import TestSupport
         }
         let missing = catalogue.keys.filter { served[$0] == nil && !MetricCatalogue.conditional.contains($0) }
         #expect(missing.isEmpty, "in the catalogue, never served: \(missing.sorted())")
+        // The near-cache's families are served whenever it is on (CI runs the suite both ways).
+        if ProcessInfo.processInfo.environment["TEAMCACHE_NEAR_CACHE_BYTES"] != "0" {
+            let near = MetricCatalogue.all.map(\.name).filter { $0.contains("near_cache") }
+            #expect(near.count == 4 && near.allSatisfy { served[$0] != nil }, "near-cache families: \(near)")
+        }
     }
 
     @Test func theMetricsPageIsTheCataloguesRendering() throws {
