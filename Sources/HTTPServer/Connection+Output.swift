@@ -11,8 +11,6 @@ extension Connection {
     func onWritable() {
         flush()
         if isClosed { return }
-        // A paused producer resumes once its client has read enough.
-        streaming?.stream.noteQueued(output.bytes)
         // The client read enough: answer the requests that waited for room (or, after its
         // half-close, find that none is left and close).
         if canTakeRequests && (parser.bufferedBytes > 0 || inputClosed) {
@@ -24,7 +22,10 @@ extension Connection {
     }
 
     /// Writes queued output until done or the socket is full (then EPOLLOUT resumes it).
+    /// A streamed answer's producer hears how much is left to read after every write, from
+    /// whichever path wrote (a paused producer resumes once its client has read enough).
     func flush() {
+        defer { if !isClosed { streaming?.stream.noteQueued(output.bytes) } }
         while !output.isEmpty {
             if output.write(to: fd) < 0 {
                 if errno == EINTR { continue }

@@ -1,3 +1,5 @@
+import Glibc
+
 /// A streamed answer on the wire (`ResponseStream`): its head, its parts as they come, its end.
 /// The request stays in flight until the stream ends, so pipelined requests behind it wait
 /// their turn; its deadlines are the write timeout (a client that does not read) and the
@@ -17,6 +19,8 @@ extension Connection {
         let stream = ResponseStream(connection: self, framing: framing, bufferBytes: configuration.streamBufferBytes)
         streaming = Streaming(stream: stream, request: request, started: started, keepAlive: keepAlive,
                               status: head.status)
+        // What a parked read asked to hear of its client leaving does not apply to the stream.
+        onClientGone = nil
         enqueue(ResponseSerializer.streamHead(head, framing: framing, version: request.version, keepAlive: keepAlive,
                                               requestID: request.requestID, date: loop.date,
                                               server: configuration.serverName))
@@ -34,12 +38,14 @@ extension Connection {
             enqueue(Array((String(part.count, radix: 16) + "\r\n").utf8))
             enqueue(part)
             enqueue([13, 10])
+            streaming?.bodyBytes += part.count
         case .closeDelimited:
             enqueue(part)
+            streaming?.bodyBytes += part.count
         case .none:
-            return
+            // Nothing goes out (HEAD): the part counts as read at once, and as a sign of life.
+            break
         }
-        streaming?.bodyBytes += part.count
         // The idle deadline runs from the last part.
         phaseStart = loop.now
         afterStreamOutput()
@@ -51,12 +57,14 @@ extension Connection {
         guard !isClosed, let finished = streaming, finished.stream === stream else { return }
         if stream.framing == .chunked { enqueue(Array("0\r\n\r\n".utf8)) }
         streaming = nil
+        stream.detach()
         inFlight = false
         current = nil
         bodyUnverified = false
         onClientGone = nil
         accountBodyBytes()
-        if !finished.keepAlive { closeAfterFlush = true }
+        // A server that began draining meanwhile closes after it, as after any answer.
+        if !finished.keepAlive || loop.isDraining { closeAfterFlush = true }
         let request = finished.request
         let seconds = Double(monotonicNanoseconds() - finished.started) / 1e9
         loop.record(method: request.method, routeID: request.routeID,
@@ -71,13 +79,20 @@ extension Connection {
         close(reason: "stream aborted")
     }
 
+    /// A stream cut short ends with a reset, not a close: a close would mark the end of a
+    /// close-delimited (HTTP/1.0) body, and its client would take the part it got for the whole.
+    func resetIfStreaming() {
+        guard streaming != nil else { return }
+        var abort = linger(l_onoff: 1, l_linger: 0)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, socklen_t(MemoryLayout<linger>.size))
+    }
+
     /// Writes what the socket takes now, watches for room for the rest, and tells the
     /// stream how much its client has yet to read.
     func afterStreamOutput() {
         flush()
         if isClosed { return }
         updateInterest()
-        streaming?.stream.noteQueued(output.bytes)
     }
 }
 

@@ -429,7 +429,8 @@ final class Connection {
                                        ("served", .int(served)), ("in_flight", .bool(inFlight))])
         }
         isClosed = true
-        // A stream cut short: its producer learns its client has gone.
+        // A stream cut short: reset (see resetIfStreaming), and its producer learns its client has gone.
+        resetIfStreaming()
         if let cut = streaming {
             streaming = nil
             cut.stream.noteClosed()

@@ -67,6 +67,12 @@ public final class HTTPServer: Sendable {
     /// Graceful stop: no new connections, idle ones closed, requests in flight finish within
     /// the grace period, then everything left is closed and the workers stop.
     public func shutdown() {
+        // Once: the loops' `finished` signals are taken by the first call (a second would wait
+        // out the whole grace period for signals that never come again).
+        let loops = started.withLock { state -> [EventLoop] in
+            defer { state.loops = [] }
+            return state.loops
+        }
         for loop in loops { loop.execute { loop.beginDraining() } }
         let deadline = DispatchTime.now() + configuration.shutdownGracePeriod
         var unfinished: [EventLoop] = []

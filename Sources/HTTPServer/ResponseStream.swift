@@ -37,12 +37,14 @@ public final class ResponseStream: Sendable {
     /// Unread bytes past which the producer is asked to pause.
     public let bufferBytes: Int
     private let loop: EventLoop
-    private let connection: LoopBound<Connection>
+    /// The connection while the stream runs; dropped when it ends, so a producer that keeps
+    /// its stream does not keep a closed connection (and its buffers) alive.
+    private let connection: Locked<LoopBound<Connection>?>
     private let state = Locked(State())
 
     init(connection: Connection, framing: Framing, bufferBytes: Int) {
         self.loop = connection.loop
-        self.connection = LoopBound(connection, on: connection.loop)
+        self.connection = Locked(LoopBound(connection, on: connection.loop))
         self.framing = framing
         self.bufferBytes = max(1, bufferBytes)
     }
@@ -132,6 +134,7 @@ public final class ResponseStream: Sendable {
 
     /// The connection closed before the body was finished (on the loop).
     func noteClosed() {
+        detach()
         let gone = state.withLock { state -> [@Sendable () -> Void] in
             guard !state.closed && !state.finished else { return [] }
             state.closed = true
@@ -142,8 +145,11 @@ public final class ResponseStream: Sendable {
         for run in gone { run() }
     }
 
+    /// The stream has ended (on the loop): it lets go of its connection.
+    func detach() { connection.withLock { $0 = nil } }
+
     private func onLoop(_ body: @escaping @Sendable (Connection) -> Void) {
-        let connection = self.connection
+        guard let connection = connection.value else { return }
         loop.execute { body(connection.value) }
     }
 }

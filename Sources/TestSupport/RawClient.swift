@@ -176,6 +176,23 @@ public final class RawClient {
         return buffer
     }
 
+    /// Everything until the connection ends, and how it ended: `reset` true for a reset
+    /// (ECONNRESET), false for an orderly close (EOF); throws on a timeout.
+    public func readUntilEnd() throws -> (bytes: [UInt8], reset: Bool) {
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let count = recv(fd, &chunk, chunk.count, 0)
+            if count > 0 {
+                buffer.append(contentsOf: chunk[..<count])
+                continue
+            }
+            if count < 0 && errno == EINTR { continue }
+            if count < 0 && errno == EAGAIN { throw Failure.timeout }
+            defer { buffer = [] }
+            return (buffer, count < 0 && errno == ECONNRESET)
+        }
+    }
+
     /// True when the server has closed the connection (EOF within the timeout).
     public func isClosedByPeer() -> Bool {
         var byte: UInt8 = 0

@@ -201,4 +201,60 @@ import TestSupport
         #expect(gone.wait(timeout: .now() + 5) == .success, "an idle stream was kept open")
         #expect(client.isClosedByPeer())
     }
+
+    /// A HEAD sends no body, so its producer's parts count as read at once: one that waits
+    /// for room after a large part is resumed, and the connection goes on.
+    @Test func aHeadProducerWaitingForRoomIsResumed() throws {
+        let server = try StreamServer({ $0.streamBufferBytes = 64 * 1024 }) { stream in
+            stream.send([UInt8](repeating: 1, count: 300 * 1024))
+            stream.whenWritable { stream.finish() }
+        }
+        let client = try RawClient(port: server.port, timeout: 10)
+        try client.send("HEAD /s HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        #expect(try client.readHead().status == 200)
+        #expect(try client.readResponse().text == "ok\n", "the HEAD's stream never finished")
+    }
+
+    /// HTTP/1.0 marks a body's end by the close: a stream cut short must not end that way.
+    @Test func anAbortedCloseDelimitedStreamEndsWithAReset() throws {
+        let server = try StreamServer { stream in
+            stream.send(Array("partial".utf8))
+            Thread.sleep(forTimeInterval: 0.1)
+            stream.abort()
+        }
+        let client = try RawClient(port: server.port, timeout: 10)
+        try client.send("GET /s HTTP/1.0\r\n\r\n")
+        #expect(try client.readHead().status == 200)
+        let end = try client.readUntilEnd()
+        #expect(end.reset, "the connection ended in order after \(end.bytes.count) bytes: a truncated body reads as whole")
+    }
+
+    /// A server asked to stop while a stream runs lets it finish, then closes the connection
+    /// at once rather than keeping it idle until the grace period ends.
+    @Test func aStreamFinishedWhileDrainingClosesItsConnection() throws {
+        let gate = DispatchSemaphore(value: 0)
+        let server = try StreamServer { stream in
+            stream.send(Array("before\n".utf8))
+            _ = gate.wait(timeout: .now() + 10)
+            stream.send(Array("after\n".utf8))
+            stream.finish()
+        }
+        let client = try RawClient(port: server.port, timeout: 10)
+        try client.send("GET /s HTTP/1.1\r\nHost: t\r\n\r\n")
+        _ = try client.readHead()
+        #expect(try client.readChunk() == Array("before\n".utf8))
+        let stopped = DispatchSemaphore(value: 0)
+        let started = Date()
+        let http = server.server
+        Thread.detachNewThread {
+            http.shutdown()
+            stopped.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.2)
+        gate.signal()
+        #expect(try client.readChunk() == Array("after\n".utf8))
+        #expect(try client.readChunk() == nil)
+        #expect(client.isClosedByPeer())
+        #expect(stopped.wait(timeout: .now() + 5) == .success && Date().timeIntervalSince(started) < 5)
+    }
 }
