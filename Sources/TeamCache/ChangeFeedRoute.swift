@@ -92,7 +92,11 @@ struct ChangeFeedRoute: Sendable {
                 // Followers woken together by one write mostly ask the same: one reads.
                 let (readSince, localSince): (UInt64, UInt64)
                 switch api.feedPages.answer(question, waiters: waiters, since: since) {
-                case .shared(let empty, let response): return (empty: empty, behind: false, response: response)
+                // A shared page read while numbering was behind is behind for every follower it
+                // answers: each asks again soon (a follower told otherwise waited for a
+                // notification that had come already, and 39 of 40 woken followers timed out).
+                case .shared(let empty, let behind, let response):
+                    return (empty: empty, behind: behind, response: response)
                 case .read(let since, let local): (readSince, localSince) = (since, local)
                 }
                 let page: FeedPage

@@ -46,12 +46,15 @@ final class FeedPages: Sendable {
         let window: TimeInterval
         /// This process's own change count noted before the read.
         let localSince: UInt64
+        /// Read while numbering was behind: a follower it answers empty asks again soon,
+        /// rather than waiting for a notification that has come already.
+        let behind: Bool
     }
 
     /// What a follower does: answer with a page another read, or read (and then `keep` or
     /// `abandon`), its page valid as of `since` and `localSince` (noted as the read begins).
     enum Answer {
-        case shared(empty: Bool, response: HTTPResponse)
+        case shared(empty: Bool, behind: Bool, response: HTTPResponse)
         case read(since: UInt64, localSince: UInt64)
     }
 
@@ -104,7 +107,7 @@ final class FeedPages: Sendable {
         }, then: { state, _ in
             if let page = state.reusable(question, waiters: waiters) {
                 answered?.inc(["shared"])
-                return .shared(empty: page.empty, response: page.response)
+                return .shared(empty: page.empty, behind: page.behind, response: page.response)
             }
             // Nobody reading it (or the wait for another's read ran out): this follower reads.
             state.reading.insert(question)
@@ -134,7 +137,8 @@ final class FeedPages: Sendable {
                 state.bytes = 0
             }
             let page = Page(since: since, readAt: now, empty: empty, response: response, cost: cost,
-                            window: behind ? Self.behindReuseFor : Self.reuseFor, localSince: localSince)
+                            window: behind ? Self.behindReuseFor : Self.reuseFor, localSince: localSince,
+                            behind: behind)
             if let old = state.pages.updateValue(page, forKey: question) { state.bytes -= old.cost }
             state.bytes += cost
         }

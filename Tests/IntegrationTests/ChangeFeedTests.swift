@@ -1,5 +1,6 @@
 import Locking
 import CacheCore
+@testable import CacheStore
 import Foundation
 import Postgres
 import Testing
@@ -343,6 +344,39 @@ import TestSupport
         #expect(answers.value.allSatisfy { $0.changes.map { $0["key"] as? String } == ["second"] })
         let read = after.database - before.database
         #expect(read <= 10, "\(read) database reads for 40 woken followers (\(after.shared - before.shared) shared)")
+    }
+
+    /// Followers woken by one write while numbering is held up (the sequencer busy, as under
+    /// load) read an empty page that says it is behind; the one that read it and every follower
+    /// it is shared with ask again soon, so all are answered once the change is numbered, not
+    /// at the end of their wait. Held up on purpose: the test holds the sequencer's gate.
+    @Test func followersSharingAPageReadWhileBehindAskAgainSoon() throws {
+        let service = try TestService { $0.authEnabled = false }
+        defer { service.stop() }
+        let namespace = TestService.namespace("feedbehind")
+        #expect(try service.request("PUT", entryPath(namespace, "first"), body: [1]).status == 201)
+        let caughtUp = try Self.page(service, namespace, since: "0")
+        let answers = Locked<[Page]>([])
+        let group = DispatchGroup()
+        for _ in 0..<10 {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                if let page = try? Self.onePage(service, namespace, since: caughtUp.next, query: "&wait=20") {
+                    answers.withLock { $0.append(page) }
+                }
+            }
+        }
+        Thread.sleep(forTimeInterval: 1.5)
+        let gate = service.app.store.sequencerGate
+        gate.lock()
+        #expect(try service.request("PUT", entryPath(namespace, "second"), body: [2]).status == 201)
+        // The woken followers read while nothing can be numbered: their page is behind.
+        Thread.sleep(forTimeInterval: 1)
+        gate.unlock()
+        #expect(group.wait(timeout: .now() + 5) == .success, "followers waited out their 20 s")
+        let keys = answers.value.map { $0.changes.compactMap { $0["key"] as? String } }
+        #expect(keys.count == 10 && keys.allSatisfy { $0 == ["second"] }, "\(keys)")
     }
 
     /// `teamcache_feed_pages_total` by source.

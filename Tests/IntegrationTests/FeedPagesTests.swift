@@ -62,4 +62,24 @@ import Testing
             }
         }
     }
+
+    /// A page read while numbering was behind says so to every follower it is shared with:
+    /// each asks again soon. (Told "not behind", the followers woken by one write waited for a
+    /// notification that had come already: CI once answered 1 of 40 in 15 s.)
+    @Test func aSharedPageReadWhileNumberingWasBehindSaysSo() throws {
+        let pages = FeedPages(metrics: nil)
+        let waiters = Waiters(capacity: 10, metrics: nil)
+        waiters.setListener(up: true)
+        let question = FeedPages.Question(namespace: "n", cursor: 5, limit: 10, bodies: false, gzip: false)
+        guard case .read(let since, let local) = pages.answer(question, waiters: waiters, since: waiters.now) else {
+            Issue.record("the first follower found a page to share")
+            return
+        }
+        pages.keep(question, since: since, localSince: local, empty: true, response: Self.emptyPage(), behind: true)
+        guard case .shared(let empty, let behind, _) = pages.answer(question, waiters: waiters, since: waiters.now) else {
+            Issue.record("the page read while behind was not shared with the followers reading together")
+            return
+        }
+        #expect(empty && behind)
+    }
 }
