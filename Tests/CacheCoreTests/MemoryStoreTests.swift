@@ -92,4 +92,19 @@ import Testing
             return
         }
     }
+
+    /// An entry exported and imported again is itself (`unchanged`), with the system clock's
+    /// sub-microsecond times: the store keeps microseconds, as PostgreSQL does.
+    @Test func anExportedEntryImportedAgainIsUnchanged() throws {
+        let store = MemoryStore()
+        _ = Self.put(Self.write("k"), store)
+        var lines: [DumpedEntry] = []
+        _ = try store.exportPage(namespace: Namespace("ns"), since: nil, after: nil, limit: 10, byteBudget: .max) {
+            lines.append($0)
+        }
+        #expect(lines.count == 1)
+        for policy in ImportConflictPolicy.allCases {
+            #expect(try store.importEntries(lines, policy: policy) == [.unchanged], "\(policy)")
+        }
+    }
 }

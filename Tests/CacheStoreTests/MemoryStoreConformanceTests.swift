@@ -27,7 +27,7 @@ import TestSupport
         let settings = NamespaceSettings(defaultTTL: 5, maxBytes: seed.isMultiple(of: 2) ? nil : 1_500)
         for store in stores { try store.setSettings(namespace, settings) }
         var random = SplitMix64(seed: seed)
-        for step in 0..<120 {
+        for step in 0..<160 {
             let context = "seed \(seed) step \(step)"
             let operation = Self.randomOperation(&random, namespace: namespace, policy: shared.policy)
             let answers = try stores.map { try operation($0) }
@@ -50,7 +50,13 @@ import TestSupport
             return { store in "deleted \(try store.delete(namespace, key))" }
         case 1:
             var predicate = EvictionPredicate()
-            if random.next(below: 2) == 0 { predicate.tag = "b" } else { predicate.model = "m1" }
+            switch random.next(below: 4) {
+            case 0: predicate.tag = "b"
+            case 1: predicate.model = "m1"
+            // Idle and age: what a rewrite counts as an access, and a replaced entry's creation.
+            case 2: predicate.idleFor = 40
+            default: predicate.olderThan = 50
+            }
             return { store in "evicted \(try store.evict(namespace, predicate).entries)" }
         case 2:
             let updated = write.ttlSeconds ?? 2

@@ -4,7 +4,7 @@ import Foundation
 extension MemoryStore {
     public func importEntries(_ entries: [DumpedEntry], policy conflict: ImportConflictPolicy) throws -> [ImportOutcome] {
         defer { for namespace in Set(entries.map(\.namespace)) { localChanges.changed(namespace, nil) } }
-        let now = clock.now()
+        let now = now()
         return state.withLock { state in
             entries.map { state.importEntry($0, conflict, now: now, policy: policy, feedCapacity: feedCapacity) }
         }
@@ -13,7 +13,7 @@ extension MemoryStore {
     public func exportPage(namespace: Namespace?, since: String?, after: (namespace: String, key: [UInt8])?,
                            limit: Int, byteBudget: Int, _ emit: (DumpedEntry) throws -> Void) throws
         -> (last: (namespace: String, key: [UInt8])?, more: Bool) {
-        let sinceDate = since.flatMap(RFC3339.parse)
+        let sinceDate = since.flatMap(MemoryStore.preciseDate)
         let pageSize = min(max(1, limit), 1000)
         let page: [Row] = state.withLock { state in
             let start = after.map { RowID($0.namespace, $0.key) }
@@ -54,9 +54,9 @@ extension MemoryStore.State {
                               feedCapacity: Int) -> ImportOutcome {
         let id = MemoryStore.RowID(entry.namespace, entry.key)
         let quota = settings[id.namespace]
-        let updated = min(RFC3339.parse(entry.updatedAt) ?? now, now)
-        let created = min(RFC3339.parse(entry.createdAt) ?? now, now)
-        let expires = entry.expiresAt.flatMap(RFC3339.parse)
+        let updated = min(MemoryStore.preciseDate(entry.updatedAt) ?? now, now)
+        let created = min(MemoryStore.preciseDate(entry.createdAt) ?? now, now)
+        let expires = entry.expiresAt.flatMap(MemoryStore.preciseDate)
             ?? now.addingTimeInterval(Double(quota?.defaultTTL ?? policy.defaultTTL))
         if expires.addingTimeInterval(Double(entry.staleWhileRevalidate)) <= now { return .expired }
         let old = rows[id]
@@ -68,7 +68,7 @@ extension MemoryStore.State {
         }
         let delta = entry.body.count - (old?.storedSize ?? 0)
         if delta > 0, !fits(delta, namespace: id.namespace, quota: quota?.maxBytes, policy: policy) { return .storeFull }
-        let accessed = min(entry.lastAccessedAt.flatMap(RFC3339.parse) ?? now, now)
+        let accessed = min(entry.lastAccessedAt.flatMap(MemoryStore.preciseDate) ?? now, now)
         var row = MemoryStore.Row(id: old?.id ?? nextID, namespace: id.namespace, key: id.key, body: entry.body,
                       encoding: entry.encoding, contentType: entry.contentType, identitySize: entry.identitySize,
                       etag: entry.etag, model: entry.model, version: entry.version, promptDigest: entry.promptDigest,

@@ -100,12 +100,20 @@ extension MemoryStore {
                           lastAccessedAt: now)
             if let old {
                 row.hitCount = old.hitCount
-                row.lastAccessedAt = max(old.lastAccessedAt, now)
+                row.lastAccessedAt = Self.accessedByWrite(old.lastAccessedAt, now: now, condition: write.condition)
             } else {
                 nextID += 1
             }
             store(row, replacing: old, feedCapacity: feedCapacity)
             return expired ? .created(expiresAt: expires) : .replaced(expiresAt: expires)
+        }
+
+        /// A rewrite counts as an access as PostgreSQL's writes count it: an `If-Match` write
+        /// (tc_put_entry) every time; a plain or create-only one (the group write) only when the
+        /// last access is a minute old, sparing a row version per rewrite of a busy key.
+        static func accessedByWrite(_ last: Date, now: Date, condition: WriteCondition) -> Date {
+            if case .match = condition { return max(last, now) }
+            return last < now.addingTimeInterval(-60) ? now : last
         }
 
         /// Whether `delta` more stored bytes stay within the store's and the namespace's hard caps.

@@ -10,7 +10,9 @@ import Locking
 /// What it does not model: sealing (encrypted namespaces are stored plain), lookup counters
 /// (they are the access tracker's, flushed to PostgreSQL; here `stats` counts entries and
 /// bytes only), commit positions, and concurrency beyond one lock (each call is atomic). The
-/// caps compare exact totals, where PostgreSQL compares totals folded every second. Its scans
+/// caps compare exact totals, where PostgreSQL compares totals folded every second; a write's
+/// `notAfter` (its request's deadline) is not enforced: writes here never queue. Times are
+/// kept to the microsecond, as PostgreSQL keeps them. Its scans
 /// (eviction, export, stats) walk every entry: a test store, never a production one.
 public final class MemoryStore: EntryStorage {
     public let policy: CachePolicy
@@ -33,7 +35,7 @@ public final class MemoryStore: EntryStorage {
 
     public func submit(_ write: EntryWrite, committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)?,
                        completion: @escaping @Sendable (Result<WriteOutcome, any Error>, String?) -> Void) {
-        let now = clock.now()
+        let now = now()
         let outcome = state.withLock { $0.put(write, now: now, policy: policy, feedCapacity: feedCapacity) }
         localChanges.changed(write.namespace.name, write.key.bytes)
         committed?(.success(outcome))
@@ -42,7 +44,7 @@ public final class MemoryStore: EntryStorage {
 
     public func delete(_ namespace: Namespace, _ key: EntryKey) throws -> Bool {
         defer { localChanges.changed(namespace.name, key.bytes) }
-        let now = clock.now()
+        let now = now()
         return state.withLock { state in
             let id = RowID(namespace.name, key.bytes)
             guard let row = state.rows[id], row.expiresAt > now else { return false }
@@ -54,7 +56,7 @@ public final class MemoryStore: EntryStorage {
     public func evict(_ namespace: Namespace, _ predicate: EvictionPredicate) throws -> (entries: Int, bytes: Int) {
         guard predicate.isRestrictive else { return (0, 0) }
         defer { localChanges.changed(namespace.name, nil) }
-        let now = clock.now()
+        let now = now()
         return state.withLock { state in
             let doomed = state.rows.filter { $0.key.namespace == namespace.name && predicate.matches($0.value, now: now) }
             var bytes = 0
@@ -104,6 +106,25 @@ public final class MemoryStore: EntryStorage {
     }
 
     public func configuredNamespaces() throws -> Set<String> { state.withLock { Set($0.settings.keys) } }
+
+    /// "Now" to the microsecond, as PostgreSQL stores it: an entry exported and imported again
+    /// compares equal to itself.
+    func now() -> Date { MemoryStore.microseconds(clock.now()) }
+
+    static func microseconds(_ date: Date) -> Date {
+        Date(timeIntervalSince1970: (date.timeIntervalSince1970 * 1_000_000).rounded() / 1_000_000)
+    }
+
+    /// A dump's timestamp to the microsecond (Foundation's parser keeps milliseconds only);
+    /// nil for one that is not RFC 3339.
+    static func preciseDate(_ text: String) -> Date? {
+        guard let whole = RFC3339.parse(text) else { return nil }
+        guard let dot = text.firstIndex(of: "."), text.hasSuffix("Z") else { return whole }
+        let digits = text[text.index(after: dot)...].prefix { $0.isASCII && $0.isNumber }
+        guard !digits.isEmpty, let seconds = RFC3339.parse(String(text[..<dot]) + "Z"),
+              let fraction = Double("0." + digits) else { return whole }
+        return microseconds(seconds.addingTimeInterval(fraction))
+    }
 
     /// No standby reads from a memory store: there is no position to wait for.
     public func commitPosition() throws -> String { "0/0" }
