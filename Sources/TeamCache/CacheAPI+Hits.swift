@@ -46,8 +46,9 @@ extension CacheAPI {
             }
         case .fresh, .stale, .revalidate:
             countHit(entry, freshness, question, now: now)
+            let response = try render(entry, freshness, question.collapsed, nil)
             if question.collapsed { waiters?.count("filled") }
-            return .response(try render(entry, freshness, question.collapsed, nil))
+            return .response(response)
         }
     }
 

@@ -106,12 +106,15 @@ enum NamespacesCommand {
         }
     }
 
-    /// Sessions of this database whose snapshot is older than `$1` (an xid): they may still see
-    /// row versions deleted before it.
+    /// Client sessions of this database older than `$1` (an xid): a snapshot from before it,
+    /// or a transaction that began before it (between statements a read-committed transaction
+    /// shows no snapshot, but its own xid holds the vacuum horizon back all the same). They may
+    /// still see row versions deleted before it. (Autovacuum workers do not hold the horizon.)
     static let olderSnapshots = """
         SELECT count(*)::int8 AS n FROM pg_stat_activity
-        WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL
-          AND age(backend_xmin) > age($1::text::xid)
+        WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+          AND ((backend_xmin IS NOT NULL AND age(backend_xmin) > age($1::text::xid))
+               OR (backend_xid IS NOT NULL AND age(backend_xid) > age($1::text::xid)))
         """
 
     /// A VACUUM (FULL too) keeps every row version a running transaction may still see: while

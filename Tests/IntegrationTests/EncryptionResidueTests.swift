@@ -66,6 +66,12 @@ import TestSupport
         try rewrite(holdingASnapshotFor: nil)
     }
 
+    /// The same with a transaction that holds an xid and, between its statements, no snapshot
+    /// (read committed): its xid holds the vacuum horizon back just as well.
+    @Test func rewriteWaitsForATransactionThatHoldsAnXid() throws {
+        try rewrite(holdingASnapshotFor: 2, xidOnly: true)
+    }
+
     /// A transaction that began before the sealing still runs when the rewrite starts (an
     /// access flush, a fold, a long read under load): VACUUM FULL would copy the plain versions
     /// it can still see into the new files. Held on purpose here for 2 s: the rewrite waits
@@ -74,7 +80,7 @@ import TestSupport
         try rewrite(holdingASnapshotFor: 2)
     }
 
-    private func rewrite(holdingASnapshotFor seconds: TimeInterval?) throws {
+    private func rewrite(holdingASnapshotFor seconds: TimeInterval?, xidOnly: Bool = false) throws {
         let (url, keys, service) = try EncryptionTests.serviceWithNewKey(prefix: "residue")
         defer { service.stop() }
         let marker = "body-marker-\(UUID().uuidString)"
@@ -101,7 +107,12 @@ import TestSupport
         }
         #expect(!(try filesHolding(marker)).isEmpty, "the marker was written in clear first")
         let reader = try PostgresConnection(url: url, limits: .unbounded)
-        if let seconds {
+        if let seconds, xidOnly {
+            try reader.execute("BEGIN")
+            // Simple protocol: no portal keeps a snapshot open after the statement.
+            try reader.execute("SELECT txid_current()")
+            DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { try? reader.execute("COMMIT") }
+        } else if let seconds {
             try reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             // A snapshot that holds no lock on the entries table (one that did would make the
             // VACUUM FULL wait for its lock anyway): it keeps the rows it can see all the same.
