@@ -113,16 +113,8 @@ public final class RawClient {
 
     /// Reads one response (Content-Length framed, or until close). `head` skips the body.
     public func readResponse(head: Bool = false) throws -> Response {
-        let headEnd = try readUntil([13, 10, 13, 10])
-        let headText = String(decoding: buffer[..<headEnd], as: UTF8.self)
-        buffer.removeFirst(headEnd + 4)
-        var lines = headText.components(separatedBy: "\r\n")
-        let statusLine = lines.removeFirst().split(separator: " ")
-        guard statusLine.count >= 2, let status = Int(statusLine[1]) else { throw Failure.malformed(headText) }
-        let headers = lines.compactMap { line -> (String, String)? in
-            guard let colon = line.firstIndex(of: ":") else { return nil }
-            return (String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
-        }
+        let response = try readHead()
+        let (status, headers) = (response.status, response.headers)
         let lengthText = headers.first(where: { $0.0.lowercased() == "content-length" })?.1
         if head || status == 204 || status == 304 || status < 200 {
             return Response(status: status, headers: headers, body: [])
