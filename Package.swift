@@ -2,7 +2,7 @@
 import PackageDescription
 
 // Layering (lower never imports higher):
-//   Locking → C wrappers, Cryptography, Observability → Postgres, HTTPServer, CacheCore
+//   Locking → C wrappers, Cryptography, Observability → Postgres, HTTPServer, HTTPClient, CacheCore
 //   → CacheStore (CacheCore on PostgreSQL) → TeamCache
 //   → TeamCacheCLI (the `teamcache` executable)
 let package = Package(
@@ -17,6 +17,7 @@ let package = Package(
         .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CLinux"),
+        .systemLibrary(name: "CSSL", pkgConfig: "libssl", providers: [.apt(["libssl-dev"])]),
 
         // State reachable only inside its lock, and one-value hand-offs between threads.
         .target(name: "Locking"),
@@ -27,6 +28,8 @@ let package = Package(
         .target(name: "Observability", dependencies: ["JSONEscaping", "Locking"]),
         .target(name: "Postgres", dependencies: ["CLibPQ", "Cryptography", "Locking", "Observability"]),
         .target(name: "HTTPServer", dependencies: ["CLinux", "JSONEscaping", "Locking", "Observability"]),
+        // Outgoing HTTP/1.1 (and TLS) calls driven by any `Reactor`'s loop: the gateway's upstreams.
+        .target(name: "HTTPClient", dependencies: ["CSSL", "Locking"]),
         // Descriptor keys and canonical JSON: shared by the server and the client library.
         // On Apple platforms it hashes with CryptoKit: the client library needs no OpenSSL there.
         .target(name: "CacheKeys", dependencies: ["JSONEscaping", .target(name: "Cryptography", condition: .when(platforms: [
@@ -49,6 +52,8 @@ let package = Package(
         .target(name: "FuzzSupport"),
         .executableTarget(name: "HTTPParserFuzz", dependencies: ["FuzzSupport", "HTTPServer"]),
         // libFuzzer target for the whole request path: parse, route, headers, query, JSON, handlers.
+        // libFuzzer target for the HTTP client's response parser.
+        .executableTarget(name: "ResponseParserFuzz", dependencies: ["FuzzSupport", "HTTPClient"]),
         .executableTarget(name: "RequestFuzz", dependencies: ["FuzzSupport", "HTTPServer", "TeamCache"]),
         .target(name: "TeamCacheClient", dependencies: ["CacheKeys", "Locking"]),
         .target(name: "TestSupport", dependencies: ["Locking", "Postgres", "TeamCache", "HTTPServer"],
@@ -59,6 +64,7 @@ let package = Package(
         .testTarget(name: "ObservabilityTests", dependencies: ["Observability"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "Locking", "TestSupport"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "Locking", "Observability", "TestSupport"]),
+        .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient", "HTTPServer", "Locking", "TestSupport"]),
         // The domain's tests: no database, no server.
         .testTarget(name: "CacheCoreTests", dependencies: ["CacheCore", "CLinux", "Locking", "CacheKeys"]),
         .testTarget(name: "CacheKeysTests", dependencies: ["CacheKeys"]),

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs each libFuzzer target under AddressSanitizer for SECONDS (default 60) apiece:
 #   HTTPParserFuzz  the HTTP/1.1 parser, whole and split (framing must not depend on arrival);
+#   ResponseParserFuzz  the HTTP client's response parser, whole and split, then the input's end;
 #   RequestFuzz     bytes → parser → router → the real handlers over an unreachable database
 #                   (header, query and JSON parsers; any 500 or failed helper contract traps).
 # A crash, a trap or an ASan report fails the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
-for spec in HTTPParserFuzz:http:4096 RequestFuzz:request:65536; do
+for spec in HTTPParserFuzz:http:4096 ResponseParserFuzz:response:4096 RequestFuzz:request:65536; do
   IFS=: read -r target corpus max_len <<<"$spec"
   echo "--- $target (${seconds}s)"
   swift build -c release --product "$target" --scratch-path .build-fuzz \

@@ -15,7 +15,7 @@ import Synchronization
 /// Code above the HTTP layer can watch descriptors of its own here (`watch`) and run work
 /// at the end of each iteration (`onEachIteration`): that is how a database client sends a
 /// batch of reads per iteration and picks up the answers without a thread of its own.
-public final class EventLoop: @unchecked Sendable, ConfiningLoop {
+public final class EventLoop: @unchecked Sendable, Reactor {
     // @unchecked: the loop's own state (connections, watchers, hooks, clocks, buffers) is
     // touched only on its thread, as a reactor's is (swift-nio's loops are @unchecked for the
     // same reason); `pending`, the one thing other threads reach, is guarded by `pendingLock`.

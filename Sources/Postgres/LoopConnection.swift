@@ -2,18 +2,6 @@ import CLibPQ
 import Foundation
 import Locking
 
-/// What drives a `LoopConnection`: an event loop that watches descriptors, runs hooks at the
-/// end of each iteration and accepts tasks from other threads. Only the loop's thread calls
-/// `watch`, `unwatch` and `onEachIteration`.
-public protocol Reactor: ConfiningLoop {
-    func watch(_ fd: Int32, writable: Bool, _ callback: @escaping () -> Void)
-    func unwatch(_ fd: Int32)
-    func onEachIteration(_ hook: @escaping () -> Void)
-    func execute(_ task: @escaping @Sendable () -> Void)
-    /// Monotonic nanoseconds at the start of the current iteration.
-    var nanoseconds: UInt64 { get }
-}
-
 /// One PostgreSQL connection in libpq's non-blocking mode, driven by an event loop: one
 /// statement at a time, sent and answered without a thread waiting on the socket.
 ///

@@ -6,10 +6,6 @@ import Locking
 import Observability
 import Postgres
 
-/// The HTTP server's loops drive the database's non-blocking connections (the two modules
-/// know nothing of each other; this is where they meet).
-extension EventLoop: Reactor {}
-
 /// The running service: database, pool, store, access tracker, eviction job and HTTP
 /// server, started and stopped in order. The composition root: `init` calls one small
 /// builder per part (Application+Builders.swift), in the order the parts depend on each other.

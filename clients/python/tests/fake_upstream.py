@@ -1,21 +1,29 @@
 """A small OpenAI-compatible upstream for the tests: ``/v1/chat/completions``, ``/v1/responses``
 and ``/v1/embeddings``, streamed and not, counting its calls. Prompts steer it:
 "fail" answers 500, "slow" takes 300 ms, "gate" streams its first chunk and then waits for
-``gate`` to be set before the rest, "cut" ends a stream after its first chunk."""
+``gate`` to be set before the rest, "cut" ends a stream after its first chunk.
+
+It also serves the plain HTTP shapes the Swift HTTP client's tests need (``GET /_test/...``),
+and runs on its own, plain and over TLS, for those tests and the benches:
+``python3 fake_upstream.py [--port N] [--tls-cert F --tls-key F]`` prints ``port N`` and serves
+until its standard input closes."""
 
 from __future__ import annotations
 
 import http.server
 import json
+import ssl
+import sys
 import threading
 import time
+import urllib.parse
 from typing import Any
 
 USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
 
 
 class Upstream:
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0, tls: ssl.SSLContext | None = None) -> None:
         self.calls: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.gate = threading.Event()
@@ -24,7 +32,15 @@ class Upstream:
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            def do_GET(self) -> None:
+                _test_shape(self, owner)
+
+            def do_HEAD(self) -> None:
+                _test_shape(self, owner)
+
             def do_POST(self) -> None:
+                if self.path.startswith("/_test/"):
+                    return _test_shape(self, owner)
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
                 with owner.lock:
                     owner.calls.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
@@ -113,9 +129,16 @@ class Upstream:
             def log_message(self, *_: Any) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            request_queue_size = 1024  # bursts of connections, as the tests and benches make
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def count(self, path_suffix: str = "") -> int:
@@ -124,3 +147,78 @@ class Upstream:
 
     def close(self) -> None:
         self.server.shutdown()
+
+
+def _test_shape(handler: http.server.BaseHTTPRequestHandler, owner: Upstream) -> None:
+    """``/_test/length?size=N``, ``/_test/chunks?n=N&gap_ms=M&size=S``, ``/_test/close?size=N``
+    (HTTP/1.0 style, the end marked by closing), ``/_test/echo`` (the request as JSON),
+    ``/_test/status?code=N``, ``/_test/slow_head?ms=M``, ``/_test/stall?ms=M`` (a head, one
+    chunk, then silence)."""
+    url = urllib.parse.urlsplit(handler.path)
+    query = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
+    size = int(query.get("size", "10"))
+    length = int(handler.headers.get("Content-Length", "0") or "0")
+    body = handler.rfile.read(length) if length else b""
+    with owner.lock:
+        owner.calls.append({"path": handler.path, "body": None, "auth": handler.headers.get("Authorization")})
+    head_only = handler.command == "HEAD"
+
+    def send(status: int, data: bytes, extra: dict[str, str] | None = None) -> None:
+        handler.send_response(status)
+        handler.send_header("Content-Length", str(len(data)))
+        for name, value in (extra or {}).items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        if not head_only:
+            handler.wfile.write(data)
+
+    def chunk(data: bytes) -> None:
+        handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        handler.wfile.flush()
+
+    if url.path == "/_test/length":
+        send(200, bytes(ord("a") + i % 26 for i in range(size)))
+    elif url.path == "/_test/echo":
+        send(200, json.dumps({"method": handler.command, "path": handler.path,
+                              "headers": [[k, v] for k, v in handler.headers.items()],
+                              "body": body.decode("latin-1")}).encode(), {"Content-Type": "application/json"})
+    elif url.path == "/_test/status":
+        send(int(query.get("code", "500")), b"status body")
+    elif url.path == "/_test/slow_head":
+        time.sleep(int(query.get("ms", "0")) / 1000)
+        send(200, b"late")
+    elif url.path == "/_test/close":
+        handler.close_connection = True
+        handler.wfile.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b"c" * size)
+        handler.wfile.flush()
+    elif url.path in ("/_test/chunks", "/_test/stall"):
+        handler.send_response(200)
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        count = int(query.get("n", "3"))
+        for index in range(count):
+            chunk(f"{index:0{size}d}".encode())
+            if url.path == "/_test/stall":
+                time.sleep(int(query.get("ms", "2000")) / 1000)
+            elif index < count - 1:
+                time.sleep(int(query.get("gap_ms", "0")) / 1000)
+        handler.wfile.write(b"0\r\n\r\n")
+    else:
+        send(404, b"no such test shape")
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--tls-cert")
+    parser.add_argument("--tls-key")
+    arguments = parser.parse_args()
+    context = None
+    if arguments.tls_cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(arguments.tls_cert, arguments.tls_key)
+    upstream = Upstream(arguments.port, context)
+    print(f"port {upstream.port}", flush=True)
+    sys.stdin.read()  # serve until the parent goes away
