@@ -52,6 +52,9 @@ public final class Route: Sendable {
     enum Segment: Equatable {
         case literal([UInt8])
         case parameter(String)
+        /// `{name...}`, last: one or more segments, the rest of the path, given raw (undecoded,
+        /// slashes and all) so a handler that forwards it judges exactly what was sent.
+        case rest(String)
     }
 
     /// The route's handler may change state (a write): a request given up at its deadline
@@ -78,7 +81,9 @@ public final class Route: Sendable {
         self.mayChangeState = mayChangeState
         self.id = id
         self.segments = template.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map {
-            $0.hasPrefix("{") && $0.hasSuffix("}") ? .parameter(String($0.dropFirst().dropLast())) : .literal(Array($0.utf8))
+            guard $0.hasPrefix("{") && $0.hasSuffix("}") else { return .literal(Array($0.utf8)) }
+            let name = $0.dropFirst().dropLast()
+            return name.hasSuffix("...") ? .rest(String(name.dropLast(3))) : .parameter(String(name))
         }
     }
 }
@@ -125,7 +130,7 @@ public struct Router: Sendable {
                   mayChangeState: route.mayChangeState, id: index)
         }
         var exact: [(template: [UInt8], routes: [Route])] = []
-        for route in self.routes where !route.segments.contains(where: { if case .parameter = $0 { true } else { false } }) {
+        for route in self.routes where route.segments.allSatisfy({ if case .literal = $0 { true } else { false } }) {
             let template = Array(route.template.utf8)
             if let index = exact.firstIndex(where: { $0.template == template }) {
                 exact[index].routes.append(route)
@@ -206,7 +211,11 @@ private struct PathSegments {
 
     /// Whether the path has the template's shape and literals.
     func fit(_ template: [Route.Segment]) -> Bool {
-        guard template.count == ranges.count else { return false }
+        if case .rest = template.last {
+            guard ranges.count >= template.count else { return false }
+        } else {
+            guard template.count == ranges.count else { return false }
+        }
         for (position, segment) in template.enumerated() {
             guard case .literal(let literal) = segment else { continue }
             if let segment = decoded.isEmpty ? nil : decoded[position] {
@@ -222,6 +231,10 @@ private struct PathSegments {
     func parameters(of template: [Route.Segment]) -> PathParameters {
         var parameters = PathParameters(reserving: 2)
         for (position, segment) in template.enumerated() {
+            if case .rest(let name) = segment {
+                parameters.append(name, Array(UnsafeBufferPointer(rebasing: bytes[ranges[position].lowerBound...])))
+                continue
+            }
             guard case .parameter(let name) = segment else { continue }
             parameters.append(name, (decoded.isEmpty ? nil : decoded[position])
                               ?? Array(UnsafeBufferPointer(rebasing: bytes[ranges[position]])))

@@ -8,6 +8,7 @@ import Testing
         Route("GET", "/v1/caches/{ns}/entries/{key}", .inline) { _ in HTTPResponse(status: 200) },
         Route("PUT", "/v1/caches/{ns}/entries/{key}", .inline) { _ in HTTPResponse(status: 201) },
         Route("POST", "/v1/caches/{ns}/lookup", .inline) { _ in HTTPResponse(status: 200) },
+        Route("POST", "/v1/caches/{ns}/gateway/{upstream}/{path...}", .inline) { _ in HTTPResponse(status: 200) },
     ])
 
     private func found(_ method: String, _ path: String) -> (String, PathParameters)? {
@@ -48,6 +49,22 @@ import Testing
         }
         guard case .notFound = router.match(method: "GET", path: "healthz") else {
             Issue.record("a path without a leading slash matches nothing")
+            return
+        }
+    }
+
+    @Test func aRestSegmentTakesTheRawRemainderOfOneOrMoreSegments() throws {
+        let template = "/v1/caches/{ns}/gateway/{upstream}/{path...}"
+        let (matched, parameters) = try #require(found("POST", "/v1/caches/a/gateway/openai/chat/completions"))
+        #expect(matched == template)
+        #expect(parameters["upstream"] == Array("openai".utf8))
+        #expect(parameters["path"] == Array("chat/completions".utf8))
+        // Raw: escapes, dot segments and empty segments are the handler's to judge.
+        #expect(found("POST", "/v1/caches/a/gateway/openai/%2e%2e/x%2Fy")?.1["path"] == Array("%2e%2e/x%2Fy".utf8))
+        #expect(found("POST", "/v1/caches/a/gateway/openai//evil.example/x")?.1["path"] == Array("/evil.example/x".utf8))
+        #expect(found("POST", "/v1/caches/a/gateway/openai/")?.1["path"] == [])
+        guard case .notFound = router.match(method: "POST", path: "/v1/caches/a/gateway/openai") else {
+            Issue.record("the rest is at least one segment")
             return
         }
     }

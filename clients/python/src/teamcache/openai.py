@@ -60,10 +60,11 @@ from ._breaker import CacheHealth
 from ._cached import _CACHE_FAILURES, _fails_open, _Health
 from ._client import AsyncTeamCache, TeamCache
 from .errors import CacheSkipped, ProblemError
+from ._json import RawNumber, dumps, loads
 from .keys import DescriptorError, descriptor_key
 from .models import Lease, Lookup
 
-ENDPOINTS = ("/chat/completions", "/responses", "/embeddings")
+ENDPOINTS = ("/chat/completions", "/responses", "/embeddings", "/completions")
 #: Request members that never change the answer, left out of the key.
 NOT_IN_KEY = frozenset({"user", "safety_identifier", "metadata", "store", "prompt_cache_key",
                         "prompt_cache_retention", "service_tier"})
@@ -90,15 +91,17 @@ class Plan:
 
 
 def plan(method: str, path: str, body: bytes) -> Plan | None:
-    """The descriptor of a cacheable request, or None to pass it through untouched."""
+    """The descriptor of a cacheable request, or None to pass it through untouched. The
+    gateway builds the same (docs/gateway-keys.md; the vectors in tests/vectors/gateway_keys.json
+    pin both): numbers keep the text they were sent with, as the server's keys do."""
     endpoint = next((name for name in ENDPOINTS if path.endswith(name)), None)
     if method != "POST" or endpoint is None:
         return None
     try:
-        request = json.loads(body)
+        request = loads(body)
     except ValueError:
         return None
-    if not isinstance(request, dict) or not isinstance(request.get("model"), str) or request.get("background"):
+    if not isinstance(request, dict) or not is_text(request.get("model")) or truthy(request.get("background")):
         return None
     stream = request.get("stream") is True
     params = {name: value for name, value in request.items() if name not in NOT_IN_KEY and name != "model"}
@@ -113,13 +116,14 @@ def plan(method: str, path: str, body: bytes) -> Plan | None:
         descriptor["messages"] = params.pop("messages", None)
         schema = None if stream else params.pop("response_format", None)
     else:
-        value = params.pop("input", None)
-        if isinstance(value, str):
+        name = "prompt" if endpoint == "/completions" else "input"
+        value = params.pop(name, None)
+        if is_text(value):
             descriptor["prompt"] = value
         elif endpoint == "/responses" and isinstance(value, list) and all(isinstance(v, dict) for v in value):
             descriptor["messages"] = value
         elif value is not None:
-            descriptor["messages"] = [{"input": value}]
+            descriptor["messages"] = [{name: value}]
         schema = None
         text = params.get("text")
         if endpoint == "/responses" and not stream and isinstance(text, dict) and "format" in text:
@@ -140,14 +144,26 @@ def plan(method: str, path: str, body: bytes) -> Plan | None:
     return Plan(endpoint, descriptor, stream, _with_usage(request) if asks_usage else None)
 
 
+def is_text(value: Any) -> bool:
+    """A JSON string (``loads`` keeps numbers as ``RawNumber``, a ``str`` too)."""
+    return isinstance(value, str) and not isinstance(value, RawNumber)
+
+
+def truthy(value: Any) -> bool:
+    """Python's truth of a JSON value, with numbers read as numbers (``0`` is false)."""
+    if isinstance(value, RawNumber):
+        return float(value) != 0
+    return bool(value)
+
+
 def _with_usage(request: dict[str, Any]) -> bytes | None:
     """The streamed chat request asking for usage, or None when the caller asked already."""
     options = request.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage"):
+    if isinstance(options, dict) and options.get("include_usage") is True:
         return None
     asked = dict(request)
     asked["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-    return json.dumps(asked).encode()
+    return dumps(asked).encode()
 
 
 class UsageFilter:
