@@ -59,8 +59,8 @@ from typing import Any
 from ._breaker import CacheHealth
 from ._cached import _CACHE_FAILURES, _fails_open, _Health
 from ._client import AsyncTeamCache, TeamCache
-from .errors import CacheSkipped, ProblemError
 from ._json import RawNumber, dumps, loads
+from .errors import CacheSkipped, ProblemError
 from .keys import DescriptorError, descriptor_key
 from .models import Lease, Lookup
 
