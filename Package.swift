@@ -42,8 +42,8 @@ let package = Package(
         // eviction, leases, access tracking, the keyring and sealing, import.
         .target(name: "CacheStore", dependencies: ["CacheCore", "CacheKeys", "Cryptography", "Locking", "Observability",
                                                    "Postgres"]),
-        .target(name: "TeamCache", dependencies: ["CacheCore", "CacheStore", "CacheKeys", "HTTPServer", "Postgres",
-                                                  "Cryptography", "Locking", "Observability"]),
+        .target(name: "TeamCache", dependencies: ["CacheCore", "CacheStore", "CacheKeys", "HTTPServer", "HTTPClient",
+                                                  "Postgres", "Cryptography", "Locking", "Observability"]),
         // The command line (`teamcache serve`, `migrate`, `tokens`, …). Not named `teamcache`:
         // that differs from `TeamCache` only in case, and macOS's default file system folds it.
         .executableTarget(name: "TeamCacheCLI", dependencies: ["TeamCache"]),

@@ -148,7 +148,7 @@ final class ClientConnection {
     }
 
     private func begin(_ call: HTTPCall) {
-        switch RequestWriter.bytes(of: call.request, to: pool.origin) {
+        switch RequestWriter.bytes(of: call.request, to: call.origin) {
         case .failure(let error):
             self.call = nil
             call.failed(error)

@@ -1,6 +1,7 @@
 import CacheCore
 import CacheStore
 import Foundation
+import HTTPClient
 import HTTPServer
 import Observability
 import Postgres
@@ -119,6 +120,14 @@ extension Application {
             exposeStandbyLag(reads.replicas, metrics)
         }
         return reads
+    }
+
+    /// The gateway to model APIs, its outgoing calls made on the server's loops.
+    static func gateway(_ configuration: Configuration, _ metrics: MetricsRegistry, api: CacheAPI,
+                        auth: Authenticator, reads: LoopReads) throws -> Gateway {
+        Gateway(api: api, auth: auth, reads: reads, client: HTTPClient(),
+                upstreams: try configuration.upstreams ?? Upstream.defaults(), settings: configuration.gateway,
+                metrics: GatewayMetrics(metrics))
     }
 
     /// The HTTP server, each loop attaching its batchers, its waiters and (loop 0) the listener.

@@ -59,9 +59,11 @@ public final class Application: Sendable {
         let reads = Self.loopReads(configuration, database, metrics, api: api, auth: auth, loops: loops,
                                    keyring: keyring, history: history)
         readers = reads.readers + reads.replicas
+        let gateway = try Self.gateway(configuration, metrics, api: api, auth: auth, reads: reads)
         server = Self.server(configuration, metrics, reads: reads, listener: loops.listener,
                              routes: Self.routes(api: api, operations: operations, auth: auth, reads: reads,
-                                                 metricsNeedAuth: configuration.metricsRequireAuth))
+                                                 metricsNeedAuth: configuration.metricsRequireAuth)
+                                 + gateway.routes())
         group = ServiceGroup(Self.services(configuration: configuration, store: store, tracker: tracker,
                                            eviction: eviction, server: server, metrics: metrics, flusher: flusher)
             + [PeriodicService(name: "readiness", interval: ReadinessProbe.interval) { [readiness] in readiness.probe() }]

@@ -68,6 +68,9 @@ public struct Configuration: Sendable {
     public var metricsRequireAuth = true
     public var tokenCacheTTL: TimeInterval = 10
     public var rateLimit: Double = 0
+    /// The gateway's upstreams (TEAMCACHE_UPSTREAMS_FILE over the defaults); nil: the defaults.
+    public var upstreams: [String: Upstream]?
+    public var gateway = GatewaySettings()
 
     public init() {}
 
@@ -169,7 +172,24 @@ struct SettingReader {
         config.accessFlushBatch = try integer("TEAMCACHE_ACCESS_FLUSH_BATCH", 1...1_000_000)
         config.tokenCacheTTL = try duration("TEAMCACHE_TOKEN_CACHE_TTL", 0...3600)
         config.rateLimit = try number("TEAMCACHE_RATE_LIMIT", 0...1_000_000)
+        try gateway(&config)
         return config
+    }
+
+    /// The gateway: its upstreams (a bad file stops the service, naming it and the problem)
+    /// and how long its calls wait and hold their leases.
+    private func gateway(_ config: inout Configuration) throws {
+        let name = "TEAMCACHE_UPSTREAMS_FILE"
+        if let path = values[name], !path.isEmpty {
+            do {
+                config.upstreams = try UpstreamsFile.load(path: path)
+            } catch {
+                throw ConfigurationError(variable: name, value: path, allowed: "a JSON file of upstreams; this one \(error)")
+            }
+        }
+        config.gateway.wait = try duration("TEAMCACHE_GATEWAY_WAIT", 0...3600)
+        config.gateway.lease = Int(try duration("TEAMCACHE_GATEWAY_LEASE", 1...86400))
+        config.gateway.maxResponseBytes = try integer("TEAMCACHE_GATEWAY_MAX_RESPONSE_BYTES", 1024...(1 << 34))
     }
 
     /// `TEAMCACHE_DB_POOLER`: `none`, or `transaction` (PgBouncer's transaction pooling in

@@ -104,6 +104,23 @@ public enum MetricCatalogue {
     public static let notifyListenerUp = MetricDefinition(.gauge, "teamcache_notify_listener_up",
         "1 while this process listens for key changes.")
 
+    public static let gatewayRequestsTotal = MetricDefinition(.counter, "teamcache_gateway_requests_total",
+        "Gateway requests by upstream and outcome.",
+        labels: ["upstream", "outcome"],
+        notes: "`outcome`: hit, miss, collapsed, stale, bypass, error")
+    public static let gatewayUpstreamFirstByteSeconds = MetricDefinition(
+        .histogram, "teamcache_gateway_upstream_first_byte_seconds",
+        "Time from a gateway call's start to the upstream's response head.",
+        labels: ["upstream"])
+    public static let gatewayUpstreamSeconds = MetricDefinition(.histogram, "teamcache_gateway_upstream_seconds",
+        "Time from a gateway call's start to the upstream answer's last byte.",
+        labels: ["upstream"])
+    public static let gatewayUpstreamErrorsTotal = MetricDefinition(.counter, "teamcache_gateway_upstream_errors_total",
+        "Gateway calls that failed, by upstream and kind.",
+        labels: ["upstream", "kind"],
+        notes: "`kind`: dns, connect, tls, connect_timeout, first_byte_timeout, idle_timeout, malformed, too_large, "
+            + "closed, overloaded, store")
+
     // MARK: The HTTP server's and the database pool's own families: those libraries name them, under
     /// the service's prefix (a test keeps these entries equal to what they serve).
     public static let httpConnections = MetricDefinition(.gauge, prefix + "http_connections",
@@ -187,6 +204,10 @@ public enum MetricCatalogue {
         waitsTotal,
         waiters,
         notifyListenerUp,
+        gatewayRequestsTotal,
+        gatewayUpstreamFirstByteSeconds,
+        gatewayUpstreamSeconds,
+        gatewayUpstreamErrorsTotal,
         httpConnections,
         httpWorkerQueue,
         httpRequestsTotal,

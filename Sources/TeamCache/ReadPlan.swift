@@ -111,7 +111,7 @@ struct LoopReads: Sendable {
             responder.respond { throw error }
             return
         }
-        carryOut(plan, request, responder)
+        carryOut(plan, request, ReadReply(responder: responder))
     }
 
     /// Authorizes (a token not cached yet: a database read) and plans on a worker, then reads
@@ -127,34 +127,41 @@ struct LoopReads: Sendable {
             }
         }) { planned in
             switch planned {
-            case .success(let plan): carryOut(plan, request, responder)
+            case .success(let plan): carryOut(plan, request, ReadReply(responder: responder))
             case .failure(let error): responder.respond { throw error }
             }
         }
     }
 
-    private func carryOut(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder) {
+    /// Carries a plan out from the loop as a read route does, handing its answer to `take`
+    /// (on the loop) rather than to the client: a caller that builds on what the read found.
+    func carryOut(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder,
+                  taking take: @escaping (_ make: () throws -> HTTPResponse) -> Void) {
+        carryOut(plan, request, ReadReply(responder: responder, take: take))
+    }
+
+    private func carryOut(_ plan: ReadPlan, _ request: HTTPRequest, _ reply: ReadReply) {
         let api = self.api
         guard case .read(_, _, let standbyAllowed, _) = plan else {
-            responder.respond { try api.perform(plan, request) }
+            reply.respond { try api.perform(plan, request) }
             return
         }
         let minimum: WALPosition?
         do { minimum = try CacheAPI.minPosition(request) } catch {
-            responder.respond { throw error }
+            reply.respond { throw error }
             return
         }
         let standby = replicas.isEmpty || !standbyAllowed ? nil : minimum ?? WALPosition(0)
         // A client that names a position always reads a database, re-reads after a wait too:
         // this process's kept copy may predate a write another replica acknowledged, until
         // that write's notification arrives.
-        read(plan, request, responder, mayPark: true, standby: standby, nearCache: minimum == nil)
+        read(plan, request, reply, mayPark: true, standby: standby, nearCache: minimum == nil)
     }
 
     /// One read of the plan's entry by the loop's batcher, and what follows from it.
     /// `standby`: the read may be served by the standby if it has replayed that far (nil:
     /// from the primary: re-reads after a wait, and every read without a standby).
-    private func read(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder, mayPark: Bool,
+    private func read(_ plan: ReadPlan, _ request: HTTPRequest, _ reply: ReadReply, mayPark: Bool,
                       standby: WALPosition? = nil, nearCache: Bool) {
         guard case .read(let namespace, let key, _, let finish) = plan else { return }
         let api = self.api
@@ -165,36 +172,36 @@ struct LoopReads: Sendable {
         // replica a moment ago, its notification still on the way; the database has it now.
         if nearCache, let near, let entry = near.entry(namespace.name, key.bytes),
            entry.expiresAt > api.store.clock.now() {
-            follow(plan, request, responder, since: since, nearCache: nearCache) { try finish(entry, mayPark) }
+            follow(plan, request, reply, since: since, nearCache: nearCache) { try finish(entry, mayPark) }
             return
         }
-        if let standby, let replica = usableReplica(responder.loop, replayed: standby, namespace, key) {
-            readFromStandby(replica, plan, request, responder, mayPark: mayPark, since: since, nearCache: nearCache)
+        if let standby, let replica = usableReplica(reply.responder.loop, replayed: standby, namespace, key) {
+            readFromStandby(replica, plan, request, reply, mayPark: mayPark, since: since, nearCache: nearCache)
             return
         }
         // Noted before the read too: what it reads is kept only if no write invalidated it since.
         let nearSince = near?.sequence ?? 0
-        let queued = readers[responder.loop.index].read(namespace, key) { outcome in
+        let queued = readers[reply.responder.loop.index].read(namespace, key) { outcome in
             switch outcome {
             case .failed(let error):
-                responder.respond { try api.guarded(request) { throw error } }
+                reply.respond { try api.guarded(request) { throw error } }
             case .readOffLoop:
                 // A large body, or a seal to open off the loop: read and answered on a worker, through the pool.
-                responder.offload { try api.perform(plan, request) }
+                reply.offload { try api.perform(plan, request) }
             case .found(let entry) where entry.identitySize > Self.inlineEntryLimit:
-                responder.offload { try finish(entry, false).resolved() }
+                reply.offload { try finish(entry, false).resolved() }
             case .found(let entry):
                 near?.admit(entry, since: nearSince)
-                follow(plan, request, responder, since: since, nearCache: nearCache) { try finish(entry, mayPark) }
+                follow(plan, request, reply, since: since, nearCache: nearCache) { try finish(entry, mayPark) }
             case .absent:
-                follow(plan, request, responder, since: since, nearCache: nearCache) { try finish(nil, mayPark) }
+                follow(plan, request, reply, since: since, nearCache: nearCache) { try finish(nil, mayPark) }
             }
         }
         // The loop's connection is not up (yet): read through the pool on a worker, and go on
         // here with what it found, so the request can still wait.
         if !queued {
-            responder.offload({ try api.guarded(request) { try api.store.fetch(namespace, key) } }) { fetched in
-                follow(plan, request, responder, since: since, nearCache: nearCache) {
+            reply.responder.offload({ try api.guarded(request) { try api.store.fetch(namespace, key) } }) { fetched in
+                follow(plan, request, reply, since: since, nearCache: nearCache) {
                     try finish(fetched.get(), mayPark)
                 }
             }
@@ -222,10 +229,10 @@ struct LoopReads: Sendable {
     /// read from the standby is kept in the near-cache: the cache's fill guard knows only
     /// the invalidations this process has seen, and a standby's answer may predate them.
     private func readFromStandby(_ replica: EntryReadBatcher, _ plan: ReadPlan, _ request: HTTPRequest,
-                                 _ responder: Responder, mayPark: Bool, since: UInt64, nearCache: Bool) {
+                                 _ reply: ReadReply, mayPark: Bool, since: UInt64, nearCache: Bool) {
         guard case .read(let namespace, let key, _, let finish) = plan else { return }
         let now = api.store.clock.now()
-        let fromPrimary = { read(plan, request, responder, mayPark: mayPark, nearCache: nearCache) }
+        let fromPrimary = { read(plan, request, reply, mayPark: mayPark, nearCache: nearCache) }
         let queued = replica.read(namespace, key) { outcome in
             guard case .found(let entry) = outcome, entry.expiresAt > now,
                   entry.identitySize <= Self.inlineEntryLimit else {
@@ -235,46 +242,68 @@ struct LoopReads: Sendable {
             }
             replicaReads?.inc(["standby"])
             near?.noteRead(namespace.name, key.bytes)
-            follow(plan, request, responder, since: since, nearCache: nearCache) { try finish(entry, mayPark) }
+            follow(plan, request, reply, since: since, nearCache: nearCache) { try finish(entry, mayPark) }
         }
         if !queued { fromPrimary() }
     }
 
     /// Answers on the loop, hands what may block to a worker (and goes on with its result
     /// here), or parks the request until its key changes or its time is up.
-    private func follow(_ plan: ReadPlan, _ request: HTTPRequest, _ responder: Responder, since: UInt64,
+    private func follow(_ plan: ReadPlan, _ request: HTTPRequest, _ reply: ReadReply, since: UInt64,
                         nearCache: Bool, _ step: () throws -> ReadAnswer) {
         do {
             switch try step() {
             case .response(let response):
-                responder.respond(response)
+                reply.respond(response)
             case .blocking(let work):
-                responder.offload(work) { result in
-                    follow(plan, request, responder, since: since, nearCache: nearCache) { try result.get() }
+                reply.responder.offload(work) { result in
+                    follow(plan, request, reply, since: since, nearCache: nearCache) { try result.get() }
                 }
             case .park(let seconds):
                 guard case .read(let namespace, let key, _, _) = plan, let waiters else {
-                    read(plan, request, responder, mayPark: false, nearCache: nearCache)
+                    read(plan, request, reply, mayPark: false, nearCache: nearCache)
                     return
                 }
                 // Its client left while it was being read again: nobody to wait for.
-                if responder.clientLeft { return }
-                let at = responder.loop.nanoseconds + UInt64(max(0, seconds) * 1e9)
-                responder.allowWaiting(seconds)
+                if reply.responder.clientLeft { return }
+                let at = reply.responder.loop.nanoseconds + UInt64(max(0, seconds) * 1e9)
+                reply.responder.allowWaiting(seconds)
                 let parking = waiters.park(namespace: namespace.name, key: key.bytes, since: since,
-                                           loop: responder.loop, at: at) { final in
-                    read(plan, request, responder, mayPark: !final, nearCache: nearCache)
+                                           loop: reply.responder.loop, at: at) { final in
+                    read(plan, request, reply, mayPark: !final, nearCache: nearCache)
                 }
                 switch parking {
                 case .parked(let waiter):
                     // A client that hangs up stops waiting at once: no waiter kept to its deadline.
-                    responder.whenClientLeaves { waiters.cancel(waiter) }
-                case .wokenMeanwhile: read(plan, request, responder, mayPark: true, nearCache: nearCache)
-                case .full: read(plan, request, responder, mayPark: false, nearCache: nearCache)
+                    reply.responder.whenClientLeaves { waiters.cancel(waiter) }
+                case .wokenMeanwhile: read(plan, request, reply, mayPark: true, nearCache: nearCache)
+                case .full: read(plan, request, reply, mayPark: false, nearCache: nearCache)
                 }
             }
         } catch {
-            responder.respond { throw error }
+            reply.respond { throw error }
         }
+    }
+}
+
+/// Where a loop read's answer goes: to its client, or first to `take`, a caller that builds
+/// on it (the gateway reads an entry this way, and calls its upstream on a miss).
+/// Loop-confined, like the responder it carries.
+struct ReadReply {
+    let responder: Responder
+    var take: ((_ make: () throws -> HTTPResponse) -> Void)? = nil
+
+    func respond(_ response: HTTPResponse) {
+        if let take { take { response } } else { responder.respond(response) }
+    }
+
+    func respond(_ make: () throws -> HTTPResponse) {
+        if let take { take(make) } else { responder.respond(make) }
+    }
+
+    /// Builds the answer on a worker (it may block), then answers as `respond` does.
+    func offload(_ work: @escaping @Sendable () throws -> HTTPResponse) {
+        guard let take else { return responder.offload(work) }
+        responder.offload(work) { result in take { try result.get() } }
     }
 }

@@ -81,6 +81,20 @@ import TestSupport
         #expect(headers.contains { $0 == ("authorization", "Bearer sk-test") } && headers.contains { $0 == ("x-trace", "abc") })
     }
 
+    /// Two base URLs on one host and port share the kept-alive connection (the pool is the
+    /// origin's), yet each call's request line carries its own base path.
+    @Test func originsOnOneHostKeepTheirOwnBasePaths() throws {
+        let harness = try ClientHarness()
+        for (base, expected) in [("/_test", "/_test/echo"), ("", "/_test/echo"), ("/_test", "/_test/echo")] {
+            let path = base.isEmpty ? "/_test/echo" : "/echo"
+            let recorder = try harness.start(ClientRequest(method: "POST", path: path), to: try self.base + base)
+            #expect(recorder.wait())
+            let echo = try JSONSerialization.jsonObject(with: Data(recorder.body)) as? [String: Any]
+            #expect(echo?["path"] as? String == expected)
+        }
+        #expect(harness.client.socketsOpened == 1)
+    }
+
     @Test func aTargetOrHeaderWithAControlByteIsNotWritten() throws {
         let harness = try ClientHarness()
         for request in [get("/a b"), get("/a\r\nX: y"), get("/ok") { $0.headers = [("X", "a\r\nInjected: 1")] },

@@ -68,17 +68,28 @@ public final class Authenticator: Sendable {
         limiter = rateLimit > 0 ? RateLimiter(rate: rateLimit, burst: max(1, rateLimit * 2)) : nil
     }
 
+    /// Where a request carries its TeamCache token.
+    public enum TokenSource: Sendable {
+        /// `Authorization: Bearer tc_…` (every route but the gateway's).
+        case authorization
+        /// The gateway's: `TeamCache-Authorization: Bearer tc_…`, else a TeamCache token given
+        /// as the SDK's API key (`Authorization: Bearer tc_…` or `x-api-key: tc_…`), which the
+        /// gateway replaces with the upstream's server-held key.
+        case gateway
+    }
+
     /// The principal allowed `scope` on `namespace` (nil namespace: a store-wide route).
-    public func authorize(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?) throws -> Principal {
+    public func authorize(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?,
+                          source: TokenSource = .authorization) throws -> Principal {
         // Without `cachedOnly` a principal or an error always comes back.
-        try authorize(request, scope, namespace: namespace, cachedOnly: false)!
+        try authorize(request, scope, namespace: namespace, cachedOnly: false, source: source)!
     }
 
     /// Like `authorize`, but never reads the database (for event loops): nil when the token
     /// is not in the cache and the caller has to authorize on a worker.
-    public func authorizeWithoutBlocking(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?) throws
-        -> Principal? {
-        try authorize(request, scope, namespace: namespace, cachedOnly: true)
+    public func authorizeWithoutBlocking(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?,
+                                         source: TokenSource = .authorization) throws -> Principal? {
+        try authorize(request, scope, namespace: namespace, cachedOnly: true, source: source)
     }
 
     /// The check made on a request's head, before its body is read: throws when the token
@@ -87,31 +98,24 @@ public final class Authenticator: Sendable {
     /// worker before it reads a large body, charged to the client's allowance for unknown
     /// tokens; a small body's handler verifies it). Never blocks, never counts toward the
     /// rate limit.
-    public func precheck(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?) throws -> PrecheckVerdict {
+    public func precheck(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?,
+                         source: TokenSource = .authorization) throws -> PrecheckVerdict {
         // A token verified before whose cache entry lapsed counts as known here (the handler
         // reads it again): a real client's bodies never draw on the unverified share.
-        if try authorize(request, scope, namespace: namespace, cachedOnly: true, counted: false, lapsedIsKnown: true)
-            != nil {
+        if try authorize(request, scope, namespace: namespace, cachedOnly: true, counted: false, lapsedIsKnown: true,
+                         source: source) != nil {
             return .admitted
         }
         return .unverified { [self] in
-            _ = try authorize(request, scope, namespace: namespace, cachedOnly: false, counted: false)
+            _ = try authorize(request, scope, namespace: namespace, cachedOnly: false, counted: false, source: source)
         }
     }
 
     private func authorize(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?, cachedOnly: Bool,
-                           counted: Bool = true, lapsedIsKnown: Bool = false) throws -> Principal? {
+                           counted: Bool = true, lapsedIsKnown: Bool = false,
+                           source: TokenSource = .authorization) throws -> Principal? {
         guard enabled else { return Principal(token: nil) }
-        guard let header = request.headers["Authorization"] else {
-            throw Self.unauthorized("A bearer token is required.", error: nil)
-        }
-        // Sliced, not split: this runs on every request, and slices allocate nothing.
-        guard let space = header.utf8.firstIndex(of: UInt8(ascii: " ")),
-              Self.isBearer(header.utf8[..<space]),
-              case let secret = header[header.utf8.index(after: space)...], !secret.isEmpty, secret.utf8.count <= 256
-        else {
-            throw Self.unauthorized("Use `Authorization: Bearer <token>`.", error: "invalid_request")
-        }
+        let secret = try source == .gateway ? Self.gatewaySecret(request) : Self.bearerSecret(request, "Authorization")
         let hash = APIToken.hash(secret: secret)
         guard let found = try lookup(hash, cachedOnly: cachedOnly, client: request.remoteAddress,
                                      lapsedIsKnown: lapsedIsKnown) else { return nil }
@@ -179,6 +183,36 @@ public final class Authenticator: Sendable {
             caches.misses.insert(client, (tokens: tokens - 1, updated: now))
             return nil
         }
+    }
+
+    /// The token of `Authorization: Bearer <token>` (or another header of that form).
+    static func bearerSecret(_ request: HTTPRequest, _ name: String) throws -> Substring {
+        guard let header = request.headers[name] else {
+            throw Self.unauthorized("A bearer token is required.", error: nil)
+        }
+        // Sliced, not split: this runs on every request, and slices allocate nothing.
+        guard let space = header.utf8.firstIndex(of: UInt8(ascii: " ")),
+              Self.isBearer(header.utf8[..<space]),
+              case let secret = header[header.utf8.index(after: space)...], !secret.isEmpty, secret.utf8.count <= 256
+        else {
+            throw Self.unauthorized("Use `\(name): Bearer <token>`.", error: "invalid_request")
+        }
+        return secret
+    }
+
+    /// The gateway's token (see `TokenSource.gateway`).
+    static func gatewaySecret(_ request: HTTPRequest) throws -> Substring {
+        if request.headers["TeamCache-Authorization"] != nil {
+            return try bearerSecret(request, "TeamCache-Authorization")
+        }
+        if let secret = try? bearerSecret(request, "Authorization"), secret.hasPrefix(APIToken.secretPrefix) {
+            return secret
+        }
+        if let key = request.headers["x-api-key"], key.hasPrefix(APIToken.secretPrefix), key.utf8.count <= 256 {
+            return Substring(key)
+        }
+        throw Self.unauthorized("Send the TeamCache token as `TeamCache-Authorization: Bearer <token>` (or as the "
+                                + "SDK's API key when the upstream holds its own).", error: nil)
     }
 
     /// The scheme name `Bearer` in any case (RFC 9110 §11.1), compared without allocating.

@@ -1,12 +1,14 @@
-"""A small OpenAI-compatible upstream for the tests: ``/v1/chat/completions``, ``/v1/responses``
-and ``/v1/embeddings``, streamed and not, counting its calls. Prompts steer it:
-"fail" answers 500, "slow" takes 300 ms, "gate" streams its first chunk and then waits for
-``gate`` to be set before the rest, "cut" ends a stream after its first chunk.
+"""A small OpenAI- and Anthropic-compatible upstream for the tests: ``/v1/chat/completions``,
+``/v1/responses``, ``/v1/embeddings``, ``/v1/completions`` and Anthropic's ``/v1/messages``,
+streamed and not, recording its calls (path, body, headers). Prompts steer it:
+"fail" answers 500, "busy" 429, "slow" takes 300 ms, "drip" streams its events 250 ms apart,
+"gate" streams its first chunk and then waits for ``gate`` to be set before the rest, "cut"
+ends a stream after its first chunk.
 
 It also serves the plain HTTP shapes the Swift HTTP client's tests need (``GET /_test/...``),
 and runs on its own, plain and over TLS, for those tests and the benches:
 ``python3 fake_upstream.py [--port N] [--tls-cert F --tls-key F]`` prints ``port N`` and serves
-until its standard input closes."""
+until its standard input closes; ``GET /_test/calls`` answers the calls recorded so far."""
 
 from __future__ import annotations
 
@@ -33,6 +35,15 @@ class Upstream:
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
+                if self.path == "/_test/calls":
+                    with owner.lock:
+                        data = json.dumps(owner.calls).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 _test_shape(self, owner)
 
             def do_HEAD(self) -> None:
@@ -42,13 +53,24 @@ class Upstream:
                 if self.path.startswith("/_test/"):
                     return _test_shape(self, owner)
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                text = json.dumps(body.get("messages") or body.get("input") or body.get("prompt"))
                 with owner.lock:
-                    owner.calls.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
-                text = json.dumps(body.get("messages") or body.get("input"))
+                    owner.calls.append({"path": self.path, "body": body, "text": text,
+                                        "auth": self.headers.get("Authorization"),
+                                        "headers": {k.lower(): v for k, v in self.headers.items()}})
                 if "fail" in text:
                     return self._json(500, {"error": {"message": "upstream broke", "type": "server_error"}})
+                if "busy" in text:
+                    return self._json(429, {"error": {"message": "slow down", "type": "rate_limit"}})
                 if "slow" in text:
                     time.sleep(0.3)
+                if self.path.endswith("/messages"):
+                    return self._anthropic(text, body)
+                if self.path.endswith("/completions") and not self.path.endswith("/chat/completions"):
+                    return self._json(200, {
+                        "id": "cmpl-1", "object": "text_completion", "created": 1, "model": body["model"],
+                        "choices": [{"text": "Hello", "index": 0, "finish_reason": "stop", "logprobs": None}],
+                        "usage": USAGE})
                 if self.path.endswith("/embeddings"):
                     return self._json(200, {"object": "list", "model": body["model"],
                                             "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2]}],
@@ -72,6 +94,25 @@ class Upstream:
                                  "message": {"role": "assistant", "content": "Hello there"}}],
                     "usage": USAGE})
 
+            def _anthropic(self, text: str, body: dict) -> None:
+                message = {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+                           "content": [{"type": "text", "text": "Hello there"}], "stop_reason": "end_turn",
+                           "stop_sequence": None, "usage": {"input_tokens": 12, "output_tokens": 6}}
+                if not body.get("stream"):
+                    return self._json(200, message)
+                start = dict(message, content=[], stop_reason=None, usage={"input_tokens": 12, "output_tokens": 1})
+                events = [
+                    {"type": "message_start", "message": start},
+                    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}},
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": " there"}},
+                    {"type": "content_block_stop", "index": 0},
+                    {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                     "usage": {"output_tokens": 6}},
+                    {"type": "message_stop"},
+                ]
+                self._send_events(text, [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events])
+
             def _json(self, status: int, document: dict) -> None:
                 data = json.dumps(document).encode()
                 self.send_response(status)
@@ -86,10 +127,6 @@ class Upstream:
                 self.wfile.flush()
 
             def _stream(self, responses: bool, text: str, body: dict) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
                 if responses:
                     events = [
                         {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0,
@@ -115,6 +152,13 @@ class Upstream:
                         chunks.append({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
                                        "model": body["model"], "choices": [], "usage": USAGE})
                     payloads = [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
+                self._send_events(text, payloads)
+
+            def _send_events(self, text: str, payloads: list[str]) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
                 self._chunk(payloads[0])
                 if "cut" in text:
                     self.wfile.write(b"0\r\n\r\n")
@@ -123,6 +167,8 @@ class Upstream:
                 if "gate" in text:
                     owner.gate.wait(10)
                 for payload in payloads[1:]:
+                    if "drip" in text:
+                        time.sleep(0.25)
                     self._chunk(payload)
                 self.wfile.write(b"0\r\n\r\n")
 

@@ -1,0 +1,160 @@
+import CacheCore
+import CacheKeys
+import Dispatch
+import Foundation
+import HTTPClient
+import HTTPServer
+import Locking
+
+/// One upstream call of the gateway, on the loop that made it: relays the answer into its
+/// broadcast as it arrives, reads a stream's events on the way (its end, its usage, the
+/// usage-only event the gateway asked for), and stores a complete 2xx answer — even when its
+/// own client has gone, since others may be waiting for it and it is paid for.
+///
+/// Loop-confined (an `HTTPCallDelegate`).
+final class GatewayExchange: HTTPCallDelegate {
+    let gateway: Gateway
+    let call: GatewayRequest
+    let broadcast: Broadcast
+    private var lease: Lease?
+    private let liveName: String?
+    private let cached: Bool
+    /// The client whose call this is (nil for a background refresh).
+    private let owner: GatewayReader?
+    private var handle: HTTPCall?
+    private var recorder: StreamRecorder?
+    private var status = 0
+    private var contentType = ""
+    private let started = DispatchTime.now().uptimeNanoseconds
+
+    init(gateway: Gateway, call: GatewayRequest, broadcast: Broadcast, lease: Lease?, liveName: String?, cached: Bool,
+         owner: GatewayReader?) {
+        self.gateway = gateway
+        self.call = call
+        self.broadcast = broadcast
+        self.lease = lease
+        self.liveName = liveName
+        self.cached = cached
+        self.owner = owner
+        if cached, let plan = call.plan, plan.stream {
+            recorder = StreamRecorder(endpoint: plan.endpoint, stripsUsage: plan.upstreamBody != nil)
+        }
+    }
+
+    func attach(_ handle: HTTPCall) {
+        self.handle = handle
+        // An uncached answer is its client's alone: when that client leaves, the call goes too.
+        guard !cached, let owner else { return }
+        let bound = LoopBound(handle, on: owner.responder.loop)
+        owner.responder.whenClientLeaves { bound.value.cancel() }
+    }
+
+    func callReceivedHead(_ head: ClientResponseHead) {
+        status = head.status
+        contentType = head["Content-Type"] ?? (call.plan?.stream == true ? "text/event-stream" : "application/json")
+        gateway.metrics?.observeFirstByte(call.upstream.name, seconds: elapsed)
+        broadcast.begin(Broadcast.Head(status: head.status, headers: GatewayHeaders.relayed(head.headers),
+                                       contentType: contentType))
+        if let stream = owner?.stream {
+            // The owner's client left mid-stream: an uncached call stops, a cached one reads on.
+            let handle = self.handle, loop = owner!.responder.loop, cached = self.cached
+            if let handle, !cached {
+                let bound = LoopBound(handle, on: loop)
+                stream.whenClosed { loop.execute { bound.value.cancel() } }
+            }
+        }
+    }
+
+    func callReceived(_ part: [UInt8]) {
+        let relayed = recorder != nil && (200..<300).contains(status) ? recorder!.feed(part) : part
+        broadcast.send(relayed)
+        applyBackpressure()
+    }
+
+    /// An uncached answer waits for its one reader; a cached one is read at the upstream's pace
+    /// (bounded by the entry size it keeps), for every caller waiting on it.
+    private func applyBackpressure() {
+        guard !cached, let stream = owner?.stream, let handle, !stream.isWritable, !stream.isClosed else { return }
+        handle.pause()
+        let bound = LoopBound(handle, on: owner!.responder.loop), loop = owner!.responder.loop
+        stream.whenWritable { loop.execute { bound.value.resume() } }
+    }
+
+    func callFinished() {
+        if var recorder {
+            let rest = recorder.finish()
+            self.recorder = recorder
+            broadcast.send(rest)
+        }
+        let storable = cached && (200..<300).contains(status) && !call.controls.noStore && completeStream
+        let transcript = storable ? broadcast.transcript : nil
+        let usage = transcript.flatMap { usageOf($0) }
+        broadcast.end(.complete(stored: usage != nil))
+        leaveLive()
+        gateway.metrics?.observeUpstream(call.upstream.name, seconds: elapsed)
+        if let transcript, let usage {
+            store(transcript, usage)
+        } else if let lease {
+            gateway.giveBack(lease, call)
+        }
+    }
+
+    func callFailed(_ error: HTTPClientError) {
+        gateway.metrics?.countError(call.upstream.name, error.code.rawValue)
+        gateway.metrics?.count(call.upstream.name, "error")
+        broadcast.end(.failed(error))
+        leaveLive()
+        if let lease { gateway.giveBack(lease, call) }
+    }
+
+    private var elapsed: Double { Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9 }
+
+    private var completeStream: Bool {
+        guard let recorder else { return true }
+        return recorder.complete && !recorder.unreadable
+    }
+
+    private func leaveLive() {
+        if let liveName { gateway.live.remove(liveName, broadcast) }
+    }
+
+    /// The usage of a complete answer; nil when it cannot be stored (a non-streamed answer
+    /// that is not JSON, or one larger than an entry may be).
+    private func usageOf(_ transcript: [UInt8]) -> AnswerUsage? {
+        guard !transcript.isEmpty, transcript.count <= gateway.api.policy.maxBodyBytes else { return nil }
+        if let recorder { return recorder.usage }
+        guard let document = try? JSONParser.parse(transcript) else { return nil }
+        var usage = AnswerUsage()
+        usage.read(document)
+        return usage
+    }
+
+    /// Stores the answer (compressing a large one off the loop) and completes the lease when
+    /// the write is committed; the callers waiting on other replicas are woken by it.
+    private func store(_ transcript: [UInt8], _ usage: AnswerUsage) {
+        guard let plan = call.plan, let key = EntryKey(Array(plan.descriptor.key.utf8)) else { return }
+        let api = gateway.api, call = self.call, lease = self.lease, contentType = self.contentType
+        let metrics = gateway.metrics
+        let write = { @Sendable in
+            var entry = EntryWrite(namespace: call.namespace, key: key,
+                                   body: StoredBody.fromIdentity(transcript, contentType: contentType, policy: api.policy),
+                                   contentType: contentType)
+            entry.model = plan.descriptor.model
+            entry.promptDigest = plan.descriptor.promptDigest
+            entry.metadata = usage.metadata(contentType: contentType, endpoint: plan.endpoint).serialized
+            entry.inputTokens = usage.inputTokens ?? 0
+            entry.outputTokens = usage.outputTokens ?? 0
+            entry.ttlSeconds = call.controls.ttl
+            entry.staleWhileRevalidate = call.controls.staleWhileRevalidate
+            entry.writerTokenID = call.holder
+            let written = entry
+            api.store.submit(written, committed: { result in
+                api.completeLease(lease?.id, written, outcome: result)
+            }) { result, _ in
+                if case .failure = result { metrics?.countError(call.upstream.name, "store") }
+            }
+        }
+        // Compressing a large answer would hold the loop: it goes to a utility thread.
+        if transcript.count > 64 * 1024 { DispatchQueue.global(qos: .utility).async(execute: write) } else { write() }
+    }
+}
