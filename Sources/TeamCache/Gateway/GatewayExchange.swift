@@ -89,13 +89,20 @@ final class GatewayExchange: HTTPCallDelegate {
         let storable = cached && (200..<300).contains(status) && !call.controls.noStore && completeStream
         let transcript = storable ? broadcast.transcript : nil
         let usage = transcript.flatMap { usageOf($0) }
-        broadcast.end(.complete(stored: usage != nil))
-        leaveLive()
         gateway.metrics?.observeUpstream(call.upstream.name, seconds: elapsed)
-        if let transcript, let usage {
-            store(transcript, usage)
-        } else if let lease {
-            gateway.giveBack(lease, call)
+        guard let transcript, let usage else {
+            broadcast.end(.complete(stored: false))
+            leaveLive()
+            if let lease { gateway.giveBack(lease, call) }
+            return
+        }
+        // The callers here are told the end once the entry is committed (or not): "stored"
+        // means it, and a caller arriving meanwhile still joins this broadcast rather than
+        // waiting on the lease.
+        let broadcast = self.broadcast, live = gateway.live, liveName = self.liveName
+        store(transcript, usage) { stored in
+            broadcast.end(.complete(stored: stored))
+            if let liveName { live.remove(liveName, broadcast) }
         }
     }
 
@@ -131,8 +138,8 @@ final class GatewayExchange: HTTPCallDelegate {
 
     /// Stores the answer (compressing a large one off the loop) and completes the lease when
     /// the write is committed; the callers waiting on other replicas are woken by it.
-    private func store(_ transcript: [UInt8], _ usage: AnswerUsage) {
-        guard let plan = call.plan, let key = EntryKey(Array(plan.descriptor.key.utf8)) else { return }
+    private func store(_ transcript: [UInt8], _ usage: AnswerUsage, then done: @escaping @Sendable (Bool) -> Void) {
+        guard let plan = call.plan, let key = EntryKey(Array(plan.descriptor.key.utf8)) else { return done(false) }
         let api = gateway.api, call = self.call, lease = self.lease, contentType = self.contentType
         let metrics = gateway.metrics
         let write = { @Sendable in
@@ -150,6 +157,7 @@ final class GatewayExchange: HTTPCallDelegate {
             let written = entry
             api.store.submit(written, committed: { result in
                 api.completeLease(lease?.id, written, outcome: result)
+                if case .success = result { done(true) } else { done(false) }
             }) { result, _ in
                 if case .failure = result { metrics?.countError(call.upstream.name, "store") }
             }

@@ -1,0 +1,300 @@
+import CacheCore
+import Foundation
+import Locking
+import TeamCache
+import Testing
+import TestSupport
+
+/// The gateway against a real PostgreSQL, a real listening service and a fake upstream in a
+/// child process: hits marked as such, credentials forwarded or replaced (never the token),
+/// streams relayed as they come and replayed byte for byte, cut streams and errors not
+/// stored, 502 and 504, every path refusal (with no upstream request), request controls.
+@Suite(.serialized) struct GatewayTests {
+    static let harness = Result { try GatewayHarness() }
+    static let service = Result { try harness.get().service() }
+
+    let namespace = TestService.namespace("gw")
+    var harness: GatewayHarness { get throws { try Self.harness.get() } }
+    var service: TestService { get throws { try Self.service.get() } }
+
+    func path(_ upstream: String, _ rest: String, namespace: String? = nil) -> String {
+        "/v1/caches/\(namespace ?? self.namespace)/gateway/\(upstream)/\(rest)"
+    }
+
+    func token(_ scopes: Set<Scope> = [.read, .write]) throws -> String {
+        try service.token(scopes, namespaces: namespace)
+    }
+
+    func post(_ upstream: String, _ rest: String, _ body: String, headers: [(String, String)]) throws
+        -> RawClient.Response {
+        try service.request("POST", path(upstream, rest), headers: headers, json: body)
+    }
+
+    @Test func aRepeatIsAHitWithTheSameAnswerAndOneUpstreamCall() throws {
+        let prompt = ModelBodies.unique("repeat")
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())"), ("Authorization", "Bearer sk-caller-1")]
+        let first = try post("local", "chat/completions", ModelBodies.chat(prompt), headers: headers)
+        #expect(first.status == 200)
+        #expect(first.header("X-TeamCache") == "miss")
+        #expect(first.header("Cache-Status") == "teamcache; fwd=miss; stored")
+        let second = try post("local", "chat/completions", ModelBodies.chat(prompt), headers: headers)
+        #expect(second.status == 200)
+        #expect(second.header("X-TeamCache") == "hit")
+        #expect(second.header("Cache-Status")?.hasPrefix("teamcache; hit; ttl=") == true)
+        #expect(second.header("Content-Type") == "application/json")
+        #expect(second.body == first.body)
+        #expect(try harness.count(prompt) == 1)
+        // The hit counts the tokens the stored answer's usage says it saved.
+        try service.app.tracker.flush()
+        let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: try token()))
+        let saved = stats["tokens_saved"] as? [String: Any]
+        #expect(saved?["input"] as? Int == 11 && saved?["output"] as? Int == 7)
+    }
+
+    @Test func theCallersCredentialIsForwardedAndTheTokenNever() throws {
+        let secret = try token()
+        let prompt = ModelBodies.unique("credential")
+        let answer = try post("local", "chat/completions", ModelBodies.chat(prompt), headers: [
+            ("TeamCache-Authorization", "Bearer \(secret)"), ("Authorization", "Bearer sk-caller-2"),
+            ("Connection", "keep-alive, X-Hop"), ("X-Hop", "1"), ("TE", "trailers"), ("OpenAI-Organization", "org-1"),
+        ])
+        #expect(answer.status == 200)
+        let headers = try #require(try harness.call(prompt)?["headers"] as? [String: String])
+        #expect(headers["authorization"] == "Bearer sk-caller-2")
+        #expect(headers["openai-organization"] == "org-1")
+        #expect(headers["host"] == "127.0.0.1:\(try harness.upstream.port)")
+        for dropped in ["teamcache-authorization", "x-hop", "te", "connection"] {
+            #expect(headers[dropped] == nil, "\(dropped) was forwarded")
+        }
+        #expect(!headers.values.contains { $0.contains(secret) })
+    }
+
+    @Test func theServerHeldKeyReplacesATokenGivenAsTheSDKsKey() throws {
+        let secret = try token()
+        let openAI = ModelBodies.unique("server key")
+        #expect(try post("keyed", "chat/completions", ModelBodies.chat(openAI),
+                         headers: [("Authorization", "Bearer \(secret)")]).status == 200)
+        let sent = try #require(try harness.call(openAI)?["headers"] as? [String: String])
+        #expect(sent["authorization"] == "Bearer \(GatewayHarness.serverKey)")
+        let anthropic = ModelBodies.unique("server key")
+        #expect(try post("keyedclaude", "v1/messages", ModelBodies.messages(anthropic),
+                         headers: [("x-api-key", secret), ("anthropic-version", "2023-06-01")]).status == 200)
+        let sentToAnthropic = try #require(try harness.call(anthropic)?["headers"] as? [String: String])
+        #expect(sentToAnthropic["x-api-key"] == GatewayHarness.serverKey)
+        #expect(sentToAnthropic["anthropic-version"] == "2023-06-01")
+        // An upstream without a key of its own: the token is refused, not forwarded.
+        let refused = ModelBodies.unique("no server key")
+        let answer = try post("local", "chat/completions", ModelBodies.chat(refused),
+                              headers: [("Authorization", "Bearer \(secret)")])
+        #expect(answer.status == 401)
+        #expect(answer.header("Content-Type") == "application/problem+json")
+        #expect(try harness.count(refused) == 0)
+    }
+
+    @Test func withoutATokenOrWithoutScopeNothingIsCalled() throws {
+        let prompt = ModelBodies.unique("unauthorized")
+        #expect(try post("local", "chat/completions", ModelBodies.chat(prompt),
+                         headers: [("Authorization", "Bearer sk-caller")]).status == 401)
+        let reader = try token([.read])
+        #expect(try post("local", "chat/completions", ModelBodies.chat(prompt),
+                         headers: [("TeamCache-Authorization", "Bearer \(reader)")]).status == 403)
+        let elsewhere = try service.token([.read, .write], namespaces: "other-\(namespace)")
+        #expect(try post("local", "chat/completions", ModelBodies.chat(prompt),
+                         headers: [("TeamCache-Authorization", "Bearer \(elsewhere)")]).status == 403)
+        #expect(try post("nosuch", "chat/completions", ModelBodies.chat(prompt),
+                         headers: [("TeamCache-Authorization", "Bearer \(try token())")]).status == 404)
+        #expect(try harness.count(prompt) == 0)
+    }
+
+    @Test func aStreamArrivesAsItIsSentAndAHitReplaysTheSameBytes() throws {
+        let prompt = ModelBodies.unique("drip stream")
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        let first = try StreamedAnswer.read(port: try service.port, path("local", "chat/completions"),
+                                            headers: headers, body: ModelBodies.chat(prompt, stream: true))
+        #expect(first.head.status == 200)
+        #expect(first.head.header("Content-Type") == "text/event-stream")
+        #expect(first.head.header("X-TeamCache") == "miss")
+        // Four events 250 ms apart: the first reached the caller long before the last.
+        let spread = try #require(first.parts.last).at.timeIntervalSince(try #require(first.parts.first).at)
+        #expect(first.parts.count >= 3 && spread > 0.5, "\(first.parts.count) parts over \(spread) s")
+        #expect(first.text.hasSuffix("data: [DONE]\n\n"))
+        // The usage the gateway asked for was read and taken out of what the caller sees.
+        #expect(!first.text.contains("\"choices\": []"))
+        let body = try #require(try harness.call(prompt)?["body"] as? [String: Any])
+        #expect((body["stream_options"] as? [String: Any])?["include_usage"] as? Bool == true)
+        let second = try StreamedAnswer.read(port: try service.port, path("local", "chat/completions"),
+                                             headers: headers, body: ModelBodies.chat(prompt, stream: true))
+        #expect(second.head.header("X-TeamCache") == "hit")
+        #expect(second.head.header("Content-Type") == "text/event-stream")
+        #expect(second.body == first.body)
+        #expect(try harness.count(prompt) == 1)
+        // Streamed and whole answers are separate entries.
+        let whole = try post("local", "chat/completions", ModelBodies.chat(prompt), headers: headers)
+        #expect(whole.header("X-TeamCache") == "miss")
+    }
+
+    @Test func anAnthropicStreamIsStoredWithItsUsageAndReplayed() throws {
+        let prompt = ModelBodies.unique("claude stream")
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())"), ("x-api-key", "sk-ant-caller")]
+        let first = try StreamedAnswer.read(port: try service.port, path("claude", "v1/messages"), headers: headers,
+                                            body: ModelBodies.messages(prompt, stream: true))
+        #expect(first.head.status == 200 && first.text.contains("message_stop"))
+        let second = try StreamedAnswer.read(port: try service.port, path("claude", "v1/messages"), headers: headers,
+                                             body: ModelBodies.messages(prompt, stream: true))
+        #expect(second.head.header("X-TeamCache") == "hit")
+        #expect(second.body == first.body)
+        #expect(try harness.count(prompt) == 1)
+        #expect(try harness.call(prompt)?["path"] as? String == "/v1/messages")
+    }
+
+    @Test func aStreamCutShortReachesTheCallerButIsNotStored() throws {
+        let prompt = ModelBodies.unique("cut stream")
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        for _ in 0..<2 {
+            let answer = try StreamedAnswer.read(port: try service.port, path("local", "chat/completions"),
+                                                 headers: headers, body: ModelBodies.chat(prompt, stream: true))
+            #expect(answer.head.header("X-TeamCache") == "miss")
+            #expect(!answer.text.contains("[DONE]"))
+        }
+        #expect(try harness.count(prompt) == 2)
+    }
+
+    @Test func anUpstreamErrorIsForwardedAsItIsAndNotStored() throws {
+        let prompt = ModelBodies.unique("fail")
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        for _ in 0..<2 {
+            let answer = try post("local", "chat/completions", ModelBodies.chat(prompt), headers: headers)
+            #expect(answer.status == 500)
+            #expect(answer.text.contains("upstream broke"))
+            #expect(answer.header("X-TeamCache") == "miss")
+        }
+        #expect(try harness.count(prompt) == 2)
+    }
+
+    @Test func anUnreachableUpstreamIs502AndASilentOneIs504() throws {
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        let down = try post("down", "chat/completions", ModelBodies.chat(ModelBodies.unique("down")), headers: headers)
+        #expect(down.status == 502)
+        #expect(down.header("Content-Type") == "application/problem+json")
+        let problem = try object(down)
+        #expect(problem["upstream"] as? String == "down" && problem["reason"] as? String == "connect")
+        let slow = try service.request("GET", path("raw", "_test/slow_head?ms=3000"), headers: headers)
+        #expect(slow.status == 504)
+        #expect(try object(slow)["reason"] as? String == "first_byte_timeout")
+    }
+
+    /// Each path that could leave the base URL is refused before anything is sent.
+    @Test func everyUnsafePathIsRefusedAndTheUpstreamSeesNothing() throws {
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        let before = try harness.calls().count
+        let paths = ["../chat/completions", "chat/../../x", "%2e%2e/x", "%2E%2e/x", "chat%2fcompletions", "a%5cb",
+                     "/evil.example/x", "//evil.example/x", "http:/x", "https:%2f%2fevil.example", "a@evil.example",
+                     "./chat/completions", "chat/%2e/completions", "a%00b", "a%0d%0aX-Injected:%201", "a%25%32%65",
+                     "chat/completions?x=%0d%0a"]
+        for rest in paths {
+            let answer = try service.request("POST", path("local", rest), headers: headers,
+                                             json: ModelBodies.chat("refused"))
+            #expect(answer.status == 400, "\(rest) answered \(answer.status)")
+            #expect(answer.header("Content-Type") == "application/problem+json")
+        }
+        // A raw CR or space in the target never makes a request at all.
+        let client = try RawClient(port: try service.port, timeout: 5)
+        try client.send("GET \(path("local", "a\rb")) HTTP/1.1\r\nHost: t\r\n\r\n")
+        #expect((try? client.readResponse())?.status ?? 400 == 400)
+        #expect(try harness.calls().count == before)
+    }
+
+    @Test func otherEndpointsAndMethodsAreForwardedUncached() throws {
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())"), ("X-Trace", "t1")]
+        for _ in 0..<2 {
+            let answer = try StreamedAnswer.read(port: try service.port, path("raw", "_test/echo?q=1"), method: "GET",
+                                                 headers: headers, body: "")
+            #expect(answer.head.status == 200)
+            #expect(answer.head.header("X-TeamCache") == "bypass")
+            let echo = try JSONSerialization.jsonObject(with: Data(answer.body)) as? [String: Any] ?? [:]
+            #expect(echo["path"] as? String == "/_test/echo?q=1")
+        }
+    }
+
+    @Test func noStoreForwardsOnlyAndNoCacheCallsAndStores() throws {
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        let prompt = ModelBodies.unique("controls")
+        for _ in 0..<2 {
+            let answer = try post("local", "chat/completions", ModelBodies.chat(prompt),
+                                  headers: headers + [("Cache-Control", "no-store")])
+            #expect(answer.header("X-TeamCache") == "bypass")
+        }
+        #expect(try harness.count(prompt) == 2)
+        #expect(try post("local", "chat/completions", ModelBodies.chat(prompt), headers: headers)
+            .header("X-TeamCache") == "miss")
+        let refreshed = try post("local", "chat/completions", ModelBodies.chat(prompt),
+                                 headers: headers + [("Cache-Control", "no-cache")])
+        #expect(refreshed.header("X-TeamCache") == "miss")
+        #expect(try harness.count(prompt) == 4)
+        #expect(try post("local", "chat/completions", ModelBodies.chat(prompt), headers: headers)
+            .header("X-TeamCache") == "hit")
+    }
+
+    /// `TeamCache-TTL` sets the stored answer's life; past it, `max-stale` answers from the
+    /// entry when the upstream fails (the same request through an upstream that is down
+    /// shares the key), and without it the failure is the caller's.
+    @Test func ttlAndMaxStaleWhenTheUpstreamFails() throws {
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        let body = ModelBodies.chat(ModelBodies.unique("stale"))
+        let stored = try post("local", "chat/completions", body, headers: headers + [("TeamCache-TTL", "1")])
+        #expect(stored.header("X-TeamCache") == "miss")
+        let fresh = try post("local", "chat/completions", body, headers: headers).header("Cache-Status") ?? ""
+        #expect(["teamcache; hit; ttl=1", "teamcache; hit; ttl=0"].contains(fresh), "\(fresh)")
+        Thread.sleep(forTimeInterval: 2.2)
+        #expect(try post("down", "chat/completions", body, headers: headers).status == 502)
+        let stale = try post("down", "chat/completions", body, headers: headers + [("Cache-Control", "max-stale=600")])
+        #expect(stale.status == 200)
+        #expect(stale.header("X-TeamCache") == "hit; stale")
+        #expect(stale.body == stored.body)
+        #expect(try post("local", "chat/completions", body, headers: headers + [("TeamCache-TTL", "0")]).status == 400)
+    }
+
+    /// A second caller here while the first call streams follows it live: its events come
+    /// as the upstream sends them (not after the end), and the upstream is called once.
+    @Test func aCallerHereFollowsTheLiveStream() throws {
+        let prompt = ModelBodies.unique("drip follow")
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        let port = try service.port, target = path("local", "chat/completions")
+        let started = Date()
+        let first = Locked<StreamedAnswer?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            first.withLock { $0 = try? StreamedAnswer.read(port: port, target, headers: headers,
+                                                          body: ModelBodies.chat(prompt, stream: true)) }
+            done.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.3)
+        let second = try StreamedAnswer.read(port: port, target, headers: headers,
+                                             body: ModelBodies.chat(prompt, stream: true))
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        let owner = try #require(first.value)
+        #expect(second.head.header("X-TeamCache") == "hit; collapsed")
+        #expect(second.body == owner.body)
+        // The follower had its first event within the stream's life, well before its end.
+        let firstPart = try #require(second.parts.first).at.timeIntervalSince(started)
+        let lastPart = try #require(second.parts.last).at.timeIntervalSince(started)
+        #expect(lastPart - firstPart > 0.3, "the follower's events came at \(firstPart) and \(lastPart) s")
+        #expect(try harness.count(prompt) == 1)
+    }
+
+    /// The caller that made the call hangs up mid-stream: the gateway reads on and stores it.
+    @Test func aCallerWhoLeavesDoesNotCancelTheCall() throws {
+        let prompt = ModelBodies.unique("drip leave")
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        let client = try RawClient(port: try service.port, timeout: 10)
+        let body = ModelBodies.chat(prompt, stream: true)
+        try client.send("POST \(path("local", "chat/completions")) HTTP/1.1\r\nHost: t\r\n"
+                        + "TeamCache-Authorization: \(headers[0].1)\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
+        #expect(try client.readHead().status == 200)
+        client.hangUp()
+        Thread.sleep(forTimeInterval: 1.5)
+        let again = try post("local", "chat/completions", body, headers: headers)
+        #expect(again.header("X-TeamCache") == "hit")
+        #expect(try harness.count(prompt) == 1)
+    }
+}
