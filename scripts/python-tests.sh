@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 venv="$PWD/.venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 python="$venv/bin/python"
-if ! "$python" -c "import teamcache.openai, teamcache.langchain, langchain_tests, httpx2, pytest_asyncio, mypy, ruff" 2>/dev/null \
+if ! "$python" -c "import teamcache.openai, teamcache.langchain, langchain_tests, httpx2, anthropic, pytest_asyncio, mypy, ruff" 2>/dev/null \
    || [ "$("$python" -c 'import teamcache, os; print(os.path.realpath(teamcache.__file__))')" \
         != "$(realpath clients/python/src/teamcache/__init__.py)" ]; then
   "$python" -m pip install -q --disable-pip-version-check -e "clients/python[test,lint]"

@@ -3,6 +3,7 @@ cluster under a fresh data folder (as scripts/contract-check.sh starts one), and
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
@@ -14,6 +15,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+
+from .fake_upstream import Upstream
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 
@@ -75,10 +78,38 @@ class Server:
 
 
 @pytest.fixture(scope="session")
-def server() -> Iterator[Server]:
+def gateway_upstream() -> Iterator[Upstream]:
+    """The fake model upstream the session server's gateway forwards to."""
+    fake = Upstream()
+    yield fake
+    fake.close()
+
+
+SERVER_HELD_KEY = "sk-server-held-python-0123"
+
+
+def _upstreams_file(folder: pathlib.Path, upstream: Upstream) -> pathlib.Path:
+    """``fake`` (OpenAI-shaped), ``fakeclaude`` (Anthropic-shaped), ``keyed`` and ``keyedclaude``
+    (the same, with a server-held key) at the fake upstream."""
+    key = folder / "upstream.key"
+    key.write_text(SERVER_HELD_KEY + "\n")
+    root = f"http://127.0.0.1:{upstream.port}"
+    path = folder / "upstreams.json"
+    path.write_text(json.dumps({
+        "fake": {"url": root + "/v1", "kind": "openai"},
+        "fakeclaude": {"url": root, "kind": "anthropic"},
+        "keyed": {"url": root + "/v1", "kind": "openai", "key_file": str(key)},
+        "keyedclaude": {"url": root, "kind": "anthropic", "key_file": str(key)},
+    }))
+    return path
+
+
+@pytest.fixture(scope="session")
+def server(gateway_upstream: Upstream) -> Iterator[Server]:
     data = pathlib.Path(tempfile.mkdtemp(prefix="teamcache-py-"))
     data.chmod(0o755)  # the embedded cluster runs as the postgres user
-    running = Server(_binary(), data, free_port())
+    upstreams = _upstreams_file(data, gateway_upstream)
+    running = Server(_binary(), data, free_port(), env={"TEAMCACHE_UPSTREAMS_FILE": str(upstreams)})
     try:
         yield running
     finally:
