@@ -91,6 +91,16 @@ struct StreamedAnswer {
     var body: [UInt8] { parts.flatMap(\.bytes) }
     var text: String { String(decoding: body, as: UTF8.self) }
 
+    /// When the answer so far first held `marker`.
+    func arrival(of marker: String) -> Date? {
+        var seen: [UInt8] = []
+        for part in parts {
+            seen += part.bytes
+            if String(decoding: seen, as: UTF8.self).contains(marker) { return part.at }
+        }
+        return nil
+    }
+
     /// Sends `body` to `path` and reads the answer (chunked: chunk by chunk; else whole).
     static func read(port: Int, _ path: String, method: String = "POST", headers: [(String, String)],
                      body: String) throws -> StreamedAnswer {

@@ -275,10 +275,15 @@ import TestSupport
         let owner = try #require(first.value)
         #expect(second.head.header("X-TeamCache") == "hit; collapsed")
         #expect(second.body == owner.body)
-        // The follower had its first event within the stream's life, well before its end.
+        // The follower had its first event within the stream's life, well before its end,
+        // and each later event within 50 ms of the caller whose call it is.
         let firstPart = try #require(second.parts.first).at.timeIntervalSince(started)
         let lastPart = try #require(second.parts.last).at.timeIntervalSince(started)
         #expect(lastPart - firstPart > 0.3, "the follower's events came at \(firstPart) and \(lastPart) s")
+        for marker in ["\" there\"", "[DONE]"] {
+            let lag = try #require(second.arrival(of: marker)).timeIntervalSince(try #require(owner.arrival(of: marker)))
+            #expect(abs(lag) < 0.05, "the follower read \(marker) \(lag) s after the caller")
+        }
         #expect(try harness.count(prompt) == 1)
     }
 
