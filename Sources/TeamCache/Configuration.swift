@@ -1,5 +1,6 @@
 import CacheCore
 import Foundation
+import HTTPClient
 import HTTPServer
 import Observability
 import Postgres
@@ -14,6 +15,8 @@ public struct Configuration: Sendable {
         http.serverName = Configuration.applicationName
         http.metricPrefix = Configuration.metricPrefix
         http.problemTypeBase = Configuration.problemTypeBase
+        // The gateway relays streams as quiet as the default upstreams may be (see `gateway`).
+        http.streamIdleTimeout = max(http.streamIdleTimeout, ClientDeadlines().idle + 5)
         return http
     }()
     /// What the lower layers (the HTTP server, the database pool) are named by here.
@@ -190,6 +193,11 @@ struct SettingReader {
         config.gateway.wait = try duration("TEAMCACHE_GATEWAY_WAIT", 0...3600)
         config.gateway.lease = Int(try duration("TEAMCACHE_GATEWAY_LEASE", 1...86400))
         config.gateway.maxResponseBytes = try integer("TEAMCACHE_GATEWAY_MAX_RESPONSE_BYTES", 1024...(1 << 34))
+        // A relayed stream may be as quiet as its upstream is allowed to be: the server keeps
+        // a silent stream open that long (and a little more, so the upstream's deadline is
+        // the one that decides, with a 504 or a cut the gateway can report).
+        let quietest = config.upstreams?.values.map(\.deadlines.idle).max() ?? ClientDeadlines().idle
+        config.http.streamIdleTimeout = max(config.http.streamIdleTimeout, quietest + 5)
     }
 
     /// `TEAMCACHE_DB_POOLER`: `none`, or `transaction` (PgBouncer's transaction pooling in

@@ -51,7 +51,8 @@ final class GatewayExchange: HTTPCallDelegate {
 
     func callReceivedHead(_ head: ClientResponseHead) {
         status = head.status
-        contentType = head["Content-Type"] ?? (call.plan?.stream == true ? "text/event-stream" : "application/json")
+        // An answer that names no type is passed on as bytes, not claimed to be JSON.
+        contentType = head["Content-Type"] ?? "application/octet-stream"
         gateway.metrics?.observeFirstByte(call.upstream.name, seconds: elapsed)
         broadcast.begin(Broadcast.Head(status: head.status, headers: GatewayHeaders.relayed(head.headers),
                                        contentType: contentType))
@@ -90,9 +91,11 @@ final class GatewayExchange: HTTPCallDelegate {
         let transcript = storable ? broadcast.transcript : nil
         let usage = transcript.flatMap { usageOf($0) }
         gateway.metrics?.observeUpstream(call.upstream.name, seconds: elapsed)
+        // Out of the registry before the end is told: a caller the end lets go may ask again
+        // at once, and must not find this finished call to follow.
         guard let transcript, let usage else {
-            broadcast.end(.complete(stored: false))
             leaveLive()
+            broadcast.end(.complete(stored: false))
             if let lease { gateway.giveBack(lease, call) }
             return
         }
@@ -101,16 +104,16 @@ final class GatewayExchange: HTTPCallDelegate {
         // waiting on the lease.
         let broadcast = self.broadcast, live = gateway.live, liveName = self.liveName
         store(transcript, usage) { stored in
-            broadcast.end(.complete(stored: stored))
             if let liveName { live.remove(liveName, broadcast) }
+            broadcast.end(.complete(stored: stored))
         }
     }
 
     func callFailed(_ error: HTTPClientError) {
         gateway.metrics?.countError(call.upstream.name, error.code.rawValue)
         gateway.metrics?.count(call.upstream.name, "error")
-        broadcast.end(.failed(error))
         leaveLive()
+        broadcast.end(.failed(error))
         if let lease { gateway.giveBack(lease, call) }
     }
 
