@@ -142,6 +142,12 @@ struct LoopReads: Sendable {
 
     private func carryOut(_ plan: ReadPlan, _ request: HTTPRequest, _ reply: ReadReply) {
         let api = self.api
+        // Without the loops' batchers (TEAMCACHE_READ_BATCH=0) every read goes through the pool,
+        // on a worker.
+        guard !readers.isEmpty else {
+            reply.offload { try api.perform(plan, request) }
+            return
+        }
         guard case .read(_, _, let standbyAllowed, _) = plan else {
             reply.respond { try api.perform(plan, request) }
             return

@@ -57,12 +57,16 @@ import TestSupport
         let answer = try post("local", "chat/completions", ModelBodies.chat(prompt), headers: [
             ("TeamCache-Authorization", "Bearer \(secret)"), ("Authorization", "Bearer sk-caller-2"),
             ("Connection", "keep-alive, X-Hop"), ("X-Hop", "1"), ("TE", "trailers"), ("OpenAI-Organization", "org-1"),
+            ("Accept-Encoding", "gzip, br"),
         ])
         #expect(answer.status == 200)
+        #expect(answer.header("X-Upstream-Account") == "org-of-this-caller", "the caller's own call: its fields")
         let headers = try #require(try harness.call(prompt)?["headers"] as? [String: String])
         #expect(headers["authorization"] == "Bearer sk-caller-2")
         #expect(headers["openai-organization"] == "org-1")
         #expect(headers["host"] == "127.0.0.1:\(try harness.upstream.port)")
+        // The gateway decodes nothing, so it asks for no encoding, whatever the caller takes.
+        #expect(headers["accept-encoding"] == "identity")
         for dropped in ["teamcache-authorization", "x-hop", "te", "connection"] {
             #expect(headers[dropped] == nil, "\(dropped) was forwarded")
         }
@@ -82,11 +86,25 @@ import TestSupport
         let sentToAnthropic = try #require(try harness.call(anthropic)?["headers"] as? [String: String])
         #expect(sentToAnthropic["x-api-key"] == GatewayHarness.serverKey)
         #expect(sentToAnthropic["anthropic-version"] == "2023-06-01")
+        // Wherever the token is put, it is never forwarded: with a key held, the key goes instead.
+        let shapes = ModelBodies.unique("token shapes")
+        #expect(try post("keyed", "chat/completions", ModelBodies.chat(shapes), headers: [
+            ("TeamCache-Authorization", "Bearer \(secret)"), ("Authorization", "Basic \(secret)"), ("api-key", secret),
+            ("X-Custom", "x\(secret)y"),
+        ]).status == 200)
+        let shaped = try #require(try harness.call(shapes)?["headers"] as? [String: String])
+        #expect(!shaped.values.contains { $0.contains(secret) })
+        #expect(shaped["authorization"] == "Bearer \(GatewayHarness.serverKey)")
+        #expect(try service.request("POST", path("keyed", "chat/completions?key=\(secret)"),
+                                    headers: [("TeamCache-Authorization", "Bearer \(secret)")],
+                                    json: ModelBodies.chat(shapes)).status == 400)
         // An upstream without a key of its own: the token is refused, not forwarded.
         let refused = ModelBodies.unique("no server key")
         let answer = try post("local", "chat/completions", ModelBodies.chat(refused),
                               headers: [("Authorization", "Bearer \(secret)")])
         #expect(answer.status == 401)
+        #expect(try post("local", "chat/completions", ModelBodies.chat(refused),
+                         headers: [("TeamCache-Authorization", "Bearer \(secret)"), ("api-key", secret)]).status == 401)
         #expect(answer.header("Content-Type") == "application/problem+json")
         #expect(try harness.count(refused) == 0)
     }
@@ -190,7 +208,7 @@ import TestSupport
         let paths = ["../chat/completions", "chat/../../x", "%2e%2e/x", "%2E%2e/x", "chat%2fcompletions", "a%5cb",
                      "/evil.example/x", "//evil.example/x", "http:/x", "https:%2f%2fevil.example", "a@evil.example",
                      "./chat/completions", "chat/%2e/completions", "a%00b", "a%0d%0aX-Injected:%201", "a%25%32%65",
-                     "chat/completions?x=%0d%0a"]
+                     "chat/completions?x=%0d%0a", "..;/x", "chat/..;x/completions", "chat/.;/completions"]
         for rest in paths {
             let answer = try service.request("POST", path("local", rest), headers: headers,
                                              json: ModelBodies.chat("refused"))
@@ -275,6 +293,8 @@ import TestSupport
         let owner = try #require(first.value)
         #expect(second.head.header("X-TeamCache") == "hit; collapsed")
         #expect(second.body == owner.body)
+        // The first caller's account fields are its own: a follower is not shown them.
+        #expect(owner.head.header("X-Upstream-Account") != nil && second.head.header("X-Upstream-Account") == nil)
         // The follower had its first event within the stream's life, well before its end,
         // and each later event within 50 ms of the caller whose call it is.
         let firstPart = try #require(second.parts.first).at.timeIntervalSince(started)
@@ -300,6 +320,43 @@ import TestSupport
         Thread.sleep(forTimeInterval: 1.5)
         let again = try post("local", "chat/completions", body, headers: headers)
         #expect(again.header("X-TeamCache") == "hit")
+        #expect(try harness.count(prompt) == 1)
+    }
+    /// `no-store` on a streamed chat call: forwarded as sent (no usage asked for on its behalf,
+    /// so no usage-only event it would not expect), nothing stored; likewise a beta header.
+    @Test func uncachedCallsAreForwardedAsSent() throws {
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        let prompt = ModelBodies.unique("no store stream")
+        let answer = try StreamedAnswer.read(port: try service.port, path("local", "chat/completions"),
+                                             headers: headers + [("Cache-Control", "no-store")],
+                                             body: ModelBodies.chat(prompt, stream: true))
+        #expect(answer.head.header("X-TeamCache") == "bypass")
+        #expect(!answer.text.contains("\"choices\": []"))
+        let body = try #require(try harness.call(prompt)?["body"] as? [String: Any])
+        #expect(body["stream_options"] == nil)
+        let beta = ModelBodies.unique("beta")
+        for _ in 0..<2 {
+            let answer = try post("local", "chat/completions", ModelBodies.chat(beta),
+                                  headers: headers + [("OpenAI-Beta", "assistants=v2")])
+            #expect(answer.header("X-TeamCache") == "bypass")
+        }
+        #expect(try harness.count(beta) == 2)
+    }
+
+    /// Without the loops' read batchers (TEAMCACHE_READ_BATCH=0) the gateway reads through
+    /// the pool, on a worker: a repeat is still a hit.
+    @Test func withoutBatchedReadsARepeatIsStillAHit() throws {
+        let plain = try harness.service { $0.readBatch = 0 }
+        defer { plain.stop() }
+        let namespace = TestService.namespace("gwplain")
+        let headers = [("TeamCache-Authorization",
+                        "Bearer \(try plain.token([.read, .write], namespaces: namespace))")]
+        let prompt = ModelBodies.unique("unbatched")
+        let target = "/v1/caches/\(namespace)/gateway/local/chat/completions"
+        #expect(try plain.request("POST", target, headers: headers, json: ModelBodies.chat(prompt))
+            .header("X-TeamCache") == "miss")
+        #expect(try plain.request("POST", target, headers: headers, json: ModelBodies.chat(prompt))
+            .header("X-TeamCache") == "hit")
         #expect(try harness.count(prompt) == 1)
     }
 }

@@ -94,7 +94,6 @@ final class Gateway: Sendable {
             responder.allowWaiting(call.upstream.deadlines.connect + call.upstream.deadlines.firstByte
                                    + settings.wait)
             guard call.plan != nil, !call.controls.noStore else {
-                metrics?.count(call.upstream.name, "bypass")
                 fill(call, responder, lease: nil, cached: false)
                 return
             }
@@ -118,10 +117,11 @@ final class Gateway: Sendable {
         let query = request.target.firstIndex(of: "?").map { request.target[request.target.index(after: $0)...] }
         let (target, path) = try GatewayPath.target(rest: request.pathParameters["path"] ?? [], query: query)
         let controls = try GatewayControls(request.headers, policy: api.policy)
-        let plan = query == nil
+        // A beta feature switched on by a header changes the answer where the key cannot see
+        // it: such a call is forwarded uncached, as one with a query is.
+        let plan = query == nil && !GatewayHeaders.namesABeta(request.headers)
             ? ModelRequest.plan(kind: upstream.kind, method: request.method, path: path, body: request.body) : nil
-        let cached = plan != nil && !controls.noStore
-        let headers = try GatewayHeaders.forwarded(request.headers, upstream: upstream, cached: cached)
+        let headers = try GatewayHeaders.forwarded(request.headers, upstream: upstream)
         return GatewayRequest(request: request, upstream: upstream, namespace: namespace, target: target, plan: plan,
                               controls: controls, headers: headers, principal: principal)
     }
@@ -135,7 +135,10 @@ final class Gateway: Sendable {
     /// Follows a call in progress here, or reads the entry (waiting on another replica's
     /// lease as a lookup does), then answers the hit or calls the upstream.
     func look(_ call: GatewayRequest, _ responder: Responder, mayFollow: Bool) {
-        guard let key = call.key, let entryKey = EntryKey(Array(key.utf8)) else { return }
+        guard let key = call.key, let entryKey = EntryKey(Array(key.utf8)) else {
+            fill(call, responder, lease: nil, cached: false)
+            return
+        }
         let liveName = LiveFills.name(call.namespace.name, key)
         if mayFollow, let broadcast = live.find(liveName), follow(broadcast, call, responder) { return }
         let lookup = GatewayLookup(gateway: self, call: call, key: entryKey)
@@ -145,7 +148,6 @@ final class Gateway: Sendable {
                 response = try make()
             } catch {
                 // The cache is sick: the caller is not made worse off, its call goes on uncached.
-                metrics?.count(call.upstream.name, "bypass")
                 fill(call, responder, lease: nil, cached: false)
                 return
             }
@@ -156,8 +158,9 @@ final class Gateway: Sendable {
                                ? "stale" : response.headers["X-TeamCache"]?.contains("collapsed") == true ? "collapsed" : "hit")
                 // Served stale in its window: refreshed in the background with the lease it was given.
                 if let revalidate { fill(call, nil, on: responder.loop, lease: revalidate, cached: true) }
-            case .lease(let lease): fill(call, responder, lease: lease, cached: true, stale: lookup.staleEntry)
-            case .missed: fill(call, responder, lease: nil, cached: true, stale: lookup.staleEntry)
+            case .lease(let lease):
+                fill(call, responder, lease: lease, cached: true, stale: lookup.staleEntry, mayFollow: mayFollow)
+            case .missed: fill(call, responder, lease: nil, cached: true, stale: lookup.staleEntry, mayFollow: mayFollow)
             }
         }
     }
@@ -176,9 +179,13 @@ final class Gateway: Sendable {
     /// answer is stored when complete (and followed by callers here meanwhile); `lease`: the
     /// lease it fills (given back if the call fails); `stale`: what `max-stale` may answer
     /// with if the upstream fails.
+    /// `mayFollow` false: this caller left a call here that did not answer it (an error to
+    /// share with no one); it makes its own, beside that one, rather than join it again.
     func fill(_ call: GatewayRequest, _ responder: Responder?, on loop: EventLoop? = nil, lease: Lease?, cached: Bool,
-              stale: StoredEntry? = nil) {
+              stale: StoredEntry? = nil, mayFollow: Bool = true) {
         guard let loop = loop ?? responder?.loop else { return }
+        let bypass = !cached || call.controls.noCache
+        if responder != nil { metrics?.count(call.upstream.name, bypass ? "bypass" : "miss") }
         let streamed = call.plan.map(\.stream) ?? true
         let broadcast = Broadcast(streamed: !cached || streamed, maxTranscript: cached ? api.policy.maxBodyBytes : 0)
         var liveName: String?
@@ -188,24 +195,27 @@ final class Gateway: Sendable {
                 // Another caller here started the same call a moment ago: follow it (a
                 // background refresh has no one to tell), and let the lease go to whoever
                 // needs it.
-                if responder == nil || follow(existing, call, responder!) {
+                if mayFollow && (responder == nil || follow(existing, call, responder!)) {
                     if let lease { giveBack(lease, call) }
                     return
                 }
+            } else {
+                liveName = name
             }
-            liveName = name
         }
         var owner: GatewayReader?
         if let responder {
-            let reader = GatewayReader(gateway: self, call: call, responder: responder, role: .owner(stale: stale),
-                                       streamed: broadcast.streamed)
+            let reader = GatewayReader(gateway: self, call: call, responder: responder,
+                                       role: .owner(stale: stale, cached: cached), streamed: broadcast.streamed)
             _ = broadcast.join(reader.follower())
             owner = reader
         }
         let exchange = GatewayExchange(gateway: self, call: call, broadcast: broadcast, lease: lease, liveName: liveName,
                                        cached: cached, owner: owner)
+        // Only a cached call asks for what the caller did not (a stream's usage): the recorder
+        // that takes it out again exists for cached calls alone.
         var request = ClientRequest(method: call.request.method, path: call.target, headers: call.headers,
-                                    body: call.body, deadlines: call.upstream.deadlines,
+                                    body: cached ? call.body : call.request.body, deadlines: call.upstream.deadlines,
                                     maxResponseBytes: settings.maxResponseBytes)
         if call.request.method == "HEAD" { request.method = "HEAD" }
         let handle = client.call(request, to: call.upstream.origin, tls: call.upstream.tls, on: loop, delegate: exchange)

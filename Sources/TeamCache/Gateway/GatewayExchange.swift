@@ -25,6 +25,8 @@ final class GatewayExchange: HTTPCallDelegate {
     private var recorder: StreamRecorder?
     private var status = 0
     private var contentType = ""
+    /// The upstream encoded its answer though asked not to: relayed with its encoding, never stored.
+    private var encoded = false
     private let started = DispatchTime.now().uptimeNanoseconds
 
     init(gateway: Gateway, call: GatewayRequest, broadcast: Broadcast, lease: Lease?, liveName: String?, cached: Bool,
@@ -53,6 +55,7 @@ final class GatewayExchange: HTTPCallDelegate {
         status = head.status
         // An answer that names no type is passed on as bytes, not claimed to be JSON.
         contentType = head["Content-Type"] ?? "application/octet-stream"
+        encoded = head["Content-Encoding"].map { $0.lowercased() != "identity" } ?? false
         gateway.metrics?.observeFirstByte(call.upstream.name, seconds: elapsed)
         broadcast.begin(Broadcast.Head(status: head.status, headers: GatewayHeaders.relayed(head.headers),
                                        contentType: contentType))
@@ -87,7 +90,7 @@ final class GatewayExchange: HTTPCallDelegate {
             self.recorder = recorder
             broadcast.send(rest)
         }
-        let storable = cached && (200..<300).contains(status) && !call.controls.noStore && completeStream
+        let storable = cached && (200..<300).contains(status) && !call.controls.noStore && !encoded && completeStream
         let transcript = storable ? broadcast.transcript : nil
         let usage = transcript.flatMap { usageOf($0) }
         gateway.metrics?.observeUpstream(call.upstream.name, seconds: elapsed)
@@ -142,9 +145,12 @@ final class GatewayExchange: HTTPCallDelegate {
     /// Stores the answer (compressing a large one off the loop) and completes the lease when
     /// the write is committed; the callers waiting on other replicas are woken by it.
     private func store(_ transcript: [UInt8], _ usage: AnswerUsage, then done: @escaping @Sendable (Bool) -> Void) {
-        guard let plan = call.plan, let key = EntryKey(Array(plan.descriptor.key.utf8)) else { return done(false) }
+        guard let plan = call.plan, let key = EntryKey(Array(plan.descriptor.key.utf8)) else {
+            if let lease { gateway.giveBack(lease, call) }
+            return done(false)
+        }
         let api = gateway.api, call = self.call, lease = self.lease, contentType = self.contentType
-        let metrics = gateway.metrics
+        let metrics = gateway.metrics, gateway = self.gateway
         let write = { @Sendable in
             var entry = EntryWrite(namespace: call.namespace, key: key,
                                    body: StoredBody.fromIdentity(transcript, contentType: contentType, policy: api.policy),
@@ -160,7 +166,15 @@ final class GatewayExchange: HTTPCallDelegate {
             let written = entry
             api.store.submit(written, committed: { result in
                 api.completeLease(lease?.id, written, outcome: result)
-                if case .success = result { done(true) } else { done(false) }
+                let stored: Bool
+                switch result {
+                case .success(.created), .success(.replaced): stored = true
+                case .success(.preconditionFailed), .success(.storeFull), .failure: stored = false
+                }
+                // Not stored (a sick database, a full store): the lease goes to a waiter at
+                // once, rather than holding every other replica's callers to its end.
+                if !stored, let lease { gateway.giveBack(lease, call) }
+                done(stored)
             }) { result, _ in
                 if case .failure = result { metrics?.countError(call.upstream.name, "store") }
             }

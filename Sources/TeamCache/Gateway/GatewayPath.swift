@@ -46,13 +46,19 @@ enum GatewayPath {
             decoded.append(byte)
             index += 1
         }
-        if decoded == [UInt8(ascii: ".")] || decoded == [UInt8(ascii: "."), UInt8(ascii: ".")] {
+        // `..;x` is `..` to servers that strip path parameters (Tomcat, Spring): judged without them.
+        let name = decoded.prefix { $0 != UInt8(ascii: ";") }
+        if name.elementsEqual([UInt8(ascii: ".")]) || name.elementsEqual([UInt8(ascii: "."), UInt8(ascii: ".")]) {
             throw refusal("The gateway path has a dot segment.")
         }
     }
 
     private static func checkQuery(_ query: Substring) throws {
         let bytes = Array(query.utf8)
+        // A TeamCache token is never forwarded, wherever a caller puts it.
+        if GatewayHeaders.containsTokenSecret(query) {
+            throw refusal("The gateway query carries a TeamCache token; send it in TeamCache-Authorization.")
+        }
         var index = 0
         while index < bytes.count {
             let byte = bytes[index]

@@ -10,8 +10,9 @@ import Locking
 /// Loop-confined to its responder's loop; the broadcast reaches it through `follower()`.
 final class GatewayReader {
     enum Role {
-        /// With the entry `max-stale` allows, answered if the upstream fails.
-        case owner(stale: StoredEntry?)
+        /// With the entry `max-stale` allows, answered if the upstream fails; `cached`: its
+        /// answer is stored (else it is a bypass: `no-store`, not cacheable, or the cache sick).
+        case owner(stale: StoredEntry?, cached: Bool)
         case follower
     }
 
@@ -59,7 +60,7 @@ final class GatewayReader {
             gateway.look(call, responder, mayFollow: false)
             return
         }
-        if case .owner(let stale?) = role, head.status >= 500 || head.status == 429 {
+        if case .owner(let stale?, _) = role, head.status >= 500 || head.status == 429 {
             answerStale(stale)
             return
         }
@@ -85,6 +86,7 @@ final class GatewayReader {
         case .complete(let stored):
             if !isOwner {
                 gateway.api.tracker.record(.collapsed, namespace: call.namespace.name, at: gateway.api.clock.now())
+                gateway.metrics?.count(call.upstream.name, "collapsed")
             }
             if let stream {
                 stream.finish()
@@ -97,7 +99,7 @@ final class GatewayReader {
                 stream.abort()
             } else if !isOwner {
                 gateway.look(call, responder, mayFollow: false)
-            } else if case .owner(let stale?) = role {
+            } else if case .owner(let stale?, _) = role {
                 answerStale(stale)
             } else {
                 responder.respond(GatewayAnswers.failure(error, upstream: call.upstream).response(
@@ -119,10 +121,11 @@ final class GatewayReader {
 
     private func response(_ head: Broadcast.Head, body: [UInt8], stored: Bool) -> HTTPResponse {
         var headers = HTTPHeaders(capacity: head.headers.count + 3)
-        for (name, value) in head.headers { headers.add(name, value) }
+        // The upstream's own fields go to the caller whose call it was, and to no one else.
+        if isOwner { for (name, value) in head.headers { headers.add(name, value) } }
         headers.add("Content-Type", head.contentType)
         switch role {
-        case .owner where call.plan == nil || call.controls.noStore:
+        case .owner(_, cached: false):
             headers.add("Cache-Status", "teamcache; fwd=bypass")
             headers.add("X-TeamCache", "bypass")
         case .owner:

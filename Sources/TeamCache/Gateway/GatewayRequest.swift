@@ -59,7 +59,7 @@ enum GatewayHeaders {
         "cache-control", "pragma", "x-request-id",
     ]
 
-    static func forwarded(_ headers: HTTPHeaders, upstream: Upstream, cached: Bool) throws -> [(name: String, value: String)] {
+    static func forwarded(_ headers: HTTPHeaders, upstream: Upstream) throws -> [(name: String, value: String)] {
         // Fields the caller's `Connection` names are hop-by-hop too.
         let named = Set(HeaderList.elements(headers, "Connection").map(\.name))
         var out: [(name: String, value: String)] = []
@@ -67,41 +67,61 @@ enum GatewayHeaders {
         for (name, value) in headers {
             let lower = name.lowercased()
             if dropped.contains(lower) || named.contains(lower) || lower.hasPrefix("teamcache-") { continue }
-            if cached && lower == "accept-encoding" { continue }
-            if lower == "authorization" || lower == "x-api-key" {
-                if carriesTeamCacheToken(lower, value) {
-                    guard upstream.key != nil else {
-                        throw HTTPError(401, "A TeamCache token was given as the upstream's API key, but upstream "
-                                        + "\(upstream.name) holds no key of its own: send your own key, and the token "
-                                        + "in TeamCache-Authorization. (The token is never forwarded.)")
-                    }
-                    continue
+            // The gateway relays bytes as they come and stores identity bytes: it decodes no
+            // encoding, so it asks for none (below).
+            if lower == "accept-encoding" { continue }
+            if containsTokenSecret(value) {
+                // A TeamCache token, wherever the caller put it (`Authorization` in any scheme,
+                // `x-api-key`, Azure's `api-key`, any field): never forwarded.
+                guard upstream.key != nil else {
+                    throw HTTPError(401, "A TeamCache token was given in \(name), but upstream \(upstream.name) holds no "
+                                    + "key of its own: send your own key, and the token in TeamCache-Authorization. "
+                                    + "(The token is never forwarded.)")
                 }
-                credential = true
+                continue
             }
+            if ["authorization", "x-api-key", "api-key"].contains(lower) { credential = true }
             out.append((name, value))
         }
         // The server-held key stands in when the caller sent none of its own.
         if !credential { out += upstream.credentialHeaders() }
-        // Cached answers are stored and replayed as identity bytes (TeamCache compresses them).
-        if cached { out.append(("Accept-Encoding", "identity")) }
+        out.append(("Accept-Encoding", "identity"))
         return out
     }
 
-    static func carriesTeamCacheToken(_ lowerName: String, _ value: String) -> Bool {
-        let trimmed = value.drop { $0 == " " }
-        if lowerName == "x-api-key" { return trimmed.hasPrefix(APIToken.secretPrefix) }
-        guard trimmed.lowercased().hasPrefix("bearer ") else { return false }
-        return trimmed.dropFirst(7).drop { $0 == " " }.hasPrefix(APIToken.secretPrefix)
+    /// Whether the request switches on a beta feature (`anthropic-beta`, `OpenAI-Beta`).
+    static func namesABeta(_ headers: HTTPHeaders) -> Bool {
+        headers["anthropic-beta"] != nil || headers["OpenAI-Beta"] != nil
     }
 
-    /// Upstream response fields passed to the caller: not hop-by-hop or framing (the server
-    /// frames its own answer), nor cookies (a shared cache never relays one caller's to another).
+    /// Whether `text` holds a TeamCache token's secret (`tc_` and 64 hex digits).
+    static func containsTokenSecret<Text: StringProtocol>(_ text: Text) -> Bool {
+        let bytes = Array(text.utf8), prefix = Array(APIToken.secretPrefix.utf8)
+        guard bytes.count >= prefix.count + 64 else { return false }
+        var index = 0
+        while index + prefix.count + 64 <= bytes.count {
+            if bytes[index..<(index + prefix.count)].elementsEqual(prefix),
+               bytes[(index + prefix.count)..<(index + prefix.count + 64)].allSatisfy(isHexDigit) {
+                return true
+            }
+            index += 1
+        }
+        return false
+    }
+
+    private static func isHexDigit(_ byte: UInt8) -> Bool {
+        (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66) || (byte >= 0x41 && byte <= 0x46)
+    }
+
+    /// Upstream response fields passed to the caller whose call it is: not hop-by-hop or framing
+    /// (the server frames its own answer), nor cookies (a shared cache never relays one caller's
+    /// to another), nor the cache's own. (Followers and hits get none: they carry the first
+    /// caller's account, rate limits and request ids.)
     static func relayed(_ head: [(name: String, value: String)]) -> [(name: String, value: String)] {
         head.filter {
             let lower = $0.name.lowercased()
-            return !dropped.contains(lower) && !["content-encoding", "set-cookie", "date", "server", "content-type",
-                                                 "alt-svc"].contains(lower)
+            return !dropped.contains(lower) && !["set-cookie", "date", "server", "content-type", "alt-svc",
+                                                 "cache-status", "x-teamcache", "age", "vary"].contains(lower)
         }
     }
 }

@@ -2,6 +2,7 @@
 ``/v1/responses``, ``/v1/embeddings``, ``/v1/completions`` and Anthropic's ``/v1/messages``,
 streamed and not, recording its calls (path, body, headers). Prompts steer it:
 "fail" answers 500, "busy" 429, "slow" takes 300 ms, "drip" streams its events 250 ms apart,
+"hold" streams its first event and then waits 5 s before the rest,
 "gate" streams its first chunk and then waits for ``gate`` to be set before the rest, "cut"
 ends a stream after its first chunk.
 
@@ -117,6 +118,7 @@ class Upstream:
                 data = json.dumps(document).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
+                self.send_header("X-Upstream-Account", "org-of-this-caller")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -157,6 +159,7 @@ class Upstream:
             def _send_events(self, text: str, payloads: list[str]) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
+                self.send_header("X-Upstream-Account", "org-of-this-caller")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 self._chunk(payloads[0])
@@ -166,6 +169,8 @@ class Upstream:
                     return
                 if "gate" in text:
                     owner.gate.wait(10)
+                if "hold" in text:
+                    time.sleep(5)
                 for payload in payloads[1:]:
                     if "drip" in text:
                         time.sleep(0.25)
