@@ -84,7 +84,10 @@ def burst(args: argparse.Namespace) -> None:
 
     def one(index: int) -> None:
         caller = Caller(f"http://127.0.0.1:{ports[index % len(ports)]}{args.prefix}", args.header_map)
-        caller.connection.connect()
+        try:
+            caller.connection.connect()
+        except OSError:
+            pass  # counted as failed below; the others must not wait for it
         ready.wait()
         go.wait()
         try:

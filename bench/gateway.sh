@@ -85,6 +85,7 @@ read -r ng_rps _ ng_p99 ng_bad <<<"$(post "http://127.0.0.1:$NGINX_PORT/v1/chat/
 
 # LiteLLM's proxy, its in-memory cache on, one worker, the same upstream and request.
 lt_rps="" lt_p99="" lt_bad="" lt_burst="not run"
+LITELLM_KEY="sk-bench-master-$(openssl rand -hex 8)"
 if [ "${BENCH_LITELLM:-1}" = 1 ]; then
   [ -x "$LITELLM_VENV/bin/litellm" ] || { python3 -m venv "$LITELLM_VENV" &&
     "$LITELLM_VENV/bin/pip" install -q --disable-pip-version-check 'litellm[proxy]' >&2; } || true
@@ -97,6 +98,8 @@ model_list:
       model: openai/gpt-4o-mini
       api_base: $UPSTREAM/v1
       api_key: sk-bench
+general_settings:
+  master_key: $LITELLM_KEY
 litellm_settings:
   cache: true
   cache_params:
@@ -108,11 +111,11 @@ YAML
   for _ in $(seq 1 240); do
     curl -fsS -o /dev/null "http://127.0.0.1:$LITELLM_PORT/health/liveliness" 2>/dev/null && break; sleep 0.5
   done
-  curl -fsS -o /dev/null -H 'Content-Type: application/json' --data-binary @"$WORK/chat.json" \
-    "http://127.0.0.1:$LITELLM_PORT/chat/completions" || true
-  read -r lt_rps _ lt_p99 lt_bad <<<"$(post "http://127.0.0.1:$LITELLM_PORT/chat/completions" "$WORK/chat.json" "Authorization: Bearer sk-bench")"
+  curl -fsS -o /dev/null -H 'Content-Type: application/json' -H "Authorization: Bearer $LITELLM_KEY" \
+    --data-binary @"$WORK/chat.json" "http://127.0.0.1:$LITELLM_PORT/chat/completions" || true
+  read -r lt_rps _ lt_p99 lt_bad <<<"$(post "http://127.0.0.1:$LITELLM_PORT/chat/completions" "$WORK/chat.json" "Authorization: Bearer $LITELLM_KEY")"
   read -r made failed <<<"$(python3 "$BENCH_DIR/gateway.py" burst --ports "$LITELLM_PORT" --clients "$CLIENTS" \
-    --upstream "$UPSTREAM")"
+    --header "Authorization: Bearer $LITELLM_KEY" --upstream "$UPSTREAM")"
   lt_burst="$made (failed: $failed)"
   kill -TERM "$LITELLM_PID" 2>/dev/null; wait "$LITELLM_PID" 2>/dev/null || true
   LITELLM_PID=""

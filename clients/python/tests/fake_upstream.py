@@ -34,6 +34,9 @@ class Upstream:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Head and body are written apart: without TCP_NODELAY the body waits for the
+            # client's delayed ACK (~40 ms), which benches would read as the upstream's time.
+            disable_nagle_algorithm = True
 
             def do_GET(self) -> None:
                 if self.path == "/_test/calls":
