@@ -24,8 +24,10 @@ public final class HTTPCall {
     private(set) var delegate: (any HTTPCallDelegate)?
     unowned let pool: OriginPool
     var phase = Phase.waiting
-    /// When the current phase must have moved on (monotonic nanoseconds).
-    var deadline: UInt64 = 0
+    /// When the current phase must have moved on (monotonic nanoseconds). None until a phase
+    /// is entered: a call failed "soon" (overloaded, no TLS context) is tracked meanwhile, and
+    /// the deadline sweep must not beat that failure to it with a time-out of its own.
+    var deadline: UInt64 = .max
     var connection: ClientConnection?
     /// Tried again once on a new connection after a reused one failed before answering.
     var retried = false

@@ -115,6 +115,23 @@ import Testing
         }
     }
 
+    /// An error on the way makes a stream that ends "complete" unstorable; a responses stream
+    /// cut by its token limit is complete, as the non-streamed answer is.
+    @Test func anErrorEventIsNotAnAnswer() {
+        for (text, complete, failed) in [
+            ("data: {\"choices\":[]}\n\ndata: {\"error\":{\"message\":\"overloaded\"}}\n\ndata: [DONE]\n\n", true, true),
+            ("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n", false, true),
+            ("event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{}}\n\n", false, true),
+            ("data: {\"type\":\"response.incomplete\",\"response\":{\"status\":\"incomplete\"}}\n\n", true, false),
+            ("data: {\"choices\":[{\"delta\":{\"content\":\"an error in the text\"}}]}\n\ndata: [DONE]\n\n", true, false),
+        ] {
+            var recorder = StreamRecorder(endpoint: "/chat/completions", stripsUsage: false)
+            _ = recorder.feed(Array(text.utf8))
+            _ = recorder.finish()
+            #expect(recorder.complete == complete && recorder.failed == failed, "\(text)")
+        }
+    }
+
     @Test func aTokenSecretIsFoundAnywhereInAValue() {
         let secret = "tc_" + String(repeating: "0f", count: 32)
         for value in [secret, "Bearer \(secret)", "Basic\t\(secret)", "x\(secret)y"] {

@@ -169,7 +169,7 @@ final class Gateway: Sendable {
     /// its start.
     private func follow(_ broadcast: Broadcast, _ call: GatewayRequest, _ responder: Responder) -> Bool {
         let reader = GatewayReader(gateway: self, call: call, responder: responder, role: .follower,
-                                   streamed: broadcast.streamed)
+                                   streamed: broadcast.streamed, broadcast: broadcast)
         return broadcast.join(reader.follower())
     }
 

@@ -124,7 +124,7 @@ final class GatewayExchange: HTTPCallDelegate {
 
     private var completeStream: Bool {
         guard let recorder else { return true }
-        return recorder.complete && !recorder.unreadable
+        return recorder.complete && !recorder.unreadable && !recorder.failed
     }
 
     private func leaveLive() {

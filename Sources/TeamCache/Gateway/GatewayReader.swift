@@ -21,13 +21,17 @@ final class GatewayReader {
     let responder: Responder
     let role: Role
     let streamed: Bool
+    /// A follower's broadcast: its transcript is a whole (not streamed) answer.
+    private let broadcast: Broadcast?
     /// The streamed answer once started (its client's backpressure and departure).
     private(set) var stream: ResponseStream?
     private var head: Broadcast.Head?
     private var body: [UInt8] = []
     private var done = false
 
-    init(gateway: Gateway, call: GatewayRequest, responder: Responder, role: Role, streamed: Bool) {
+    init(gateway: Gateway, call: GatewayRequest, responder: Responder, role: Role, streamed: Bool,
+         broadcast: Broadcast? = nil) {
+        self.broadcast = broadcast
         self.gateway = gateway
         self.call = call
         self.responder = responder
@@ -70,13 +74,30 @@ final class GatewayReader {
         if stream == nil { done = true }
     }
 
+    /// Unread bytes a reader of a shared (cached) call may fall behind by before it is cut:
+    /// such a call goes at the upstream's pace for everyone, so a reader that does not keep
+    /// up is not buffered without bound (it sees an incomplete answer, as on any cut).
+    static let maxUnread = 4 << 20
+
     private func take(_ part: [UInt8]) {
         guard !done, head != nil else { return }
         if let stream {
+            if shared && stream.unreadBytes > Self.maxUnread {
+                done = true
+                stream.abort()
+                return
+            }
             stream.send(part)
-        } else {
+        } else if isOwner {
             body += part
         }
+        // A follower's whole answer is the broadcast's transcript, read at the end: one copy
+        // for every follower, not one each.
+    }
+
+    /// Whether the call is cached (read at the upstream's pace, not this reader's).
+    private var shared: Bool {
+        if case .owner(_, cached: false) = role { false } else { true }
     }
 
     private func finish(_ ending: Broadcast.Ending) {
@@ -91,7 +112,14 @@ final class GatewayReader {
             if let stream {
                 stream.finish()
             } else if let head {
-                responder.respond(response(head, body: body, stored: stored))
+                if isOwner {
+                    responder.respond(response(head, body: body, stored: stored))
+                } else if let whole = broadcast?.transcript {
+                    responder.respond(response(head, body: whole, stored: stored))
+                } else {
+                    // Too large to have been kept for followers: this caller makes its own way.
+                    gateway.look(call, responder, mayFollow: false)
+                }
             }
         case .failed(let error):
             if let stream {

@@ -18,6 +18,9 @@ struct StreamRecorder {
     private(set) var complete = false
     /// The stream could not be read as events (an event past the bound): never stored.
     private(set) var unreadable = false
+    /// An event reported an error (`{"error": …}` mid-stream, as vLLM and others send before
+    /// `[DONE]`, or `response.failed`, or Anthropic's `error` event): never stored.
+    private(set) var failed = false
     private var pending: [UInt8] = []
 
     init(endpoint: String, stripsUsage: Bool) {
@@ -65,10 +68,14 @@ struct StreamRecorder {
             }
             guard Self.mayMatter(data), let document = try? JSONParser.parse(Array(data)) else { continue }
             usage.read(document)
+            // An answer cut by its token limit is complete as the non-streamed one is (stored,
+            // with its reason); an error is not an answer.
             switch document["type"]?.stringValue {
-            case "response.completed", "message_stop": complete = true
+            case "response.completed", "response.incomplete", "message_stop": complete = true
+            case "response.failed", "error": failed = true
             default: break
             }
+            if case .object? = document["error"] { failed = true }
             if case .array(let choices)? = document["choices"], choices.isEmpty, case .object? = document["usage"] {
                 usageOnly = true
             }
@@ -78,7 +85,8 @@ struct StreamRecorder {
 
     private static let dataPrefix = Array("data:".utf8)
     private static let done = Array("[DONE]".utf8)
-    private static let markers = ["usage", "finish_reason", "stop_reason", "response.completed", "message_stop"]
+    private static let markers = ["usage", "finish_reason", "stop_reason", "response.completed", "response.incomplete",
+                                  "response.failed", "message_stop", "error"]
         .map { Array($0.utf8) }
 
     /// Whether an event's data may carry usage, a reason or the end (most carry a few words
