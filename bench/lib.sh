@@ -13,6 +13,14 @@ DURATION=${BENCH_DURATION:-10}
 PORT=${BENCH_PORT:-18580}
 NGINX_PORT=${BENCH_NGINX_PORT:-18581}
 BIN="${BENCH_BIN:-$REPO/.build/release/teamcache}"
+# BENCH_PIN=1: the servers (TeamCache with one event loop, nginx with one worker) on core 0,
+# the load generator (wrk, one thread) on core 1, so the ratio is the servers' CPU ratio and
+# not a share of cores fought over with wrk. Unset: everything on every core.
+if [ "${BENCH_PIN:-0}" = 1 ]; then
+  PIN_SERVER=(taskset -c 0) PIN_LOAD=(taskset -c 1) WRK_THREADS=1 NGINX_WORKERS=1 SERVER_LOOPS=(TEAMCACHE_EVENT_LOOPS=1)
+else
+  PIN_SERVER=() PIN_LOAD=() WRK_THREADS=2 NGINX_WORKERS=2 SERVER_LOOPS=()
+fi
 
 bench_cleanup() {
   [ -n "$SERVER_PID" ] && kill -TERM "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
@@ -42,7 +50,8 @@ build_release() {
 start_server() {
   rm -rf "$WORK/data"
   # Every bench client comes from 127.0.0.1 (http.sh holds 10,000 idle connections).
-  env TEAMCACHE_MAX_CONNECTIONS_PER_CLIENT=100000 "$@" TEAMCACHE_LOG_LEVEL="${BENCH_LOG_LEVEL:-info}" "$BIN" serve --listen "127.0.0.1:$PORT" \
+  "${PIN_SERVER[@]}" env TEAMCACHE_MAX_CONNECTIONS_PER_CLIENT=100000 "${SERVER_LOOPS[@]}" "$@" \
+    TEAMCACHE_LOG_LEVEL="${BENCH_LOG_LEVEL:-info}" "$BIN" serve --listen "127.0.0.1:$PORT" \
     --data-dir "$WORK/data" </dev/null >"$WORK/serve.out" 2>"$WORK/serve.log" &
   SERVER_PID=$!
   wait_listening 240
@@ -73,7 +82,7 @@ pg_socket() { echo "$WORK/data/run"; }
 start_nginx() {
   mkdir -p "$WORK/www" "$WORK/nginx"
   cat > "$WORK/nginx/nginx.conf" <<CONF
-worker_processes 2;
+worker_processes $NGINX_WORKERS;
 pid $WORK/nginx/nginx.pid;
 error_log $WORK/nginx/error.log warn;
 events { worker_connections 16384; }
@@ -88,7 +97,7 @@ http {
   }
 }
 CONF
-  nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx"
+  "${PIN_SERVER[@]}" nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx"
   sleep 0.3
   NGINX_PID=$(cat "$WORK/nginx/nginx.pid")
 }
@@ -98,7 +107,7 @@ wrk_run() {
   local connections=$1 url=$2
   shift 2
   local out
-  out=$(ulimit -n "$(ulimit -Hn)"; wrk -t2 -c"$connections" -d"${DURATION}s" --latency "$@" "$url" 2>&1)
+  out=$(ulimit -n "$(ulimit -Hn)"; "${PIN_LOAD[@]}" wrk -t"$WRK_THREADS" -c"$connections" -d"${DURATION}s" --latency "$@" "$url" 2>&1)
   echo "$out" >> "$WORK/wrk.log"
   local rps p50 p99
   rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')

@@ -5,7 +5,8 @@
 # transactions per hit during each TeamCache run (pg_stat_database), and the same hits
 # with the near-cache off (TEAMCACHE_NEAR_CACHE_BYTES=0) for comparison. For each side, the
 # CPU a request cost the server (user and kernel time, from /proc), the database's included
-# for TeamCache, so the ratio can be read against where the time goes.
+# for TeamCache, so the ratio can be read against where the time goes. BENCH_PIN=1: each
+# server on core 0 alone (one event loop, one nginx worker), wrk on core 1 (bench/lib.sh).
 source "$(dirname "$0")/lib.sh"
 need_tools
 build_release
@@ -78,6 +79,10 @@ python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >&2
 DURATION=5 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua" >/dev/null
 read -r off0 off050 off099 offtx0 _ <<<"$(hits 0)"
 read -r off1 off150 off199 offtx1 _ <<<"$(hits 1)"
+layout=$([ "${BENCH_PIN:-0}" = 1 ] && echo "servers pinned to core 0 (1 loop / 1 worker), wrk -t1 on core 1" \
+  || echo "servers and wrk -t2 unpinned on every core")
+echo "Layout: $layout."
+echo
 echo "| hits (-c$CONNECTIONS, median of 3) | teamcache req/s | p50 ms | p99 ms | db transactions per hit | nginx req/s | p50 ms | p99 ms | ratio |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for gz in 0 1; do

@@ -21,6 +21,9 @@ final class ClientConnection {
     private var output: [UInt8] = []
     private var written = 0
     private var parser = ResponseParser()
+    /// Events parsed from one read after the caller paused mid-way: given on resume, before
+    /// anything more is read (a paused caller is given nothing, even what has arrived).
+    private var held: [ResponseParser.Event] = []
     /// What epoll is asked for: nil when the descriptor is not watched at all.
     private var watching: Bool?
     /// A TLS operation is waiting for the socket to be writable.
@@ -267,7 +270,8 @@ final class ClientConnection {
                 var events: [ResponseParser.Event] = []
                 parser.inputEnded { events.append($0) }
                 spoiled = true
-                deliver(events, to: call)
+                // The connection ends here: what it brought is given now, paused or not.
+                deliver(events, to: call, evenIfPaused: true)
                 if state == .active { close() }
                 return
             case .wouldBlock(let writable):
@@ -282,10 +286,14 @@ final class ClientConnection {
         updateReadInterest()
     }
 
-    private func deliver(_ events: [ResponseParser.Event], to call: HTTPCall) {
-        for event in events {
+    private func deliver(_ events: [ResponseParser.Event], to call: HTTPCall, evenIfPaused: Bool = false) {
+        for (index, event) in events.enumerated() {
             // The delegate may cancel the call (closing this connection) from any callback.
             guard self.call === call, state == .active else { return }
+            if call.isPaused && !evenIfPaused {
+                held = Array(events[index...])
+                return
+            }
             switch event {
             case .head(let head): call.receivedHead(head)
             case .body(let part): call.received(part)
@@ -311,6 +319,11 @@ final class ClientConnection {
         loop.reactor.execute {
             let connection = this.value
             guard connection.state == .active else { return }
+            if !connection.held.isEmpty, let call = connection.call {
+                let events = connection.held
+                connection.held = []
+                connection.deliver(events, to: call)
+            }
             connection.readInput()
         }
     }

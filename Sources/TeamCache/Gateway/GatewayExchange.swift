@@ -165,16 +165,21 @@ final class GatewayExchange: HTTPCallDelegate {
             entry.writerTokenID = call.holder
             let written = entry
             api.store.submit(written, committed: { result in
-                api.completeLease(lease?.id, written, outcome: result)
                 let stored: Bool
                 switch result {
                 case .success(.created), .success(.replaced): stored = true
                 case .success(.preconditionFailed), .success(.storeFull), .failure: stored = false
                 }
-                // Not stored (a sick database, a full store): the lease goes to a waiter at
-                // once, rather than holding every other replica's callers to its end.
-                if !stored, let lease { gateway.giveBack(lease, call) }
+                // The callers here first (the entry is committed: a repeat anywhere is a hit;
+                // other replicas' waiters wake on the write's notification), then the lease's
+                // round trip. Not stored (a sick database, a full store): the lease goes to a
+                // waiter at once, rather than holding every other replica's callers to its end.
                 done(stored)
+                if stored {
+                    api.completeLease(lease?.id, written, outcome: result)
+                } else if let lease {
+                    gateway.giveBack(lease, call)
+                }
             }) { result, _ in
                 if case .failure = result { metrics?.countError(call.upstream.name, "store") }
             }
