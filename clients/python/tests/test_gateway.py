@@ -147,3 +147,23 @@ def test_the_gateway_and_the_transport_share_one_entry(sdk, server, token, names
     through = sdk.chat.completions.with_raw_response.create(model="gpt-x", messages=messages, temperature=0)
     assert through.headers["x-teamcache"] == "hit"
     assert len(calls(gateway_upstream, prompt)) == 1
+    # And the other way: what the gateway stored, the transport replays (streamed too).
+    for stream in (False, True):
+        other = [{"role": "user", "content": unique("shared back")}]
+        if stream:
+            first_text = "".join(c.choices[0].delta.content or "" for c in
+                                 sdk.chat.completions.create(model="gpt-x", messages=other, stream=True))
+        else:
+            first_text = sdk.chat.completions.create(model="gpt-x", messages=other).choices[0].message.content
+        with TeamCache(server.url, token) as cache:
+            transported = openai.OpenAI(base_url=gateway_upstream.url, api_key="sk-direct", max_retries=0,
+                                        http_client=http_client(namespace, cache))
+            if stream:
+                replayed = "".join(c.choices[0].delta.content or "" for c in
+                                   transported.chat.completions.create(model="gpt-x", messages=other, stream=True))
+            else:
+                raw = transported.chat.completions.with_raw_response.create(model="gpt-x", messages=other)
+                assert raw.headers["x-teamcache"] == "hit"
+                replayed = raw.parse().choices[0].message.content
+        assert replayed == first_text == "Hello there"
+        assert len(calls(gateway_upstream, other[0]["content"])) == 1
