@@ -196,9 +196,11 @@ import TestSupport
         #expect(down.header("Content-Type") == "application/problem+json")
         let problem = try object(down)
         #expect(problem["upstream"] as? String == "down" && problem["reason"] as? String == "connect")
+        #expect(problem["type"] as? String == "https://teamcache.dev/problems/upstream-failed")
         let slow = try service.request("GET", path("raw", "_test/slow_head?ms=3000"), headers: headers)
         #expect(slow.status == 504)
         #expect(try object(slow)["reason"] as? String == "first_byte_timeout")
+        #expect(try object(slow)["type"] as? String == "https://teamcache.dev/problems/upstream-timeout")
     }
 
     /// Each path that could leave the base URL is refused before anything is sent.

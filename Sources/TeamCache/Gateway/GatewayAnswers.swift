@@ -44,7 +44,8 @@ enum GatewayAnswers {
         let status = error?.isTimeout == true ? 504 : 502
         let what = error.map { "\($0.detail) (\($0.code.rawValue))" } ?? "its answer was cut short"
         var problem = HTTPError(status, "Upstream \(upstream.name) did not answer: \(what).",
-                                title: status == 504 ? "Upstream timed out" : "Upstream failed")
+                                title: status == 504 ? "Upstream timed out" : "Upstream failed",
+                                type: ProblemTypes.uri(status == 504 ? "upstream-timeout" : "upstream-failed"))
         problem.members = [("upstream", "\"\(upstream.name)\""),  // names are [a-z0-9_-]: no escapes
                            ("reason", "\"\(error?.code.rawValue ?? "closed")\"")]
         problem.headers.add("X-TeamCache", "miss")
