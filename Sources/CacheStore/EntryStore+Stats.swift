@@ -40,6 +40,22 @@ extension EntryStore {
               WHERE namespace <> '\(NamespaceLabels.other)') AS totals
         GROUP BY namespace
         """
+    /// Every namespace's totals (folded plus pending) whose name is LIKE $1, in name order, at
+    /// most $2 of them. The store-wide row and the `_other` label are not namespaces.
+    static let selectCacheTotals = """
+        SELECT namespace, sum(entries)::bigint AS entries, sum(identity_bytes)::bigint AS identity_bytes,
+               sum(stored_bytes)::bigint AS stored_bytes, sum(hits)::bigint AS hits, sum(misses)::bigint AS misses,
+               sum(stale)::bigint AS stale, sum(bypass)::bigint AS bypass, sum(collapsed)::bigint AS collapsed,
+               sum(input_tokens_saved)::bigint AS input_tokens_saved,
+               sum(output_tokens_saved)::bigint AS output_tokens_saved
+        FROM (SELECT namespace, entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, collapsed,
+                     input_tokens_saved, output_tokens_saved FROM namespace_counters
+              UNION ALL
+              SELECT namespace, entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, collapsed,
+                     input_tokens_saved, output_tokens_saved FROM counter_deltas) AS totals
+        WHERE namespace LIKE $1 AND namespace <> '' AND namespace <> '\(NamespaceLabels.other)'
+        GROUP BY namespace ORDER BY namespace LIMIT $2
+        """
     /// Namespaces that have settings, for the namespace labels (bounded: labels are capped).
     static let selectConfigured = "SELECT namespace FROM namespace_settings ORDER BY namespace LIMIT 10000"
     static let selectSettings = "SELECT default_ttl_seconds, max_bytes FROM namespace_settings WHERE namespace = $1"
@@ -91,6 +107,38 @@ extension EntryStore {
             }
             return totals
         }
+    }
+
+    public func cacheTotals(matching pattern: String, limit: Int) throws -> [(namespace: String, stats: CacheStats)] {
+        try pool.withConnection { connection in
+            try connection.query(Self.selectCacheTotals, [.text(Self.like(pattern)), .int(limit)]).rows.map { row in
+                var stats = CacheStats()
+                stats.entries = try row.int("entries") ?? 0
+                stats.identityBytes = try row.int("identity_bytes") ?? 0
+                stats.storedBytes = try row.int("stored_bytes") ?? 0
+                stats.hits = try row.int("hits") ?? 0
+                stats.misses = try row.int("misses") ?? 0
+                stats.stale = try row.int("stale") ?? 0
+                stats.bypass = try row.int("bypass") ?? 0
+                stats.collapsed = try row.int("collapsed") ?? 0
+                stats.inputTokensSaved = try row.int("input_tokens_saved") ?? 0
+                stats.outputTokensSaved = try row.int("output_tokens_saved") ?? 0
+                return (try row.string("namespace") ?? "", stats)
+            }
+        }
+    }
+
+    /// A token's pattern (`*`: any run) as a LIKE pattern: LIKE's own `%`, `_` and `\` escaped.
+    static func like(_ pattern: String) -> String {
+        var out = ""
+        for character in pattern {
+            switch character {
+            case "*": out += "%"
+            case "%", "_", "\\": out += "\\" + String(character)
+            default: out.append(character)
+            }
+        }
+        return out
     }
 
     /// Namespaces with settings (at most 10,000).

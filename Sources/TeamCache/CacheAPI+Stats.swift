@@ -17,6 +17,36 @@ extension CacheAPI {
         try stats(request, namespace: nil, detailed: true)
     }
 
+    /// Most namespaces `GET /v1/caches` lists (name order; `truncated` says when there are more).
+    static let maxListed = 10_000
+
+    /// `GET /v1/caches`: the namespaces the token may read, each with its totals (a dashboard's
+    /// overview). A token that may read none is 403; with auth off, every namespace.
+    func listCaches(_ request: HTTPRequest, _ principal: Authenticator.Principal) throws -> HTTPResponse {
+        _ = try RequestParsing.query(request)
+        let pattern: String
+        if let token = principal.token {
+            guard token.scopes.contains(.read) || token.scopes.contains(.admin) else {
+                throw HTTPError(403, "This token may read no namespace.")
+            }
+            pattern = token.namespacePattern
+        } else {
+            pattern = "*"
+        }
+        return try guarded(request) {
+            let listed = try store.cacheTotals(matching: pattern, limit: Self.maxListed + 1)
+            let caches = listed.prefix(Self.maxListed).map { namespace, stats -> JSONValue in
+                var members: [(String, JSONValue)] = [("namespace", .string(namespace))]
+                if case .object(let totals) = Self.json(stats, global: false, detailed: false) {
+                    members += totals.filter { $0.0 != "top" }
+                }
+                return .object(members)
+            }
+            return .json(200, JSONValue.object([("caches", .array(Array(caches))),
+                                                ("truncated", .bool(listed.count > Self.maxListed))]).serialized)
+        }
+    }
+
     private func stats(_ request: HTTPRequest, namespace: Namespace?, detailed: Bool) throws -> HTTPResponse {
         let top = try RequestParsing.integer("top", in: try RequestParsing.query(request), 0...1000) ?? 20
         return try guarded(request) {

@@ -92,6 +92,10 @@ extension Application {
             secured("GET", "/v1/caches/{ns}/export", .admin, api.exportPage),
             secured("POST", "/v1/caches/{ns}/import", .admin, api.importLines),
             secured("GET", "/v1/stats", .admin, api.globalStats),
+            // Any valid token; each sees the namespaces its scopes reach.
+            Route("GET", "/v1/caches", .worker) { request in
+                try api.guarded(request) { try api.listCaches(request, try auth.identify(request)) }
+            },
         ]
         let feed = ChangeFeedRoute(api: api, auth: auth, waiters: reads.waiters)
         routes.append(deferWrites ? feed.route() : feed.blockingRoute())

@@ -46,6 +46,10 @@ public protocol EntryStorage: AnyObject, Sendable {
     func namespaceTotals() throws -> [String: (entries: Int, identityBytes: Int, storedBytes: Int)]
     /// Namespaces with settings.
     func configuredNamespaces() throws -> Set<String>
+    /// The totals (entries, bytes, lookups, tokens saved; no top entries) of every namespace
+    /// whose name matches `pattern` (a token's: `*` matches any run), in name order, at most
+    /// `limit` of them.
+    func cacheTotals(matching pattern: String, limit: Int) throws -> [(namespace: String, stats: CacheStats)]
 
     /// Up to `limit` changes of `namespace` after `cursor`; throws `FeedCursorError` for a
     /// cursor that cannot be followed.

@@ -107,6 +107,29 @@ public final class MemoryStore: EntryStorage {
 
     public func configuredNamespaces() throws -> Set<String> { state.withLock { Set($0.settings.keys) } }
 
+    public func cacheTotals(matching pattern: String, limit: Int) throws -> [(namespace: String, stats: CacheStats)] {
+        let totals = try namespaceTotals()
+        return totals.keys.filter { Self.glob(pattern[...], $0[...]) }.sorted().prefix(max(0, limit)).map { name in
+            var stats = CacheStats()
+            let total = totals[name]!
+            (stats.entries, stats.identityBytes, stats.storedBytes) = (total.entries, total.identityBytes, total.storedBytes)
+            return (name, stats)
+        }
+    }
+
+    /// `*` matches any run of characters (a token's namespace pattern).
+    static func glob(_ pattern: Substring, _ text: Substring) -> Bool {
+        guard let star = pattern.firstIndex(of: "*") else { return pattern == text }
+        let head = pattern[..<star], rest = pattern[pattern.index(after: star)...]
+        guard text.hasPrefix(head) else { return false }
+        var tail = text.dropFirst(head.count)
+        while true {
+            if glob(rest, tail) { return true }
+            guard !tail.isEmpty else { return false }
+            tail = tail.dropFirst()
+        }
+    }
+
     /// "Now" to the microsecond, as PostgreSQL stores it: an entry exported and imported again
     /// compares equal to itself.
     func now() -> Date { MemoryStore.microseconds(clock.now()) }

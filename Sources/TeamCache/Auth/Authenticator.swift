@@ -111,7 +111,13 @@ public final class Authenticator: Sendable {
         }
     }
 
-    private func authorize(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?, cachedOnly: Bool,
+    /// The principal of a valid token, whatever its scopes (for a route that shows each token
+    /// only what they reach: `GET /v1/caches`).
+    public func identify(_ request: HTTPRequest) throws -> Principal {
+        try authorize(request, nil, namespace: nil, cachedOnly: false)!
+    }
+
+    private func authorize(_ request: HTTPRequest, _ scope: Scope?, namespace: Namespace?, cachedOnly: Bool,
                            counted: Bool = true, lapsedIsKnown: Bool = false,
                            source: TokenSource = .authorization) throws -> Principal? {
         guard enabled else { return Principal(token: nil) }
@@ -122,7 +128,7 @@ public final class Authenticator: Sendable {
         guard let token = found, token.isUsable(at: clock.now()) else {
             throw Self.unauthorized("The token is unknown, expired or revoked.", error: "invalid_token")
         }
-        guard token.allows(scope, namespace: namespace) else {
+        if let scope, !token.allows(scope, namespace: namespace) {
             let target = namespace.map { "namespace \($0.name)" } ?? "store-wide routes"
             throw HTTPError(403, "This token lacks the \(scope.rawValue) scope for \(target).")
         }
