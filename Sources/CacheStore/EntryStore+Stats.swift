@@ -71,16 +71,7 @@ extension EntryStore {
         try pool.withConnection { connection in
             var stats = CacheStats()
             if let row = try connection.query(Self.selectCounters, [.text(namespace?.name ?? "")]).first {
-                stats.entries = try row.int("entries") ?? 0
-                stats.identityBytes = try row.int("identity_bytes") ?? 0
-                stats.storedBytes = try row.int("stored_bytes") ?? 0
-                stats.hits = try row.int("hits") ?? 0
-                stats.misses = try row.int("misses") ?? 0
-                stats.stale = try row.int("stale") ?? 0
-                stats.bypass = try row.int("bypass") ?? 0
-                stats.collapsed = try row.int("collapsed") ?? 0
-                stats.inputTokensSaved = try row.int("input_tokens_saved") ?? 0
-                stats.outputTokensSaved = try row.int("output_tokens_saved") ?? 0
+                stats = try Self.totals(row)
             }
             let rows = try namespace.map {
                 try connection.query(Self.selectTop, [.text($0.name), .int(top)])
@@ -112,20 +103,25 @@ extension EntryStore {
     public func cacheTotals(matching pattern: String, limit: Int) throws -> [(namespace: String, stats: CacheStats)] {
         try pool.withConnection { connection in
             try connection.query(Self.selectCacheTotals, [.text(Self.like(pattern)), .int(limit)]).rows.map { row in
-                var stats = CacheStats()
-                stats.entries = try row.int("entries") ?? 0
-                stats.identityBytes = try row.int("identity_bytes") ?? 0
-                stats.storedBytes = try row.int("stored_bytes") ?? 0
-                stats.hits = try row.int("hits") ?? 0
-                stats.misses = try row.int("misses") ?? 0
-                stats.stale = try row.int("stale") ?? 0
-                stats.bypass = try row.int("bypass") ?? 0
-                stats.collapsed = try row.int("collapsed") ?? 0
-                stats.inputTokensSaved = try row.int("input_tokens_saved") ?? 0
-                stats.outputTokensSaved = try row.int("output_tokens_saved") ?? 0
-                return (try row.string("namespace") ?? "", stats)
+                (try row.string("namespace") ?? "", try Self.totals(row))
             }
         }
+    }
+
+    /// The counters of a totals row (`selectCounters`, `selectCacheTotals`); no top entries.
+    static func totals(_ row: PostgresRow) throws -> CacheStats {
+        var stats = CacheStats()
+        stats.entries = try row.int("entries") ?? 0
+        stats.identityBytes = try row.int("identity_bytes") ?? 0
+        stats.storedBytes = try row.int("stored_bytes") ?? 0
+        stats.hits = try row.int("hits") ?? 0
+        stats.misses = try row.int("misses") ?? 0
+        stats.stale = try row.int("stale") ?? 0
+        stats.bypass = try row.int("bypass") ?? 0
+        stats.collapsed = try row.int("collapsed") ?? 0
+        stats.inputTokensSaved = try row.int("input_tokens_saved") ?? 0
+        stats.outputTokensSaved = try row.int("output_tokens_saved") ?? 0
+        return stats
     }
 
     /// A token's pattern (`*`: any run) as a LIKE pattern: LIKE's own `%`, `_` and `\` escaped.

@@ -84,7 +84,7 @@ import Testing
         var generator = SystemRandomNumberGenerator()
         let expected = strips ? Self.without(Self.usageEvent, in: Self.chat) : Self.chat
         for _ in 0..<2_000 {
-            var recorder = StreamRecorder(endpoint: "/chat/completions", stripsUsage: strips)
+            var recorder = StreamRecorder(stripsUsage: strips)
             var relayed: [UInt8] = []
             var index = 0
             while index < Self.chat.count {
@@ -105,11 +105,11 @@ import Testing
         for _ in 0..<5_000 {
             let bytes = Array((0..<Int.random(in: 0...30, using: &generator))
                 .map { _ in pieces.randomElement(using: &generator)! }.joined().utf8)
-            var recorder = StreamRecorder(endpoint: "/chat/completions", stripsUsage: false)
+            var recorder = StreamRecorder(stripsUsage: false)
             var relayed = recorder.feed(bytes)
             relayed += recorder.finish()
             #expect(relayed == bytes, "a stream not filtered passes exactly")
-            var stripping = StreamRecorder(endpoint: "/chat/completions", stripsUsage: true)
+            var stripping = StreamRecorder(stripsUsage: true)
             let kept = stripping.feed(bytes) + stripping.finish()
             #expect(kept.count <= bytes.count)
         }
@@ -125,7 +125,7 @@ import Testing
             ("data: {\"type\":\"response.incomplete\",\"response\":{\"status\":\"incomplete\"}}\n\n", true, false),
             ("data: {\"choices\":[{\"delta\":{\"content\":\"an error in the text\"}}]}\n\ndata: [DONE]\n\n", true, false),
         ] {
-            var recorder = StreamRecorder(endpoint: "/chat/completions", stripsUsage: false)
+            var recorder = StreamRecorder(stripsUsage: false)
             _ = recorder.feed(Array(text.utf8))
             _ = recorder.finish()
             #expect(recorder.complete == complete && recorder.failed == failed, "\(text)")

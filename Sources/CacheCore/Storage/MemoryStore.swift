@@ -108,10 +108,9 @@ public final class MemoryStore: EntryStorage {
     public func configuredNamespaces() throws -> Set<String> { state.withLock { Set($0.settings.keys) } }
 
     public func cacheTotals(matching pattern: String, limit: Int) throws -> [(namespace: String, stats: CacheStats)] {
-        let totals = try namespaceTotals()
-        return totals.keys.filter { Self.glob(pattern[...], $0[...]) }.sorted().prefix(max(0, limit)).map { name in
+        let matching = try namespaceTotals().filter { Self.glob(pattern[...], $0.key[...]) }
+        return matching.sorted { $0.key < $1.key }.prefix(max(0, limit)).map { name, total in
             var stats = CacheStats()
-            let total = totals[name]!
             (stats.entries, stats.identityBytes, stats.storedBytes) = (total.entries, total.identityBytes, total.storedBytes)
             return (name, stats)
         }

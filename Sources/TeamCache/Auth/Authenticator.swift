@@ -81,8 +81,7 @@ public final class Authenticator: Sendable {
     /// The principal allowed `scope` on `namespace` (nil namespace: a store-wide route).
     public func authorize(_ request: HTTPRequest, _ scope: Scope, namespace: Namespace?,
                           source: TokenSource = .authorization) throws -> Principal {
-        // Without `cachedOnly` a principal or an error always comes back.
-        try authorize(request, scope, namespace: namespace, cachedOnly: false, source: source)!
+        try verified(request, scope, namespace: namespace, source: source)
     }
 
     /// Like `authorize`, but never reads the database (for event loops): nil when the token
@@ -114,7 +113,19 @@ public final class Authenticator: Sendable {
     /// The principal of a valid token, whatever its scopes (for a route that shows each token
     /// only what they reach: `GET /v1/caches`).
     public func identify(_ request: HTTPRequest) throws -> Principal {
-        try authorize(request, nil, namespace: nil, cachedOnly: false)!
+        try verified(request, nil, namespace: nil, source: .authorization)
+    }
+
+    /// Reads the token from the database when it is not cached: a principal or an error.
+    private func verified(_ request: HTTPRequest, _ scope: Scope?, namespace: Namespace?, source: TokenSource) throws
+        -> Principal {
+        guard let principal = try authorize(request, scope, namespace: namespace, cachedOnly: false, source: source)
+        else {
+            // Only a cache-only lookup answers nothing; should one here, the client retries.
+            throw HTTPError(503, "The token could not be verified; retry shortly.",
+                            headers: HTTPHeaders([("Retry-After", "1")]))
+        }
+        return principal
     }
 
     private func authorize(_ request: HTTPRequest, _ scope: Scope?, namespace: Namespace?, cachedOnly: Bool,

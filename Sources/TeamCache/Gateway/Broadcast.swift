@@ -128,6 +128,4 @@ final class LiveFills: Sendable {
             if fills[name] === broadcast { fills[name] = nil }
         }
     }
-
-    var count: Int { fills.withLock { $0.count } }
 }

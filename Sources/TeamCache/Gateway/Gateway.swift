@@ -56,9 +56,9 @@ final class Gateway: Sendable {
     private func start(_ request: HTTPRequest, _ responder: Responder) {
         do {
             let namespace = try RequestParsing.namespace(request)
-            guard let principal = try authorized(request, namespace, blocking: false) else {
+            guard let principal = try authorizedWithoutBlocking(request, namespace) else {
                 // A token not seen yet: verified on a worker, then on with the loop.
-                responder.offload({ [self] in try api.guarded(request) { try authorized(request, namespace, blocking: true)! } }) {
+                responder.offload({ [self] in try api.guarded(request) { try authorized(request, namespace) } }) {
                     [self] result in
                     switch result {
                     case .success(let principal): proceed(request, responder, namespace, principal)
@@ -73,13 +73,22 @@ final class Gateway: Sendable {
         }
     }
 
-    /// Read and write on the namespace (a cached answer is read, a fill is written).
-    private func authorized(_ request: HTTPRequest, _ namespace: Namespace, blocking: Bool) throws
+    /// Read and write on the namespace (a cached answer is read, a fill is written); the
+    /// token read from the database when it is not cached.
+    private func authorized(_ request: HTTPRequest, _ namespace: Namespace) throws -> Authenticator.Principal {
+        try mayRead(auth.authorize(request, .write, namespace: namespace, source: .gateway), namespace)
+    }
+
+    /// As `authorized`, without blocking: nil when the token is not cached yet.
+    private func authorizedWithoutBlocking(_ request: HTTPRequest, _ namespace: Namespace) throws
         -> Authenticator.Principal? {
-        let principal = blocking
-            ? try auth.authorize(request, .write, namespace: namespace, source: .gateway)
-            : try auth.authorizeWithoutBlocking(request, .write, namespace: namespace, source: .gateway)
-        if let token = principal?.token, !token.allows(.read, namespace: namespace) {
+        try auth.authorizeWithoutBlocking(request, .write, namespace: namespace, source: .gateway)
+            .map { try mayRead($0, namespace) }
+    }
+
+    private func mayRead(_ principal: Authenticator.Principal, _ namespace: Namespace) throws
+        -> Authenticator.Principal {
+        if let token = principal.token, !token.allows(.read, namespace: namespace) {
             throw HTTPError(403, "This token lacks the read scope for namespace \(namespace.name).")
         }
         return principal
@@ -214,10 +223,9 @@ final class Gateway: Sendable {
                                        cached: cached, owner: owner)
         // Only a cached call asks for what the caller did not (a stream's usage): the recorder
         // that takes it out again exists for cached calls alone.
-        var request = ClientRequest(method: call.request.method, path: call.target, headers: call.headers,
+        let request = ClientRequest(method: call.request.method, path: call.target, headers: call.headers,
                                     body: cached ? call.body : call.request.body, deadlines: call.upstream.deadlines,
                                     maxResponseBytes: settings.maxResponseBytes)
-        if call.request.method == "HEAD" { request.method = "HEAD" }
         let handle = client.call(request, to: call.upstream.origin, tls: call.upstream.tls, on: loop, delegate: exchange)
         exchange.attach(handle)
     }

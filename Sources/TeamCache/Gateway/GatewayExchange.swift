@@ -39,7 +39,7 @@ final class GatewayExchange: HTTPCallDelegate {
         self.cached = cached
         self.owner = owner
         if cached, let plan = call.plan, plan.stream {
-            recorder = StreamRecorder(endpoint: plan.endpoint, stripsUsage: plan.upstreamBody != nil)
+            recorder = StreamRecorder(stripsUsage: plan.upstreamBody != nil)
         }
     }
 
@@ -59,18 +59,15 @@ final class GatewayExchange: HTTPCallDelegate {
         gateway.metrics?.observeFirstByte(call.upstream.name, seconds: elapsed)
         broadcast.begin(Broadcast.Head(status: head.status, headers: GatewayHeaders.relayed(head.headers),
                                        contentType: contentType))
-        if let stream = owner?.stream {
-            // The owner's client left mid-stream: an uncached call stops, a cached one reads on.
-            let handle = self.handle, loop = owner!.responder.loop, cached = self.cached
-            if let handle, !cached {
-                let bound = LoopBound(handle, on: loop)
-                stream.whenClosed { loop.execute { bound.value.cancel() } }
-            }
+        // The owner's client left mid-stream: an uncached call stops, a cached one reads on.
+        if !cached, let owner, let stream = owner.stream, let handle {
+            let loop = owner.responder.loop, bound = LoopBound(handle, on: loop)
+            stream.whenClosed { loop.execute { bound.value.cancel() } }
         }
     }
 
     func callReceived(_ part: [UInt8]) {
-        let relayed = recorder != nil && (200..<300).contains(status) ? recorder!.feed(part) : part
+        let relayed = (200..<300).contains(status) ? recorder?.feed(part) ?? part : part
         broadcast.send(relayed)
         applyBackpressure()
     }
@@ -78,9 +75,11 @@ final class GatewayExchange: HTTPCallDelegate {
     /// An uncached answer waits for its one reader; a cached one is read at the upstream's pace
     /// (bounded by the entry size it keeps), for every caller waiting on it.
     private func applyBackpressure() {
-        guard !cached, let stream = owner?.stream, let handle, !stream.isWritable, !stream.isClosed else { return }
+        guard !cached, let owner, let stream = owner.stream, let handle, !stream.isWritable, !stream.isClosed else {
+            return
+        }
         handle.pause()
-        let bound = LoopBound(handle, on: owner!.responder.loop), loop = owner!.responder.loop
+        let loop = owner.responder.loop, bound = LoopBound(handle, on: loop)
         stream.whenWritable { loop.execute { bound.value.resume() } }
     }
 

@@ -11,7 +11,6 @@ struct StreamRecorder {
     /// events, passes unfiltered and is not stored.
     static let maxEventBytes = 1 << 20
 
-    let endpoint: String
     /// Take out the usage-only chat completion chunk (`choices: []` with `usage`).
     let stripsUsage: Bool
     private(set) var usage = AnswerUsage()
@@ -23,8 +22,7 @@ struct StreamRecorder {
     private(set) var failed = false
     private var pending: [UInt8] = []
 
-    init(endpoint: String, stripsUsage: Bool) {
-        self.endpoint = endpoint
+    init(stripsUsage: Bool) {
         self.stripsUsage = stripsUsage
     }
 

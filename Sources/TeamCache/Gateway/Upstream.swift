@@ -29,8 +29,12 @@ public struct Upstream: Sendable {
 
     /// The defaults: each SDK's own base URL, so its paths are forwarded as they are.
     public static func defaults() throws -> [String: Upstream] {
-        let tls = try TLSContext(caFile: nil)
-        return [
+        try defaults(tls: TLSContext(caFile: nil))
+    }
+
+    /// The defaults, trusting the system store through `tls` (shared with a file's upstreams).
+    static func defaults(tls: TLSContext) throws -> [String: Upstream] {
+        [
             "openai": Upstream(name: "openai", origin: try Origin(parsing: "https://api.openai.com/v1"), kind: .openai,
                                key: nil, tls: tls, deadlines: ClientDeadlines()),
             "anthropic": Upstream(name: "anthropic", origin: try Origin(parsing: "https://api.anthropic.com"),

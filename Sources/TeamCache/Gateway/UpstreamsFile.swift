@@ -16,7 +16,11 @@ enum UpstreamsFile {
 
     /// The defaults, with the file's upstreams over them (nil path: the defaults alone).
     static func load(path: String?) throws -> [String: Upstream] {
-        var upstreams = try Upstream.defaults()
+        // One context for the system store, shared by the defaults and the file's upstreams
+        // without a CA file of their own (it is read once, at start).
+        let system: TLSContext
+        do { system = try TLSContext(caFile: nil) } catch { throw Problem(description: error.detail) }
+        var upstreams = try Upstream.defaults(tls: system)
         guard let path else { return upstreams }
         let data: Data
         do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
@@ -26,7 +30,7 @@ enum UpstreamsFile {
         guard case .object(let entries)? = try? JSONParser.parse(Array(data)) else {
             throw Problem(description: "is not a JSON object of upstreams by name")
         }
-        var contexts: [String: TLSContext] = [:]
+        var contexts: [String: TLSContext] = ["": system]
         for (name, entry) in entries {
             do {
                 upstreams[name] = try upstream(name, entry, contexts: &contexts)

@@ -16,7 +16,7 @@ import pytest
 from openai.types.chat import ChatCompletion
 
 from teamcache import AsyncTeamCache, CircuitBreaker, ConfigurationError, TeamCache, TokenCounts
-from teamcache.openai import http_client
+from teamcache.openai import async_http_client, http_client
 
 from .conftest import eventually, free_port
 from .fake_upstream import Upstream
@@ -304,3 +304,46 @@ def test_streamed_calls_without_usage_still_count_tokens_saved(upstream, server,
     assert all(chunk.choices for chunk in first) and all(chunk.choices for chunk in second)
     assert "".join(c.choices[0].delta.content or "" for c in second) == "Hello there" and upstream.count() == 1
     assert eventually(lambda: cache.stats(namespace).tokens_saved == TokenCounts(input=11, output=7))
+
+
+@pytest.mark.parametrize("sickness", ["refused", "frozen", "unauthorized"])
+@pytest.mark.parametrize("endpoint", ["completions", "responses"])
+def test_newly_cached_endpoints_go_on_at_once_whatever_the_cache(sickness, endpoint, frozen, server, upstream,
+                                                                 namespace):
+    """`completions` (cached since the gateway's shared mapping) and `responses` with numbers as
+    written: with TeamCache refusing connections, never answering or refusing the token, the
+    call is made and answered, within the lookup deadline."""
+    url = {"refused": f"http://127.0.0.1:{free_port()}", "frozen": frozen.url, "unauthorized": server.url}[sickness]
+    cache = TeamCache(url, "tc_" + "4" * 64, lookup_timeout=0.3, circuit_breaker=CircuitBreaker(cooldown=30))
+    client = openai.OpenAI(base_url=upstream.url, api_key="sk-test", max_retries=0,
+                           http_client=http_client(namespace, cache))
+    if endpoint == "completions":
+        raw, paid = timed(lambda: client.completions.with_raw_response.create(model="gpt-x", prompt="hi",
+                                                                             temperature=0.70))
+        assert raw.parse().choices[0].text == "Hello"
+    else:
+        raw, paid = timed(lambda: client.responses.with_raw_response.create(model="gpt-x", input="hi",
+                                                                           temperature=0.70))
+        assert raw.parse().output_text == "Hello from responses"
+    assert paid < 1.0, f"the call paid {paid:.2f} s for a sick cache"
+    assert raw.headers["x-teamcache"].startswith("bypass; reason=")
+    assert upstream.count() == 1
+
+
+@pytest.mark.parametrize("sickness", ["refused", "frozen", "unauthorized"])
+def test_the_async_transport_goes_on_for_completions_whatever_the_cache(sickness, frozen, server, upstream,
+                                                                        namespace):
+    url = {"refused": f"http://127.0.0.1:{free_port()}", "frozen": frozen.url, "unauthorized": server.url}[sickness]
+
+    async def call():
+        cache = AsyncTeamCache(url, "tc_" + "5" * 64, lookup_timeout=0.3,
+                               circuit_breaker=CircuitBreaker(cooldown=30))
+        client = openai.AsyncOpenAI(base_url=upstream.url, api_key="sk-test", max_retries=0,
+                                    http_client=async_http_client(namespace, cache))
+        started = time.monotonic()
+        raw = await client.completions.with_raw_response.create(model="gpt-x", prompt="hi")
+        return raw, time.monotonic() - started
+
+    raw, paid = asyncio.run(call())
+    assert raw.parse().choices[0].text == "Hello" and paid < 1.0
+    assert raw.headers["x-teamcache"].startswith("bypass; reason=")
