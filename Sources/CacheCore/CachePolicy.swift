@@ -20,6 +20,9 @@ public struct CachePolicy: Sendable {
     public var idleTTL = 30 * 24 * 3600
     /// How long the change feed keeps a change (7 days); a cursor older answers 410 Gone.
     public var changeRetention = 7 * 24 * 3600
+    /// How long the stats history keeps its minute points (48 h) and its hour points (400 days).
+    public var minutePointRetention = 48 * 3600
+    public var hourPointRetention = 400 * 24 * 3600
 
     public init() {}
 

@@ -13,6 +13,10 @@ public struct CacheStats: Sendable, Equatable {
     public var collapsed = 0
     public var inputTokensSaved = 0
     public var outputTokensSaved = 0
+    /// What hits saved, in billionths of the price table's currency.
+    public var costSavedNanos = 0
+    public var writes = 0
+    public var evictions = 0
     public var top: [TopEntry] = []
 
     public init() {}
@@ -51,9 +55,12 @@ public struct TopEntry: Sendable, Equatable {
 public struct NamespaceSettings: Sendable, Equatable {
     public var defaultTTL: Int?
     public var maxBytes: Int?
+    /// The namespace's own prices, looked at before the server's (nil: the server's only).
+    public var prices: PriceTable?
 
-    public init(defaultTTL: Int? = nil, maxBytes: Int? = nil) {
+    public init(defaultTTL: Int? = nil, maxBytes: Int? = nil, prices: PriceTable? = nil) {
         self.defaultTTL = defaultTTL
         self.maxBytes = maxBytes
+        self.prices = prices
     }
 }

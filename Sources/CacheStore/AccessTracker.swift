@@ -30,10 +30,13 @@ public final class AccessTracker: Sendable {
 
     struct NamespaceCounts {
         var hits = 0, misses = 0, stale = 0, bypass = 0, collapsed = 0, inputTokens = 0, outputTokens = 0
+        /// What the answers from entries saved, priced when they were given (billionths).
+        var costNanos = 0
 
         var isEmpty: Bool { hits == 0 && misses == 0 && stale == 0 && bypass == 0 }
 
-        mutating func add(_ lookup: Lookup, _ entry: StoredEntry?) {
+        mutating func add(_ lookup: Lookup, _ entry: StoredEntry?, costNanos cost: Int) {
+            costNanos &+= cost
             switch lookup {
             case .hit: hits += 1
             case .collapsed:
@@ -56,20 +59,56 @@ public final class AccessTracker: Sendable {
             collapsed += other.collapsed
             inputTokens += other.inputTokens
             outputTokens += other.outputTokens
+            costNanos &+= other.costNanos
         }
     }
 
     /// A namespace's counts not yet written, and its running totals since start (the
     /// lookup and token metrics, published at scrape time). One dictionary entry for both,
     /// so a lookup costs one lock and one hash, not one per metric series it touches.
+    ///
+    /// Pending counts are kept per minute (the history's finest step): the current minute's
+    /// in `pending`, earlier ones, only when a flush was late across a minute's end, in `earlier`.
     struct NamespaceState {
         var pending = NamespaceCounts()
+        /// The start (epoch seconds) of the minute `pending` counts.
+        var pendingMinute = 0
+        var earlier: [Int: NamespaceCounts] = [:]
         var total = NamespaceCounts()
 
-        mutating func record(_ lookup: Lookup, _ entry: StoredEntry?, pending isPending: Bool) {
-            total.add(lookup, entry)
-            if isPending { pending.add(lookup, entry) }
+        var hasPending: Bool { !pending.isEmpty || !earlier.isEmpty }
+
+        mutating func record(_ lookup: Lookup, _ entry: StoredEntry?, costNanos: Int, minute: Int,
+                             pending isPending: Bool) {
+            total.add(lookup, entry, costNanos: costNanos)
+            guard isPending else { return }
+            if minute != pendingMinute {
+                if !pending.isEmpty { earlier[pendingMinute, default: NamespaceCounts()].add(pending) }
+                pending = NamespaceCounts()
+                pendingMinute = minute
+            }
+            pending.add(lookup, entry, costNanos: costNanos)
         }
+
+        /// Takes every pending minute, oldest first.
+        mutating func takePending() -> [(minute: Int, counts: NamespaceCounts)] {
+            var taken = earlier.sorted { $0.key < $1.key }.map { (minute: $0.key, counts: $0.value) }
+            if !pending.isEmpty { taken.append((pendingMinute, pending)) }
+            pending = NamespaceCounts()
+            earlier = [:]
+            return taken
+        }
+
+        /// Gives back what a failed flush took (its running totals counted it already).
+        mutating func restore(_ minute: Int, _ counts: NamespaceCounts) {
+            if minute == pendingMinute { pending.add(counts) } else { earlier[minute, default: NamespaceCounts()].add(counts) }
+        }
+    }
+
+    /// The start of the minute `date` falls in, epoch seconds.
+    static func minute(_ date: Date) -> Int {
+        let seconds = Int(date.timeIntervalSince1970.rounded(.down))
+        return seconds - ((seconds % 60) + 60) % 60
     }
 
     /// Hit counts and last-access times of one chunk of entries (its own transaction). Rows
@@ -90,11 +129,13 @@ public final class AccessTracker: Sendable {
         """
     /// Lookup counts by namespace, as delta rows the counter fold adds to the totals (an
     /// insert waits for no lock; see `EntryStore.foldCounters`).
+    /// `at` is the minute the lookups happened in, so the history puts them there.
     static let flushCountersStatement = """
         INSERT INTO counter_deltas (namespace, hits, misses, stale, bypass, input_tokens_saved, output_tokens_saved,
-                                    collapsed)
-        SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
-                             $7::bigint[], $8::bigint[])
+                                    collapsed, cost_saved_nanos, at)
+        SELECT n, h, m, s, b, i, o, c, k, to_timestamp(t)
+        FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
+                    $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[]) AS d(n, h, m, s, b, i, o, c, k, t)
         """
     /// Entries per flush transaction: row locks are held only this long, so writers that
     /// replace a hot entry never wait behind a flush of the whole batch.
@@ -117,6 +158,8 @@ public final class AccessTracker: Sendable {
         var namespaces: [String: NamespaceState] = [:]
         /// Folds namespaces that hold nothing into one label, so `namespaces` stays bounded.
         var labels: NamespaceLabels
+        /// What hits are priced at (see `setPrices`).
+        var prices = PriceBook()
 
         /// The label for a namespace not counted yet.
         mutating func newLabel(_ namespace: String, hit: Bool, mayLabel: Bool) -> String {
@@ -143,10 +186,13 @@ public final class AccessTracker: Sendable {
         guard let metrics else { return }
         let lookups = metrics.registry.counter(metrics.lookups)
         let tokensSaved = metrics.registry.counter(metrics.tokensSaved)
+        let costSaved = metrics.registry.counter(metrics.costSaved)
         metrics.registry.addCollector { [weak self] in
             guard let totals = self?.totals() else { return }
             var lookupValues: [[String]: Double] = [:], tokenValues: [[String]: Double] = [:]
+            var costValues: [[String]: Double] = [:]
             for (namespace, total) in totals {
+                if total.costNanos > 0 { costValues[[namespace]] = Double(total.costNanos) / 1e9 }
                 for (result, count) in [("hit", total.hits), ("miss", total.misses), ("stale", total.stale),
                                         ("bypass", total.bypass), ("collapsed", total.collapsed)] where count > 0 {
                     lookupValues[[namespace, result]] = Double(count)
@@ -157,6 +203,7 @@ public final class AccessTracker: Sendable {
             }
             lookups.replaceAll(lookupValues)
             tokensSaved.replaceAll(tokenValues)
+            costSaved.replaceAll(costValues)
         }
     }
 
@@ -172,14 +219,19 @@ public final class AccessTracker: Sendable {
     public func record(_ lookup: Lookup, namespace: String, entry: StoredEntry? = nil, at now: Date,
                        mayLabel: Bool = false) {
         let enabled = self.enabled, batchSize = self.batchSize
+        let minute = Self.minute(now)
         let full = state.withLock { state in
+            let cost = entry.map {
+                state.prices.nanos(namespace: namespace, model: $0.model, input: $0.inputTokens, output: $0.outputTokens)
+            } ?? 0
             // The common case, a namespace already counted, costs one hash and changes the
             // state in place (no copy out and back).
             if let index = state.namespaces.index(forKey: namespace) {
-                state.namespaces.values[index].record(lookup, entry, pending: enabled)
+                state.namespaces.values[index].record(lookup, entry, costNanos: cost, minute: minute, pending: enabled)
             } else {
                 let label = state.newLabel(namespace, hit: entry != nil, mayLabel: mayLabel)
-                state.namespaces[label, default: NamespaceState()].record(lookup, entry, pending: enabled)
+                state.namespaces[label, default: NamespaceState()].record(lookup, entry, costNanos: cost, minute: minute,
+                                                                          pending: enabled)
             }
             guard enabled, let entry else { return false }
             state.entries[entry.id, default: EntryAccess(namespace: namespace, lastAccess: now)].add(at: now)
@@ -193,6 +245,22 @@ public final class AccessTracker: Sendable {
             return true
         }
         if full { batchFull() }
+    }
+
+    /// The server's price table (at start).
+    public func setServerPrices(_ table: PriceTable) {
+        state.withLock { $0.prices = PriceBook(server: table) }
+    }
+
+    /// Every namespace's own prices (the periodic refresh: a change made on another replica
+    /// is in force here within one refresh).
+    public func setNamespacePrices(_ tables: [String: PriceTable]) {
+        state.withLock { $0.prices.setNamespaces(tables) }
+    }
+
+    /// One namespace's own prices, changed through this replica (in force at once).
+    public func setNamespacePrices(_ namespace: String, _ table: PriceTable?) {
+        state.withLock { $0.prices.setNamespace(namespace, table) }
     }
 
     /// The metric label for `namespace` (itself, or `_other` when it holds nothing known).
@@ -213,11 +281,16 @@ public final class AccessTracker: Sendable {
     /// Writes what was counted since the last flush. On failure the counts are kept for the next one.
     public func flush() throws {
         let (pendingEntries, pendingNamespaces) = state.withLock { state in
-            let taken = (state.entries, state.namespaces.compactMapValues { $0.pending.isEmpty ? nil : $0.pending })
+            var counts: [PendingCounts] = []
+            for name in state.namespaces.keys where state.namespaces[name]?.hasPending == true {
+                for (minute, taken) in state.namespaces[name]?.takePending() ?? [] {
+                    counts.append(PendingCounts(namespace: name, minute: minute, counts: taken))
+                }
+            }
+            let entries = state.entries
             state.entries = [:]
             state.earlyFlushAsked = false
-            for name in taken.1.keys { state.namespaces[name]?.pending = NamespaceCounts() }
-            return taken
+            return (entries, counts)
         }
         guard let pool, !pendingEntries.isEmpty || !pendingNamespaces.isEmpty else { return }
         // In id order: neighbouring rows share index pages. (Locks are skipped, never waited for.)
@@ -242,7 +315,7 @@ public final class AccessTracker: Sendable {
                 try flushCounters(pendingNamespaces, on: connection)
             }
             // Rows held by a writer or a delete just now: counted at the next flush.
-            if !busy.isEmpty { restore(busy, [:]) }
+            if !busy.isEmpty { restore(busy, []) }
             flushes?.inc(["ok"])
         } catch {
             // What was committed stays committed; the rest waits for the next flush.
@@ -255,18 +328,25 @@ public final class AccessTracker: Sendable {
         }
     }
 
-    private func flushCounters(_ pending: [String: NamespaceCounts], on connection: PostgresConnection) throws {
+    /// One namespace's counts of one minute, as one delta row.
+    struct PendingCounts {
+        let namespace: String
+        let minute: Int
+        let counts: NamespaceCounts
+    }
+
+    private func flushCounters(_ pending: [PendingCounts], on connection: PostgresConnection) throws {
         guard !pending.isEmpty else { return }
-        let sorted = pending.sorted { $0.key < $1.key }
+        let sorted = pending.sorted { ($0.namespace, $0.minute) < ($1.namespace, $1.minute) }
+        func column(_ value: (NamespaceCounts) -> Int) -> PostgresValue { .intArray(sorted.map { Int64(value($0.counts)) }) }
         try connection.query(Self.flushCountersStatement, [
-            .textArray(sorted.map(\.key)), .intArray(sorted.map { Int64($0.value.hits) }),
-            .intArray(sorted.map { Int64($0.value.misses) }), .intArray(sorted.map { Int64($0.value.stale) }),
-            .intArray(sorted.map { Int64($0.value.bypass) }), .intArray(sorted.map { Int64($0.value.inputTokens) }),
-            .intArray(sorted.map { Int64($0.value.outputTokens) }), .intArray(sorted.map { Int64($0.value.collapsed) }),
+            .textArray(sorted.map(\.namespace)), column(\.hits), column(\.misses), column(\.stale), column(\.bypass),
+            column(\.inputTokens), column(\.outputTokens), column(\.collapsed), column(\.costNanos),
+            .intArray(sorted.map { Int64($0.minute) }),
         ])
     }
 
-    private func restore(_ pendingEntries: [Int64: EntryAccess], _ pendingNamespaces: [String: NamespaceCounts]) {
+    private func restore(_ pendingEntries: [Int64: EntryAccess], _ pendingNamespaces: [PendingCounts]) {
         state.withLock { state in
             for (id, access) in pendingEntries {
                 var merged = state.entries[id] ?? EntryAccess(namespace: access.namespace, lastAccess: access.lastAccess)
@@ -275,8 +355,8 @@ public final class AccessTracker: Sendable {
                 state.entries[id] = merged
             }
             // Back into pending only: the running totals counted them already.
-            for (name, counts) in pendingNamespaces {
-                state.namespaces[name, default: NamespaceState()].pending.add(counts)
+            for pending in pendingNamespaces {
+                state.namespaces[pending.namespace, default: NamespaceState()].restore(pending.minute, pending.counts)
             }
         }
     }

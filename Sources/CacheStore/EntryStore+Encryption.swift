@@ -32,6 +32,8 @@ extension EntryStore {
           AND e.updated_at = u.old_updated_at::timestamptz
         """
     static let reencryptBatch = 200
+    /// For this transaction, the entry triggers count rewritten rows as rewrites, not writes.
+    static let notWrites = "SELECT set_config('teamcache.counting', 'rewrite', true)"
 
     /// Seals every entry of `namespace` under its newest data key, `reencryptBatch` rows to a
     /// short transaction, so the service goes on meanwhile; `progress` hears after each batch.
@@ -71,6 +73,8 @@ extension EntryStore {
                 let changed = try pool.withConnection { connection in
                     try connection.transaction { connection in
                         _ = try connection.query(Self.lockRows, [.intArray(rewrites.map(\.id))])
+                        // Not writes: the history's write count is left alone (migration 0015).
+                        _ = try connection.query(Self.notWrites)
                         return try connection.query(Self.rewriteRows, [
                             .intArray(rewrites.map(\.id)), .bytesArray(rewrites.map(\.body)),
                             .textArray(rewrites.map(\.encoding)), .optionalTextArray(rewrites.map(\.metadata)),

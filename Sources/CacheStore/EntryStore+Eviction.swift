@@ -31,7 +31,9 @@ extension EntryStore {
               AND ($4::text IS NULL OR model = $4::text)
               AND ($5::text IS NULL OR version = $5::text)
               AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
-            RETURNING stored_size)
+            RETURNING namespace, stored_size),
+        counted AS (INSERT INTO counter_deltas (namespace, evicted_manual)
+                    SELECT namespace, count(*) FROM gone GROUP BY namespace)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
 

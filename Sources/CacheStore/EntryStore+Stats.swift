@@ -1,4 +1,5 @@
 import CacheCore
+import CacheKeys
 import Foundation
 import Postgres
 
@@ -6,20 +7,22 @@ extension EntryStore {
     /// The folded totals plus the deltas not folded yet, in one snapshot: exact as of the last
     /// commit (a fold is either wholly visible or not at all). The pending deltas are at most
     /// one fold interval of statements.
+    static let totalsColumns = """
+        entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, collapsed, input_tokens_saved,
+        output_tokens_saved, cost_saved_nanos, writes, evicted_expired + evicted_idle + evicted_size + evicted_manual AS evictions
+        """
     static let selectCounters = """
         SELECT coalesce(sum(entries), 0)::bigint AS entries, coalesce(sum(identity_bytes), 0)::bigint AS identity_bytes,
                coalesce(sum(stored_bytes), 0)::bigint AS stored_bytes, coalesce(sum(hits), 0)::bigint AS hits,
                coalesce(sum(misses), 0)::bigint AS misses, coalesce(sum(stale), 0)::bigint AS stale,
                coalesce(sum(bypass), 0)::bigint AS bypass, coalesce(sum(collapsed), 0)::bigint AS collapsed,
                coalesce(sum(input_tokens_saved), 0)::bigint AS input_tokens_saved,
-               coalesce(sum(output_tokens_saved), 0)::bigint AS output_tokens_saved
-        FROM (SELECT entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, collapsed, input_tokens_saved,
-                     output_tokens_saved
-              FROM namespace_counters WHERE namespace = $1
+               coalesce(sum(output_tokens_saved), 0)::bigint AS output_tokens_saved,
+               coalesce(sum(cost_saved_nanos), 0)::bigint AS cost_saved_nanos, coalesce(sum(writes), 0)::bigint AS writes,
+               coalesce(sum(evictions), 0)::bigint AS evictions
+        FROM (SELECT \(totalsColumns) FROM namespace_counters WHERE namespace = $1
               UNION ALL
-              SELECT entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, collapsed, input_tokens_saved,
-                     output_tokens_saved
-              FROM counter_deltas WHERE $1 = '' OR namespace = $1) AS totals
+              SELECT \(totalsColumns) FROM counter_deltas WHERE $1 = '' OR namespace = $1) AS totals
         """
     static let selectTop = """
         SELECT e.namespace, e.key, e.prompt_digest, e.model, a.hit_count, a.last_accessed_at, e.writer_token_id
@@ -47,23 +50,29 @@ extension EntryStore {
                sum(stored_bytes)::bigint AS stored_bytes, sum(hits)::bigint AS hits, sum(misses)::bigint AS misses,
                sum(stale)::bigint AS stale, sum(bypass)::bigint AS bypass, sum(collapsed)::bigint AS collapsed,
                sum(input_tokens_saved)::bigint AS input_tokens_saved,
-               sum(output_tokens_saved)::bigint AS output_tokens_saved
-        FROM (SELECT namespace, entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, collapsed,
-                     input_tokens_saved, output_tokens_saved FROM namespace_counters
+               sum(output_tokens_saved)::bigint AS output_tokens_saved, sum(cost_saved_nanos)::bigint AS cost_saved_nanos,
+               sum(writes)::bigint AS writes, sum(evictions)::bigint AS evictions
+        FROM (SELECT namespace, \(totalsColumns) FROM namespace_counters
               UNION ALL
-              SELECT namespace, entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, collapsed,
-                     input_tokens_saved, output_tokens_saved FROM counter_deltas) AS totals
+              SELECT namespace, \(totalsColumns) FROM counter_deltas) AS totals
         WHERE namespace LIKE $1 AND namespace <> '' AND namespace <> '\(NamespaceLabels.other)'
         GROUP BY namespace ORDER BY namespace LIMIT $2
         """
     /// Namespaces that have settings, for the namespace labels (bounded: labels are capped).
     static let selectConfigured = "SELECT namespace FROM namespace_settings ORDER BY namespace LIMIT 10000"
-    static let selectSettings = "SELECT default_ttl_seconds, max_bytes FROM namespace_settings WHERE namespace = $1"
+    static let selectSettings = """
+        SELECT default_ttl_seconds, max_bytes, prices::text AS prices FROM namespace_settings WHERE namespace = $1
+        """
     static let upsertSettings = """
-        INSERT INTO namespace_settings (namespace, default_ttl_seconds, max_bytes, updated_at)
-        VALUES ($1, $2::bigint, $3::bigint, now())
+        INSERT INTO namespace_settings (namespace, default_ttl_seconds, max_bytes, prices, updated_at)
+        VALUES ($1, $2::bigint, $3::bigint, $4::jsonb, now())
         ON CONFLICT (namespace) DO UPDATE SET default_ttl_seconds = excluded.default_ttl_seconds,
-            max_bytes = excluded.max_bytes, updated_at = now()
+            max_bytes = excluded.max_bytes, prices = excluded.prices, updated_at = now()
+        """
+    /// Namespaces with prices of their own (for the tracker's price book; bounded as labels are).
+    static let selectNamespacePrices = """
+        SELECT namespace, prices::text AS prices FROM namespace_settings WHERE prices IS NOT NULL
+        ORDER BY namespace LIMIT 10000
         """
 
     /// Totals and the `top` most-hit entries of `namespace`, or of the whole store when nil.
@@ -121,6 +130,9 @@ extension EntryStore {
         stats.collapsed = try row.int("collapsed") ?? 0
         stats.inputTokensSaved = try row.int("input_tokens_saved") ?? 0
         stats.outputTokensSaved = try row.int("output_tokens_saved") ?? 0
+        stats.costSavedNanos = try row.int("cost_saved_nanos") ?? 0
+        stats.writes = try row.int("writes") ?? 0
+        stats.evictions = try row.int("evictions") ?? 0
         return stats
     }
 
@@ -149,7 +161,8 @@ extension EntryStore {
             guard let row = try connection.query(Self.selectSettings, [.text(namespace.name)]).first else {
                 return NamespaceSettings()
             }
-            return NamespaceSettings(defaultTTL: try row.int("default_ttl_seconds"), maxBytes: try row.int("max_bytes"))
+            return NamespaceSettings(defaultTTL: try row.int("default_ttl_seconds"), maxBytes: try row.int("max_bytes"),
+                                     prices: try Self.prices(row.string("prices")))
         }
     }
 
@@ -157,8 +170,28 @@ extension EntryStore {
         try pool.withConnection { connection in
             _ = try connection.query(Self.upsertSettings, [
                 .text(namespace.name), settings.defaultTTL.map { .int($0) } ?? .null,
-                settings.maxBytes.map { .int($0) } ?? .null,
+                settings.maxBytes.map { .int($0) } ?? .null, settings.prices.map { .text($0.json.serialized) } ?? .null,
             ])
         }
+    }
+
+    /// Every namespace's own prices.
+    public func namespacePrices() throws -> [String: PriceTable] {
+        try pool.withConnection { connection in
+            var tables: [String: PriceTable] = [:]
+            for row in try connection.query(Self.selectNamespacePrices).rows {
+                if let name = try row.string("namespace"), let table = try Self.prices(row.string("prices")) {
+                    tables[name] = table
+                }
+            }
+            return tables
+        }
+    }
+
+    /// A stored price table (written by the settings route, so valid; one that is not reads
+    /// as none rather than failing every settings read).
+    static func prices(_ text: String?) -> PriceTable? {
+        guard let text, let json = try? JSONParser.parse(text) else { return nil }
+        return try? PriceTable.parse(json)
     }
 }

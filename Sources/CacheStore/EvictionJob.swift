@@ -22,7 +22,9 @@ public final class EvictionJob: Sendable {
         public var bytes: [Reason: Int] = [:]
         /// Changes dropped from the feed (older than the retention).
         public var changesTrimmed = 0
-        public var isEmpty: Bool { entries.values.allSatisfy { $0 == 0 } && changesTrimmed == 0 }
+        /// Stats history points dropped (older than their step's retention).
+        public var pointsTrimmed = 0
+        public var isEmpty: Bool { entries.values.allSatisfy { $0 == 0 } && changesTrimmed == 0 && pointsTrimmed == 0 }
     }
 
     static let lockKey: Int64 = 0x7463_6576_6963  // "tcevic"
@@ -51,7 +53,9 @@ public final class EvictionJob: Sendable {
         gone AS (
             DELETE FROM entries WHERE id = ANY(ARRAY(SELECT id FROM candidates WHERE due))
               AND expires_at < $1 AND expires_at + make_interval(secs => stale_while_revalidate) < $3
-            RETURNING stored_size),
+            RETURNING namespace, stored_size),
+        counted AS (INSERT INTO counter_deltas (namespace, evicted_expired)
+                    SELECT namespace, count(*) FROM gone GROUP BY namespace),
         last AS (SELECT expires_at, id FROM candidates ORDER BY expires_at DESC, id DESC LIMIT 1)
         SELECT (SELECT count(*) FROM gone)::bigint AS n, (SELECT coalesce(sum(stored_size), 0) FROM gone)::bigint AS bytes,
                (SELECT count(*) FROM candidates)::bigint AS scanned,
@@ -66,7 +70,8 @@ public final class EvictionJob: Sendable {
                 SELECT entry_id FROM entry_access WHERE last_accessed_at < $1 ORDER BY last_accessed_at LIMIT $2))
             FOR UPDATE SKIP LOCKED))
             AND updated_at < $1
-            RETURNING stored_size)
+            RETURNING namespace, stored_size),
+        counted AS (INSERT INTO counter_deltas (namespace, evicted_idle) SELECT namespace, count(*) FROM gone GROUP BY namespace)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
     /// The least recently used entries of a namespace ('' = the whole store) until `excess`
@@ -83,7 +88,8 @@ public final class EvictionJob: Sendable {
                      SELECT l.id FROM entries l WHERE l.id IN (SELECT id FROM ranked WHERE before < $2)
                      FOR UPDATE SKIP LOCKED))
                  AND updated_at <= $4
-                 RETURNING stored_size)
+                 RETURNING namespace, stored_size),
+        counted AS (INSERT INTO counter_deltas (namespace, evicted_size) SELECT namespace, count(*) FROM gone GROUP BY namespace)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
     static let overQuota = """
@@ -155,7 +161,8 @@ public final class EvictionJob: Sendable {
             metrics?.record(report, seconds: Date().timeIntervalSince(started))
             if !report.isEmpty {
                 logger.info("eviction cycle", Reason.allCases.map { ($0.rawValue, .int(report.entries[$0] ?? 0)) }
-                    + [("bytes", .int(report.bytes.values.reduce(0, +))), ("changes_trimmed", .int(report.changesTrimmed))])
+                    + [("bytes", .int(report.bytes.values.reduce(0, +))), ("changes_trimmed", .int(report.changesTrimmed)),
+                       ("points_trimmed", .int(report.pointsTrimmed))])
             }
             return report
         } catch {
@@ -189,6 +196,7 @@ public final class EvictionJob: Sendable {
         // The change feed keeps what a follower may still ask for; older changes go.
         report.changesTrimmed = try EntryStore.trimChanges(
             before: now.addingTimeInterval(-Double(policy.changeRetention)), on: connection)
+        report.pointsTrimmed = try EntryStore.trimHistory(now: now, policy: policy, on: connection)
         if policy.storeMaxBytes > 0, let stored = try connection.query(Self.storeBytes).first?.int("stored"),
            stored > Int(policy.storeMaxBytes) {
             try shrink("", excess: stored - Int(policy.storeMaxBytes), started: now, on: connection, into: &report)

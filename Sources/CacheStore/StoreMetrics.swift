@@ -6,6 +6,7 @@ public struct StoreMetrics: Sendable {
     public let registry: MetricsRegistry
     public var lookups: MetricDefinition
     public var tokensSaved: MetricDefinition
+    public var costSaved: MetricDefinition
     public var accessFlushes: MetricDefinition
     public var evictionRuns: MetricDefinition
     public var evictions: MetricDefinition
@@ -16,12 +17,14 @@ public struct StoreMetrics: Sendable {
     public var leases: MetricDefinition
 
     public init(registry: MetricsRegistry, lookups: MetricDefinition, tokensSaved: MetricDefinition,
+                costSaved: MetricDefinition,
                 accessFlushes: MetricDefinition, evictionRuns: MetricDefinition, evictions: MetricDefinition,
                 evictedBytes: MetricDefinition, evictionDuration: MetricDefinition,
                 evictionLastSuccess: MetricDefinition, integrityErrors: MetricDefinition, leases: MetricDefinition) {
         self.registry = registry
         self.lookups = lookups
         self.tokensSaved = tokensSaved
+        self.costSaved = costSaved
         self.accessFlushes = accessFlushes
         self.evictionRuns = evictionRuns
         self.evictions = evictions

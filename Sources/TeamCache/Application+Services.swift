@@ -176,6 +176,8 @@ struct NamespaceGauges: Sendable {
         totals = totals.filter { $0.value.entries > 0 }
         // The namespaces that may have series of their own: they hold entries or settings.
         tracker.learnNamespaces(Set(totals.keys).union((try? store.configuredNamespaces()) ?? []))
+        // Prices a namespace was given through another replica are in force here from now.
+        if let tables = try? store.namespacePrices() { tracker.setNamespacePrices(tables) }
         // The gauges follow the same cap: the largest namespaces by bytes, the rest summed.
         totals = Self.capped(totals, NamespaceLabels.defaultCapacity)
         entries.replaceAll(Dictionary(uniqueKeysWithValues: totals.map { ([$0.key], Double($0.value.entries)) }))

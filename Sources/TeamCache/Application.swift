@@ -42,6 +42,9 @@ public final class Application: Sendable {
         let flusher = FlushTrigger()
         tracker = AccessTracker(pool: pool, metrics: storeMetrics, enabled: configuration.accessTracking,
                                 batchSize: configuration.accessFlushBatch, batchFull: { flusher.fire() })
+        tracker.setServerPrices(configuration.prices)
+        // Namespaces' own prices now; the namespace refresh keeps them current after.
+        if let tables = try? store.namespacePrices() { tracker.setNamespacePrices(tables) }
         tokens = TokenStore(pool: pool)
         let leases = LeaseStore(pool: pool, metrics: storeMetrics)
         directSessions = Self.directSessions(configuration, database)
@@ -51,7 +54,8 @@ public final class Application: Sendable {
         let loops = Self.loopParts(configuration, database, metrics, leases)
         listener = loops.listener
         let api = CacheAPI(store: store, tracker: tracker, eviction: eviction, leases: leases, waiters: loops.waiters,
-                           metrics: metrics, inflated: Self.inflatedBodies(configuration, metrics), near: loops.near)
+                           metrics: metrics, inflated: Self.inflatedBodies(configuration, metrics), near: loops.near,
+                           currency: configuration.currency)
         readiness = ReadinessProbe(url: database.url, migrations: database.migrations, limits: configuration.sessionLimits)
         // Probed once now, so the service is ready from its first request.
         readiness.probe()

@@ -79,7 +79,14 @@ extension CacheAPI {
             ("hit_ratio", .double((stats.hitRatio * 10000).rounded() / 10000)),
             ("tokens_saved", .object([("input", .int(stats.inputTokensSaved)),
                                       ("output", .int(stats.outputTokensSaved))])),
+            ("cost_saved", .double(Self.money(stats.costSavedNanos))),
+            ("writes", .int(stats.writes)),
+            ("evictions", .int(stats.evictions)),
             ("top", .array(top)),
         ])
     }
+
+    /// Billionths of the currency as an amount, to the millionth (a hit on a small model can
+    /// save a few millionths; more digits would be noise from the price's own rounding).
+    static func money(_ nanos: Int) -> Double { (Double(nanos) / 1000).rounded() / 1_000_000 }
 }

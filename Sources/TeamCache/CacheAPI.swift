@@ -24,6 +24,8 @@ public final class CacheAPI: Sendable {
     /// Hot entries answered without a database read (nil: none); the store drops a key from
     /// it on every change this process makes, before the change is answered.
     let near: NearCache?
+    /// The price table's currency, named beside every money figure.
+    let currency: String
     let logger = Logger(component: "cache")
     /// Database failures during an outage repeat per request: one line per kind per 10 s.
     let failures = LogThrottle(Logger(component: "cache"))
@@ -32,8 +34,10 @@ public final class CacheAPI: Sendable {
     var clock: any Clock { store.clock }
 
     init(store: any EntryStorage, tracker: AccessTracker, eviction: EvictionJob?, leases: any LeaseStorage,
-         waiters: Waiters? = nil, metrics: MetricsRegistry?, inflated: InflatedBodies, near: NearCache? = nil) {
+         waiters: Waiters? = nil, metrics: MetricsRegistry?, inflated: InflatedBodies, near: NearCache? = nil,
+         currency: String = "USD") {
         self.store = store
+        self.currency = currency
         self.near = near
         self.leases = leases
         self.waiters = waiters

@@ -74,6 +74,9 @@ public struct Configuration: Sendable {
     /// The gateway's upstreams (TEAMCACHE_UPSTREAMS_FILE over the defaults); nil: the defaults.
     public var upstreams: [String: Upstream]?
     public var gateway = GatewaySettings()
+    /// What hits are priced at (TEAMCACHE_PRICES_FILE; none by default), and in which currency.
+    public var prices = PriceTable()
+    public var currency = "USD"
 
     public init() {}
 
@@ -169,6 +172,9 @@ struct SettingReader {
         config.cache.hardCapRatio = try number("TEAMCACHE_HARD_CAP_RATIO", 1...10)
         config.cache.idleTTL = Int(try duration("TEAMCACHE_IDLE_TTL", 60...3_153_600_000))
         config.cache.changeRetention = Int(try duration("TEAMCACHE_CHANGE_RETENTION", 60...3_153_600_000))
+        config.cache.minutePointRetention = Int(try duration("TEAMCACHE_HISTORY_MINUTES", 3600...3_153_600_000))
+        config.cache.hourPointRetention = Int(try duration("TEAMCACHE_HISTORY_HOURS", 86400...3_153_600_000))
+        try prices(&config)
         config.evictionInterval = try duration("TEAMCACHE_EVICTION_INTERVAL", 1...86400)
         config.accessFlushInterval = try duration("TEAMCACHE_ACCESS_FLUSH_INTERVAL", 0.05...3600)
         config.accessTracking = try flag("TEAMCACHE_ACCESS_TRACKING")
@@ -177,6 +183,18 @@ struct SettingReader {
         config.rateLimit = try number("TEAMCACHE_RATE_LIMIT", 0...1_000_000)
         try gateway(&config)
         return config
+    }
+
+    /// The price table: a bad file stops the service, naming the file and the problem (a
+    /// typo must not price every hit at zero unnoticed).
+    private func prices(_ config: inout Configuration) throws {
+        let name = "TEAMCACHE_PRICES_FILE"
+        guard let path = values[name], !path.isEmpty else { return }
+        do {
+            (config.prices, config.currency) = try PricesFile.load(path: path)
+        } catch {
+            throw ConfigurationError(variable: name, value: path, allowed: "a JSON price table; this one \(error)")
+        }
     }
 
     /// The gateway: its upstreams (a bad file stops the service, naming it and the problem)

@@ -20,6 +20,10 @@ public enum MetricCatalogue {
         "Model tokens not paid for thanks to hits.",
         labels: ["namespace", "kind"],
         notes: "`kind`: input, output")
+    public static let costSavedTotal = MetricDefinition(.counter, "teamcache_cost_saved_total",
+        "What hits saved, in the price table's currency (`TEAMCACHE_PRICES_FILE`, namespace prices).",
+        labels: ["namespace"],
+        notes: "Priced when the hit happened; models without a price count nothing")
     public static let evictionRunsTotal = MetricDefinition(.counter, "teamcache_eviction_runs_total",
         "Eviction cycles by outcome.",
         labels: ["outcome"],
@@ -174,6 +178,7 @@ public enum MetricCatalogue {
         accessFlushesTotal,
         lookupsTotal,
         tokensSavedTotal,
+        costSavedTotal,
         evictionRunsTotal,
         evictionsTotal,
         evictedBytesTotal,
@@ -228,8 +233,10 @@ public enum MetricCatalogue {
     ]
 
     /// Families served only in some configurations: with a read standby (and positions
-    /// tracked for it), or with the near-cache on (`TEAMCACHE_NEAR_CACHE_BYTES` above 0).
+    /// tracked for it), with the near-cache on (`TEAMCACHE_NEAR_CACHE_BYTES` above 0), or
+    /// once a hit was priced (a price table).
     public static let conditional: Set<String> = [
+        costSavedTotal.name,
         dbReadsTotal.name, readStandbyLagSeconds.name, writePositionsMissingTotal.name,
         nearCacheHitsTotal.name, nearCacheEntries.name, nearCacheBytes.name, nearCacheEnabled.name,
     ]
@@ -237,6 +244,7 @@ public enum MetricCatalogue {
     /// The store's families, for its components to register in `registry`.
     static func store(in registry: MetricsRegistry) -> StoreMetrics {
         StoreMetrics(registry: registry, lookups: lookupsTotal, tokensSaved: tokensSavedTotal,
+                     costSaved: costSavedTotal,
                      accessFlushes: accessFlushesTotal, evictionRuns: evictionRunsTotal, evictions: evictionsTotal,
                      evictedBytes: evictedBytesTotal, evictionDuration: evictionDurationSeconds,
                      evictionLastSuccess: evictionLastSuccessTimestampSeconds, integrityErrors: integrityErrorsTotal,

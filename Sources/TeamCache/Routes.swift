@@ -87,6 +87,7 @@ extension Application {
             secured("POST", "/v1/caches/{ns}/release", .write, api.release),
             secured("POST", "/v1/caches/{ns}/evict", .write, api.evict),
             secured("GET", "/v1/caches/{ns}/stats", .read, api.namespaceStats),
+            secured("GET", "/v1/caches/{ns}/stats/history", .read, api.statsHistory),
             secured("GET", "/v1/caches/{ns}/settings", .admin, api.getSettings),
             secured("PUT", "/v1/caches/{ns}/settings", .admin, api.putSettings),
             secured("GET", "/v1/caches/{ns}/export", .admin, api.exportPage),

@@ -50,6 +50,8 @@ public protocol EntryStorage: AnyObject, Sendable {
     /// whose name matches `pattern` (a token's: `*` matches any run), in name order, at most
     /// `limit` of them.
     func cacheTotals(matching pattern: String, limit: Int) throws -> [(namespace: String, stats: CacheStats)]
+    /// The namespace's stats history over `range`, every point present, oldest first.
+    func history(_ namespace: Namespace, _ range: HistoryRange) throws -> [StatsPoint]
 
     /// Up to `limit` changes of `namespace` after `cursor`; throws `FeedCursorError` for a
     /// cursor that cannot be followed.

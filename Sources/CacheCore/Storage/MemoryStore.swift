@@ -107,25 +107,19 @@ public final class MemoryStore: EntryStorage {
 
     public func configuredNamespaces() throws -> Set<String> { state.withLock { Set($0.settings.keys) } }
 
+    /// Keeps no history (no lookups are counted here either): every point is zeros, at the
+    /// namespace's level now.
+    public func history(_ namespace: Namespace, _ range: HistoryRange) throws -> [StatsPoint] {
+        let stats = try stats(namespace, top: 0)
+        return range.points(samples: [], levels: [:], carried: (stats.storedBytes, stats.entries))
+    }
+
     public func cacheTotals(matching pattern: String, limit: Int) throws -> [(namespace: String, stats: CacheStats)] {
-        let matching = try namespaceTotals().filter { Self.glob(pattern[...], $0.key[...]) }
+        let matching = try namespaceTotals().filter { Glob.matches(pattern, $0.key) }
         return matching.sorted { $0.key < $1.key }.prefix(max(0, limit)).map { name, total in
             var stats = CacheStats()
             (stats.entries, stats.identityBytes, stats.storedBytes) = (total.entries, total.identityBytes, total.storedBytes)
             return (name, stats)
-        }
-    }
-
-    /// `*` matches any run of characters (a token's namespace pattern).
-    static func glob(_ pattern: Substring, _ text: Substring) -> Bool {
-        guard let star = pattern.firstIndex(of: "*") else { return pattern == text }
-        let head = pattern[..<star], rest = pattern[pattern.index(after: star)...]
-        guard text.hasPrefix(head) else { return false }
-        var tail = text.dropFirst(head.count)
-        while true {
-            if glob(rest, tail) { return true }
-            guard !tail.isEmpty else { return false }
-            tail = tail.dropFirst()
         }
     }
 
