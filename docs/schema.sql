@@ -38,8 +38,9 @@ CREATE FUNCTION public.tc_count_inserted() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    INSERT INTO counter_deltas (namespace, entries, identity_bytes, stored_bytes)
-    SELECT namespace, count(*), sum(identity_size), sum(stored_size) FROM new_rows GROUP BY namespace;
+    INSERT INTO counter_deltas (namespace, entries, identity_bytes, stored_bytes, writes, at)
+    SELECT namespace, count(*), sum(identity_size), sum(stored_size), count(*), max(updated_at)
+    FROM new_rows GROUP BY namespace;
     RETURN NULL;
 END $$;
 
@@ -50,14 +51,17 @@ END $$;
 CREATE FUNCTION public.tc_count_updated() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    v_writes boolean := coalesce(current_setting('teamcache.counting', true), '') <> 'rewrite';
 BEGIN
-    INSERT INTO counter_deltas (namespace, entries, identity_bytes, stored_bytes)
-    SELECT namespace, sum(n), sum(identity_size), sum(stored_size)
-    FROM (SELECT namespace, 1 AS n, identity_size, stored_size FROM new_rows
+    INSERT INTO counter_deltas (namespace, entries, identity_bytes, stored_bytes, writes, at)
+    SELECT namespace, sum(n), sum(identity_size), sum(stored_size),
+           CASE WHEN v_writes THEN sum(greatest(n, 0)) ELSE 0 END, coalesce(max(updated_at), now())
+    FROM (SELECT namespace, 1 AS n, identity_size, stored_size, updated_at FROM new_rows
           UNION ALL
-          SELECT namespace, -1, -identity_size, -stored_size FROM old_rows) AS changes
+          SELECT namespace, -1, -identity_size, -stored_size, NULL FROM old_rows) AS changes
     GROUP BY namespace
-    HAVING sum(n) <> 0 OR sum(identity_size) <> 0 OR sum(stored_size) <> 0;
+    HAVING v_writes OR sum(n) <> 0 OR sum(identity_size) <> 0 OR sum(stored_size) <> 0;
     RETURN NULL;
 END $$;
 
@@ -164,14 +168,19 @@ BEGIN
         SELECT coalesce(namespace, '') AS namespace, sum(entries) AS entries, sum(identity_bytes) AS identity_bytes,
                sum(stored_bytes) AS stored_bytes, sum(hits) AS hits, sum(misses) AS misses, sum(stale) AS stale,
                sum(bypass) AS bypass, sum(input_tokens_saved) AS tin, sum(output_tokens_saved) AS tout,
-               sum(collapsed) AS collapsed
+               sum(collapsed) AS collapsed, sum(writes) AS writes, sum(evicted_expired) AS ev_expired,
+               sum(evicted_idle) AS ev_idle, sum(evicted_size) AS ev_size, sum(evicted_manual) AS ev_manual,
+               sum(cost_saved_nanos) AS cost
         FROM moved
         GROUP BY GROUPING SETS ((namespace), ())
         HAVING count(*) > 0 AND (GROUPING(namespace) = 1 OR namespace <> '_other')),
     folded AS (
         INSERT INTO namespace_counters AS c (namespace, shard, entries, identity_bytes, stored_bytes, hits, misses,
-                                             stale, bypass, input_tokens_saved, output_tokens_saved, collapsed)
-        SELECT namespace, 0, entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, tin, tout, collapsed
+                                             stale, bypass, input_tokens_saved, output_tokens_saved, collapsed,
+                                             writes, evicted_expired, evicted_idle, evicted_size, evicted_manual,
+                                             cost_saved_nanos)
+        SELECT namespace, 0, entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, tin, tout, collapsed,
+               writes, ev_expired, ev_idle, ev_size, ev_manual, cost
         FROM summed ORDER BY namespace
         ON CONFLICT (namespace, shard) DO UPDATE
            SET entries = c.entries + excluded.entries, identity_bytes = c.identity_bytes + excluded.identity_bytes,
@@ -180,7 +189,53 @@ BEGIN
                bypass = c.bypass + excluded.bypass,
                input_tokens_saved = c.input_tokens_saved + excluded.input_tokens_saved,
                output_tokens_saved = c.output_tokens_saved + excluded.output_tokens_saved,
-               collapsed = c.collapsed + excluded.collapsed
+               collapsed = c.collapsed + excluded.collapsed, writes = c.writes + excluded.writes,
+               evicted_expired = c.evicted_expired + excluded.evicted_expired,
+               evicted_idle = c.evicted_idle + excluded.evicted_idle,
+               evicted_size = c.evicted_size + excluded.evicted_size,
+               evicted_manual = c.evicted_manual + excluded.evicted_manual,
+               cost_saved_nanos = c.cost_saved_nanos + excluded.cost_saved_nanos
+        RETURNING 1),
+    buckets AS (
+        SELECT m.namespace, b.step, date_bin(make_interval(secs => b.step), m.at, timestamptz 'epoch') AS t,
+               sum(m.hits) AS hits, sum(m.misses) AS misses, sum(m.stale) AS stale, sum(m.collapsed) AS collapsed,
+               sum(m.bypass) AS bypass, sum(m.writes) AS writes, sum(m.evicted_expired) AS ev_expired,
+               sum(m.evicted_idle) AS ev_idle, sum(m.evicted_size) AS ev_size, sum(m.evicted_manual) AS ev_manual,
+               sum(m.input_tokens_saved) AS tin, sum(m.output_tokens_saved) AS tout, sum(m.cost_saved_nanos) AS cost,
+               sum(m.stored_bytes) AS d_bytes, sum(m.entries) AS d_entries
+        FROM moved m CROSS JOIN (VALUES (60), (3600)) AS b(step)
+        WHERE m.namespace <> '' AND m.namespace <> '_other'
+        GROUP BY m.namespace, b.step, 3),
+    -- A step's level is the folded total before this fold plus this chunk's changes up to
+    -- the step's end (a running sum in time order).
+    levels AS (
+        SELECT b.*,
+               coalesce((SELECT sum(n.stored_bytes) FROM namespace_counters n WHERE n.namespace = b.namespace), 0)
+                   + sum(b.d_bytes) OVER running AS stored_bytes,
+               coalesce((SELECT sum(n.entries) FROM namespace_counters n WHERE n.namespace = b.namespace), 0)
+                   + sum(b.d_entries) OVER running AS entries
+        FROM buckets b
+        WINDOW running AS (PARTITION BY b.namespace, b.step ORDER BY b.t)),
+    history AS (
+        INSERT INTO stats_history AS h (namespace, step, t, hits, misses, stale, collapsed, bypass, writes,
+                                        evicted_expired, evicted_idle, evicted_size, evicted_manual,
+                                        input_tokens_saved, output_tokens_saved, cost_saved_nanos, stored_bytes,
+                                        entries)
+        SELECT l.namespace, l.step, l.t, l.hits, l.misses, l.stale, l.collapsed, l.bypass, l.writes, l.ev_expired,
+               l.ev_idle, l.ev_size, l.ev_manual, l.tin, l.tout, l.cost, l.stored_bytes, l.entries
+        FROM levels l
+        ORDER BY l.namespace, l.step, l.t
+        ON CONFLICT (namespace, step, t) DO UPDATE
+           SET hits = h.hits + excluded.hits, misses = h.misses + excluded.misses, stale = h.stale + excluded.stale,
+               collapsed = h.collapsed + excluded.collapsed, bypass = h.bypass + excluded.bypass,
+               writes = h.writes + excluded.writes, evicted_expired = h.evicted_expired + excluded.evicted_expired,
+               evicted_idle = h.evicted_idle + excluded.evicted_idle,
+               evicted_size = h.evicted_size + excluded.evicted_size,
+               evicted_manual = h.evicted_manual + excluded.evicted_manual,
+               input_tokens_saved = h.input_tokens_saved + excluded.input_tokens_saved,
+               output_tokens_saved = h.output_tokens_saved + excluded.output_tokens_saved,
+               cost_saved_nanos = h.cost_saved_nanos + excluded.cost_saved_nanos,
+               stored_bytes = excluded.stored_bytes, entries = excluded.entries
         RETURNING 1)
     SELECT count(*) INTO v_folded FROM moved;
     RETURN v_folded;
@@ -516,6 +571,21 @@ BEGIN
 END $$;
 
 --
+-- Name: tc_trim_history(integer, timestamp with time zone, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_trim_history(p_step integer, p_before timestamp with time zone, p_limit bigint) RETURNS bigint
+    LANGUAGE sql
+    AS $$
+    WITH gone AS (
+        DELETE FROM stats_history WHERE (namespace, step, t) IN (
+            SELECT namespace, step, t FROM stats_history WHERE step = p_step AND t < p_before
+            ORDER BY t LIMIT p_limit)
+        RETURNING 1)
+    SELECT count(*) FROM gone;
+$$;
+
+--
 -- Name: tc_wal_timeline(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -602,7 +672,14 @@ CREATE TABLE public.counter_deltas (
     bypass bigint DEFAULT 0 NOT NULL,
     input_tokens_saved bigint DEFAULT 0 NOT NULL,
     output_tokens_saved bigint DEFAULT 0 NOT NULL,
-    collapsed bigint DEFAULT 0 NOT NULL
+    collapsed bigint DEFAULT 0 NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    writes bigint DEFAULT 0 NOT NULL,
+    evicted_expired bigint DEFAULT 0 NOT NULL,
+    evicted_idle bigint DEFAULT 0 NOT NULL,
+    evicted_size bigint DEFAULT 0 NOT NULL,
+    evicted_manual bigint DEFAULT 0 NOT NULL,
+    cost_saved_nanos bigint DEFAULT 0 NOT NULL
 );
 
 --
@@ -769,7 +846,13 @@ CREATE TABLE public.namespace_counters (
     bypass bigint DEFAULT 0 NOT NULL,
     input_tokens_saved bigint DEFAULT 0 NOT NULL,
     output_tokens_saved bigint DEFAULT 0 NOT NULL,
-    collapsed bigint DEFAULT 0 NOT NULL
+    collapsed bigint DEFAULT 0 NOT NULL,
+    writes bigint DEFAULT 0 NOT NULL,
+    evicted_expired bigint DEFAULT 0 NOT NULL,
+    evicted_idle bigint DEFAULT 0 NOT NULL,
+    evicted_size bigint DEFAULT 0 NOT NULL,
+    evicted_manual bigint DEFAULT 0 NOT NULL,
+    cost_saved_nanos bigint DEFAULT 0 NOT NULL
 );
 
 --
@@ -781,6 +864,7 @@ CREATE TABLE public.namespace_settings (
     default_ttl_seconds bigint,
     max_bytes bigint,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    prices jsonb,
     CONSTRAINT namespace_settings_default_ttl_seconds_check CHECK ((default_ttl_seconds > 0)),
     CONSTRAINT namespace_settings_max_bytes_check CHECK ((max_bytes > 0))
 );
@@ -795,6 +879,32 @@ CREATE TABLE public.schema_migrations (
     checksum text NOT NULL,
     applied_at timestamp with time zone DEFAULT now() NOT NULL,
     keeps_older_builds_working boolean DEFAULT false NOT NULL
+);
+
+--
+-- Name: stats_history; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.stats_history (
+    namespace text NOT NULL,
+    step integer NOT NULL,
+    t timestamp with time zone NOT NULL,
+    hits bigint DEFAULT 0 NOT NULL,
+    misses bigint DEFAULT 0 NOT NULL,
+    stale bigint DEFAULT 0 NOT NULL,
+    collapsed bigint DEFAULT 0 NOT NULL,
+    bypass bigint DEFAULT 0 NOT NULL,
+    writes bigint DEFAULT 0 NOT NULL,
+    evicted_expired bigint DEFAULT 0 NOT NULL,
+    evicted_idle bigint DEFAULT 0 NOT NULL,
+    evicted_size bigint DEFAULT 0 NOT NULL,
+    evicted_manual bigint DEFAULT 0 NOT NULL,
+    input_tokens_saved bigint DEFAULT 0 NOT NULL,
+    output_tokens_saved bigint DEFAULT 0 NOT NULL,
+    cost_saved_nanos bigint DEFAULT 0 NOT NULL,
+    stored_bytes bigint DEFAULT 0 NOT NULL,
+    entries bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT stats_history_step_check CHECK ((step = ANY (ARRAY[60, 3600])))
 );
 
 --
@@ -903,6 +1013,13 @@ ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
 
 --
+-- Name: stats_history stats_history_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.stats_history
+    ADD CONSTRAINT stats_history_pkey PRIMARY KEY (namespace, step, t);
+
+--
 -- Name: data_keys_namespace; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -985,6 +1102,12 @@ CREATE INDEX entry_changes_pending ON public.entry_changes USING btree (id) WHER
 --
 
 CREATE INDEX leases_expires_at ON public.leases USING btree (expires_at);
+
+--
+-- Name: stats_history_age; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX stats_history_age ON public.stats_history USING btree (step, t);
 
 --
 -- Name: entries entries_count_delete; Type: TRIGGER; Schema: public; Owner: -

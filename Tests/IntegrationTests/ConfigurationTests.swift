@@ -49,6 +49,36 @@ import TestSupport
         }
     }
 
+    /// The shipped example reads; a file that cannot be read, or prices that cannot be, stop
+    /// the start with the variable, the file and the problem (never a silent price of zero).
+    @Test func aPricesFileIsReadOrRefusedByName() throws {
+        let example = TestPaths.repository.appendingPathComponent("deploy/prices.example.json").path
+        let configuration = try Configuration.load(environment: ["TEAMCACHE_PRICES_FILE": example])
+        #expect(configuration.currency == "USD" && configuration.prices.prices.count == 2)
+        #expect(configuration.prices.price(for: "example-large-model-2")?.output == 10)
+        #expect(try Configuration.load(environment: [:]).prices.isEmpty)
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("prices-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let cases = [("[]", "prices"), ("{\"prices\":[{\"model\":\"m\",\"input\":-1,\"output\":1}]}", "prices[0].input"),
+                     ("{\"currency\":\"dollars\",\"prices\":[]}", "currency"), ("{\"prices\":[],\"rates\":1}", "rates"),
+                     ("not json", "JSON")]
+        for (index, (text, named)) in cases.enumerated() {
+            let file = folder.appendingPathComponent("\(index).json")
+            try Data(text.utf8).write(to: file)
+            do {
+                _ = try Configuration.load(environment: ["TEAMCACHE_PRICES_FILE": file.path])
+                Issue.record("\(text) was accepted")
+            } catch let error as ConfigurationError {
+                #expect(error.description.contains("TEAMCACHE_PRICES_FILE") && error.description.contains(named),
+                        "\(error.description)")
+            }
+        }
+        #expect(throws: ConfigurationError.self) {
+            try Configuration.load(environment: ["TEAMCACHE_PRICES_FILE": folder.appendingPathComponent("none").path])
+        }
+    }
+
     @Test func theDocumentationListsEverySetting() throws {
         let page = try String(contentsOf: TestPaths.repository.appendingPathComponent("docs/configuration.md"),
                               encoding: .utf8)
