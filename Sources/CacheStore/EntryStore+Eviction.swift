@@ -32,8 +32,8 @@ extension EntryStore {
               AND ($5::text IS NULL OR version = $5::text)
               AND ($6::timestamptz IS NULL OR created_at < $6::timestamptz)
             RETURNING namespace, stored_size),
-        counted AS (INSERT INTO counter_deltas (namespace, evicted_manual)
-                    SELECT namespace, count(*) FROM gone GROUP BY namespace)
+        counted AS (INSERT INTO counter_deltas (namespace, evicted_manual, at)
+                    SELECT namespace, count(*), $9 FROM gone GROUP BY namespace)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
 

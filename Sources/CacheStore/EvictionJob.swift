@@ -54,15 +54,15 @@ public final class EvictionJob: Sendable {
             DELETE FROM entries WHERE id = ANY(ARRAY(SELECT id FROM candidates WHERE due))
               AND expires_at < $1 AND expires_at + make_interval(secs => stale_while_revalidate) < $3
             RETURNING namespace, stored_size),
-        counted AS (INSERT INTO counter_deltas (namespace, evicted_expired)
-                    SELECT namespace, count(*) FROM gone GROUP BY namespace),
+        counted AS (INSERT INTO counter_deltas (namespace, evicted_expired, at)
+                    SELECT namespace, count(*), $3 FROM gone GROUP BY namespace),
         last AS (SELECT expires_at, id FROM candidates ORDER BY expires_at DESC, id DESC LIMIT 1)
         SELECT (SELECT count(*) FROM gone)::bigint AS n, (SELECT coalesce(sum(stored_size), 0) FROM gone)::bigint AS bytes,
                (SELECT count(*) FROM candidates)::bigint AS scanned,
                (SELECT expires_at::text FROM last) AS last_at, (SELECT id FROM last) AS last_id
         """
     /// Idle: neither read (its access row) nor written (`updated_at`, rechecked on the row
-    /// deleted) since the cutoff. A write moves the access row only to the minute, so the
+    /// deleted) since the cutoff (`$1`; `$3` is now, when the evictions are counted). A write moves the access row only to the minute, so the
     /// entry's own write time is what makes a just-rewritten entry not idle.
     static let deleteIdle = """
         WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
@@ -71,7 +71,8 @@ public final class EvictionJob: Sendable {
             FOR UPDATE SKIP LOCKED))
             AND updated_at < $1
             RETURNING namespace, stored_size),
-        counted AS (INSERT INTO counter_deltas (namespace, evicted_idle) SELECT namespace, count(*) FROM gone GROUP BY namespace)
+        counted AS (INSERT INTO counter_deltas (namespace, evicted_idle, at)
+                    SELECT namespace, count(*), $3 FROM gone GROUP BY namespace)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
     /// The least recently used entries of a namespace ('' = the whole store) until `excess`
@@ -89,7 +90,8 @@ public final class EvictionJob: Sendable {
                      FOR UPDATE SKIP LOCKED))
                  AND updated_at <= $4
                  RETURNING namespace, stored_size),
-        counted AS (INSERT INTO counter_deltas (namespace, evicted_size) SELECT namespace, count(*) FROM gone GROUP BY namespace)
+        counted AS (INSERT INTO counter_deltas (namespace, evicted_size, at)
+                    SELECT namespace, count(*), $4 FROM gone GROUP BY namespace)
         SELECT count(*)::bigint AS n, coalesce(sum(stored_size), 0)::bigint AS bytes FROM gone
         """
     static let overQuota = """
@@ -184,7 +186,7 @@ public final class EvictionJob: Sendable {
         try drainExpired(before: expiredBefore, now: now, on: connection, into: &report)
         let idleBefore = now.addingTimeInterval(-Double(policy.idleTTL))
         try drain(.idle, into: &report) {
-            try connection.query(Self.deleteIdle, [.timestamp(idleBefore), .int(Self.batchSize)])
+            try connection.query(Self.deleteIdle, [.timestamp(idleBefore), .int(Self.batchSize), .timestamp(now)])
         }
         for row in try connection.query(Self.overQuota).rows {
             guard let namespace = try row.string("namespace"), let quota = try row.int("max_bytes"),

@@ -190,6 +190,9 @@ import TestSupport
         // Sealing again changed nothing a follower sees: no change in the feed.
         let page = try ChangeFeedTests.page(service, namespace, since: feedBefore)
         #expect(page.status == 200 && page.changes.isEmpty, "\(page.changes.count) changes")
+        // Nor anything the stats count: 250 writes, not 500 (a rewrite is not a write).
+        let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats"))
+        #expect(stats["writes"] as? Int == 250 && stats["entries"] as? Int == 250, "\(stats)")
     }
 
     /// The feed's head as a follower of `namespace` would start from now.

@@ -81,5 +81,12 @@ import TestSupport
         #expect(stats.entries == 50 && stats.storedBytes == 500)
         // A second cycle finds nothing more to do.
         #expect(EvictionJob(store: store).runCycle()?.isEmpty == true)
+        // The stats and the history count each eviction once, by reason, at the cycle's time.
+        #expect(try store.stats(Namespace("main")!, top: 0).evictions == 2000 && stats.evictions == 50)
+        let range = try HistoryRange(since: now.addingTimeInterval(-60), until: nil, step: 60, now: now, policy: policy)
+        let points = try store.history(Namespace("main")!, range)
+        #expect(points.map(\.evictedExpired).reduce(0, +) == 1000 && points.map(\.evictedIdle).reduce(0, +) == 1000)
+        #expect(points.last?.evictions == 2000 && points.last?.entries == 8000)
+        #expect(try store.history(Namespace("quota")!, range).last?.evictedSize == 50)
     }
 }

@@ -58,6 +58,26 @@ import TestSupport
         }
     }
 
+    /// An evict request's deletions are evictions (manual) in the point they happened in; a
+    /// DELETE of one key is not an eviction.
+    @Test func evictionsAreCountedByReason() throws {
+        let namespace = TestService.namespace("histevict")
+        let writer = try service.token([.read, .write], namespaces: namespace)
+        for index in 0..<5 {
+            #expect(try service.request("PUT", entryPath(namespace, "k\(index)"), token: writer,
+                                        headers: [("Cache-Tag", index < 3 ? "old" : "new")], body: [1]).status == 201)
+        }
+        #expect(try service.request("DELETE", entryPath(namespace, "k4"), token: writer).status == 204)
+        #expect(try service.request("POST", "/v1/caches/\(namespace)/evict", token: writer,
+                                    json: "{\"tag\":\"old\"}").status == 200)
+        let points = try #require(try history(namespace, "?step=60", token: writer)["points"] as? [[String: Any]])
+        // Summed: a minute may end between the writes and the eviction.
+        func sum(_ member: String) -> Int { points.reduce(0) { $0 + ($1[member] as? Int ?? 0) } }
+        let manual = points.reduce(0) { $0 + (($1["evictions_by_reason"] as? [String: Int])?["manual"] ?? 0) }
+        #expect(sum("evictions") == 3 && manual == 3 && sum("writes") == 5)
+        #expect(points.last?["entries"] as? Int == 1)
+    }
+
     @Test func questionsThatCannotBeAnsweredAre400Problems() throws {
         let namespace = TestService.namespace("histbad")
         let reader = try service.token([.read], namespaces: namespace)
