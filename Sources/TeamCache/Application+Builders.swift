@@ -87,7 +87,8 @@ extension Application {
             .set([], Double(configuration.cache.storeMaxBytes))
         metrics.gauge(MetricCatalogue.storeHardCapBytes)
             .set([], Double(configuration.cache.storeHardCap))
-        return OperationalRoutes(readiness: readiness, metrics: metrics, openAPI: Array(spec))
+        return OperationalRoutes(readiness: readiness, metrics: metrics, openAPI: Array(spec),
+                                 dashboard: Dashboard.load(ResourceLocator.find("ui")))
     }
 
     /// The process's own gauges: CPU and memory, the heap, dropped log lines.

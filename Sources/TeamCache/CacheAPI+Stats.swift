@@ -42,8 +42,14 @@ extension CacheAPI {
                 }
                 return .object(members)
             }
+            // What the token may do, so a dashboard offers only what will work (auth off: null).
+            let scopes = principal.token.map { token in
+                JSONValue.object([("scopes", .array(Scope.allCases.filter(token.scopes.contains).map { .string($0.rawValue) })),
+                                  ("namespaces", .string(token.namespacePattern))])
+            } ?? .null
             return .json(200, JSONValue.object([("caches", .array(Array(caches))),
-                                                ("truncated", .bool(listed.count > Self.maxListed))]).serialized)
+                                                ("truncated", .bool(listed.count > Self.maxListed)),
+                                                ("token", scopes)]).serialized)
         }
     }
 

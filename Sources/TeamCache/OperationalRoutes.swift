@@ -8,6 +8,7 @@ struct OperationalRoutes: Sendable {
     let readiness: ReadinessProbe
     let metrics: MetricsRegistry
     let openAPI: [UInt8]
+    var dashboard = Dashboard(files: [:])
 
     /// Built once: the liveness answer is the same every time.
     static let healthy = HTTPResponse.json(200, "{\"status\":\"ok\"}")

@@ -1,6 +1,6 @@
 import Foundation
 
-/// Finds files shipped beside the binary: `migrations/` and `openapi.yaml`.
+/// Finds files shipped beside the binary: `migrations/`, `openapi.yaml` and `ui/`.
 ///
 /// Looked for in `<binary>/../share/teamcache/` (the installed and container layout), then
 /// in the source tree this binary was built from (development and tests), and only then in

@@ -88,6 +88,8 @@ extension Application {
             secured("POST", "/v1/caches/{ns}/evict", .write, api.evict),
             secured("GET", "/v1/caches/{ns}/stats", .read, api.namespaceStats),
             secured("GET", "/v1/caches/{ns}/stats/history", .read, api.statsHistory),
+            secured("GET", "/v1/caches/{ns}/entries", .read, api.listEntries),
+            secured("GET", "/v1/caches/{ns}/inspect/{key}", .read, api.inspectEntry),
             secured("GET", "/v1/caches/{ns}/settings", .admin, api.getSettings),
             secured("PUT", "/v1/caches/{ns}/settings", .admin, api.putSettings),
             secured("GET", "/v1/caches/{ns}/export", .admin, api.exportPage),
@@ -98,6 +100,7 @@ extension Application {
                 try api.guarded(request) { try api.listCaches(request, try auth.identify(request)) }
             },
         ]
+        routes += operations.dashboard.routes()
         let feed = ChangeFeedRoute(api: api, auth: auth, waiters: reads.waiters)
         routes.append(deferWrites ? feed.route() : feed.blockingRoute())
         routes.append(metricsNeedAuth

@@ -107,6 +107,23 @@ public final class MemoryStore: EntryStorage {
 
     public func configuredNamespaces() throws -> Set<String> { state.withLock { Set($0.settings.keys) } }
 
+    public func listEntries(_ namespace: Namespace, _ query: EntryQuery) throws -> [EntryListing] {
+        state.withLock { state in
+            state.rows.values.filter { row in
+                row.namespace == namespace.name && query.after.map { row.key.lexicographicallyPrecedes($0) == false
+                    && row.key != $0 } ?? true
+                    && query.prefix.map { row.key.starts(with: $0) } ?? true
+                    && query.tag.map { row.tags.contains($0) } ?? true && query.model.map { row.model == $0 } ?? true
+            }
+            .sorted { $0.key.lexicographicallyPrecedes($1.key) }.prefix(max(0, query.limit)).map { row in
+                EntryListing(key: row.key, model: row.model, tags: row.tags, contentType: row.contentType,
+                             identitySize: row.identitySize, storedSize: row.storedSize, createdAt: row.createdAt,
+                             updatedAt: row.updatedAt, expiresAt: row.expiresAt, hitCount: row.hitCount,
+                             lastAccessedAt: row.lastAccessedAt)
+            }
+        }
+    }
+
     /// Keeps no history (no lookups are counted here either): every point is zeros, at the
     /// namespace's level now.
     public func history(_ namespace: Namespace, _ range: HistoryRange) throws -> [StatsPoint] {

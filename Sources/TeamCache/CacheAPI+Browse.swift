@@ -1,0 +1,150 @@
+import CacheCore
+import CacheKeys
+import Foundation
+import HTTPServer
+
+/// The entry browser's routes (read scope), for the dashboard and for people with curl:
+/// `GET /v1/caches/{ns}/entries?prefix=&tag=&model=&after=&limit=` lists entries in key
+/// order; `GET /v1/caches/{ns}/inspect/{key}` shows one with a preview of its body. Looking
+/// is not a lookup: neither counts a hit or a miss, nor moves an entry's last access.
+extension CacheAPI {
+    /// The most of a body `inspect` shows: a preview, not a download (GET the entry for that).
+    static let previewBytes = 64 * 1024
+
+    func listEntries(_ request: HTTPRequest, _ context: RequestContext) throws -> HTTPResponse {
+        let namespace = try context.namespace
+        let items = try RequestParsing.query(request)
+        if let unknown = items.keys.first(where: { !["prefix", "tag", "model", "after", "limit"].contains($0) }) {
+            throw HTTPError(400, "Unknown query parameter \"\(unknown)\" (known: prefix, tag, model, after, limit).")
+        }
+        var query = EntryQuery()
+        query.limit = try RequestParsing.integer("limit", in: items, 1...EntryQuery.maxLimit) ?? 50
+        query.prefix = try items["prefix"].map { prefix in
+            guard (1...EntryKey.maxBytes).contains(prefix.utf8.count), !prefix.utf8.contains(0) else {
+                throw HTTPError(400, "`prefix` must be 1 to \(EntryKey.maxBytes) bytes without NUL.")
+            }
+            return Array(prefix.utf8)
+        }
+        query.tag = try items["tag"].map { try RequestParsing.tags([$0])[0] }
+        query.model = try items["model"].map { model in
+            guard (1...256).contains(model.utf8.count), !model.utf8.contains(0) else {
+                throw HTTPError(400, "`model` must be 1 to 256 bytes without NUL.")
+            }
+            return model
+        }
+        query.after = try items["after"].map { hex in
+            guard let bytes = Self.bytes(hex: hex), EntryKey(bytes) != nil else {
+                throw HTTPError(400, "`after` must be a page's `next` (a key in hex).")
+            }
+            return bytes
+        }
+        return try guarded(request) {
+            let listed = try store.listEntries(namespace, query)
+            let now = clock.now()
+            let next: JSONValue = listed.count == query.limit ? listed.last.map { .string(Self.hex($0.key)) } ?? .null : .null
+            return .json(200, JSONValue.object([("entries", .array(listed.map { .object(Self.members($0, now: now)) })),
+                                                ("next", next)]).serialized)
+        }
+    }
+
+    func inspectEntry(_ request: HTTPRequest, _ context: RequestContext) throws -> HTTPResponse {
+        let namespace = try context.namespace, key = try context.key
+        _ = try RequestParsing.query(request)
+        return try guarded(request) {
+            var query = EntryQuery()
+            query.prefix = key.bytes
+            query.limit = 1
+            guard let listing = try store.listEntries(namespace, query).first, listing.key == key.bytes,
+                  let entry = try store.fetch(namespace, key) else {
+                throw HTTPError(404, "No entry under this key.")
+            }
+            var members = Self.members(listing, now: clock.now())
+            members += [("etag", .string(entry.etag)),
+                        ("metadata", entry.metadata.flatMap { try? JSONParser.parse($0) } ?? .null),
+                        ("tokens", .object([("input", .int(entry.inputTokens)), ("output", .int(entry.outputTokens))])),
+                        ("body", try Self.preview(entry, limit: policy.maxBodyBytes))]
+            return .json(200, JSONValue.object(members).serialized)
+        }
+    }
+
+    static func members(_ listing: EntryListing, now: Date) -> [(String, JSONValue)] {
+        let key = EntryKey(listing.key)
+        return [
+            ("key", .string(key?.display ?? "")), ("key_path", .string(pathSegment(listing.key))),
+            ("model", listing.model.map(JSONValue.string) ?? .null), ("tags", .array(listing.tags.map(JSONValue.string))),
+            ("content_type", .string(listing.contentType)),
+            ("bytes", .object([("identity", .int(listing.identitySize)), ("stored", .int(listing.storedSize))])),
+            ("created_at", .string(Timestamp.format(listing.createdAt))),
+            ("updated_at", .string(Timestamp.format(listing.updatedAt))),
+            ("expires_at", .string(Timestamp.format(listing.expiresAt))),
+            ("ttl", .int(Int(listing.expiresAt.timeIntervalSince(now).rounded(.down)))),
+            ("hit_count", .int(listing.hitCount)),
+            ("last_accessed_at", listing.lastAccessedAt.map { .string(Timestamp.format($0)) } ?? .null),
+        ]
+    }
+
+    /// The body as text (UTF-8, cut at a character) or, when it is not text, its first bytes
+    /// in base64; `truncated` when there was more.
+    static func preview(_ entry: StoredEntry, limit: Int) throws -> JSONValue {
+        var identity = entry.body
+        if entry.encoding == .gzip {
+            guard let inflated = try? Gzip.decompress(entry.body, limit: limit) else {
+                throw HTTPError(500, "The stored body does not inflate.")
+            }
+            identity = inflated
+        }
+        let truncated = identity.count > previewBytes
+        var shown = Array(identity.prefix(previewBytes))
+        if String(validating: shown, as: UTF8.self) == nil, truncated {
+            // A character cut in two at the end is still text: drop its first bytes.
+            for _ in 0..<3 where String(validating: shown, as: UTF8.self) == nil && !shown.isEmpty { shown.removeLast() }
+        }
+        if let text = String(validating: shown, as: UTF8.self) {
+            return .object([("kind", .string("text")), ("text", .string(text)), ("truncated", .bool(truncated)),
+                            ("bytes", .int(identity.count))])
+        }
+        let sample = Array(identity.prefix(4096))
+        return .object([("kind", .string("binary")), ("base64", .string(Data(sample).base64EncodedString())),
+                        ("truncated", .bool(identity.count > sample.count)), ("bytes", .int(identity.count))])
+    }
+
+    /// The key percent-encoded as one path segment (every byte but unreserved ones).
+    static func pathSegment(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = []
+        for byte in bytes {
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+                 UInt8(ascii: "~"):
+                out.append(byte)
+            default: out += [UInt8(ascii: "%"), digits[Int(byte >> 4)], digits[Int(byte & 0xf)]]
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        return String(decoding: bytes.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0xf)]] }, as: UTF8.self)
+    }
+
+    static func bytes(hex: String) -> [UInt8]? {
+        let text = Array(hex.utf8)
+        guard text.count.isMultiple(of: 2), text.count <= 2 * EntryKey.maxBytes else { return nil }
+        func nibble(_ c: UInt8) -> UInt8? {
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
+            default: nil
+            }
+        }
+        var out: [UInt8] = []
+        for index in stride(from: 0, to: text.count, by: 2) {
+            guard let high = nibble(text[index]), let low = nibble(text[index + 1]) else { return nil }
+            out.append(high << 4 | low)
+        }
+        return out
+    }
+}
