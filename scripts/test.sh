@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: `swift test` (everything against a real PostgreSQL and real listening
-# servers), in three runs, then the Python client's tests against a real `teamcache serve`.
+# servers), in three runs, then the Python client's tests against a real `teamcache serve`,
+# then the dashboard's in a real browser.
 # Every stage runs even when one before it failed (a flaky Swift test must not hide the
 # Python results); the outcome of each is listed at the end, and the exit status is non-zero
 # when any failed.
@@ -38,6 +39,8 @@ stage "swift test: FeedBacklogTests" swift test --filter FeedBacklogTests
 # with the whole suite on two cores a burst elsewhere decided it (67 ms against 1.9 ms once).
 stage "swift test: BudgetTests" swift test --filter "BudgetTests|UnverifiedBodyTests"
 stage "python client (pytest)" bash scripts/python-tests.sh
+# The dashboard in a real Chromium (Debian's), against a real `teamcache serve`.
+stage "dashboard (Chromium via Playwright)" bash scripts/dashboard-tests.sh
 printf '\n=== test stages\n'
 printf '%s\n' "${outcomes[@]}"
 exit $failed
