@@ -5,33 +5,37 @@ import Postgres
 /// The stats history (migration 0015): minute and hour rollups the counter fold writes, read
 /// by `GET /v1/caches/{ns}/stats/history`, trimmed by the eviction cycle.
 extension EntryStore {
-    static let historyColumns = """
-        hits, misses, stale, collapsed, bypass, writes, evicted_expired, evicted_idle, evicted_size, evicted_manual,
-        input_tokens_saved, output_tokens_saved, cost_saved_nanos
-        """
-    /// The rollups of one step in a range (the primary key's order: one index range scan).
+    static let countColumns = ["hits", "misses", "stale", "collapsed", "bypass", "writes", "evicted_expired",
+                               "evicted_idle", "evicted_size", "evicted_manual", "input_tokens_saved",
+                               "output_tokens_saved", "cost_saved_nanos"]
+    static var zeros: String { countColumns.map { "0::bigint AS \($0)" }.joined(separator: ", ") }
+
+    /// Everything a history answer needs, in ONE statement, so one snapshot: the fold moves
+    /// deltas from `counter_deltas` into the rollups in one transaction, and two statements
+    /// could see them in neither (or in both). Rows by `kind`:
+    /// - `row`: the rollups of the stored step in the range (one primary-key range scan);
+    /// - `pending`: deltas not folded yet (at most a fold interval's), binned the same way;
+    /// - `folded`: the namespace's folded totals (the level the pending changes start from);
+    /// - `carried`: the last row before the range, of the step and of hours (minute rows
+    ///   older than the range may be trimmed already), for the level the range starts at.
     static let selectHistory = """
-        SELECT extract(epoch FROM t)::bigint AS t, \(historyColumns), stored_bytes, entries
+        SELECT 'row' AS kind, extract(epoch FROM t)::bigint AS t, \(countColumns.joined(separator: ", ")),
+               stored_bytes, entries
         FROM stats_history WHERE namespace = $1 AND step = $2 AND t >= to_timestamp($3) AND t < to_timestamp($4)
-        ORDER BY t
-        """
-    /// Counts not folded yet (at most a fold interval's), by the stored step they fall in.
-    static let selectPendingHistory = """
-        SELECT extract(epoch FROM date_bin(make_interval(secs => $2), at, timestamptz 'epoch'))::bigint AS t,
-               \(["hits", "misses", "stale", "collapsed", "bypass", "writes", "evicted_expired", "evicted_idle",
-                  "evicted_size", "evicted_manual", "input_tokens_saved", "output_tokens_saved", "cost_saved_nanos"]
-                    .map { "sum(\($0))::bigint AS \($0)" }.joined(separator: ", ")),
-               sum(stored_bytes)::bigint AS stored_bytes, sum(entries)::bigint AS entries
-        FROM counter_deltas WHERE namespace = $1 GROUP BY 1
-        """
-    static let selectFoldedLevel = """
-        SELECT coalesce(sum(stored_bytes), 0)::bigint AS stored_bytes, coalesce(sum(entries), 0)::bigint AS entries
+        UNION ALL
+        SELECT 'pending', extract(epoch FROM date_bin(make_interval(secs => $2), at, timestamptz 'epoch'))::bigint,
+               \(countColumns.map { "sum(\($0))::bigint" }.joined(separator: ", ")),
+               sum(stored_bytes)::bigint, sum(entries)::bigint
+        FROM counter_deltas WHERE namespace = $1 GROUP BY 2
+        UNION ALL
+        SELECT 'folded', 0, \(zeros), coalesce(sum(stored_bytes), 0)::bigint, coalesce(sum(entries), 0)::bigint
         FROM namespace_counters WHERE namespace = $1
-        """
-    /// The level (bytes, entries) a range starts from: the last row before it.
-    static let selectCarriedLevel = """
-        SELECT stored_bytes, entries FROM stats_history WHERE namespace = $1 AND step = $2 AND t < to_timestamp($3)
-        ORDER BY t DESC LIMIT 1
+        UNION ALL
+        (SELECT 'carried', step::bigint, \(zeros), stored_bytes, entries FROM stats_history
+         WHERE namespace = $1 AND step = $2 AND t < to_timestamp($3) ORDER BY t DESC LIMIT 1)
+        UNION ALL
+        (SELECT 'carried', step::bigint, \(zeros), stored_bytes, entries FROM stats_history
+         WHERE namespace = $1 AND step = 3600 AND t < to_timestamp($3) ORDER BY t DESC LIMIT 1)
         """
     static let trimHistoryStatement = "SELECT tc_trim_history($1::int4, $2, $3) AS trimmed"
     static let historyTrimBatch = 5000
@@ -40,39 +44,34 @@ extension EntryStore {
     /// history agrees with the totals `/stats` reads at every moment.
     public func history(_ namespace: Namespace, _ range: HistoryRange) throws -> [StatsPoint] {
         let step = range.storedStep
-        return try pool.withConnection { connection in
-            let name = PostgresValue.text(namespace.name)
-            var samples: [StatsPoint] = []
-            var levels: [Int: (storedBytes: Int, entries: Int)] = [:]
-            for row in try connection.query(Self.selectHistory, [name, .int(step), .int(range.since), .int(range.until)])
-                .rows {
-                let point = try Self.point(row)
+        let rows = try pool.withConnection { connection in
+            try connection.query(Self.selectHistory, [.text(namespace.name), .int(step), .int(range.since),
+                                                      .int(range.until)]).rows.map { (try $0.string("kind") ?? "", try Self.point($0)) }
+        }
+        var samples: [StatsPoint] = []
+        var levels: [Int: (storedBytes: Int, entries: Int)] = [:]
+        var folded = (storedBytes: 0, entries: 0)
+        var carried: [Int: (storedBytes: Int, entries: Int)] = [:]
+        var pending: [StatsPoint] = []
+        for (kind, point) in rows {
+            switch kind {
+            case "row":
                 samples.append(point)
                 levels[point.t] = (point.storedBytes, point.entries)
+            case "pending": pending.append(point)
+            case "folded": folded = (point.storedBytes, point.entries)
+            default: carried[point.t] = (point.storedBytes, point.entries)  // by step
             }
-            // What waits to be folded: its counts, and its levels as the fold will write them
-            // (the folded totals plus the changes up to each step's end).
-            let pending = try connection.query(Self.selectPendingHistory, [name, .int(step)]).rows.map(Self.point)
-            if !pending.isEmpty {
-                var level: (storedBytes: Int, entries: Int) = try connection.query(Self.selectFoldedLevel, [name]).first.map {
-                    (storedBytes: try $0.int("stored_bytes") ?? 0, entries: try $0.int("entries") ?? 0)
-                } ?? (0, 0)
-                for point in pending.sorted(by: { $0.t < $1.t }) {
-                    level = (level.storedBytes &+ point.storedBytes, level.entries &+ point.entries)
-                    levels[point.t] = level
-                }
-            }
-            samples += pending
-            var carried: (storedBytes: Int, entries: Int)?
-            // Minute rows older than the range may be trimmed already: the hour rows say the level too.
-            for carriedStep in Set([step, 3600]).sorted() where carried == nil {
-                if let row = try connection.query(Self.selectCarriedLevel, [name, .int(carriedStep), .int(range.since)])
-                    .first {
-                    carried = (try row.int("stored_bytes") ?? 0, try row.int("entries") ?? 0)
-                }
-            }
-            return range.points(samples: samples, levels: levels, carried: carried)
         }
+        // What waits to be folded: its counts, and its levels as the fold will write them (the
+        // folded totals plus the changes up to each step's end).
+        var level = folded
+        for point in pending.sorted(by: { $0.t < $1.t }) {
+            level = (level.storedBytes &+ point.storedBytes, level.entries &+ point.entries)
+            levels[point.t] = level
+        }
+        samples += pending
+        return range.points(samples: samples, levels: levels, carried: carried[step] ?? carried[3600])
     }
 
     static func point(_ row: PostgresRow) throws -> StatsPoint {

@@ -7,19 +7,10 @@ import Foundation
 /// ships only an example (`deploy/prices.example.json`): prices are someone else's facts,
 /// and they change.
 enum PricesFile {
-    struct Problem: Error, CustomStringConvertible {
-        let description: String
-    }
+    typealias Problem = ConfigurationFile.Problem
 
     static func load(path: String) throws -> (PriceTable, currency: String) {
-        let data: Data
-        do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
-            throw Problem(description: "cannot be read (\(error.localizedDescription))")
-        }
-        guard data.count <= 1 << 20 else { throw Problem(description: "is larger than 1 MiB") }
-        guard case .object(let members)? = try? JSONParser.parse(Array(data)) else {
-            throw Problem(description: "is not a JSON object with \"prices\"")
-        }
+        let members = try ConfigurationFile.object(at: path, expected: "a JSON object with \"prices\"")
         if let unknown = members.first(where: { !["currency", "prices"].contains($0.0) }) {
             throw Problem(description: "has an unknown member \"\(unknown.0)\" (known: currency, prices)")
         }

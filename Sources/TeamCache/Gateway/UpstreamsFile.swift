@@ -10,9 +10,7 @@ enum UpstreamsFile {
     static let members: Set<String> = ["url", "kind", "key_file", "ca_file", "connect_timeout",
                                        "first_byte_timeout", "idle_timeout"]
 
-    struct Problem: Error, CustomStringConvertible {
-        let description: String
-    }
+    typealias Problem = ConfigurationFile.Problem
 
     /// The defaults, with the file's upstreams over them (nil path: the defaults alone).
     static func load(path: String?) throws -> [String: Upstream] {
@@ -22,14 +20,7 @@ enum UpstreamsFile {
         do { system = try TLSContext(caFile: nil) } catch { throw Problem(description: error.detail) }
         var upstreams = try Upstream.defaults(tls: system)
         guard let path else { return upstreams }
-        let data: Data
-        do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
-            throw Problem(description: "cannot be read (\(error.localizedDescription))")
-        }
-        guard data.count <= 1 << 20 else { throw Problem(description: "is larger than 1 MiB") }
-        guard case .object(let entries)? = try? JSONParser.parse(Array(data)) else {
-            throw Problem(description: "is not a JSON object of upstreams by name")
-        }
+        let entries = try ConfigurationFile.object(at: path, expected: "a JSON object of upstreams by name")
         var contexts: [String: TLSContext] = ["": system]
         for (name, entry) in entries {
             do {
