@@ -70,23 +70,31 @@ CREATE TABLE stats_history (
 -- The retention trim's walk: oldest points of one step first, whatever their namespace.
 CREATE INDEX stats_history_age ON stats_history (step, t);
 
+-- When a row change happened, for the history: the write's own time (`updated_at`, the
+-- service's clock) for a live write; the statement's time for an import (whose rows carry
+-- the dump's times) and for a re-encryption (which keeps them): they happen now. A statement
+-- says which it is through `teamcache.counting` ('import', 'rewrite'), for its transaction.
+CREATE FUNCTION tc_change_time(p_written timestamptz) RETURNS timestamptz LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN coalesce(current_setting('teamcache.counting', true), '') IN ('import', 'rewrite')
+                THEN now() ELSE coalesce(p_written, now()) END
+$$;
+
 CREATE OR REPLACE FUNCTION tc_count_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO counter_deltas (namespace, entries, identity_bytes, stored_bytes, writes, at)
-    SELECT namespace, count(*), sum(identity_size), sum(stored_size), count(*), max(updated_at)
+    SELECT namespace, count(*), sum(identity_size), sum(stored_size), count(*), tc_change_time(max(updated_at))
     FROM new_rows GROUP BY namespace;
     RETURN NULL;
 END $$;
 
--- An update is a write unless the statement says it is not (a re-encryption sets
--- `teamcache.counting` to 'rewrite' for its transaction: same entries, new ciphertext).
+-- An update is a write unless it is a re-encryption (same entries, new ciphertext).
 CREATE OR REPLACE FUNCTION tc_count_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     v_writes boolean := coalesce(current_setting('teamcache.counting', true), '') <> 'rewrite';
 BEGIN
     INSERT INTO counter_deltas (namespace, entries, identity_bytes, stored_bytes, writes, at)
     SELECT namespace, sum(n), sum(identity_size), sum(stored_size),
-           CASE WHEN v_writes THEN sum(greatest(n, 0)) ELSE 0 END, coalesce(max(updated_at), now())
+           CASE WHEN v_writes THEN sum(greatest(n, 0)) ELSE 0 END, tc_change_time(max(updated_at))
     FROM (SELECT namespace, 1 AS n, identity_size, stored_size, updated_at FROM new_rows
           UNION ALL
           SELECT namespace, -1, -identity_size, -stored_size, NULL FROM old_rows) AS changes
@@ -95,7 +103,14 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- As 0008's, and each chunk's deltas also go into the minute and hour rollups of their
+-- A sum as a bigint, saturating: a count that reached the type's end stays there instead of
+-- failing the fold (one failing chunk would stop every namespace's totals, the caps that
+-- read them, and the eviction cycle that folds first).
+CREATE FUNCTION tc_clamp(p_value numeric) RETURNS bigint LANGUAGE sql IMMUTABLE AS $$
+    SELECT least(greatest(p_value, -9223372036854775808), 9223372036854775807)::bigint
+$$;
+
+-- As 0008's, with every sum saturating (tc_clamp), and each chunk's deltas also go into the minute and hour rollups of their
 -- namespace (not the store-wide row, not `_other`), bucketed by `at`. A point's bytes and
 -- entries are the namespace's totals at the step's end: the totals before the fold (this
 -- session holds the fold lock, so nothing else moves them) plus the chunk's changes so far.
@@ -113,12 +128,12 @@ BEGIN
         WHERE id IN (SELECT id FROM counter_deltas ORDER BY id LIMIT p_limit)
         RETURNING *),
     summed AS (
-        SELECT coalesce(namespace, '') AS namespace, sum(entries) AS entries, sum(identity_bytes) AS identity_bytes,
-               sum(stored_bytes) AS stored_bytes, sum(hits) AS hits, sum(misses) AS misses, sum(stale) AS stale,
-               sum(bypass) AS bypass, sum(input_tokens_saved) AS tin, sum(output_tokens_saved) AS tout,
-               sum(collapsed) AS collapsed, sum(writes) AS writes, sum(evicted_expired) AS ev_expired,
-               sum(evicted_idle) AS ev_idle, sum(evicted_size) AS ev_size, sum(evicted_manual) AS ev_manual,
-               sum(cost_saved_nanos) AS cost
+        SELECT coalesce(namespace, '') AS namespace, tc_clamp(sum(entries)) AS entries, tc_clamp(sum(identity_bytes)) AS identity_bytes,
+               tc_clamp(sum(stored_bytes)) AS stored_bytes, tc_clamp(sum(hits)) AS hits, tc_clamp(sum(misses)) AS misses, tc_clamp(sum(stale)) AS stale,
+               tc_clamp(sum(bypass)) AS bypass, tc_clamp(sum(input_tokens_saved)) AS tin, tc_clamp(sum(output_tokens_saved)) AS tout,
+               tc_clamp(sum(collapsed)) AS collapsed, tc_clamp(sum(writes)) AS writes, tc_clamp(sum(evicted_expired)) AS ev_expired,
+               tc_clamp(sum(evicted_idle)) AS ev_idle, tc_clamp(sum(evicted_size)) AS ev_size, tc_clamp(sum(evicted_manual)) AS ev_manual,
+               tc_clamp(sum(cost_saved_nanos)) AS cost
         FROM moved
         GROUP BY GROUPING SETS ((namespace), ())
         HAVING count(*) > 0 AND (GROUPING(namespace) = 1 OR namespace <> '_other')),
@@ -131,26 +146,26 @@ BEGIN
                writes, ev_expired, ev_idle, ev_size, ev_manual, cost
         FROM summed ORDER BY namespace
         ON CONFLICT (namespace, shard) DO UPDATE
-           SET entries = c.entries + excluded.entries, identity_bytes = c.identity_bytes + excluded.identity_bytes,
-               stored_bytes = c.stored_bytes + excluded.stored_bytes, hits = c.hits + excluded.hits,
-               misses = c.misses + excluded.misses, stale = c.stale + excluded.stale,
-               bypass = c.bypass + excluded.bypass,
-               input_tokens_saved = c.input_tokens_saved + excluded.input_tokens_saved,
-               output_tokens_saved = c.output_tokens_saved + excluded.output_tokens_saved,
-               collapsed = c.collapsed + excluded.collapsed, writes = c.writes + excluded.writes,
-               evicted_expired = c.evicted_expired + excluded.evicted_expired,
-               evicted_idle = c.evicted_idle + excluded.evicted_idle,
-               evicted_size = c.evicted_size + excluded.evicted_size,
-               evicted_manual = c.evicted_manual + excluded.evicted_manual,
-               cost_saved_nanos = c.cost_saved_nanos + excluded.cost_saved_nanos
+           SET entries = tc_clamp(c.entries::numeric + excluded.entries), identity_bytes = tc_clamp(c.identity_bytes::numeric + excluded.identity_bytes),
+               stored_bytes = tc_clamp(c.stored_bytes::numeric + excluded.stored_bytes), hits = tc_clamp(c.hits::numeric + excluded.hits),
+               misses = tc_clamp(c.misses::numeric + excluded.misses), stale = tc_clamp(c.stale::numeric + excluded.stale),
+               bypass = tc_clamp(c.bypass::numeric + excluded.bypass),
+               input_tokens_saved = tc_clamp(c.input_tokens_saved::numeric + excluded.input_tokens_saved),
+               output_tokens_saved = tc_clamp(c.output_tokens_saved::numeric + excluded.output_tokens_saved),
+               collapsed = tc_clamp(c.collapsed::numeric + excluded.collapsed), writes = tc_clamp(c.writes::numeric + excluded.writes),
+               evicted_expired = tc_clamp(c.evicted_expired::numeric + excluded.evicted_expired),
+               evicted_idle = tc_clamp(c.evicted_idle::numeric + excluded.evicted_idle),
+               evicted_size = tc_clamp(c.evicted_size::numeric + excluded.evicted_size),
+               evicted_manual = tc_clamp(c.evicted_manual::numeric + excluded.evicted_manual),
+               cost_saved_nanos = tc_clamp(c.cost_saved_nanos::numeric + excluded.cost_saved_nanos)
         RETURNING 1),
     buckets AS (
         SELECT m.namespace, b.step, date_bin(make_interval(secs => b.step), m.at, timestamptz 'epoch') AS t,
-               sum(m.hits) AS hits, sum(m.misses) AS misses, sum(m.stale) AS stale, sum(m.collapsed) AS collapsed,
-               sum(m.bypass) AS bypass, sum(m.writes) AS writes, sum(m.evicted_expired) AS ev_expired,
-               sum(m.evicted_idle) AS ev_idle, sum(m.evicted_size) AS ev_size, sum(m.evicted_manual) AS ev_manual,
-               sum(m.input_tokens_saved) AS tin, sum(m.output_tokens_saved) AS tout, sum(m.cost_saved_nanos) AS cost,
-               sum(m.stored_bytes) AS d_bytes, sum(m.entries) AS d_entries
+               tc_clamp(sum(m.hits)) AS hits, tc_clamp(sum(m.misses)) AS misses, tc_clamp(sum(m.stale)) AS stale, tc_clamp(sum(m.collapsed)) AS collapsed,
+               tc_clamp(sum(m.bypass)) AS bypass, tc_clamp(sum(m.writes)) AS writes, tc_clamp(sum(m.evicted_expired)) AS ev_expired,
+               tc_clamp(sum(m.evicted_idle)) AS ev_idle, tc_clamp(sum(m.evicted_size)) AS ev_size, tc_clamp(sum(m.evicted_manual)) AS ev_manual,
+               tc_clamp(sum(m.input_tokens_saved)) AS tin, tc_clamp(sum(m.output_tokens_saved)) AS tout, tc_clamp(sum(m.cost_saved_nanos)) AS cost,
+               tc_clamp(sum(m.stored_bytes)) AS d_bytes, tc_clamp(sum(m.entries)) AS d_entries
         FROM moved m CROSS JOIN (VALUES (60), (3600)) AS b(step)
         WHERE m.namespace <> '' AND m.namespace <> '_other'
         GROUP BY m.namespace, b.step, 3),
@@ -158,10 +173,10 @@ BEGIN
     -- the step's end (a running sum in time order).
     levels AS (
         SELECT b.*,
-               coalesce((SELECT sum(n.stored_bytes) FROM namespace_counters n WHERE n.namespace = b.namespace), 0)
-                   + sum(b.d_bytes) OVER running AS stored_bytes,
-               coalesce((SELECT sum(n.entries) FROM namespace_counters n WHERE n.namespace = b.namespace), 0)
-                   + sum(b.d_entries) OVER running AS entries
+               tc_clamp(coalesce((SELECT sum(n.stored_bytes) FROM namespace_counters n
+                                  WHERE n.namespace = b.namespace), 0) + sum(b.d_bytes) OVER running) AS stored_bytes,
+               tc_clamp(coalesce((SELECT sum(n.entries) FROM namespace_counters n
+                                  WHERE n.namespace = b.namespace), 0) + sum(b.d_entries) OVER running) AS entries
         FROM buckets b
         WINDOW running AS (PARTITION BY b.namespace, b.step ORDER BY b.t)),
     history AS (
@@ -174,28 +189,35 @@ BEGIN
         FROM levels l
         ORDER BY l.namespace, l.step, l.t
         ON CONFLICT (namespace, step, t) DO UPDATE
-           SET hits = h.hits + excluded.hits, misses = h.misses + excluded.misses, stale = h.stale + excluded.stale,
-               collapsed = h.collapsed + excluded.collapsed, bypass = h.bypass + excluded.bypass,
-               writes = h.writes + excluded.writes, evicted_expired = h.evicted_expired + excluded.evicted_expired,
-               evicted_idle = h.evicted_idle + excluded.evicted_idle,
-               evicted_size = h.evicted_size + excluded.evicted_size,
-               evicted_manual = h.evicted_manual + excluded.evicted_manual,
-               input_tokens_saved = h.input_tokens_saved + excluded.input_tokens_saved,
-               output_tokens_saved = h.output_tokens_saved + excluded.output_tokens_saved,
-               cost_saved_nanos = h.cost_saved_nanos + excluded.cost_saved_nanos,
+           SET hits = tc_clamp(h.hits::numeric + excluded.hits), misses = tc_clamp(h.misses::numeric + excluded.misses), stale = tc_clamp(h.stale::numeric + excluded.stale),
+               collapsed = tc_clamp(h.collapsed::numeric + excluded.collapsed), bypass = tc_clamp(h.bypass::numeric + excluded.bypass),
+               writes = tc_clamp(h.writes::numeric + excluded.writes), evicted_expired = tc_clamp(h.evicted_expired::numeric + excluded.evicted_expired),
+               evicted_idle = tc_clamp(h.evicted_idle::numeric + excluded.evicted_idle),
+               evicted_size = tc_clamp(h.evicted_size::numeric + excluded.evicted_size),
+               evicted_manual = tc_clamp(h.evicted_manual::numeric + excluded.evicted_manual),
+               input_tokens_saved = tc_clamp(h.input_tokens_saved::numeric + excluded.input_tokens_saved),
+               output_tokens_saved = tc_clamp(h.output_tokens_saved::numeric + excluded.output_tokens_saved),
+               cost_saved_nanos = tc_clamp(h.cost_saved_nanos::numeric + excluded.cost_saved_nanos),
                stored_bytes = excluded.stored_bytes, entries = excluded.entries
         RETURNING 1)
     SELECT count(*) INTO v_folded FROM moved;
     RETURN v_folded;
 END $$;
 
--- Drops up to p_limit points of one step older than p_before (the eviction cycle, in batches).
+-- Drops up to p_limit points of one step older than p_before (the eviction cycle, in
+-- batches), holding the fold's lock: the fold upserts rows in (namespace, step, t) order and
+-- this walks them in (step, t) order, so the two never run at once (no lock cycle between them).
 CREATE FUNCTION tc_trim_history(p_step integer, p_before timestamptz, p_limit bigint) RETURNS bigint
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_trimmed bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(127970269162596);  -- "tcfold"
     WITH gone AS (
         DELETE FROM stats_history WHERE (namespace, step, t) IN (
             SELECT namespace, step, t FROM stats_history WHERE step = p_step AND t < p_before
             ORDER BY t LIMIT p_limit)
         RETURNING 1)
-    SELECT count(*) FROM gone;
-$$;
+    SELECT count(*) INTO v_trimmed FROM gone;
+    RETURN v_trimmed;
+END $$;

@@ -48,12 +48,13 @@ async function route() {
   signOut.hidden = false;
   page.hidden = false;
   const [path, query] = location.hash.replace(/^#/, '').split('?');
-  const params = new URLSearchParams(query || '');
-  const parts = (path || '/').split('/').filter(Boolean).map(decodeURIComponent);
   page.setAttribute('aria-busy', 'true');
   delete page.dataset.ready;
   say('');
   try {
+    // Inside the try: an address with a malformed `%` is an error shown, not a blank page.
+    const params = new URLSearchParams(query || '');
+    const parts = (path || '/').split('/').filter(Boolean).map(decodeURIComponent);
     let view;
     if (parts[0] === 'ns' && parts[1] && parts[2] === 'entries') {
       crumbs([['Overview', '#/'], [parts[1], `#/ns/${encodeURIComponent(parts[1])}`], ['Entries']]);

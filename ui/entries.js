@@ -24,7 +24,7 @@ function searchForm(name, params) {
         const value = event.target.elements[key].value.trim();
         if (value) query.set(key, value);
       }
-      location.hash = `#/ns/${encodeURIComponent(name)}/entries?${query}`;
+      location.hash = `#/ns/${encodeURIComponent(name)}/entries?${encode(query)}`;
     },
   },
   field('prefix', 'Key prefix', 'Keys that start with this.'),
@@ -45,11 +45,19 @@ function rows(name, entries) {
   ]);
 }
 
+/**
+ * A query string the server reads as written: URLSearchParams writes a space as `+`, which
+ * a query's RFC 3986 reading (the server's) takes as a plus sign.
+ */
+function encode(query) {
+  return [...query].map(([key, value]) => `${encodeURIComponent(key)}=${encodeURIComponent(value)}`).join('&');
+}
+
 export async function entryBrowser(name, params) {
   const query = new URLSearchParams();
   for (const key of ['prefix', 'tag', 'model']) if (params.get(key)) query.set(key, params.get(key));
   query.set('limit', '50');
-  const first = await api(`${ns(name)}/entries?${query}`);
+  const first = await api(`${ns(name)}/entries?${encode(query)}`);
   const headers = ['Key', 'Model', 'Tags', 'Size', 'Hits', 'Last access', 'Fresh for'];
   const results = table(`Entries of ${name}`, headers, rows(name, first.entries), { id: 'entries' });
   const body = results.querySelector('tbody');
@@ -59,7 +67,7 @@ export async function entryBrowser(name, params) {
     onclick: async () => {
       query.set('after', next);
       try {
-        const page = await api(`${ns(name)}/entries?${query}`);
+        const page = await api(`${ns(name)}/entries?${encode(query)}`);
         for (const cells of rows(name, page.entries)) {
           body.append(h('tr', {}, cells.map((cell, i) => (i === 0 ? h('th', { scope: 'row' }, cell) : h('td', {}, cell)))));
         }
@@ -70,10 +78,18 @@ export async function entryBrowser(name, params) {
       }
     },
   }, 'More');
+  // A page reads a bounded run of keys: with a tag or model it may come back short, even
+  // empty, and still have more to search.
+  let status = null;
+  if (first.entries.length === 0) {
+    status = h('p', { id: 'no-entries' }, first.next
+      ? 'No match among the first keys searched. "More" searches on.' : 'No entry matches.');
+  }
   return h('div', {},
     h('h1', {}, `Entries of ${name}`),
     searchForm(name, params),
-    first.entries.length === 0 ? h('p', { id: 'no-entries' }, 'No entry matches.') : results,
+    status,
+    first.entries.length > 0 || first.next ? results : null,
     more);
 }
 

@@ -99,8 +99,7 @@ function charts(points, step, currency, limit) {
 function topEntries(name, top) {
   if (top.length === 0) return h('p', {}, 'No entry has been hit yet.');
   return table('The 20 most-hit entries', ['Key', 'Model', 'Hits', 'Last access'], top.map((entry) => [
-    h('a', { href: `#/ns/${encodeURIComponent(name)}/entry/${encodeURIComponent(encodeURIComponent(entry.key))}` },
-      entry.key),
+    h('a', { href: `#/ns/${encodeURIComponent(name)}/entry/${encodeURIComponent(entry.key_path)}` }, entry.key),
     entry.model ?? '–',
     h('span', { 'data-value': entry.hit_count }, f.count(entry.hit_count)),
     f.ago(entry.last_accessed_at),

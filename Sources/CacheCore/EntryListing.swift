@@ -57,3 +57,16 @@ public struct EntryListing: Sendable, Equatable {
         self.lastAccessedAt = lastAccessedAt
     }
 }
+
+/// One page of the entry browser: its entries, and the key the next page goes on after (nil:
+/// the last page). A page may be short, or empty, and still have a next: the store reads a
+/// bounded run of keys per page, and filters may match few of them.
+public struct EntryPage: Sendable, Equatable {
+    public var entries: [EntryListing] = []
+    public var next: [UInt8]?
+
+    public init(entries: [EntryListing] = [], next: [UInt8]? = nil) {
+        self.entries = entries
+        self.next = next
+    }
+}

@@ -20,9 +20,16 @@ public struct PriceTable: Sendable, Equatable {
         }
     }
 
-    /// Most prices in one table, and the longest model pattern.
-    public static let maxPrices = 1000
+    /// Most prices in one table, the longest model pattern and the most `*` in one: a price is
+    /// looked for once per (namespace, model), by a scan of the globs, and that scan is bounded.
+    public static let maxPrices = 200
     public static let maxModelBytes = 200
+    public static let maxStars = 4
+    /// The most tokens of one kind a hit is priced for, and the most one hit may save
+    /// (1,000 units of the currency): an entry's token counts are its writer's word, and a
+    /// sum of absurd ones must not wrap.
+    public static let maxPricedTokens = 1 << 32
+    public static let maxNanosPerHit = 1_000_000_000_000
     /// The largest price per million tokens taken (far above any model's; keeps sums in range).
     public static let maxPrice = 1_000_000.0
 
@@ -41,8 +48,9 @@ public struct PriceTable: Sendable, Equatable {
     /// What `input` and `output` tokens cost at `price`, in billionths of the currency
     /// (rounded; a price per million tokens is a thousand billionths per token per unit).
     public static func nanos(_ price: Price, input: Int, output: Int) -> Int {
-        let value = (Double(max(input, 0)) * price.input + Double(max(output, 0)) * price.output) * 1000
-        return value < Double(Int.max) ? Int(value.rounded()) : Int.max
+        let input = Double(min(max(input, 0), maxPricedTokens)), output = Double(min(max(output, 0), maxPricedTokens))
+        let value = (input * price.input + output * price.output) * 1000
+        return Int(min(value, Double(maxNanosPerHit)).rounded())
     }
 
     public struct Invalid: Error, Equatable, CustomStringConvertible {
@@ -64,8 +72,10 @@ public struct PriceTable: Sendable, Equatable {
                 throw Invalid(message: "prices[\(index)] has an unknown member \"\(unknown.0)\".")
             }
             guard let model = item["model"]?.stringValue, !model.isEmpty, model.utf8.count <= maxModelBytes,
-                  !model.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
-                throw Invalid(message: "prices[\(index)].model must be a model name or glob of 1 to \(maxModelBytes) bytes.")
+                  !model.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }),
+                  model.utf8.filter({ $0 == UInt8(ascii: "*") }).count <= maxStars else {
+                throw Invalid(message: "prices[\(index)].model must be a model name or glob of 1 to \(maxModelBytes) "
+                              + "bytes with at most \(maxStars) `*`.")
             }
             guard seen.insert(model).inserted else { throw Invalid(message: "prices[\(index)]: \(model) is listed twice.") }
             prices.append(Price(model: model, input: try amount(item["input"], "prices[\(index)].input"),
@@ -90,7 +100,7 @@ public struct PriceTable: Sendable, Equatable {
 
 /// The prices in force: the server's table and each namespace's own, with what each model
 /// resolved to remembered (a hit prices its model with one dictionary lookup, not a scan of
-/// globs). Kept inside the access tracker's lock.
+/// globs). The access tracker keeps it under a lock of its own, not the counts' lock.
 public struct PriceBook: Sendable {
     public var server: PriceTable
     public private(set) var namespaces: [String: PriceTable] = [:]
@@ -101,6 +111,9 @@ public struct PriceBook: Sendable {
     static let memoLimit = 10_000
 
     public init(server: PriceTable = PriceTable()) { self.server = server }
+
+    /// No price anywhere: every hit saves 0 (checked before the book is locked).
+    public var isEmpty: Bool { server.isEmpty && namespaces.isEmpty }
 
     /// Replaces every namespace's own table (from the periodic refresh, or one change).
     public mutating func setNamespaces(_ tables: [String: PriceTable]) {
@@ -118,7 +131,7 @@ public struct PriceBook: Sendable {
 
     /// What a hit on an entry of `model` with these tokens saved, in billionths; 0 without a price.
     public mutating func nanos(namespace: String, model: String?, input: Int, output: Int) -> Int {
-        guard let model, input > 0 || output > 0, !(server.isEmpty && namespaces.isEmpty) else { return 0 }
+        guard let model, input > 0 || output > 0, !isEmpty else { return 0 }
         if let known = memo[namespace]?[model] { return known.map { PriceTable.nanos($0, input: input, output: output) } ?? 0 }
         let price = namespaces[namespace]?.price(for: model) ?? server.price(for: model)
         if memoCount >= Self.memoLimit {

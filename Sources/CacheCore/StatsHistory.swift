@@ -59,7 +59,8 @@ public struct HistoryRange: Sendable, Equatable {
 
     /// `since`/`until` as asked (nil: 24 hours back from now, and now); `step` nil: the
     /// smallest whose points fit. `until` past now ends with the step now is in; `since` older
-    /// than `step`'s retention starts at the oldest point kept (said in the answer's `since`).
+    /// than `step`'s retention starts at the oldest point kept (said in the answer's `since`),
+    /// before the points are counted: `since=0&step=86400` is the days kept, not a refusal.
     public init(since asked: Date?, until askedUntil: Date?, step askedStep: Int?, now: Date,
                 policy: CachePolicy) throws {
         let nowSeconds = Int(now.timeIntervalSince1970.rounded(.down))
@@ -69,16 +70,21 @@ public struct HistoryRange: Sendable, Equatable {
         if let askedStep, !Self.steps.contains(askedStep) {
             throw Refusal(message: "step must be 60, 3600 or 86400.")
         }
-        let step = askedStep ?? Self.steps.first { Self.count(since, until, $0) <= Self.maxPoints } ?? 86400
-        let count = Self.count(since, until, step)
+        // Each step's range starts no earlier than its oldest point kept; the step is the one
+        // asked for, or the smallest whose points then fit.
+        func start(_ step: Int) -> Int {
+            let retention = step == 60 ? policy.minutePointRetention : policy.hourPointRetention
+            let kept = Self.floor(nowSeconds - retention, step) + step
+            return max(Self.floor(since, step), min(kept, Self.floor(until - 1, step)))
+        }
+        let step = askedStep ?? Self.steps.first { Self.count(start($0), until, $0) <= Self.maxPoints } ?? 86400
+        let count = Self.count(start(step), until, step)
         guard count <= Self.maxPoints else {
             throw Refusal(message: "\(count) points of \(step) s: at most \(Self.maxPoints) a request; "
                           + "ask for a larger step or a shorter range.")
         }
-        let retention = step == 60 ? policy.minutePointRetention : policy.hourPointRetention
-        let kept = Self.floor(nowSeconds - retention, step) + step
         self.step = step
-        self.since = max(Self.floor(since, step), min(kept, Self.floor(until - 1, step)))
+        self.since = start(step)
         self.until = Self.floor(until - 1, step) + step
     }
 

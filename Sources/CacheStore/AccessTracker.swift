@@ -3,6 +3,7 @@ import Foundation
 import Locking
 import Observability
 import Postgres
+import Synchronization
 
 /// Counts hits, misses, stale answers and bypasses in memory and writes them to PostgreSQL
 /// at each flush (entries in chunks of `flushChunk`, then the namespace counters), so the
@@ -36,7 +37,7 @@ public final class AccessTracker: Sendable {
         var isEmpty: Bool { hits == 0 && misses == 0 && stale == 0 && bypass == 0 }
 
         mutating func add(_ lookup: Lookup, _ entry: StoredEntry?, costNanos cost: Int) {
-            costNanos &+= cost
+            costNanos = Self.saturating(costNanos, cost)
             switch lookup {
             case .hit: hits += 1
             case .collapsed:
@@ -46,20 +47,28 @@ public final class AccessTracker: Sendable {
             case .miss: misses += 1
             case .bypass: bypass += 1
             }
-            // Wrapping, not trapping: token counts come from the database (bigint columns).
-            inputTokens &+= entry?.inputTokens ?? 0
-            outputTokens &+= entry?.outputTokens ?? 0
+            // An entry's token counts are its writer's word (up to a bigint): each hit counts
+            // at most `maxPricedTokens`, and sums saturate rather than wrap or trap.
+            inputTokens = Self.saturating(inputTokens, Self.tokens(entry?.inputTokens))
+            outputTokens = Self.saturating(outputTokens, Self.tokens(entry?.outputTokens))
+        }
+
+        static func tokens(_ count: Int?) -> Int { min(max(count ?? 0, 0), PriceTable.maxPricedTokens) }
+
+        static func saturating(_ a: Int, _ b: Int) -> Int {
+            let (sum, overflow) = a.addingReportingOverflow(b)
+            return overflow ? (b > 0 ? Int.max : Int.min) : sum
         }
 
         mutating func add(_ other: NamespaceCounts) {
-            hits += other.hits
-            misses += other.misses
-            stale += other.stale
-            bypass += other.bypass
-            collapsed += other.collapsed
-            inputTokens += other.inputTokens
-            outputTokens += other.outputTokens
-            costNanos &+= other.costNanos
+            hits = Self.saturating(hits, other.hits)
+            misses = Self.saturating(misses, other.misses)
+            stale = Self.saturating(stale, other.stale)
+            bypass = Self.saturating(bypass, other.bypass)
+            collapsed = Self.saturating(collapsed, other.collapsed)
+            inputTokens = Self.saturating(inputTokens, other.inputTokens)
+            outputTokens = Self.saturating(outputTokens, other.outputTokens)
+            costNanos = Self.saturating(costNanos, other.costNanos)
         }
     }
 
@@ -83,11 +92,23 @@ public final class AccessTracker: Sendable {
             total.add(lookup, entry, costNanos: costNanos)
             guard isPending else { return }
             if minute != pendingMinute {
-                if !pending.isEmpty { earlier[pendingMinute, default: NamespaceCounts()].add(pending) }
+                if !pending.isEmpty { keepEarlier(pendingMinute, pending) }
                 pending = NamespaceCounts()
                 pendingMinute = minute
             }
             pending.add(lookup, entry, costNanos: costNanos)
+        }
+
+        /// Minutes kept apart while flushes fail; past them, earlier counts are kept by hour
+        /// (so a long outage costs a bounded map, and the history loses only minute detail).
+        static let earlierMinutes = 120
+
+        mutating func keepEarlier(_ minute: Int, _ counts: NamespaceCounts) {
+            earlier[minute, default: NamespaceCounts()].add(counts)
+            guard earlier.count > Self.earlierMinutes else { return }
+            var byHour: [Int: NamespaceCounts] = [:]
+            for (start, kept) in earlier { byHour[start - ((start % 3600) + 3600) % 3600, default: NamespaceCounts()].add(kept) }
+            earlier = byHour
         }
 
         /// Takes every pending minute, oldest first.
@@ -101,7 +122,7 @@ public final class AccessTracker: Sendable {
 
         /// Gives back what a failed flush took (its running totals counted it already).
         mutating func restore(_ minute: Int, _ counts: NamespaceCounts) {
-            if minute == pendingMinute { pending.add(counts) } else { earlier[minute, default: NamespaceCounts()].add(counts) }
+            if minute == pendingMinute { pending.add(counts) } else { keepEarlier(minute, counts) }
         }
     }
 
@@ -158,8 +179,6 @@ public final class AccessTracker: Sendable {
         var namespaces: [String: NamespaceState] = [:]
         /// Folds namespaces that hold nothing into one label, so `namespaces` stays bounded.
         var labels: NamespaceLabels
-        /// What hits are priced at (see `setPrices`).
-        var prices = PriceBook()
 
         /// The label for a namespace not counted yet.
         mutating func newLabel(_ namespace: String, hit: Bool, mayLabel: Bool) -> String {
@@ -170,6 +189,11 @@ public final class AccessTracker: Sendable {
     }
 
     private let state: Locked<State>
+    /// What hits are priced at, under a lock of its own: a price not looked up yet scans the
+    /// globs, which must not hold up every other lookup's counting. `priced` spares the lock
+    /// on every hit when there are no prices at all.
+    private let prices = Locked(PriceBook())
+    private let priced = Atomic<Bool>(false)
     private let flushes: CounterFamily?
     private let logger = Logger(component: "access-tracker")
 
@@ -220,10 +244,13 @@ public final class AccessTracker: Sendable {
                        mayLabel: Bool = false) {
         let enabled = self.enabled, batchSize = self.batchSize
         let minute = Self.minute(now)
+        var cost = 0
+        if let entry, priced.load(ordering: .relaxed) {
+            cost = prices.withLock {
+                $0.nanos(namespace: namespace, model: entry.model, input: entry.inputTokens, output: entry.outputTokens)
+            }
+        }
         let full = state.withLock { state in
-            let cost = entry.map {
-                state.prices.nanos(namespace: namespace, model: $0.model, input: $0.inputTokens, output: $0.outputTokens)
-            } ?? 0
             // The common case, a namespace already counted, costs one hash and changes the
             // state in place (no copy out and back).
             if let index = state.namespaces.index(forKey: namespace) {
@@ -249,18 +276,27 @@ public final class AccessTracker: Sendable {
 
     /// The server's price table (at start).
     public func setServerPrices(_ table: PriceTable) {
-        state.withLock { $0.prices = PriceBook(server: table) }
+        changePrices { $0 = PriceBook(server: table) }
     }
 
     /// Every namespace's own prices (the periodic refresh: a change made on another replica
-    /// is in force here within one refresh).
+    /// is in force here within one refresh). Compared outside the lock: usually unchanged.
     public func setNamespacePrices(_ tables: [String: PriceTable]) {
-        state.withLock { $0.prices.setNamespaces(tables) }
+        guard prices.withLock({ $0.namespaces }) != tables else { return }
+        changePrices { $0.setNamespaces(tables) }
     }
 
     /// One namespace's own prices, changed through this replica (in force at once).
     public func setNamespacePrices(_ namespace: String, _ table: PriceTable?) {
-        state.withLock { $0.prices.setNamespace(namespace, table) }
+        changePrices { $0.setNamespace(namespace, table) }
+    }
+
+    /// The flag is set inside the lock, so two changes at once leave it as the last one left the book.
+    private func changePrices(_ change: (inout PriceBook) -> Void) {
+        prices.withLock { book in
+            change(&book)
+            priced.store(!book.isEmpty, ordering: .relaxed)
+        }
     }
 
     /// The metric label for `namespace` (itself, or `_other` when it holds nothing known).

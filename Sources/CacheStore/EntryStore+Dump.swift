@@ -24,6 +24,8 @@ extension EntryStore {
         SELECT \(DumpedEntry.columns) FROM entries e LEFT JOIN entry_access a ON a.entry_id = e.id
         WHERE e.id = ANY($1) ORDER BY e.namespace, e.key
         """
+    /// For the import's transaction: its writes are dated now in the history (migration 0015).
+    static let importing = "SELECT set_config('teamcache.counting', 'import', true)"
     static let importEntry = """
         SELECT tc_import_entry($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::text::jsonb, $13, $14,
             least($15::text::timestamptz, coalesce($22::timestamptz, now())),
@@ -124,6 +126,8 @@ extension EntryStore {
         }
         return try pool.withConnection { connection in
             try connection.transaction { connection in
+                // Imported rows carry the dump's write times: the history counts them now.
+                _ = try connection.query(Self.importing)
                 var outcomes = [ImportOutcome](repeating: .skipped, count: entries.count)
                 for index in order {
                     let entry = entries[index]

@@ -32,7 +32,8 @@ extension EntryStore {
           AND e.updated_at = u.old_updated_at::timestamptz
         """
     static let reencryptBatch = 200
-    /// For this transaction, the entry triggers count rewritten rows as rewrites, not writes.
+    /// For this transaction, the entry triggers count rewritten rows as rewrites, not writes
+    /// (and date their size changes now; migration 0015's `tc_change_time`).
     static let notWrites = "SELECT set_config('teamcache.counting', 'rewrite', true)"
 
     /// Seals every entry of `namespace` under its newest data key, `reencryptBatch` rows to a

@@ -71,7 +71,10 @@ extension EntryStore {
             levels[point.t] = level
         }
         samples += pending
-        return range.points(samples: samples, levels: levels, carried: carried[step] ?? carried[3600])
+        // No row before the range and none in it: the level has not moved in the range (a
+        // namespace untouched since before the history began), so it is the folded one.
+        let start = carried[step] ?? carried[3600] ?? (levels.isEmpty ? folded : nil)
+        return range.points(samples: samples, levels: levels, carried: start)
     }
 
     static func point(_ row: PostgresRow) throws -> StatsPoint {

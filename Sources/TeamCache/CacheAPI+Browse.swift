@@ -5,7 +5,7 @@ import HTTPServer
 
 /// The entry browser's routes (read scope), for the dashboard and for people with curl:
 /// `GET /v1/caches/{ns}/entries?prefix=&tag=&model=&after=&limit=` lists entries in key
-/// order; `GET /v1/caches/{ns}/inspect/{key}` shows one with a preview of its body. Looking
+/// order (a page may be short and still have a `next`: each reads a bounded run of keys); `GET /v1/caches/{ns}/inspect/{key}` shows one with a preview of its body. Looking
 /// is not a lookup: neither counts a hit or a miss, nor moves an entry's last access.
 extension CacheAPI {
     /// The most of a body `inspect` shows: a preview, not a download (GET the entry for that).
@@ -39,11 +39,12 @@ extension CacheAPI {
             return bytes
         }
         return try guarded(request) {
-            let listed = try store.listEntries(namespace, query)
+            let page = try store.listEntries(namespace, query)
             let now = clock.now()
-            let next: JSONValue = listed.count == query.limit ? listed.last.map { .string(Self.hex($0.key)) } ?? .null : .null
-            return .json(200, JSONValue.object([("entries", .array(listed.map { .object(Self.members($0, now: now)) })),
-                                                ("next", next)]).serialized)
+            return .json(200, JSONValue.object([
+                ("entries", .array(page.entries.map { .object(Self.members($0, now: now)) })),
+                ("next", page.next.map { .string(Self.hex($0)) } ?? .null),
+            ]).serialized)
         }
     }
 
@@ -54,7 +55,7 @@ extension CacheAPI {
             var query = EntryQuery()
             query.prefix = key.bytes
             query.limit = 1
-            guard let listing = try store.listEntries(namespace, query).first, listing.key == key.bytes,
+            guard let listing = try store.listEntries(namespace, query).entries.first, listing.key == key.bytes,
                   let entry = try store.fetch(namespace, key) else {
                 throw HTTPError(404, "No entry under this key.")
             }

@@ -42,6 +42,11 @@ import Testing
         short.minutePointRetention = 3600
         let clamped = try HistoryRange(since: now.addingTimeInterval(-86400), until: nil, step: 60, now: now, policy: short)
         #expect(clamped.since >= Int(now.timeIntervalSince1970) - 3600 && clamped.count <= 61)
+        // Clamped before counting: all the days kept is an answer, not a refusal.
+        let all = try HistoryRange(since: Date(timeIntervalSince1970: 0), until: nil, step: 86400, now: now, policy: policy)
+        #expect(all.count <= 401 && all.since > 0)
+        #expect(try HistoryRange(since: Date(timeIntervalSince1970: 0), until: nil, step: nil, now: now, policy: policy)
+            .step == 86400)
     }
 
     @Test func countsSumIntoTheirPointAndLevelsCarryForward() throws {

@@ -44,8 +44,39 @@ import TestSupport
         for bad in ["?limit=0", "?limit=101", "?after=zz", "?after=abc", "?prefix=", "?shape=round", "?tag="] {
             #expect(try service.request("GET", "/v1/caches/\(namespace)/entries\(bad)", token: token).status == 400, "\(bad)")
         }
+        // A space in a query is %20 (a `+` is a plus sign).
+        #expect(try service.request("PUT", entryPath(namespace, "with%20space"), token: token, body: [1]).status == 201)
+        #expect(try page(namespace, "?prefix=with%20sp", token: token).keys == ["with space"])
         let other = try service.token([.read], namespaces: "elsewhere")
         #expect(try service.request("GET", "/v1/caches/\(namespace)/entries", token: other).status == 403)
+    }
+
+    /// A tag that few entries carry: each page reads a bounded run of keys and says where it
+    /// stopped, so every match is found, page by page, and no page reads the whole namespace.
+    @Test func aRareTagIsFoundPageByPageWithBoundedReads() throws {
+        let namespace = TestService.namespace("browserare")
+        let token = try service.token([.read, .write], namespaces: namespace)
+        // 4,500 entries straight into the table (the route would take minutes), 3 of them tagged.
+        try service.app.store.pool.withConnection { connection in
+            _ = try connection.query("""
+                INSERT INTO entries (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
+                                     tags, created_at, updated_at, expires_at)
+                SELECT $1, convert_to(lpad(i::text, 5, '0'), 'UTF8'), '\\x00', 'identity', 't', 1, 1, 'e',
+                       CASE WHEN i IN (10, 2500, 4400) THEN ARRAY['rare'] ELSE ARRAY[]::text[] END, now(), now(),
+                       now() + interval '1 day'
+                FROM generate_series(1, 4500) AS i
+                """, [.text(namespace)])
+        }
+        var found: [String] = [], pages = 0
+        var after: String?
+        repeat {
+            let next = try page(namespace, "?tag=rare&limit=10" + (after.map { "&after=\($0)" } ?? ""), token: token)
+            found += next.keys
+            after = next.next
+            pages += 1
+        } while after != nil && pages < 10
+        #expect(found == ["00010", "02500", "04400"])
+        #expect(pages == 3, "2,000 keys a page: 4,500 keys are three pages")
     }
 
     @Test func anEntryIsShownWithItsBodyAndLookingCountsNothing() throws {

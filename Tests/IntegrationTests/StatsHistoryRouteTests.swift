@@ -78,6 +78,22 @@ import TestSupport
         #expect(points.last?["entries"] as? Int == 1)
     }
 
+    /// Imported entries carry their dump's write times (days ago): their writes and bytes are
+    /// counted when the import happens, in the point of now, not in a point long trimmed.
+    @Test func anImportIsCountedWhenItHappens() throws {
+        let namespace = TestService.namespace("histimport")
+        let admin = try service.token([.admin], namespaces: namespace)
+        let old = "2026-11-01T10:00:00Z"
+        let lines = (0..<3).map { "{\"namespace\":\"\(namespace)\",\"key\":\"k\($0)\",\"body\":\"b\($0)\","
+            + "\"created_at\":\"\(old)\",\"updated_at\":\"\(old)\"}" }.joined(separator: "\n")
+        let imported = try service.request("POST", "/v1/caches/\(namespace)/import", token: admin, body: Array(lines.utf8))
+        #expect(imported.status == 200, "\(imported.text)")
+        let points = try #require(try history(namespace, "?step=60&since=\(Int(Date().timeIntervalSince1970) - 300)",
+                                              token: admin)["points"] as? [[String: Any]])
+        #expect(points.reduce(0) { $0 + ($1["writes"] as? Int ?? 0) } == 3)
+        #expect(points.last?["entries"] as? Int == 3)
+    }
+
     @Test func questionsThatCannotBeAnsweredAre400Problems() throws {
         let namespace = TestService.namespace("histbad")
         let reader = try service.token([.read], namespaces: namespace)

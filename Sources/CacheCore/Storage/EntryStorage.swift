@@ -50,9 +50,9 @@ public protocol EntryStorage: AnyObject, Sendable {
     /// whose name matches `pattern` (a token's: `*` matches any run), in name order, at most
     /// `limit` of them.
     func cacheTotals(matching pattern: String, limit: Int) throws -> [(namespace: String, stats: CacheStats)]
-    /// Entries of `namespace` as the entry browser lists them (key order; expired ones too,
-    /// until evicted), without counting a lookup.
-    func listEntries(_ namespace: Namespace, _ query: EntryQuery) throws -> [EntryListing]
+    /// A page of `namespace`'s entries as the entry browser lists them (key order; expired
+    /// ones too, until evicted), without counting a lookup.
+    func listEntries(_ namespace: Namespace, _ query: EntryQuery) throws -> EntryPage
     /// The namespace's stats history over `range`, every point present, oldest first.
     func history(_ namespace: Namespace, _ range: HistoryRange) throws -> [StatsPoint]
 

@@ -107,8 +107,8 @@ public final class MemoryStore: EntryStorage {
 
     public func configuredNamespaces() throws -> Set<String> { state.withLock { Set($0.settings.keys) } }
 
-    public func listEntries(_ namespace: Namespace, _ query: EntryQuery) throws -> [EntryListing] {
-        state.withLock { state in
+    public func listEntries(_ namespace: Namespace, _ query: EntryQuery) throws -> EntryPage {
+        let listed: [EntryListing] = state.withLock { state in
             state.rows.values.filter { row in
                 row.namespace == namespace.name && query.after.map { row.key.lexicographicallyPrecedes($0) == false
                     && row.key != $0 } ?? true
@@ -122,6 +122,7 @@ public final class MemoryStore: EntryStorage {
                              lastAccessedAt: row.lastAccessedAt)
             }
         }
+        return EntryPage(entries: listed, next: listed.count == query.limit ? listed.last?.key : nil)
     }
 
     /// Keeps no history (no lookups are counted here either): every point is zeros, at the
