@@ -75,6 +75,8 @@ final class Connection {
 
     /// The client's address, for limits per client (never logged with a request).
     let peer: String
+    /// The credential this connection presented last (see `ConnectionCredential`).
+    let credential = ConnectionCredential()
 
     init(fd: Int32, loop: EventLoop, peer: String = "") {
         self.fd = fd
@@ -209,6 +211,7 @@ final class Connection {
     func refusal(beforeBody request: HTTPRequest) -> HTTPResponse? {
         request.requestID = loop.requestID(for: request)
         request.remoteAddress = peer
+        request.connectionCredential = credential
         let error: HTTPError
         switch loop.context.router.match(method: request.method, path: request.path) {
         case .found(let route, let parameters):
@@ -429,6 +432,7 @@ final class Connection {
                                        ("served", .int(served)), ("in_flight", .bool(inFlight))])
         }
         isClosed = true
+        credential.wipe()
         // A stream cut short: reset (see resetIfStreaming), and its producer learns its client has gone.
         resetIfStreaming()
         if let cut = streaming {

@@ -17,6 +17,8 @@ public final class HTTPRequest: @unchecked Sendable {
     public internal(set) var requestID: String = ""
     /// The client's address (IPv4 text; empty when unknown), for limits per client.
     public internal(set) var remoteAddress: String = ""
+    /// The credential its connection presented last (nil outside a server: tests, the fuzzer).
+    public package(set) var connectionCredential: ConnectionCredential?
     public internal(set) var routeTemplate: String = ""
     /// The matched route's id (a metrics key), or `Router.unmatchedID`.
     var routeID = Router.unmatchedID

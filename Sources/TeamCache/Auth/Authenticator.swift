@@ -3,6 +3,7 @@ import Cryptography
 import Foundation
 import HTTPServer
 import Locking
+import Synchronization
 
 /// Checks `Authorization: Bearer` on every `/v1/` request.
 ///
@@ -133,12 +134,16 @@ public final class Authenticator: Sendable {
                            source: TokenSource = .authorization) throws -> Principal? {
         guard enabled else { return Principal(token: nil) }
         let secret = try source == .gateway ? Self.gatewaySecret(request) : Self.bearerSecret(request, "Authorization")
-        let hash = APIToken.hash(secret: secret)
+        // The connection's last verified credential again (the usual case): its digest without
+        // a SHA-256. The digest still goes through the token cache below, TTL and all.
+        let remembered = request.connectionCredential?.digest(for: secret)
+        let hash = remembered ?? digest(secret)
         guard let found = try lookup(hash, cachedOnly: cachedOnly, client: request.remoteAddress,
                                      lapsedIsKnown: lapsedIsKnown) else { return nil }
         guard let token = found, token.isUsable(at: clock.now()) else {
             throw Self.unauthorized("The token is unknown, expired or revoked.", error: "invalid_token")
         }
+        if remembered == nil { request.connectionCredential?.remember(secret, digest: hash) }
         if let scope, !token.allows(scope, namespace: namespace) {
             let target = namespace.map { "namespace \($0.name)" } ?? "store-wide routes"
             throw HTTPError(403, "This token lacks the \(scope.rawValue) scope for \(target).")
@@ -148,6 +153,15 @@ public final class Authenticator: Sendable {
                             headers: HTTPHeaders([("Retry-After", String(wait))]))
         }
         return Principal(token: token)
+    }
+
+    /// SHA-256s this authenticator computed of presented secrets (what a connection's memory
+    /// spares; read by tests).
+    let digestsComputed = Atomic<Int>(0)
+
+    private func digest(_ secret: Substring) -> [UInt8] {
+        digestsComputed.add(1, ordering: .relaxed)
+        return APIToken.hash(secret: secret)
     }
 
     /// The token with this secret hash (inner nil: none); outer nil when `cachedOnly` and

@@ -1,0 +1,67 @@
+import CacheCore
+import Foundation
+@testable import HTTPServer
+import Locking
+@testable import TeamCache
+import Testing
+
+/// A connection that repeats its token pays one SHA-256, not one a request; the repeat is
+/// still checked against the token cache, so a revocation takes effect as before; another
+/// token, or another connection, is hashed afresh; what a connection held is zeroed.
+@Suite struct ConnectionCredentialTests {
+    /// A directory of tokens by hash whose answers a test can change (a revocation).
+    final class Directory: TokenDirectory, Sendable {
+        let tokens = Locked<[[UInt8]: APIToken]>([:])
+
+        func add(_ secret: String, revoked: Bool = false) {
+            let token = APIToken(id: Int64(secret.count), name: "t", namespacePattern: "*", scopes: [.read],
+                                 createdAt: Date(), expiresAt: nil, revokedAt: revoked ? Date() : nil)
+            tokens.withLock { $0[APIToken.hash(secret: secret)] = token }
+        }
+
+        func find(hash: [UInt8]) throws -> APIToken? { tokens.withLock { $0[hash] } }
+    }
+
+    static func request(_ secret: String, on connection: ConnectionCredential?) -> HTTPRequest {
+        let request = HTTPRequest(method: "GET", target: "/v1/caches/a/stats", version: .http11,
+                                  headers: HTTPHeaders([("Authorization", "Bearer \(secret)")]))
+        request.connectionCredential = connection
+        return request
+    }
+
+    @Test func aRepeatedTokenIsHashedOncePerConnectionAndStillChecked() throws {
+        let directory = Directory()
+        let a = APIToken.newSecret(), b = APIToken.newSecret()
+        directory.add(a)
+        directory.add(b)
+        // No cache TTL: every request asks the directory, as after the TTL in production.
+        let auth = Authenticator(enabled: true, store: directory, cacheTTL: 0, rateLimit: 0, clock: SystemClock())
+        let namespace = try #require(Namespace("a"))
+        let connection = ConnectionCredential()
+        for _ in 0..<10 { _ = try auth.authorize(Self.request(a, on: connection), .read, namespace: namespace) }
+        #expect(auth.digestsComputed.load(ordering: .relaxed) == 1)
+        // Another token on the same connection, and the same token on another: hashed afresh.
+        _ = try auth.authorize(Self.request(b, on: connection), .read, namespace: namespace)
+        _ = try auth.authorize(Self.request(a, on: ConnectionCredential()), .read, namespace: namespace)
+        #expect(auth.digestsComputed.load(ordering: .relaxed) == 3)
+        // A near miss (one character off) is not the remembered credential.
+        let near = String(b.dropLast()) + (b.last == "0" ? "1" : "0")
+        #expect(throws: HTTPError.self) { try auth.authorize(Self.request(near, on: connection), .read, namespace: namespace) }
+        // Revoked while the connection keeps sending it: refused at once (TTL 0).
+        directory.add(b, revoked: true)
+        #expect(throws: HTTPError.self) { try auth.authorize(Self.request(b, on: connection), .read, namespace: namespace) }
+    }
+
+    @Test func whatAConnectionHeldIsZeroedAndComparedWhole() {
+        let credential = ConnectionCredential()
+        credential.remember("tc_secret"[...], digest: [1, 2, 3])
+        #expect(credential.digest(for: "tc_secret"[...]) == [1, 2, 3])
+        #expect(credential.digest(for: "tc_secreT"[...]) == nil)
+        #expect(credential.digest(for: "tc_secret2"[...]) == nil)
+        #expect(credential.digest(for: "tc_secre"[...]) == nil)
+        credential.wipe()
+        #expect(credential.digest(for: "tc_secret"[...]) == nil)
+        #expect(ConnectionCredential.equalInConstantTime(Array("abc".utf8), "abc"[...].utf8))
+        #expect(!ConnectionCredential.equalInConstantTime(Array("abc".utf8), "abd"[...].utf8))
+    }
+}
