@@ -65,7 +65,7 @@ extension EntryStore {
         """
     static let upsertSettings = """
         INSERT INTO namespace_settings (namespace, default_ttl_seconds, max_bytes, prices, updated_at)
-        VALUES ($1, $2::bigint, $3::bigint, $4::jsonb, now())
+        VALUES ($1, $2::bigint, $3::bigint, $4::text::jsonb, now())
         ON CONFLICT (namespace) DO UPDATE SET default_ttl_seconds = excluded.default_ttl_seconds,
             max_bytes = excluded.max_bytes, prices = excluded.prices, updated_at = now()
         """

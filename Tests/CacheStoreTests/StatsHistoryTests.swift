@@ -180,6 +180,27 @@ import TestSupport
     }
 }
 
+extension StatsHistoryTests {
+    /// On one connection (its prepared statements are typed by their first call): settings
+    /// without prices, then with them. The prices were once sent as text to a parameter the
+    /// first call had let PostgreSQL type as jsonb ("unsupported jsonb version number 91").
+    @Test func pricesFollowSettingsWithoutThemOnOneConnection() throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "prices")
+        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
+                                        overrides: TestDatabase.shared.overrides(database: database), maxConnections: 1))
+        defer { pool.closeIdle() }
+        let store = EntryStore(pool: pool, policy: CachePolicy())
+        let namespace = try #require(Namespace("priced"))
+        try store.setSettings(namespace, NamespaceSettings(defaultTTL: 60))
+        let prices = PriceTable([PriceTable.Price(model: "m*", input: 1, output: 2)])
+        try store.setSettings(namespace, NamespaceSettings(defaultTTL: 60, prices: prices))
+        #expect(try store.settings(namespace).prices == prices)
+        #expect(try store.namespacePrices() == ["priced": prices])
+        try store.setSettings(namespace, NamespaceSettings(defaultTTL: 60))
+        #expect(try store.settings(namespace).prices == nil)
+    }
+}
+
 extension StatsHistoryTests.Fixture {
     /// Folds now, waiting for a fold another test runs (so what was flushed is folded).
     func fold() throws {
