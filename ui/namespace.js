@@ -32,6 +32,7 @@ function totals(stats, currency) {
     figure('Hit ratio', f.ratio(stats.hit_ratio), stats.hit_ratio),
     figure('Hits', f.count(stats.lookups.hit), stats.lookups.hit),
     figure('Waited for a fill', f.count(stats.lookups.collapsed), stats.lookups.collapsed),
+    figure('Leases held now', f.count(stats.leases.held), stats.leases.held),
     figure('Misses', f.count(stats.lookups.miss), stats.lookups.miss),
     figure('Tokens saved', f.count(stats.tokens_saved.input + stats.tokens_saved.output),
       stats.tokens_saved.input + stats.tokens_saved.output),

@@ -17,6 +17,8 @@ public struct CacheStats: Sendable, Equatable {
     public var costSavedNanos = 0
     public var writes = 0
     public var evictions = 0
+    /// Miss leases held right now (callers filling a key while others may wait for them).
+    public var leasesHeld = 0
     public var top: [TopEntry] = []
 
     public init() {}

@@ -38,7 +38,7 @@ extension CacheAPI {
             let caches = listed.prefix(Self.maxListed).map { namespace, stats -> JSONValue in
                 var members: [(String, JSONValue)] = [("namespace", .string(namespace))]
                 if case .object(let totals) = Self.json(stats, global: false, detailed: false) {
-                    members += totals.filter { $0.0 != "top" }
+                    members += totals.filter { $0.0 != "top" && $0.0 != "leases" }
                 }
                 return .object(members)
             }
@@ -89,6 +89,7 @@ extension CacheAPI {
             ("cost_saved", .double(Self.money(stats.costSavedNanos))),
             ("writes", .int(stats.writes)),
             ("evictions", .int(stats.evictions)),
+            ("leases", .object([("held", .int(stats.leasesHeld))])),
             ("top", .array(top)),
         ])
     }

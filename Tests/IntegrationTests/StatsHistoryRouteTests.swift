@@ -94,6 +94,20 @@ import TestSupport
         #expect(points.last?["entries"] as? Int == 3)
     }
 
+    /// A miss that took a lease shows as a lease held in the namespace's stats (the dashboard's
+    /// "leases held now"), and only there.
+    @Test func aLeaseHeldShowsInTheStats() throws {
+        let namespace = TestService.namespace("histlease")
+        let writer = try service.token([.read, .write], namespaces: namespace)
+        #expect(try service.request("GET", entryPath(namespace, "k") + "?lease=30", token: writer).status == 404)
+        let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: writer))
+        #expect((stats["leases"] as? [String: Int])?["held"] == 1)
+        let other = TestService.namespace("histlease-other")
+        let otherWriter = try service.token([.read], namespaces: other)
+        let none = try object(try service.request("GET", "/v1/caches/\(other)/stats", token: otherWriter))
+        #expect((none["leases"] as? [String: Int])?["held"] == 0)
+    }
+
     @Test func questionsThatCannotBeAnsweredAre400Problems() throws {
         let namespace = TestService.namespace("histbad")
         let reader = try service.token([.read], namespaces: namespace)
