@@ -8,7 +8,13 @@ public final class PostgresConnection: @unchecked Sendable {
     // @unchecked: the pool hands a connection to exactly one caller at a time; nothing
     // else touches `handle` or `prepared` concurrently.
     let handle: OpaquePointer
-    private var prepared: [String: String] = [:]
+    /// Prepared statements by SQL, then by the parameter types they were prepared with. A
+    /// parameter given as NULL is prepared untyped (PostgreSQL infers its type from the SQL),
+    /// so a later call that sends a typed value there gets a statement of its own: sent in
+    /// binary to the inferred type, a text value for a `$1::jsonb` was refused ("unsupported
+    /// jsonb version number").
+    private var prepared: [String: [[Oid]: String]] = [:]
+    private var preparedCount = 0
     /// Behind a transaction pooler: statements go unnamed (see `SessionLimits.transactionPooler`).
     let unnamedStatements: Bool
     /// Longest wait for any answer; nil: none (see `SessionLimits.clientDeadline`).
@@ -182,15 +188,17 @@ public final class PostgresConnection: @unchecked Sendable {
     /// Whether `sql` may be sent from a non-blocking caller, and under which name (nil: unnamed).
     func sendableName(_ sql: String) -> String?? {
         if unnamedStatements { return .some(nil) }
-        return prepared[sql].map { .some($0) }
+        // The loop's statements are prepared once, `like` their calls: one variant each.
+        return prepared[sql]?.values.first.map { .some($0) }
     }
 
     private func preparedName(for sql: String, _ parameters: [PostgresValue]) throws -> String {
-        if let name = prepared[sql] { return name }
-        let name = "tc\(prepared.count + 1)"
         let types = parameters.map { Oid($0.typeOID) }
+        if let name = prepared[sql]?[types] { return name }
+        preparedCount += 1
+        let name = "tc\(preparedCount)"
         _ = try check(awaitResult(sent: PQsendPrepare(handle, name, sql, Int32(types.count), types)))
-        prepared[sql] = name
+        prepared[sql, default: [:]][types] = name
         return name
     }
 

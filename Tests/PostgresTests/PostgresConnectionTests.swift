@@ -13,6 +13,16 @@ import TestSupport
         try connection.execute("CREATE TABLE blobs (id int PRIMARY KEY, data bytea, label text)")
     }
 
+    /// A statement first called with NULL (its parameter's type left to PostgreSQL: jsonb
+    /// here) and then with text: the text is not sent in binary to a jsonb parameter.
+    @Test func aParameterFirstNullThenTypedGetsAStatementOfItsOwn() throws {
+        let sql = "SELECT ($1::jsonb)::text AS json"
+        #expect(try connection.query(sql, [.null]).first?.string("json") == nil)
+        #expect(try connection.query(sql, [.text("[1, 2]")]).first?.string("json") == "[1, 2]")
+        #expect(try connection.query(sql, [.null]).first?.string("json") == nil)
+        #expect(try connection.query(sql, [.text("{\"a\": 1}")]).first?.string("json") == "{\"a\": 1}")
+    }
+
     @Test func byteaWithNulBytesRoundTrips() throws {
         let bytes: [UInt8] = [0, 1, 0, 255, 0, 0, 7]
         try connection.query("INSERT INTO blobs (id, data) VALUES ($1, $2)", [.int(1), .bytes(bytes)])
