@@ -20,21 +20,32 @@ export class ApiError extends Error {
   }
 }
 
+/** How long one call may take, answer included: a TeamCache that stopped answering is said
+ * to be so, rather than leaving the page waiting forever. */
+export const TIMEOUT_MS = 8000;
+
 /** Calls the API; resolves to the JSON answer (null for 204), rejects with an ApiError. */
 export async function api(path, { method = 'GET', body } = {}) {
   const headers = { Authorization: `Bearer ${token()}` };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const deadline = AbortSignal.timeout(TIMEOUT_MS);
   let response;
+  let data = null;
+  const late = `TeamCache did not answer within ${TIMEOUT_MS / 1000} s. Try again shortly.`;
   try {
     response = await fetch(path, {
       method, headers, body: body === undefined ? undefined : JSON.stringify(body),
-      credentials: 'omit', cache: 'no-store',
+      credentials: 'omit', cache: 'no-store', signal: deadline,
     });
-  } catch (error) {
-    throw new ApiError(0, 'TeamCache did not answer. Is it running?');
+  } catch {
+    throw new ApiError(0, deadline.aborted ? late : 'TeamCache could not be reached. Is it running?');
   }
   const type = response.headers.get('Content-Type') || '';
-  const data = response.status === 204 || !type.includes('json') ? null : await response.json();
+  try {
+    if (response.status !== 204 && type.includes('json')) data = await response.json();
+  } catch {
+    throw new ApiError(0, deadline.aborted ? late : `TeamCache's answer (HTTP ${response.status}) could not be read.`);
+  }
   if (!response.ok) {
     throw new ApiError(response.status, (data && (data.detail || data.title)) || `HTTP ${response.status}`);
   }

@@ -34,16 +34,30 @@ public struct EntryKey: Hashable, Sendable {
     /// The key as text: itself when valid UTF-8, otherwise percent-encoded.
     public var display: String {
         if let text = String(validating: bytes, as: UTF8.self) { return text }
-        return KeyText.percentEncoded(bytes)
+        return KeyText.percentEncoded(bytes) { $0 >= 0x21 && $0 < 0x7f && $0 != UInt8(ascii: "%") }
+    }
+
+    /// The key as one path segment of a URL (`…/entries/{key}`): every byte but RFC 3986's
+    /// unreserved ones percent-encoded, so any key, UTF-8 or not, round-trips.
+    public var pathSegment: String {
+        KeyText.percentEncoded(bytes) { byte in
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+                 UInt8(ascii: "~"): true
+            default: false
+            }
+        }
     }
 }
 
 enum KeyText {
-    static func percentEncoded(_ bytes: [UInt8]) -> String {
+    /// `bytes` with every byte `keep` refuses as `%XX`.
+    static func percentEncoded(_ bytes: [UInt8], keeping keep: (UInt8) -> Bool) -> String {
         let digits = Array("0123456789ABCDEF".utf8)
         var out: [UInt8] = []
         for byte in bytes {
-            if byte >= 0x21 && byte < 0x7f && byte != UInt8(ascii: "%") {
+            if keep(byte) {
                 out.append(byte)
             } else {
                 out += [UInt8(ascii: "%"), digits[Int(byte >> 4)], digits[Int(byte & 0xf)]]

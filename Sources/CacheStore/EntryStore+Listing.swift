@@ -36,10 +36,11 @@ extension EntryStore {
     static let pastEveryKey = [UInt8](repeating: 0xFF, count: EntryKey.maxBytes + 1)
 
     public func listEntries(_ namespace: Namespace, _ query: EntryQuery) throws -> EntryPage {
-        // The first key after `after` is `after` + 0x00 (no key holds NUL).
-        let afterNext = query.after.map { $0 + [0] } ?? []
-        let prefix = query.prefix ?? []
-        let start = afterNext.lexicographicallyPrecedes(prefix) ? prefix : afterNext
+        // The page starts at the later of the prefix and the first key after `after`, which is
+        // `after` followed by 0x00 (no key holds NUL).
+        var start = query.after ?? []
+        if query.after != nil { start.append(0) }
+        if let prefix = query.prefix, start.lexicographicallyPrecedes(prefix) { start = prefix }
         let end = query.prefix == nil ? Self.pastEveryKey : query.prefixEnd ?? Self.pastEveryKey
         let limit = min(max(query.limit, 0), EntryQuery.maxLimit)
         return try pool.withConnection { connection in

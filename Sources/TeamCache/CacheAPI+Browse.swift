@@ -1,5 +1,6 @@
 import CacheCore
 import CacheKeys
+import Cryptography
 import Foundation
 import HTTPServer
 
@@ -25,7 +26,7 @@ extension CacheAPI {
             }
             return Array(prefix.utf8)
         }
-        query.tag = try items["tag"].map { try RequestParsing.tags([$0])[0] }
+        query.tag = try items["tag"].map(RequestParsing.tag)
         query.model = try items["model"].map { model in
             guard (1...256).contains(model.utf8.count), !model.utf8.contains(0) else {
                 throw HTTPError(400, "`model` must be 1 to 256 bytes without NUL.")
@@ -33,7 +34,7 @@ extension CacheAPI {
             return model
         }
         query.after = try items["after"].map { hex in
-            guard let bytes = Self.bytes(hex: hex), EntryKey(bytes) != nil else {
+            guard hex.utf8.count <= 2 * EntryKey.maxBytes, let bytes = Bytes.fromHex(hex), EntryKey(bytes) != nil else {
                 throw HTTPError(400, "`after` must be a page's `next` (a key in hex).")
             }
             return bytes
@@ -43,7 +44,7 @@ extension CacheAPI {
             let now = clock.now()
             return .json(200, JSONValue.object([
                 ("entries", .array(page.entries.map { .object(Self.members($0, now: now)) })),
-                ("next", page.next.map { .string(Self.hex($0)) } ?? .null),
+                ("next", page.next.map { .string(Bytes.hex($0)) } ?? .null),
             ]).serialized)
         }
     }
@@ -71,7 +72,7 @@ extension CacheAPI {
     static func members(_ listing: EntryListing, now: Date) -> [(String, JSONValue)] {
         let key = EntryKey(listing.key)
         return [
-            ("key", .string(key?.display ?? "")), ("key_path", .string(pathSegment(listing.key))),
+            ("key", .string(key?.display ?? "")), ("key_path", .string(key?.pathSegment ?? "")),
             ("model", listing.model.map(JSONValue.string) ?? .null), ("tags", .array(listing.tags.map(JSONValue.string))),
             ("content_type", .string(listing.contentType)),
             ("bytes", .object([("identity", .int(listing.identitySize)), ("stored", .int(listing.storedSize))])),
@@ -107,45 +108,5 @@ extension CacheAPI {
         let sample = Array(identity.prefix(4096))
         return .object([("kind", .string("binary")), ("base64", .string(Data(sample).base64EncodedString())),
                         ("truncated", .bool(identity.count > sample.count)), ("bytes", .int(identity.count))])
-    }
-
-    /// The key percent-encoded as one path segment (every byte but unreserved ones).
-    static func pathSegment(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789ABCDEF".utf8)
-        var out: [UInt8] = []
-        for byte in bytes {
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
-                 UInt8(ascii: "~"):
-                out.append(byte)
-            default: out += [UInt8(ascii: "%"), digits[Int(byte >> 4)], digits[Int(byte & 0xf)]]
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-
-    static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        return String(decoding: bytes.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0xf)]] }, as: UTF8.self)
-    }
-
-    static func bytes(hex: String) -> [UInt8]? {
-        let text = Array(hex.utf8)
-        guard text.count.isMultiple(of: 2), text.count <= 2 * EntryKey.maxBytes else { return nil }
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
-            default: nil
-            }
-        }
-        var out: [UInt8] = []
-        for index in stride(from: 0, to: text.count, by: 2) {
-            guard let high = nibble(text[index]), let low = nibble(text[index + 1]) else { return nil }
-            out.append(high << 4 | low)
-        }
-        return out
     }
 }

@@ -67,7 +67,7 @@ extension CacheAPI {
             if global { members.append(("namespace", .string(entry.namespace))) }
             members += [
                 ("key", .string(EntryKey(entry.key)?.display ?? "")),
-                ("key_path", .string(pathSegment(entry.key))),
+                ("key_path", .string(EntryKey(entry.key)?.pathSegment ?? "")),
                 ("model", entry.model.map(JSONValue.string) ?? .null),
                 ("hit_count", .int(entry.hitCount)),
                 ("last_accessed_at", .string(Timestamp.format(entry.lastAccessedAt))),

@@ -57,10 +57,18 @@ enum RequestParsing {
 
     /// `Cache-Tag` or a `tags` array: each tag 1 to 128 bytes, at most 64.
     static func tags(_ values: [String]) throws -> [String] {
-        guard values.count <= 64, values.allSatisfy({ (1...128).contains($0.utf8.count) && !$0.utf8.contains(0) }) else {
-            throw HTTPError(400, "Tags: at most 64, each 1 to 128 bytes, without NUL.", title: "Invalid tags")
-        }
-        return Array(Set(values)).sorted()
+        guard values.count <= 64 else { throw invalidTags }
+        return Array(Set(try values.map(tag))).sorted()
+    }
+
+    /// One tag: 1 to 128 bytes, without NUL.
+    static func tag(_ value: String) throws -> String {
+        guard (1...128).contains(value.utf8.count), !value.utf8.contains(0) else { throw invalidTags }
+        return value
+    }
+
+    private static var invalidTags: HTTPError {
+        HTTPError(400, "Tags: at most 64, each 1 to 128 bytes, without NUL.", title: "Invalid tags")
     }
 }
 

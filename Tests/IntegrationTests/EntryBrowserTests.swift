@@ -41,7 +41,9 @@ import TestSupport
         let upsert = "{\"model\":\"browse-model\",\"prompt\":\"p\",\"response\":\"r\"}"
         #expect(try service.request("POST", "/v1/caches/\(namespace)/upsert", token: token, json: upsert).status == 201)
         #expect(try page(namespace, "?model=browse-model", token: token).keys.count == 1)
-        for bad in ["?limit=0", "?limit=101", "?after=zz", "?after=abc", "?prefix=", "?shape=round", "?tag="] {
+        let tooLong = String(repeating: "61", count: 513)
+        for bad in ["?limit=0", "?limit=101", "?after=zz", "?after=abc", "?after=", "?after=00", "?after=\(tooLong)",
+                    "?prefix=", "?shape=round", "?tag=", "?tag=%00", "?tag=\(String(repeating: "t", count: 129))"] {
             #expect(try service.request("GET", "/v1/caches/\(namespace)/entries\(bad)", token: token).status == 400, "\(bad)")
         }
         // A space in a query is %20 (a `+` is a plus sign).

@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -191,7 +192,7 @@ class Watched:
         self.ready(hash_)
 
     def ready(self, hash_: str) -> None:
-        self.page.wait_for_selector(f"#page[data-ready='{hash_}']", timeout=15_000)
+        self.page.wait_for_selector(f"#page[data-ready='{hash_}']", state="attached", timeout=15_000)
 
     def shot(self, name: str) -> None:
         SHOTS.mkdir(parents=True, exist_ok=True)
@@ -247,6 +248,35 @@ def test_a_token_that_may_read_nothing_or_is_unknown_says_so(seeded: Seeded, bro
     assert watched.page.evaluate("() => sessionStorage.length") == 0
     assert watched.context.cookies() == []
     watched.close(expected=("status of 401", "status of 403"))
+
+
+def test_a_teamcache_that_refuses_or_never_answers_is_said_to_and_the_page_goes_on(seeded: Seeded,
+                                                                                    browser: Browser) -> None:
+    watched = Watched(browser, seeded.service.url)
+    watched.sign_in(seeded.reader)
+    # Refused: every API call fails to connect (the page itself is loaded already).
+    watched.page.route("**/v1/**", lambda route: route.abort("connectionrefused"))
+    started = time.monotonic()
+    watched.go("#/ns/shop?range=1h")
+    assert "could not be reached" in watched.page.inner_text("#message")
+    assert time.monotonic() - started < 5
+    watched.page.unroute("**/v1/**")
+    # Frozen: the process stops answering mid-session; the page says so at its deadline (8 s).
+    os.kill(seeded.service.process.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        watched.page.evaluate("hash => { location.hash = hash }", "#/ns/shop?range=24h")
+        watched.page.wait_for_selector("#page[data-ready='#/ns/shop?range=24h']", state="attached", timeout=20_000)
+        waited = time.monotonic() - started
+        assert "did not answer within 8 s" in watched.page.inner_text("#message")
+        assert 7 < waited < 15, waited
+        assert watched.page.evaluate("() => sessionStorage.getItem('teamcache.token')") == seeded.reader
+    finally:
+        os.kill(seeded.service.process.pid, signal.SIGCONT)
+    # Answering again: the next view works, signed in still.
+    watched.go("#/")
+    assert watched.page.inner_text("#message") == ""
+    watched.close(expected=("ERR_CONNECTION_REFUSED", "Failed to load resource", "signal timed out"))
 
 
 def test_the_overview_lists_every_namespace_with_its_savings(seeded: Seeded, browser: Browser) -> None:
