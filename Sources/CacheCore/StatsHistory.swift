@@ -92,8 +92,9 @@ public struct HistoryRange: Sendable, Equatable {
         (floor(until - 1, step) - floor(since, step)) / step + 1
     }
 
-    /// Rounds down to a multiple of `step` (also below zero).
-    static func floor(_ value: Int, _ step: Int) -> Int {
+    /// Rounds down to a multiple of `step` (also below zero): the start of the step that
+    /// `value` (epoch seconds) falls in, UTC, as the rollups are aligned.
+    public static func floor(_ value: Int, _ step: Int) -> Int {
         let remainder = value % step
         return remainder < 0 ? value - remainder - step : value - remainder
     }

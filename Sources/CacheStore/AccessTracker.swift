@@ -107,7 +107,7 @@ public final class AccessTracker: Sendable {
             earlier[minute, default: NamespaceCounts()].add(counts)
             guard earlier.count > Self.earlierMinutes else { return }
             var byHour: [Int: NamespaceCounts] = [:]
-            for (start, kept) in earlier { byHour[start - ((start % 3600) + 3600) % 3600, default: NamespaceCounts()].add(kept) }
+            for (start, kept) in earlier { byHour[HistoryRange.floor(start, 3600), default: NamespaceCounts()].add(kept) }
             earlier = byHour
         }
 
@@ -128,8 +128,7 @@ public final class AccessTracker: Sendable {
 
     /// The start of the minute `date` falls in, epoch seconds.
     static func minute(_ date: Date) -> Int {
-        let seconds = Int(date.timeIntervalSince1970.rounded(.down))
-        return seconds - ((seconds % 60) + 60) % 60
+        HistoryRange.floor(Int(date.timeIntervalSince1970.rounded(.down)), 60)
     }
 
     /// Hit counts and last-access times of one chunk of entries (its own transaction). Rows
