@@ -191,7 +191,7 @@ BEGIN
                tc_clamp(sum(bypass)) AS bypass, tc_clamp(sum(input_tokens_saved)) AS tin, tc_clamp(sum(output_tokens_saved)) AS tout,
                tc_clamp(sum(collapsed)) AS collapsed, tc_clamp(sum(writes)) AS writes, tc_clamp(sum(evicted_expired)) AS ev_expired,
                tc_clamp(sum(evicted_idle)) AS ev_idle, tc_clamp(sum(evicted_size)) AS ev_size, tc_clamp(sum(evicted_manual)) AS ev_manual,
-               tc_clamp(sum(cost_saved_nanos)) AS cost
+               tc_clamp(sum(cost_saved_nanos)) AS cost, tc_clamp(sum(local_hits)) AS local_hits
         FROM moved
         GROUP BY GROUPING SETS ((namespace), ())
         HAVING count(*) > 0 AND (GROUPING(namespace) = 1 OR namespace <> '_other')),
@@ -199,9 +199,9 @@ BEGIN
         INSERT INTO namespace_counters AS c (namespace, shard, entries, identity_bytes, stored_bytes, hits, misses,
                                              stale, bypass, input_tokens_saved, output_tokens_saved, collapsed,
                                              writes, evicted_expired, evicted_idle, evicted_size, evicted_manual,
-                                             cost_saved_nanos)
+                                             cost_saved_nanos, local_hits)
         SELECT namespace, 0, entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, tin, tout, collapsed,
-               writes, ev_expired, ev_idle, ev_size, ev_manual, cost
+               writes, ev_expired, ev_idle, ev_size, ev_manual, cost, local_hits
         FROM summed ORDER BY namespace
         ON CONFLICT (namespace, shard) DO UPDATE
            SET entries = tc_clamp(c.entries::numeric + excluded.entries), identity_bytes = tc_clamp(c.identity_bytes::numeric + excluded.identity_bytes),
@@ -215,7 +215,8 @@ BEGIN
                evicted_idle = tc_clamp(c.evicted_idle::numeric + excluded.evicted_idle),
                evicted_size = tc_clamp(c.evicted_size::numeric + excluded.evicted_size),
                evicted_manual = tc_clamp(c.evicted_manual::numeric + excluded.evicted_manual),
-               cost_saved_nanos = tc_clamp(c.cost_saved_nanos::numeric + excluded.cost_saved_nanos)
+               cost_saved_nanos = tc_clamp(c.cost_saved_nanos::numeric + excluded.cost_saved_nanos),
+               local_hits = tc_clamp(c.local_hits::numeric + excluded.local_hits)
         RETURNING 1),
     buckets AS (
         SELECT m.namespace, b.step, date_bin(make_interval(secs => b.step), m.at, timestamptz 'epoch') AS t,
@@ -223,6 +224,7 @@ BEGIN
                tc_clamp(sum(m.bypass)) AS bypass, tc_clamp(sum(m.writes)) AS writes, tc_clamp(sum(m.evicted_expired)) AS ev_expired,
                tc_clamp(sum(m.evicted_idle)) AS ev_idle, tc_clamp(sum(m.evicted_size)) AS ev_size, tc_clamp(sum(m.evicted_manual)) AS ev_manual,
                tc_clamp(sum(m.input_tokens_saved)) AS tin, tc_clamp(sum(m.output_tokens_saved)) AS tout, tc_clamp(sum(m.cost_saved_nanos)) AS cost,
+               tc_clamp(sum(m.local_hits)) AS local_hits,
                tc_clamp(sum(m.stored_bytes)) AS d_bytes, tc_clamp(sum(m.entries)) AS d_entries
         FROM moved m CROSS JOIN (VALUES (60), (3600)) AS b(step)
         WHERE m.namespace <> '' AND m.namespace <> '_other'
@@ -241,9 +243,9 @@ BEGIN
         INSERT INTO stats_history AS h (namespace, step, t, hits, misses, stale, collapsed, bypass, writes,
                                         evicted_expired, evicted_idle, evicted_size, evicted_manual,
                                         input_tokens_saved, output_tokens_saved, cost_saved_nanos, stored_bytes,
-                                        entries)
+                                        entries, local_hits)
         SELECT l.namespace, l.step, l.t, l.hits, l.misses, l.stale, l.collapsed, l.bypass, l.writes, l.ev_expired,
-               l.ev_idle, l.ev_size, l.ev_manual, l.tin, l.tout, l.cost, l.stored_bytes, l.entries
+               l.ev_idle, l.ev_size, l.ev_manual, l.tin, l.tout, l.cost, l.stored_bytes, l.entries, l.local_hits
         FROM levels l
         ORDER BY l.namespace, l.step, l.t
         ON CONFLICT (namespace, step, t) DO UPDATE
@@ -256,6 +258,7 @@ BEGIN
                input_tokens_saved = tc_clamp(h.input_tokens_saved::numeric + excluded.input_tokens_saved),
                output_tokens_saved = tc_clamp(h.output_tokens_saved::numeric + excluded.output_tokens_saved),
                cost_saved_nanos = tc_clamp(h.cost_saved_nanos::numeric + excluded.cost_saved_nanos),
+               local_hits = tc_clamp(h.local_hits::numeric + excluded.local_hits),
                stored_bytes = excluded.stored_bytes, entries = excluded.entries
         RETURNING 1)
     SELECT count(*) INTO v_folded FROM moved;
@@ -705,7 +708,8 @@ CREATE TABLE public.counter_deltas (
     evicted_idle bigint DEFAULT 0 NOT NULL,
     evicted_size bigint DEFAULT 0 NOT NULL,
     evicted_manual bigint DEFAULT 0 NOT NULL,
-    cost_saved_nanos bigint DEFAULT 0 NOT NULL
+    cost_saved_nanos bigint DEFAULT 0 NOT NULL,
+    local_hits bigint DEFAULT 0 NOT NULL
 );
 
 --
@@ -878,7 +882,8 @@ CREATE TABLE public.namespace_counters (
     evicted_idle bigint DEFAULT 0 NOT NULL,
     evicted_size bigint DEFAULT 0 NOT NULL,
     evicted_manual bigint DEFAULT 0 NOT NULL,
-    cost_saved_nanos bigint DEFAULT 0 NOT NULL
+    cost_saved_nanos bigint DEFAULT 0 NOT NULL,
+    local_hits bigint DEFAULT 0 NOT NULL
 );
 
 --
@@ -930,6 +935,7 @@ CREATE TABLE public.stats_history (
     cost_saved_nanos bigint DEFAULT 0 NOT NULL,
     stored_bytes bigint DEFAULT 0 NOT NULL,
     entries bigint DEFAULT 0 NOT NULL,
+    local_hits bigint DEFAULT 0 NOT NULL,
     CONSTRAINT stats_history_step_check CHECK ((step = ANY (ARRAY[60, 3600])))
 );
 

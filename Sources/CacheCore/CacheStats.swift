@@ -11,6 +11,8 @@ public struct CacheStats: Sendable, Equatable {
     public var bypass = 0
     /// Hits answered by waiting for another caller's fill (counted in `hits` too).
     public var collapsed = 0
+    /// Hits a client's local tier answered and reported (counted in `hits` too).
+    public var localHits = 0
     public var inputTokensSaved = 0
     public var outputTokensSaved = 0
     /// What hits saved, in billionths of the price table's currency.

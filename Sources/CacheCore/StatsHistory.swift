@@ -5,6 +5,8 @@ public struct StatsPoint: Sendable, Equatable {
     /// The step's start, seconds since the epoch (UTC, a multiple of the step).
     public var t: Int
     public var hits = 0, misses = 0, stale = 0, collapsed = 0, bypass = 0, writes = 0
+    /// Hits a client's local tier answered (counted in `hits` too).
+    public var localHits = 0
     public var evictedExpired = 0, evictedIdle = 0, evictedSize = 0, evictedManual = 0
     public var inputTokensSaved = 0, outputTokensSaved = 0
     /// What the hits saved, in billionths of the price table's currency.
@@ -22,6 +24,7 @@ public struct StatsPoint: Sendable, Equatable {
         misses &+= other.misses
         stale &+= other.stale
         collapsed &+= other.collapsed
+        localHits &+= other.localHits
         bypass &+= other.bypass
         writes &+= other.writes
         evictedExpired &+= other.evictedExpired

@@ -15,7 +15,8 @@ public final class AccessTracker: Sendable {
     /// dynamic cast per request).
     public enum Lookup: String, Sendable {
         /// `collapsed`: a hit answered by waiting for another caller's fill (counted as a hit too).
-        case hit, stale, miss, bypass, collapsed
+        /// `local`: a hit a client's local tier answered and reported (`POST …/hits`), also a hit.
+        case hit, stale, miss, bypass, collapsed, local
     }
 
     struct EntryAccess {
@@ -30,7 +31,7 @@ public final class AccessTracker: Sendable {
     }
 
     struct NamespaceCounts {
-        var hits = 0, misses = 0, stale = 0, bypass = 0, collapsed = 0, inputTokens = 0, outputTokens = 0
+        var hits = 0, misses = 0, stale = 0, bypass = 0, collapsed = 0, local = 0, inputTokens = 0, outputTokens = 0
         /// What the answers from entries saved, priced when they were given (billionths).
         var costNanos = 0
 
@@ -43,6 +44,9 @@ public final class AccessTracker: Sendable {
             case .collapsed:
                 hits += 1
                 collapsed += 1
+            case .local:
+                hits += 1
+                local += 1
             case .stale: stale += 1
             case .miss: misses += 1
             case .bypass: bypass += 1
@@ -55,6 +59,22 @@ public final class AccessTracker: Sendable {
 
         static func tokens(_ count: Int?) -> Int { min(max(count ?? 0, 0), PriceTable.maxPricedTokens) }
 
+        /// `count` local hits on `entry` (a client's report), each priced `cost`: the counts
+        /// made at once (a report may carry a million hits), saturating as every sum does.
+        static func local(count: Int, _ entry: StoredEntry?, costNanos cost: Int) -> NamespaceCounts {
+            func times(_ value: Int) -> Int {
+                let (product, overflow) = value.multipliedReportingOverflow(by: count)
+                return overflow ? Int.max : product
+            }
+            var counts = NamespaceCounts()
+            counts.hits = count
+            counts.local = count
+            counts.inputTokens = times(tokens(entry?.inputTokens))
+            counts.outputTokens = times(tokens(entry?.outputTokens))
+            counts.costNanos = times(cost)
+            return counts
+        }
+
         static func saturating(_ a: Int, _ b: Int) -> Int {
             let (sum, overflow) = a.addingReportingOverflow(b)
             return overflow ? (b > 0 ? Int.max : Int.min) : sum
@@ -66,6 +86,7 @@ public final class AccessTracker: Sendable {
             stale = Self.saturating(stale, other.stale)
             bypass = Self.saturating(bypass, other.bypass)
             collapsed = Self.saturating(collapsed, other.collapsed)
+            local = Self.saturating(local, other.local)
             inputTokens = Self.saturating(inputTokens, other.inputTokens)
             outputTokens = Self.saturating(outputTokens, other.outputTokens)
             costNanos = Self.saturating(costNanos, other.costNanos)
@@ -102,6 +123,18 @@ public final class AccessTracker: Sendable {
         /// Minutes kept apart while flushes fail; past them, earlier counts are kept by hour
         /// (so a long outage costs a bounded map, and the history loses only minute detail).
         static let earlierMinutes = 120
+
+        /// As `record`, for counts made already (a client's reported local hits).
+        mutating func record(_ counts: NamespaceCounts, minute: Int, pending isPending: Bool) {
+            total.add(counts)
+            guard isPending else { return }
+            if minute != pendingMinute {
+                if !pending.isEmpty { keepEarlier(pendingMinute, pending) }
+                pending = NamespaceCounts()
+                pendingMinute = minute
+            }
+            pending.add(counts)
+        }
 
         mutating func keepEarlier(_ minute: Int, _ counts: NamespaceCounts) {
             earlier[minute, default: NamespaceCounts()].add(counts)
@@ -152,10 +185,11 @@ public final class AccessTracker: Sendable {
     /// `at` is the minute the lookups happened in, so the history puts them there.
     static let flushCountersStatement = """
         INSERT INTO counter_deltas (namespace, hits, misses, stale, bypass, input_tokens_saved, output_tokens_saved,
-                                    collapsed, cost_saved_nanos, at)
-        SELECT n, h, m, s, b, i, o, c, k, to_timestamp(t)
+                                    collapsed, cost_saved_nanos, at, local_hits)
+        SELECT n, h, m, s, b, i, o, c, k, to_timestamp(t), l
         FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
-                    $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[]) AS d(n, h, m, s, b, i, o, c, k, t)
+                    $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[])
+             AS d(n, h, m, s, b, i, o, c, k, t, l)
         """
     /// Entries per flush transaction: row locks are held only this long, so writers that
     /// replace a hot entry never wait behind a flush of the whole batch.
@@ -217,7 +251,8 @@ public final class AccessTracker: Sendable {
             for (namespace, total) in totals {
                 if total.costNanos > 0 { costValues[[namespace]] = Double(total.costNanos) / 1e9 }
                 for (result, count) in [("hit", total.hits), ("miss", total.misses), ("stale", total.stale),
-                                        ("bypass", total.bypass), ("collapsed", total.collapsed)] where count > 0 {
+                                        ("bypass", total.bypass), ("collapsed", total.collapsed),
+                                        ("local", total.local)] where count > 0 {
                     lookupValues[[namespace, result]] = Double(count)
                 }
                 for (kind, count) in [("input", total.inputTokens), ("output", total.outputTokens)] where count > 0 {
@@ -271,6 +306,30 @@ public final class AccessTracker: Sendable {
             return true
         }
         if full { batchFull() }
+    }
+
+    /// `count` hits a client's local tier answered from `entry` (`POST …/hits`): counted as
+    /// hits, and as local ones, with their tokens and cost, and on the entry's hit count.
+    public func recordLocal(namespace: String, entry: StoredEntry, count: Int, at now: Date) {
+        guard count > 0 else { return }
+        let minute = Self.minute(now)
+        var cost = 0
+        if priced.load(ordering: .relaxed) {
+            cost = prices.withLock {
+                $0.nanos(namespace: namespace, model: entry.model, input: entry.inputTokens, output: entry.outputTokens)
+            }
+        }
+        let counts = NamespaceCounts.local(count: count, entry, costNanos: cost)
+        let enabled = self.enabled
+        state.withLock { state in
+            let label = state.namespaces[namespace] != nil ? namespace : state.newLabel(namespace, hit: true, mayLabel: false)
+            state.namespaces[label, default: NamespaceState()].record(counts, minute: minute, pending: enabled)
+            guard enabled else { return }
+            var access = state.entries[entry.id] ?? EntryAccess(namespace: namespace, lastAccess: now)
+            access.hits = NamespaceCounts.saturating(access.hits, count)
+            access.lastAccess = max(access.lastAccess, now)
+            state.entries[entry.id] = access
+        }
     }
 
     /// The server's price table (at start).
@@ -377,7 +436,7 @@ public final class AccessTracker: Sendable {
         try connection.query(Self.flushCountersStatement, [
             .textArray(sorted.map(\.namespace)), column(\.hits), column(\.misses), column(\.stale), column(\.bypass),
             column(\.inputTokens), column(\.outputTokens), column(\.collapsed), column(\.costNanos),
-            .intArray(sorted.map { Int64($0.minute) }),
+            .intArray(sorted.map { Int64($0.minute) }), column(\.local),
         ])
     }
 

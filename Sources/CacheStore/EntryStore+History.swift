@@ -7,7 +7,7 @@ import Postgres
 extension EntryStore {
     static let countColumns = ["hits", "misses", "stale", "collapsed", "bypass", "writes", "evicted_expired",
                                "evicted_idle", "evicted_size", "evicted_manual", "input_tokens_saved",
-                               "output_tokens_saved", "cost_saved_nanos"]
+                               "output_tokens_saved", "cost_saved_nanos", "local_hits"]
     static var zeros: String { countColumns.map { "0::bigint AS \($0)" }.joined(separator: ", ") }
 
     /// Everything a history answer needs, in ONE statement, so one snapshot: the fold moves
@@ -83,6 +83,7 @@ extension EntryStore {
         point.misses = try row.int("misses") ?? 0
         point.stale = try row.int("stale") ?? 0
         point.collapsed = try row.int("collapsed") ?? 0
+        point.localHits = try row.int("local_hits") ?? 0
         point.bypass = try row.int("bypass") ?? 0
         point.writes = try row.int("writes") ?? 0
         point.evictedExpired = try row.int("evicted_expired") ?? 0

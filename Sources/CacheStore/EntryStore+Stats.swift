@@ -8,7 +8,7 @@ extension EntryStore {
     /// commit (a fold is either wholly visible or not at all). The pending deltas are at most
     /// one fold interval of statements.
     static let totalsColumns = """
-        entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, collapsed, input_tokens_saved,
+        entries, identity_bytes, stored_bytes, hits, misses, stale, bypass, collapsed, local_hits, input_tokens_saved,
         output_tokens_saved, cost_saved_nanos, writes, evicted_expired + evicted_idle + evicted_size + evicted_manual AS evictions
         """
     static let selectCounters = """
@@ -16,6 +16,7 @@ extension EntryStore {
                coalesce(sum(stored_bytes), 0)::bigint AS stored_bytes, coalesce(sum(hits), 0)::bigint AS hits,
                coalesce(sum(misses), 0)::bigint AS misses, coalesce(sum(stale), 0)::bigint AS stale,
                coalesce(sum(bypass), 0)::bigint AS bypass, coalesce(sum(collapsed), 0)::bigint AS collapsed,
+               coalesce(sum(local_hits), 0)::bigint AS local_hits,
                coalesce(sum(input_tokens_saved), 0)::bigint AS input_tokens_saved,
                coalesce(sum(output_tokens_saved), 0)::bigint AS output_tokens_saved,
                coalesce(sum(cost_saved_nanos), 0)::bigint AS cost_saved_nanos, coalesce(sum(writes), 0)::bigint AS writes,
@@ -49,6 +50,7 @@ extension EntryStore {
         SELECT namespace, sum(entries)::bigint AS entries, sum(identity_bytes)::bigint AS identity_bytes,
                sum(stored_bytes)::bigint AS stored_bytes, sum(hits)::bigint AS hits, sum(misses)::bigint AS misses,
                sum(stale)::bigint AS stale, sum(bypass)::bigint AS bypass, sum(collapsed)::bigint AS collapsed,
+               sum(local_hits)::bigint AS local_hits,
                sum(input_tokens_saved)::bigint AS input_tokens_saved,
                sum(output_tokens_saved)::bigint AS output_tokens_saved, sum(cost_saved_nanos)::bigint AS cost_saved_nanos,
                sum(writes)::bigint AS writes, sum(evictions)::bigint AS evictions
@@ -134,6 +136,7 @@ extension EntryStore {
         stats.stale = try row.int("stale") ?? 0
         stats.bypass = try row.int("bypass") ?? 0
         stats.collapsed = try row.int("collapsed") ?? 0
+        stats.localHits = try row.int("local_hits") ?? 0
         stats.inputTokensSaved = try row.int("input_tokens_saved") ?? 0
         stats.outputTokensSaved = try row.int("output_tokens_saved") ?? 0
         stats.costSavedNanos = try row.int("cost_saved_nanos") ?? 0

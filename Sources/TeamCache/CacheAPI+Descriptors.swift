@@ -7,7 +7,7 @@ import HTTPServer
 /// `POST /v1/caches/{ns}/lookup` and `/upsert`: LLM / AI answers keyed by their descriptor.
 extension CacheAPI {
     static let descriptorMembers: Set<String> = ["prompt", "messages", "model", "schema", "params", "version"]
-    static let lookupMembers = descriptorMembers.union(["max_stale", "refresh", "lease", "wait"])
+    static let lookupMembers = descriptorMembers.union(["max_stale", "refresh", "lease", "wait", "if_none_match"])
     static let upsertMembers = descriptorMembers.union(["response", "metadata", "ttl", "tags", "lease",
                                                         "stale_while_revalidate"])
 
@@ -23,6 +23,9 @@ extension CacheAPI {
         }
         let leaseSeconds = try Self.optionalInteger(json["lease"], name: "lease", 1...Lease.maxSeconds)
         let wait = try Self.waitMember(json["wait"])
+        // A local copy's ETag: a hit on that very version answers without the response (the
+        // caller has it), as a raw GET's `If-None-Match` answers 304.
+        let knownETag = try Self.optionalString(json["if_none_match"], name: "if_none_match")
         let key = descriptor.key
         if json["refresh"]?.boolValue == true {
             // A refresh neither takes nor honours a lease: it is the caller's own regeneration.
@@ -43,7 +46,8 @@ extension CacheAPI {
             if let answer = try hitStep(entry.flatMap { $0.model == model ? $0 : nil }, question, now: now,
                                         render: { [self] entry, freshness, collapsed, lease in
                                             try lookupHit(entry, key: key, freshness: freshness, collapsed: collapsed,
-                                                          now: now, revalidate: lease)
+                                                          now: now, revalidate: lease,
+                                                          notModified: knownETag == entry.etag)
                                         }) {
                 return answer
             }
@@ -64,20 +68,29 @@ extension CacheAPI {
     }
 
     /// A lookup's hit (or stale) answer; `revalidate`: a refresh lease granted with a
-    /// stale-while-revalidate answer.
+    /// stale-while-revalidate answer; `notModified`: the caller holds this version already
+    /// (`if_none_match`), so the response and metadata are left out.
+    /// `etag`, `ttl` (seconds of freshness left, negative when stale, as `Cache-Status`) and
+    /// `stale_while_revalidate` let a client keep the answer in a local tier, relative to its
+    /// own clock.
     private func lookupHit(_ entry: StoredEntry, key: String, freshness: Freshness, collapsed: Bool, now: Date,
-                           revalidate: Lease?) throws -> HTTPResponse {
-        let stale = switch freshness {
-        case .stale, .revalidate: true
-        case .fresh, .expired: false
+                           revalidate: Lease?, notModified: Bool) throws -> HTTPResponse {
+        let (stale, ttl): (Bool, Int) = switch freshness {
+        case .stale(let by), .revalidate(let by): (true, -by)
+        case .fresh(let ttl): (false, ttl)
+        case .expired: (false, 0)
         }
-        let text = String(decoding: try identityBody(entry), as: UTF8.self)
-        let metadata = try entry.metadata.map { try JSONParser.parse($0) } ?? .null
-        let answer = JSONValue.object([
-            ("hit", .bool(true)), ("key", .string(key)), ("response", .string(text)), ("metadata", metadata),
-            ("age", .int(max(0, Freshness.wholeSeconds(now.timeIntervalSince(entry.updatedAt), up: false)))),
-            ("stale", .bool(stale)),
-        ] + (collapsed ? [("collapsed", .bool(true))] : [])
+        var body: [(String, JSONValue)] = [("hit", .bool(true)), ("key", .string(key))]
+        if notModified {
+            body.append(("not_modified", .bool(true)))
+        } else {
+            let text = String(decoding: try identityBody(entry), as: UTF8.self)
+            body += [("response", .string(text)), ("metadata", try entry.metadata.map { try JSONParser.parse($0) } ?? .null)]
+        }
+        body += [("age", .int(max(0, Freshness.wholeSeconds(now.timeIntervalSince(entry.updatedAt), up: false)))),
+                 ("stale", .bool(stale)), ("etag", .string(entry.etag)), ("ttl", .int(ttl))]
+        if entry.staleWhileRevalidate > 0 { body.append(("stale_while_revalidate", .int(entry.staleWhileRevalidate))) }
+        let answer = JSONValue.object(body + (collapsed ? [("collapsed", .bool(true))] : [])
           + (revalidate.map { lease in
               [("revalidate", .object([("lease", .string(lease.id)), ("expires_in", .int(lease.expiresIn))]))]
           } ?? []))

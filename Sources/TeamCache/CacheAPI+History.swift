@@ -47,7 +47,8 @@ extension CacheAPI {
     static func json(_ point: StatsPoint) -> JSONValue {
         .object([
             ("t", .string(instant(point.t))), ("hits", .int(point.hits)), ("misses", .int(point.misses)),
-            ("stale", .int(point.stale)), ("collapsed", .int(point.collapsed)), ("bypass", .int(point.bypass)),
+            ("stale", .int(point.stale)), ("collapsed", .int(point.collapsed)), ("local", .int(point.localHits)),
+            ("bypass", .int(point.bypass)),
             ("writes", .int(point.writes)), ("evictions", .int(point.evictions)),
             ("evictions_by_reason", .object([("expired", .int(point.evictedExpired)), ("idle", .int(point.evictedIdle)),
                                              ("size", .int(point.evictedSize)), ("manual", .int(point.evictedManual))])),

@@ -26,6 +26,8 @@ struct ChangeFeedRoute: Sendable {
         var page: FeedPages.Question
         /// Monotonic nanoseconds until which an empty page may wait (0: it may not).
         var waitUntil: UInt64
+        /// `since=now`: no changes, only the cursor to follow from (the feed's head).
+        var fromHead = false
     }
 
     func route() -> Route {
@@ -35,6 +37,10 @@ struct ChangeFeedRoute: Sendable {
                 ask = try Self.parse(request, now: responder.loop.nanoseconds)
             } catch {
                 responder.respond { throw error }
+                return
+            }
+            if ask.fromHead {
+                head(ask, request, responder)
                 return
             }
             read(ask, request, responder, mayPark: true)
@@ -47,6 +53,7 @@ struct ChangeFeedRoute: Sendable {
         return Route("GET", Self.template, .worker, precheck: Application.precheck(auth, .read),
                      handler: Application.secured(api, auth, .read) { request, _ in
                          let ask = try Self.parse(request, now: 0)
+                         if ask.fromHead { return Self.headPage(try api.store.feedHead(), request, api: api) }
                          do {
                              let page = try api.store.changes(ask.namespace, after: ask.page.cursor,
                                                               limit: ask.page.limit, bodies: ask.page.bodies)
@@ -60,7 +67,9 @@ struct ChangeFeedRoute: Sendable {
     static func parse(_ request: HTTPRequest, now: UInt64) throws -> Ask {
         let namespace = try RequestParsing.namespace(request)
         let query = try RequestParsing.query(request)
+        let fromHead = query["since"] == "now"
         let cursor = try query["since"].map { text -> Int64 in
+            if fromHead { return 0 }
             guard let cursor = FeedCursor.parse(text) else {
                 throw HTTPError(400, "`since` must be a cursor from an earlier page's `next` (or 0 for the start).")
             }
@@ -76,7 +85,26 @@ struct ChangeFeedRoute: Sendable {
         let wait = try CacheAPI.waitSeconds(query["wait"], status: 400) ?? 0
         let page = FeedPages.Question(namespace: namespace.name, cursor: cursor, limit: limit, bodies: bodies,
                                       gzip: AcceptEncoding.allowsGzip(request.headers))
-        return Ask(namespace: namespace, page: page, waitUntil: wait > 0 ? now + UInt64(wait * 1e9) : 0)
+        return Ask(namespace: namespace, page: page, waitUntil: wait > 0 ? now + UInt64(wait * 1e9) : 0,
+                   fromHead: fromHead)
+    }
+
+    /// `since=now`: an empty page whose `next` is the feed's head, at once (no wait). A
+    /// follower that starts with an empty copy (a client's local tier) needs no history,
+    /// only where to follow from: every change that commits after this answer is numbered
+    /// past it (numbers are given in commit order), so none is missed.
+    private func head(_ ask: Ask, _ request: HTTPRequest, _ responder: Responder) {
+        let api = self.api, auth = self.auth
+        responder.offload({
+            try api.guarded(request) {
+                _ = try auth.authorize(request, .read, namespace: ask.namespace)
+                return Self.headPage(try api.store.feedHead(), request, api: api)
+            }
+        })
+    }
+
+    static func headPage(_ head: Int64, _ request: HTTPRequest, api: CacheAPI) -> HTTPResponse {
+        response(FeedPage(changes: [], next: head, more: false, behind: false), request, api: api)
     }
 
     /// Authorizes and reads on a worker; answers on the loop, or parks an empty page.

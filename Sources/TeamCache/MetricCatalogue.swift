@@ -15,7 +15,7 @@ public enum MetricCatalogue {
     public static let lookupsTotal = MetricDefinition(.counter, "teamcache_lookups_total",
         "Cache lookups by namespace and result.",
         labels: ["namespace", "result"],
-        notes: "`result`: hit, miss, stale, bypass, collapsed")
+        notes: "`result`: hit, miss, stale, bypass, collapsed, local (reported by clients' local tiers; also in hit)")
     public static let tokensSavedTotal = MetricDefinition(.counter, "teamcache_tokens_saved_total",
         "Model tokens not paid for thanks to hits.",
         labels: ["namespace", "kind"],

@@ -85,6 +85,7 @@ extension Application {
             reads.route("POST", "/v1/caches/{ns}/lookup", .read, api.planLookup),
             deferred("POST", "/v1/caches/{ns}/upsert", .write, api.upsert),
             secured("POST", "/v1/caches/{ns}/release", .write, api.release),
+            secured("POST", "/v1/caches/{ns}/hits", .read, api.reportLocalHits),
             secured("POST", "/v1/caches/{ns}/evict", .write, api.evict),
             secured("GET", "/v1/caches/{ns}/stats", .read, api.namespaceStats),
             secured("GET", "/v1/caches/{ns}/stats/history", .read, api.statsHistory),

@@ -42,3 +42,8 @@ func metricSample(_ text: String, _ name: String) -> Double {
     }
     return -1
 }
+
+/// `text` as a JSON string literal (an ETag carries quotes).
+func jsonString(_ text: String) -> String {
+    String(decoding: try! JSONSerialization.data(withJSONObject: [text]), as: UTF8.self).dropFirst().dropLast().description
+}

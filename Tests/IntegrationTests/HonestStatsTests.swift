@@ -65,7 +65,7 @@ import TestSupport
         #expect(objects.filter { $0["collapsed"] as? Bool == true }.count == 19)
         try service.app.tracker.flush()
         let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: token))
-        #expect(Self.lookups(stats) == ["hit": 19, "miss": 1, "stale": 0, "bypass": 0, "collapsed": 19], "\(stats)")
+        #expect(Self.lookups(stats) == ["hit": 19, "miss": 1, "stale": 0, "bypass": 0, "collapsed": 19, "local": 0], "\(stats)")
         #expect(stats["hit_ratio"] as? Double == 0.95)
         let metrics = try service.metrics()
         #expect(metrics.contains("teamcache_lookups_total{namespace=\"\(namespace)\",result=\"miss\"} 1\n"))
@@ -89,7 +89,7 @@ import TestSupport
         #expect(answers.value.filter { $0.status == 200 }.count == 19)
         try service.app.tracker.flush()
         let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: token))
-        #expect(Self.lookups(stats) == ["hit": 19, "miss": 1, "stale": 0, "bypass": 0, "collapsed": 19], "\(stats)")
+        #expect(Self.lookups(stats) == ["hit": 19, "miss": 1, "stale": 0, "bypass": 0, "collapsed": 19, "local": 0], "\(stats)")
         #expect(stats["hit_ratio"] as? Double == 0.95)
     }
 
@@ -114,6 +114,6 @@ import TestSupport
             if counted["hit"] == 19 && counted["miss"] == 1 { break }
             Thread.sleep(forTimeInterval: 0.25)
         }
-        #expect(counted == ["hit": 19, "miss": 1, "stale": 0, "bypass": 0, "collapsed": 19])
+        #expect(counted == ["hit": 19, "miss": 1, "stale": 0, "bypass": 0, "collapsed": 19, "local": 0])
     }
 }

@@ -20,6 +20,9 @@ public protocol EntryStorage: AnyObject, Sendable {
 
     /// The entry under `key`, whatever its freshness; nil when absent.
     func fetch(_ namespace: Namespace, _ key: EntryKey) throws -> StoredEntry?
+    /// The stored entries among `keys`, whatever their freshness, possibly without bodies or
+    /// metadata: what counting a hit on each needs (a client's reported local hits).
+    func hitSubjects(_ namespace: Namespace, _ keys: [EntryKey]) throws -> [StoredEntry]
     /// Stores `write` without waiting: `committed` is told the outcome as soon as it is known,
     /// then `completion` with the commit position when `tracksPositions` (nil otherwise, or
     /// when it could not be learned). Both run on the committing thread and must not block.

@@ -33,6 +33,10 @@ public final class MemoryStore: EntryStorage {
         state.withLock { $0.rows[RowID(namespace.name, key.bytes)]?.entry }
     }
 
+    public func hitSubjects(_ namespace: Namespace, _ keys: [EntryKey]) throws -> [StoredEntry] {
+        state.withLock { state in keys.compactMap { state.rows[RowID(namespace.name, $0.bytes)]?.entry } }
+    }
+
     public func submit(_ write: EntryWrite, committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)?,
                        completion: @escaping @Sendable (Result<WriteOutcome, any Error>, String?) -> Void) {
         let now = now()

@@ -1,0 +1,34 @@
+import CacheCore
+import Foundation
+import Postgres
+
+/// What a client's local tier reports it answered (`POST /v1/caches/{ns}/hits`): the entries
+/// those hits were on, read without their bodies, so the access tracker counts them as any
+/// hit (tokens and cost saved, the entry's hit count and last access).
+extension EntryStore {
+    static let selectHitSubjects = """
+        SELECT id, key, content_type, identity_size, etag, model, input_tokens, output_tokens, updated_at, expires_at,
+               stale_while_revalidate
+        FROM entries WHERE namespace = $1 AND key = ANY($2::bytea[])
+        """
+
+    /// The stored entries among `keys` (one index probe each), with empty bodies and no
+    /// metadata: enough to count a hit, nothing to answer one with. Sealed rows need no
+    /// opening (their counts and model are not sealed).
+    public func hitSubjects(_ namespace: Namespace, _ keys: [EntryKey]) throws -> [StoredEntry] {
+        guard !keys.isEmpty else { return [] }
+        return try pool.withConnection { connection in
+            try connection.query(Self.selectHitSubjects, [.text(namespace.name), .bytesArray(keys.map(\.bytes))]).rows
+                .map { row in
+                    StoredEntry(id: Int64(try row.int("id") ?? 0), namespace: namespace.name,
+                                key: try row.bytes("key") ?? [], body: [], encoding: .identity,
+                                contentType: try row.string("content_type") ?? "", identitySize: try row.int("identity_size") ?? 0,
+                                etag: try row.string("etag") ?? "", model: try row.string("model"), metadata: nil,
+                                inputTokens: try row.int("input_tokens") ?? 0, outputTokens: try row.int("output_tokens") ?? 0,
+                                updatedAt: try row.date("updated_at") ?? Date(),
+                                expiresAt: try row.date("expires_at") ?? Date(),
+                                staleWhileRevalidate: try row.int("stale_while_revalidate") ?? 0)
+                }
+        }
+    }
+}

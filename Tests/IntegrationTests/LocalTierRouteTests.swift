@@ -1,0 +1,112 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// What the service gives a client's local tier (issue #31): a lookup's ETag and freshness,
+/// a conditional lookup that leaves the body out, the feed's head as a starting cursor, and
+/// reported local hits counted as hits (and as local ones), checked against counts by hand.
+@Suite struct LocalTierRouteTests {
+    let service = TestService.shared
+
+    func lookup(_ namespace: String, _ token: String, _ extra: String = "") throws -> [String: Any] {
+        let answer = try service.request("POST", "/v1/caches/\(namespace)/lookup", token: token,
+                                         json: "{\"model\":\"lt-m\",\"prompt\":\"p\"\(extra)}")
+        #expect(answer.status == 200)
+        return try object(answer)
+    }
+
+    @Test func aConditionalLookupLeavesTheAnswerOutAndCountsAHit() throws {
+        let namespace = TestService.namespace("ltlookup")
+        let writer = try service.token([.read, .write], namespaces: namespace)
+        let upsert = "{\"model\":\"lt-m\",\"prompt\":\"p\",\"response\":\"the answer\",\"ttl\":60,"
+            + "\"stale_while_revalidate\":30,\"metadata\":{\"input_tokens\":5}}"
+        #expect(try service.request("POST", "/v1/caches/\(namespace)/upsert", token: writer, json: upsert).status == 201)
+        let full = try lookup(namespace, writer)
+        let etag = try #require(full["etag"] as? String)
+        #expect(full["response"] as? String == "the answer" && full["not_modified"] == nil)
+        #expect((58...60).contains(full["ttl"] as? Int ?? 0) && full["stale_while_revalidate"] as? Int == 30)
+        let same = try lookup(namespace, writer, ",\"if_none_match\":\(jsonString(etag))")
+        #expect(same["hit"] as? Bool == true && same["not_modified"] as? Bool == true && same["etag"] as? String == etag)
+        #expect(same["response"] == nil && same["metadata"] == nil)
+        let other = try lookup(namespace, writer, ",\"if_none_match\":\"\\\"stale\\\"\"")
+        #expect(other["response"] as? String == "the answer" && other["not_modified"] == nil)
+        let bad = try service.request("POST", "/v1/caches/\(namespace)/lookup", token: writer,
+                                      json: "{\"model\":\"lt-m\",\"prompt\":\"p\",\"if_none_match\":3}")
+        #expect(bad.status == 422)
+        try service.app.tracker.flush()
+        let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: writer))
+        #expect((stats["lookups"] as? [String: Int])?["hit"] == 3)
+        #expect((stats["tokens_saved"] as? [String: Int])?["input"] == 15)
+    }
+
+    @Test func sinceNowStartsAtTheHeadAndMissesNothingAfter() throws {
+        let namespace = TestService.namespace("lthead")
+        let writer = try service.token([.read, .write], namespaces: namespace)
+        #expect(try service.request("PUT", entryPath(namespace, "before"), token: writer, body: [1]).status == 201)
+        let head = try object(try service.request("GET", "/v1/caches/\(namespace)/changes?since=now&wait=5",
+                                                  token: writer))
+        #expect((head["changes"] as? [Any])?.isEmpty == true && head["more"] as? Bool == false)
+        let cursor = try #require(head["next"] as? String)
+        #expect(try service.request("PUT", entryPath(namespace, "after"), token: writer, body: [2]).status == 201)
+        let page = try object(try service.request("GET", "/v1/caches/\(namespace)/changes?since=\(cursor)&wait=5",
+                                                  token: writer))
+        let keys = (page["changes"] as? [[String: Any]])?.compactMap { $0["key"] as? String }
+        #expect(keys == ["after"])
+        let reader = try service.token([.read], namespaces: "other-\(namespace)")
+        #expect(try service.request("GET", "/v1/caches/\(namespace)/changes?since=now", token: reader).status == 403)
+    }
+
+    @Test func reportedLocalHitsAreCountedAsHitsAndAsLocal() throws {
+        let namespace = TestService.namespace("lthits")
+        let writer = try service.token([.read, .write], namespaces: namespace)
+        let upsert = "{\"model\":\"lt-m\",\"prompt\":\"p\",\"response\":\"r\","
+            + "\"metadata\":{\"input_tokens\":10,\"output_tokens\":20}}"
+        let written = try object(try service.request("POST", "/v1/caches/\(namespace)/upsert", token: writer, json: upsert))
+        let key = try #require(written["key"] as? String)
+        #expect(try service.request("PUT", entryPath(namespace, "raw"), token: writer, body: [1]).status == 201)
+        let reader = try service.token([.read], namespaces: namespace)
+        let report = "{\"hits\":[{\"key\":\"\(key)\",\"count\":3},{\"key\":\"raw\",\"count\":1},"
+            + "{\"key\":\"gone\",\"count\":2},{\"key\":\"\(key)\",\"count\":1}]}"
+        let answer = try object(try service.request("POST", "/v1/caches/\(namespace)/hits", token: reader, json: report))
+        #expect(answer["counted"] as? Int == 5 && answer["unknown"] as? Int == 2)
+        _ = try lookup(namespace, reader)  // one hit through the service, for contrast
+        try service.app.tracker.flush()
+        let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: reader))
+        let lookups = try #require(stats["lookups"] as? [String: Int])
+        #expect(lookups["hit"] == 6 && lookups["local"] == 5 && lookups["miss"] == 0)
+        // By hand: 4 local hits and 1 service hit on (10, 20); 1 on the raw entry (no tokens).
+        #expect((stats["tokens_saved"] as? [String: Int]) == ["input": 50, "output": 100])
+        let top = try #require(stats["top"] as? [[String: Any]])
+        #expect(top.first { $0["key"] as? String == key }?["hit_count"] as? Int == 5)
+        let history = try object(try service.request("GET", "/v1/caches/\(namespace)/stats/history?step=60", token: reader))
+        let points = try #require(history["points"] as? [[String: Any]])
+        #expect(points.reduce(0) { $0 + ($1["local"] as? Int ?? 0) } == 5)
+        #expect(points.reduce(0) { $0 + ($1["hits"] as? Int ?? 0) } == 6)
+    }
+
+    @Test(arguments: [
+        "{}", "{\"hits\":{}}", "{\"hits\":[1]}", "{\"hits\":[{\"key\":\"a\"}]}", "{\"hits\":[{\"key\":\"a\",\"count\":0}]}",
+        "{\"hits\":[{\"key\":\"\",\"count\":1}]}", "{\"hits\":[{\"key\":\"a\",\"count\":1.5}]}",
+        "{\"hits\":[{\"key\":\"a\",\"count\":1,\"extra\":1}]}", "{\"hits\":[],\"more\":1}",
+        "{\"hits\":[{\"key\":\"a\",\"count\":1000000},{\"key\":\"b\",\"count\":1}]}",
+    ])
+    func aMalformedReportIsRefusedAndCountsNothing(_ report: String) throws {
+        let namespace = TestService.namespace("ltbad")
+        let writer = try service.token([.read, .write], namespaces: namespace)
+        #expect(try service.request("PUT", entryPath(namespace, "a"), token: writer, body: [1]).status == 201)
+        let answer = try service.request("POST", "/v1/caches/\(namespace)/hits", token: writer, json: report)
+        #expect(answer.status == 422, "\(report)")
+        #expect(answer.header("Content-Type") == "application/problem+json")
+        try service.app.tracker.flush()
+        let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: writer))
+        #expect((stats["lookups"] as? [String: Int])?["hit"] == 0)
+    }
+
+    @Test func tooManyKeysInOneReportAreRefused() throws {
+        let namespace = TestService.namespace("ltmany")
+        let writer = try service.token([.read, .write], namespaces: namespace)
+        let items = (0...1000).map { "{\"key\":\"k\($0)\",\"count\":1}" }.joined(separator: ",")
+        #expect(try service.request("POST", "/v1/caches/\(namespace)/hits", token: writer,
+                                    json: "{\"hits\":[\(items)]}").status == 422)
+    }
+}
