@@ -21,6 +21,9 @@ public struct CacheStats: Sendable, Equatable {
     public var evictions = 0
     /// Miss leases held right now (callers filling a key while others may wait for them).
     public var leasesHeld = 0
+    /// The namespace seals its bodies at rest (a client keeping copies should ask before it
+    /// writes them to disk in plaintext).
+    public var encrypted = false
     public var top: [TopEntry] = []
 
     public init() {}

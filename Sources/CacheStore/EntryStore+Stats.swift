@@ -60,9 +60,11 @@ extension EntryStore {
         WHERE namespace LIKE $1 AND namespace <> '' AND namespace <> '\(NamespaceLabels.other)'
         GROUP BY namespace ORDER BY namespace LIMIT $2
         """
-    /// Live miss leases of a namespace ('' = the store): one range of the primary key.
+    /// Live miss leases of a namespace ('' = the store): one range of the primary key; and
+    /// whether the namespace is encrypted (it has a data key), for clients that keep copies.
     static let selectLeasesHeld = """
-        SELECT count(*)::bigint AS held FROM leases WHERE ($1 = '' OR namespace = $1) AND expires_at > now()
+        SELECT (SELECT count(*) FROM leases WHERE ($1 = '' OR namespace = $1) AND expires_at > now())::bigint AS held,
+               EXISTS (SELECT 1 FROM data_keys WHERE namespace = $1) AS encrypted
         """
     /// Namespaces that have settings, for the namespace labels (bounded: labels are capped).
     static let selectConfigured = "SELECT namespace FROM namespace_settings ORDER BY namespace LIMIT 10000"
@@ -88,8 +90,9 @@ extension EntryStore {
             if let row = try connection.query(Self.selectCounters, [.text(namespace?.name ?? "")]).first {
                 stats = try Self.totals(row)
             }
-            stats.leasesHeld = try connection.query(Self.selectLeasesHeld, [.text(namespace?.name ?? "")]).first?
-                .int("held") ?? 0
+            let leases = try connection.query(Self.selectLeasesHeld, [.text(namespace?.name ?? "")]).first
+            stats.leasesHeld = try leases?.int("held") ?? 0
+            stats.encrypted = try leases?.bool("encrypted") ?? false
             let rows = try namespace.map {
                 try connection.query(Self.selectTop, [.text($0.name), .int(top)])
             } ?? connection.query(Self.selectTopGlobal, [.int(top)])

@@ -38,7 +38,7 @@ extension CacheAPI {
             let caches = listed.prefix(Self.maxListed).map { namespace, stats -> JSONValue in
                 var members: [(String, JSONValue)] = [("namespace", .string(namespace))]
                 if case .object(let totals) = Self.json(stats, global: false, detailed: false) {
-                    members += totals.filter { $0.0 != "top" && $0.0 != "leases" }
+                    members += totals.filter { !["top", "leases", "encrypted"].contains($0.0) }
                 }
                 return .object(members)
             }
@@ -92,7 +92,7 @@ extension CacheAPI {
             ("evictions", .int(stats.evictions)),
             ("leases", .object([("held", .int(stats.leasesHeld))])),
             ("top", .array(top)),
-        ])
+        ] + (global ? [] : [("encrypted", .bool(stats.encrypted))]))
     }
 
     /// Billionths of the currency as an amount, to the millionth (a hit on a small model can

@@ -193,6 +193,8 @@ import TestSupport
         // Nor anything the stats count: 250 writes, not 500 (a rewrite is not a write).
         let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats"))
         #expect(stats["writes"] as? Int == 250 && stats["entries"] as? Int == 250, "\(stats)")
+        // Said, so a client's local tier asks before it keeps plaintext copies.
+        #expect(stats["encrypted"] as? Bool == true)
     }
 
     /// The feed's head as a follower of `namespace` would start from now.

@@ -74,6 +74,7 @@ import TestSupport
         let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: reader))
         let lookups = try #require(stats["lookups"] as? [String: Int])
         #expect(lookups["hit"] == 6 && lookups["local"] == 5 && lookups["miss"] == 0)
+        #expect(stats["encrypted"] as? Bool == false)
         // By hand: 4 local hits and 1 service hit on (10, 20); 1 on the raw entry (no tokens).
         #expect((stats["tokens_saved"] as? [String: Int]) == ["input": 50, "output": 100])
         let top = try #require(stats["top"] as? [[String: Any]])
