@@ -308,13 +308,14 @@ public final class AccessTracker: Sendable {
         if full { batchFull() }
     }
 
-    /// `count` hits a client's local tier answered from `entry` (`POST …/hits`): counted as
-    /// hits, and as local ones, with their tokens and cost, and on the entry's hit count.
-    public func recordLocal(namespace: String, entry: StoredEntry, count: Int, at now: Date) {
+    /// `count` hits a client's local tier answered (`POST …/hits`): counted as hits, and as
+    /// local ones; with `entry` (the version they were answered from), with its tokens and
+    /// cost, and on its hit count.
+    public func recordLocal(namespace: String, entry: StoredEntry?, count: Int, at now: Date) {
         guard count > 0 else { return }
         let minute = Self.minute(now)
         var cost = 0
-        if priced.load(ordering: .relaxed) {
+        if let entry, priced.load(ordering: .relaxed) {
             cost = prices.withLock {
                 $0.nanos(namespace: namespace, model: entry.model, input: entry.inputTokens, output: entry.outputTokens)
             }
@@ -324,7 +325,7 @@ public final class AccessTracker: Sendable {
         state.withLock { state in
             let label = state.namespaces[namespace] != nil ? namespace : state.newLabel(namespace, hit: true, mayLabel: false)
             state.namespaces[label, default: NamespaceState()].record(counts, minute: minute, pending: enabled)
-            guard enabled else { return }
+            guard enabled, let entry else { return }
             var access = state.entries[entry.id] ?? EntryAccess(namespace: namespace, lastAccess: now)
             access.hits = NamespaceCounts.saturating(access.hits, count)
             access.lastAccess = max(access.lastAccess, now)

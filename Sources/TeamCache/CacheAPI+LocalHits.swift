@@ -8,30 +8,44 @@ import HTTPServer
 /// asking, reported in batches, so `/stats`, the history and the dashboard count them as the
 /// hits (and the tokens and money saved) they were, marked `local`.
 ///
-/// `{"hits": [{"key": "…", "count": N}, …]}` → `{"counted": C, "unknown": U}`: hits on keys
-/// the namespace no longer holds (evicted or deleted since) are `unknown`, not counted: what
-/// they saved cannot be priced. A reader could always have made the same hits by asking, so
-/// the scope is `read`; the bounds keep one report cheap.
+/// `{"hits": [{"key": "…", "etag": "…", "count": N}, …]}` → `{"counted": C, "priced": P}`.
+/// Every reported hit counts as a hit (the hit ratio stays true); it is priced (tokens and
+/// cost saved, the entry's hit count) only when the namespace still holds the version the
+/// client answered from (`etag`; any version when it is left out). A hit on a version since
+/// replaced, evicted or deleted saved what that version cost, which is no longer known: it
+/// adds no tokens rather than another version's. A reader could always have made the same
+/// hits by asking, so the scope is `read`; the bounds keep one report cheap.
 extension CacheAPI {
     static let maxReportedKeys = 1000
     static let maxReportedHits = 1_000_000
 
     func reportLocalHits(_ request: HTTPRequest, _ context: RequestContext) throws -> HTTPResponse {
         let namespace = try context.namespace
-        let counts = try Self.reportedHits(try RequestParsing.jsonObject(request))
+        let reports = try Self.reportedHits(try RequestParsing.jsonObject(request))
         let now = clock.now()
-        var counted = 0
-        for entry in try store.hitSubjects(namespace, Array(counts.keys)) {
-            guard let key = EntryKey(entry.key), let count = counts[key] else { continue }
-            tracker.recordLocal(namespace: namespace.name, entry: entry, count: count, at: now)
-            counted += count
+        var priced = 0
+        var stored: [EntryKey: StoredEntry] = [:]
+        for entry in try store.hitSubjects(namespace, reports.map(\.key)) {
+            if let key = EntryKey(entry.key) { stored[key] = entry }
         }
-        let reported = counts.values.reduce(0, +)
-        return .json(200, JSONValue.object([("counted", .int(counted)), ("unknown", .int(reported - counted))]).serialized)
+        for report in reports {
+            let entry = stored[report.key].flatMap { report.etag == nil || report.etag == $0.etag ? $0 : nil }
+            tracker.recordLocal(namespace: namespace.name, entry: entry, count: report.count, at: now)
+            if entry != nil { priced += report.count }
+        }
+        let counted = reports.reduce(0) { $0 + $1.count }
+        return .json(200, JSONValue.object([("counted", .int(counted)), ("priced", .int(priced))]).serialized)
     }
 
-    /// The report's counts by key (a key named twice is summed), or a `422` naming what is wrong.
-    static func reportedHits(_ json: JSONValue) throws -> [EntryKey: Int] {
+    /// One reported key: how many hits, on which version (nil: whichever is stored).
+    struct ReportedHits {
+        let key: EntryKey
+        let etag: String?
+        let count: Int
+    }
+
+    /// The report's counts by key, or a `422` naming what is wrong.
+    static func reportedHits(_ json: JSONValue) throws -> [ReportedHits] {
         try RequestParsing.rejectUnknownMembers(json, allowed: ["hits"])
         guard case .array(let items)? = json["hits"] else {
             throw HTTPError(422, "`hits` must be an array of {\"key\", \"count\"} objects.")
@@ -39,11 +53,11 @@ extension CacheAPI {
         guard items.count <= maxReportedKeys else {
             throw HTTPError(422, "A report holds at most \(maxReportedKeys) keys; send more in several.")
         }
-        var counts: [EntryKey: Int] = [:]
+        var reports: [ReportedHits] = []
         var total = 0
         for (index, item) in items.enumerated() {
             guard case .object = item else { throw HTTPError(422, "`hits[\(index)]` must be an object.") }
-            try RequestParsing.rejectUnknownMembers(item, allowed: ["key", "count"])
+            try RequestParsing.rejectUnknownMembers(item, allowed: ["key", "etag", "count"])
             guard let text = item["key"]?.stringValue, let key = EntryKey(Array(text.utf8)) else {
                 throw HTTPError(422, "`hits[\(index)].key` must be a key of 1 to \(EntryKey.maxBytes) bytes without NUL.")
             }
@@ -54,8 +68,9 @@ extension CacheAPI {
             guard total <= maxReportedHits else {
                 throw HTTPError(422, "A report counts at most \(maxReportedHits) hits; send more in several.")
             }
-            counts[key, default: 0] += count
+            let etag = try optionalString(item["etag"], name: "hits[\(index)].etag")
+            reports.append(ReportedHits(key: key, etag: etag, count: count))
         }
-        return counts
+        return reports
     }
 }

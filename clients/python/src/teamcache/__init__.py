@@ -6,6 +6,7 @@ from ._breaker import CacheHealth, CircuitBreaker
 from ._cached import CacheOptions
 from ._client import AsyncTeamCache, CheckResult, TeamCache
 from ._json import RawNumber, canonical
+from ._local import LocalTier, OutboxConflict
 from .errors import CacheSkipped, ConfigurationError, ProblemError, TeamCacheError, TransportError
 from .keys import DescriptorError, descriptor_key, normalise_prompt
 from .models import (
@@ -30,7 +31,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncTeamCache", "CacheHealth", "CacheOptions", "CacheSkipped", "Change", "ChangePage", "CheckResult",
     "CircuitBreaker", "ConfigurationError", "DescriptorError", "Entry", "EntryMiss", "ImportResult", "Lease", "Lookup",
-    "LookupCounts", "NamespaceSettings", "ProblemError", "RawNumber", "RejectedLine", "Stats", "TeamCache",
+    "LocalTier", "LookupCounts",
+    "NamespaceSettings", "OutboxConflict", "ProblemError", "RawNumber", "RejectedLine", "Stats", "TeamCache",
     "TeamCacheError", "TokenCounts", "TopEntry", "TransportError", "WriteResult", "canonical", "descriptor_key",
     "normalise_prompt",
 ]

@@ -19,6 +19,8 @@ import httpx
 from . import _operations as op
 from ._breaker import CacheHealth, CircuitBreaker
 from ._cached import AsyncCachedMixin, CachedMixin
+from ._local import LocalTier
+from ._local_client import LocalAsyncMixin, LocalSyncMixin
 from ._positions import Positions
 from .errors import CacheSkipped, ConfigurationError, ProblemError, TransportError
 
@@ -277,18 +279,23 @@ def _check_result(namespace: str, ready: Any, read: Any, write: Any, strict: boo
     return result
 
 
-class TeamCache(_Common, CachedMixin):
+class TeamCache(_Common, LocalSyncMixin, CachedMixin):
     """The synchronous client. ``base_url`` and ``token`` default to ``TEAMCACHE_URL`` and
     ``TEAMCACHE_TOKEN``. Thread-safe; reuses connections; close it (or use ``with``).
     ``read_your_writes``: reads see this client's own writes even when the server reads from
-    a standby (they name the last write's position; see ``_positions``)."""
+    a standby (they name the last write's position; see ``_positions``). ``local_tier``: a
+    ``LocalTier`` that answers fresh copies without a network call (see ``_local``)."""
 
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 5.0,
                  max_retries: int = 2, backoff: float = 0.1, max_backoff: float = 5.0,
                  http_client: httpx.Client | None = None, read_your_writes: bool = False,
-                 lookup_timeout: float = 0.5, circuit_breaker: bool | CircuitBreaker = True, strict: bool = False):
+                 lookup_timeout: float = 0.5, circuit_breaker: bool | CircuitBreaker = True, strict: bool = False,
+                 local_tier: LocalTier | None = None):
         self._settings = _Settings(base_url, token, timeout, max_retries, backoff, max_backoff, read_your_writes,
                                    lookup_timeout=lookup_timeout, breaker=_breaker(circuit_breaker), strict=strict)
+        self._tier = local_tier
+        if local_tier is not None:
+            local_tier._attach(self._settings.base_url, self._settings.token, timeout)
         # Waiting lookups hold a connection each: allow many, so a filler's upsert never
         # queues behind the waiters of its own burst.
         self._http = http_client or httpx.Client(
@@ -297,13 +304,13 @@ class TeamCache(_Common, CachedMixin):
         CachedMixin.__init__(self)
 
     # The API: each route's signature and answer type are its builder's in ``_operations``.
-    get = _sync_route(op.get)
+    _remote_get = _sync_route(op.get)
     get_or_lease = _sync_route(op.get_or_lease)
     head = _sync_route(op.head)
-    put = _sync_route(op.put)
-    delete = _sync_route(op.delete)
-    lookup = _sync_route(op.lookup)
-    upsert = _sync_route(op.upsert)
+    _remote_put = _sync_route(op.put)
+    _remote_delete = _sync_route(op.delete)
+    _remote_lookup = _sync_route(op.lookup)
+    _remote_upsert = _sync_route(op.upsert)
     release = _sync_route(op.release)
     evict = _sync_route(op.evict)
     clear = _sync_route(op.clear)
@@ -317,6 +324,9 @@ class TeamCache(_Common, CachedMixin):
     health = _sync_route(op.health)
     ready = _sync_route(op.ready)
     metrics = _sync_route(op.metrics)
+    report_hits = _sync_route(op.report_hits)
+    entries_page = _sync_route(op.entries_page)
+    inspect_entry = _sync_route(op.inspect_entry)
 
     def __enter__(self) -> TeamCache:
         return self
@@ -325,6 +335,8 @@ class TeamCache(_Common, CachedMixin):
         self.close()
 
     def close(self) -> None:
+        if self._tier is not None:
+            self._tier.close()
         self._http.close()
 
     def check(self, namespace: str) -> CheckResult:
@@ -375,28 +387,32 @@ class TeamCache(_Common, CachedMixin):
             return settings.outcome(call, response)
 
 
-class AsyncTeamCache(_Common, AsyncCachedMixin):
+class AsyncTeamCache(_Common, LocalAsyncMixin, AsyncCachedMixin):
     """The asyncio client: the same methods as ``TeamCache``, as coroutines."""
 
     def __init__(self, base_url: str | None = None, token: str | None = None, *, timeout: float = 5.0,
                  max_retries: int = 2, backoff: float = 0.1, max_backoff: float = 5.0,
                  http_client: httpx.AsyncClient | None = None, read_your_writes: bool = False,
-                 lookup_timeout: float = 0.5, circuit_breaker: bool | CircuitBreaker = True, strict: bool = False):
+                 lookup_timeout: float = 0.5, circuit_breaker: bool | CircuitBreaker = True, strict: bool = False,
+                 local_tier: LocalTier | None = None):
         self._settings = _Settings(base_url, token, timeout, max_retries, backoff, max_backoff, read_your_writes,
                                    lookup_timeout=lookup_timeout, breaker=_breaker(circuit_breaker), strict=strict)
+        self._tier = local_tier
+        if local_tier is not None:
+            local_tier._attach(self._settings.base_url, self._settings.token, timeout)
         self._http = http_client or httpx.AsyncClient(
             base_url=self._settings.base_url, headers=self._settings.headers(), timeout=timeout,
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=64))
         AsyncCachedMixin.__init__(self)
 
     # The API: each route's signature and answer type are its builder's in ``_operations``.
-    get = _async_route(op.get)
+    _remote_get = _async_route(op.get)
     get_or_lease = _async_route(op.get_or_lease)
     head = _async_route(op.head)
-    put = _async_route(op.put)
-    delete = _async_route(op.delete)
-    lookup = _async_route(op.lookup)
-    upsert = _async_route(op.upsert)
+    _remote_put = _async_route(op.put)
+    _remote_delete = _async_route(op.delete)
+    _remote_lookup = _async_route(op.lookup)
+    _remote_upsert = _async_route(op.upsert)
     release = _async_route(op.release)
     evict = _async_route(op.evict)
     clear = _async_route(op.clear)
@@ -410,6 +426,9 @@ class AsyncTeamCache(_Common, AsyncCachedMixin):
     health = _async_route(op.health)
     ready = _async_route(op.ready)
     metrics = _async_route(op.metrics)
+    report_hits = _async_route(op.report_hits)
+    entries_page = _async_route(op.entries_page)
+    inspect_entry = _async_route(op.inspect_entry)
 
     async def __aenter__(self) -> AsyncTeamCache:
         return self
@@ -418,6 +437,8 @@ class AsyncTeamCache(_Common, AsyncCachedMixin):
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self._tier is not None:
+            self._tier.close()
         await self._http.aclose()
 
     async def check(self, namespace: str) -> CheckResult:

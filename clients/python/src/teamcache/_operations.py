@@ -208,10 +208,13 @@ def delete(namespace: str, key: str | bytes) -> Call[bool]:
 
 
 def lookup(namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | None = None, refresh: bool = False,
-           lease: int | None = None, wait: float | None = None) -> Call[Lookup]:
+           lease: int | None = None, wait: float | None = None, if_none_match: str | None = None) -> Call[Lookup]:
     """A ``Lookup``: a hit with the stored answer, or a miss (with this caller's ``lease``,
-    or ``pending``, when a lease was asked for)."""
+    or ``pending``, when a lease was asked for). ``if_none_match``: the ETag of an answer held
+    already; a hit on that version comes ``not_modified``, without the answer."""
     document = descriptor_members(descriptor)
+    if if_none_match is not None:
+        document["if_none_match"] = if_none_match
     if max_stale is not None:
         document["max_stale"] = int(max_stale)
     if refresh:
@@ -230,7 +233,11 @@ def lookup(namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | No
                       stale=bool(answer.get("stale")), collapsed=bool(answer.get("collapsed")),
                       lease=_lease(answer.get("lease"), "id"), pending=bool(answer.get("pending")),
                       retry_after=answer.get("retry_after"),
-                      revalidate=_lease(answer.get("revalidate"), "lease"))
+                      revalidate=_lease(answer.get("revalidate"), "lease"),
+                      etag=answer.get("etag") if isinstance(answer.get("etag"), str) else None,
+                      ttl=answer.get("ttl") if isinstance(answer.get("ttl"), int) else None,
+                      stale_while_revalidate=int(answer.get("stale_while_revalidate") or 0),
+                      not_modified=answer.get("not_modified") is True)
 
     call = _json_call("POST", namespace_path(namespace) + "/lookup", document, parse, {200},
                       extra_timeout=wait or 0, idempotent=lease is None)
@@ -409,3 +416,30 @@ def get_or_lease(namespace: str, key: str | bytes, *, lease: int = 30, wait: flo
 def head(namespace: str, key: str | bytes) -> Call[Entry | EntryMiss | None]:
     """The entry's headers (``Entry`` with an empty body), or None on a miss."""
     return read(namespace, key, method="HEAD")
+
+
+# What a local tier asks (``LocalTier``): reported hits, and the entry browser's routes to warm
+# it without counting a lookup.
+
+
+def report_hits(namespace: str, counts: Mapping[tuple[str, str | None], int]) -> Call[Document]:
+    """Reports hits a local tier answered, by (key, the ETag of the version it answered
+    from): ``{"counted", "priced"}`` (at most 1000 keys a call)."""
+    document = {"hits": [{"key": key, "count": int(count), **({"etag": etag} if etag is not None else {})}
+                         for (key, etag), count in counts.items()]}
+    return _json_call("POST", namespace_path(namespace) + "/hits", document, _document, {200})
+
+
+def entries_page(namespace: str, *, tag: str | None = None, after: str | None = None,
+                 limit: int = 100) -> Call[Document]:
+    """One page of the entry browser's listing (``entries`` and ``next``; no lookup counted)."""
+    params = {name: value for name, value in (("tag", tag), ("after", after), ("limit", str(limit)))
+              if value is not None}
+    return Call("GET", namespace_path(namespace) + "/entries", _document, frozenset({200}), params=params)
+
+
+def inspect_entry(namespace: str, key: str) -> Call[Document | None]:
+    """One entry with its metadata and a body preview (no lookup counted); None when absent."""
+    def parse(status: int, _headers: Mapping[str, str], body: bytes) -> Document | None:
+        return _json_body(body) if status == 200 else None
+    return Call("GET", namespace_path(namespace) + "/inspect/" + quote(key, safe=""), parse, frozenset({200, 404}))

@@ -35,6 +35,15 @@ class Lookup:
     retry_after: int | None = None
     #: A stale-while-revalidate answer's refresh lease: serve the stale answer, and refresh.
     revalidate: Lease | None = None
+    #: The stored version's ETag, and seconds of freshness left (negative when stale).
+    etag: str | None = None
+    ttl: int | None = None
+    #: The entry's window past expiry (0: none).
+    stale_while_revalidate: int = 0
+    #: ``if_none_match`` named the stored version: no ``response`` or ``metadata`` came.
+    not_modified: bool = False
+    #: Answered by the client's local tier, without asking the service.
+    from_local: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,8 @@ class Entry:
     not_modified: bool = False
     #: A stale-while-revalidate answer's refresh lease (GET only).
     revalidate: Lease | None = None
+    #: Answered by the client's local tier, without asking the service.
+    from_local: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,9 @@ class WriteResult:
     encoding: str | None = None
     expires_at: str | None = None
     namespace: str | None = None
+    #: The service could not be reached: the write waits in the local tier's outbox and is
+    #: sent when it answers again (not committed yet).
+    queued: bool = False
 
 
 # The JSON documents of the other routes, typed. A document missing a required member, or with
@@ -123,6 +137,8 @@ class LookupCounts:
     stale: int
     bypass: int
     collapsed: int
+    #: Hits clients' local tiers answered and reported (counted in ``hit`` too).
+    local: int = 0
 
 
 @dataclass(frozen=True)
@@ -180,7 +196,7 @@ class Stats:
         return cls(entries=_int(document, "entries"), identity_bytes=_int(sizes, "identity"),
                    stored_bytes=_int(sizes, "stored"),
                    lookups=LookupCounts(**{name: _count(lookups, name)
-                                           for name in ("hit", "miss", "stale", "bypass", "collapsed")}),
+                                           for name in ("hit", "miss", "stale", "bypass", "collapsed", "local")}),
                    hit_ratio=float(ratio), tokens_saved=TokenCounts(_int(tokens, "input"), _int(tokens, "output")),
                    top=tuple(TopEntry.from_json(entry) for entry in top), document=document)
 

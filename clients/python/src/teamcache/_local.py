@@ -1,0 +1,576 @@
+"""``LocalTier``: a cache-first tier inside the client. A fresh local copy answers with no
+network call; otherwise the service is asked conditionally (the copy's ETag: an unchanged
+answer costs a ``304`` / ``not_modified``, not the body) and the answer refreshes the copy.
+
+Coherence: one thread per namespace held follows its change feed (``/changes?wait=``) and
+drops a copy as soon as a change to its key arrives from any replica and any writer (the
+copy's own version is kept); this client's own writes update the tier at once; a ``410``
+clears the namespace. A namespace answers from memory without asking only while its
+follower is caught up and heard from within ``feed_wait + 1`` seconds: a follower that is
+behind (``more``), failing or silent makes every read revalidate instead.
+
+Offline (the service unreachable, or the breaker open): a copy is served within the
+caller's ``max_stale`` or the entry's stale-while-revalidate window, marked stale; writes
+wait in a bounded outbox (persistent with a file) and are sent when the service answers
+again: the last write wins, as on the server, and a write that met a newer or an unseen
+version is reported in ``conflicts`` (and to ``on_conflict``), never dropped silently.
+
+Local hits are reported to the service in batches (``POST …/hits``), so its stats count
+them as hits, marked local. An encrypted namespace's answers are kept only with
+``keep_encrypted=True`` (in memory, and in the file when there is one: plaintext)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Any
+
+from ._local_store import Copies, Queued, Record
+from .errors import ProblemError, TeamCacheError, TransportError
+from .models import Entry, Lookup, WriteResult
+
+if TYPE_CHECKING:
+    from ._client import TeamCache
+
+logger = logging.getLogger("teamcache.local")
+
+#: Bytes of keys remembered as changed (for fills that raced a change), and of reported hits
+#: held while the service cannot take them.
+_CHANGED_KEYS = 10_000
+_PENDING_HIT_KEYS = 10_000
+
+
+@dataclass(frozen=True)
+class OutboxConflict:
+    """A queued write that met a version of its key it had not seen. ``outcome``:
+    ``overwrote`` (ours was later: sent, replacing theirs) or ``superseded`` (theirs was later:
+    ours was not sent)."""
+
+    namespace: str
+    key: str
+    outcome: str
+    written_at: float
+
+
+@dataclass
+class _Feed:
+    """One followed namespace."""
+
+    thread: threading.Thread | None = None
+    #: Monotonic time of the last page that left the follower caught up (None: never, or lost).
+    synced_at: float | None = None
+    #: None until the namespace's stats said whether it is encrypted.
+    allowed: bool | None = None
+    #: Fills that started before this mark are not kept: they may predate the cursor the
+    #: follower started from, and a change between the two would never reach them.
+    floor: int = 2**62
+
+
+class LocalTier:
+    """A bounded local tier for one client (see the module's documentation).
+
+    ``path``: a SQLite file that keeps copies, feed cursors and the outbox across restarts
+    (None: memory only). ``max_bytes`` bounds memory and the file alike; a copy over an eighth
+    of it is not kept. ``feed_wait``: each long poll's wait (a silent feed stops local answers
+    after ``feed_wait + 1`` seconds). ``report_interval``: how often local hits are reported
+    and the outbox retried. ``outbox_max`` writes (and 16 MiB) at most wait in the outbox."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, max_bytes: int = 64 * 2**20, *,
+                 keep_encrypted: bool = False, feed_wait: float = 10.0, report_interval: float = 2.0,
+                 outbox_max: int = 1000, offline_ttl: int = 3600,
+                 on_conflict: Callable[[OutboxConflict], None] | None = None):
+        if max_bytes < 64 * 1024:
+            raise ValueError("max_bytes must be at least 64 KiB")
+        self.max_bytes = max_bytes
+        self.keep_encrypted = keep_encrypted
+        self.feed_wait = feed_wait
+        self.report_interval = report_interval
+        self.outbox_max = outbox_max
+        self.outbox_max_bytes = 16 * 2**20
+        self.offline_ttl = offline_ttl
+        self.on_conflict = on_conflict
+        self._lock = threading.Lock()
+        self._copies = Copies(path, max_bytes)
+        self._feeds: dict[str, _Feed] = {}
+        #: Changes applied, in order; a key's last change, for fills that raced it.
+        self._applied = 0
+        self._changed: OrderedDict[tuple[str, str], tuple[int, str | None]] = OrderedDict()
+        self._forgotten = 0
+        #: Local hits not reported yet, by namespace, then (key, ETag answered from).
+        self._hits: dict[str, dict[tuple[str, str | None], int]] = {}
+        self._outbox: deque[Queued] = deque(self._copies.load_outbox())
+        self.conflicts: deque[OutboxConflict] = deque(maxlen=1000)
+        #: What the tier did: local answers, revalidations, copies dropped by the feed, …
+        self.counts: dict[str, int] = {name: 0 for name in (
+            "local_hits", "offline_hits", "revalidated", "dropped", "cleared", "reported", "queued", "sent",
+            "unreported")}
+        self._client: TeamCache | None = None
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+
+    # Attaching to a client: the tier's own connection (a breaker of its own, no retries: it
+    # runs in the background and tries again on its own schedule).
+
+    def _attach(self, base_url: str, token: str | None, timeout: float) -> None:
+        from ._client import TeamCache
+        if self._client is not None:
+            raise ValueError("a LocalTier belongs to one client")
+        self._client = TeamCache(base_url, token, timeout=timeout, max_retries=0, circuit_breaker=False)
+        self._worker = threading.Thread(target=self._work, name="teamcache-local-tier", daemon=True)
+        self._worker.start()
+
+    def close(self) -> None:
+        """Stops following, reports what it can, closes the file. (The client closes it.)"""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        with contextlib.suppress(TeamCacheError):
+            self._report()
+        if self._client is not None:
+            self._client.close()
+        with self._lock:
+            self._copies.close()
+
+    @property
+    def bytes(self) -> int:
+        with self._lock:
+            return self._copies.bytes
+
+    @property
+    def outbox(self) -> int:
+        with self._lock:
+            return len(self._outbox)
+
+    def live(self, namespace: str) -> bool:
+        """Whether ``namespace``'s copies may answer without asking: its follower is caught
+        up and was heard from within ``feed_wait + 1`` seconds."""
+        feed = self._feeds.get(namespace)
+        synced = feed.synced_at if feed is not None else None
+        return synced is not None and time.monotonic() - synced < self.feed_wait + 1.0
+
+    # Reads
+
+    def _follow(self, namespace: str) -> _Feed:
+        feed = self._feeds.get(namespace)
+        if feed is None:
+            with self._lock:
+                feed = self._feeds.get(namespace)
+                if feed is None:
+                    feed = self._feeds[namespace] = _Feed()
+                    if not self._stop.is_set() and self._client is not None:
+                        feed.thread = threading.Thread(target=self._follow_feed, args=(namespace, feed),
+                                                       name=f"teamcache-feed-{namespace}", daemon=True)
+                        feed.thread.start()
+        return feed
+
+    def local(self, namespace: str, key: str, kind: str) -> Record | None:
+        """The copy of ``key``, whatever its freshness (starts following the namespace)."""
+        self._follow(namespace)
+        with self._lock:
+            if self._stop.is_set():
+                return None
+            record = self._copies.get(namespace, key)
+        return record if record is not None and record.kind == kind else None
+
+    def answer(self, namespace: str, key: str, kind: str) -> Record | None:
+        """A copy that answers without asking: fresh, and the namespace followed live."""
+        record = self.local(namespace, key, kind)
+        if record is None or not record.fresh(time.time()) or not self.live(namespace):
+            return None
+        with self._lock:
+            self.counts["local_hits"] += 1
+            self._restore_hits(namespace, {(key, record.etag): 1})
+        return record
+
+    def offline(self, namespace: str, key: str, kind: str, max_stale: int | None) -> Record | None:
+        """A copy to answer with while the service cannot be reached."""
+        record = self.local(namespace, key, kind)
+        if record is None or not record.servable(time.time(), max_stale):
+            return None
+        with self._lock:
+            self.counts["offline_hits"] += 1
+        return record
+
+    def mark(self) -> int:
+        """Where the changes are now: a fill that starts here is kept only if no change to its
+        key with another version was applied since (else a slow answer would overwrite a
+        newer change with an older copy)."""
+        with self._lock:
+            return self._applied
+
+    def keep(self, namespace: str, key: str, record: Record, since: int) -> None:
+        """Keeps what the service answered (unless a change raced it, or the namespace's
+        answers may not be kept)."""
+        feed = self._follow(namespace)
+        with self._lock:
+            if feed.allowed is not True or since < feed.floor or self._stop.is_set() \
+                    or self._raced(namespace, key, record.etag, since):
+                return
+            self._copies.put(namespace, key, record)
+
+    def _raced(self, namespace: str, key: str, etag: str | None, since: int) -> bool:
+        if since < self._forgotten:
+            return True
+        changed = self._changed.get((namespace, key))
+        return changed is not None and changed[0] > since and changed[1] != etag
+
+    def revalidated(self, namespace: str, key: str, ttl: int) -> Record | None:
+        with self._lock:
+            self.counts["revalidated"] += 1
+            return self._copies.extend(namespace, key, ttl)
+
+    def forget(self, namespace: str, key: str) -> None:
+        with self._lock:
+            self._copies.drop(namespace, key)
+
+    @staticmethod
+    def lookup_record(answer: Lookup) -> Record | None:
+        if not answer.hit or answer.response is None or answer.ttl is None:
+            return None
+        now = time.time()
+        return Record(kind="lookup", etag=answer.etag, body=answer.response.encode(), content_type="text/plain",
+                      metadata=answer.metadata, expires_at=now + answer.ttl, updated_at=now - (answer.age or 0),
+                      swr=answer.stale_while_revalidate)
+
+    @staticmethod
+    def entry_record(entry: Entry) -> Record | None:
+        ttl = _status_ttl(entry.cache_status)
+        if ttl is None or entry.etag is None:
+            return None
+        now = time.time()
+        return Record(kind="raw", etag=entry.etag, body=entry.body, content_type=entry.content_type, metadata=None,
+                      expires_at=now + ttl, updated_at=now - entry.age)
+
+    # Writes
+
+    def wrote(self, namespace: str, key: str, record: Record, since: int) -> None:
+        """This client's own committed write: the tier holds it at once."""
+        self.keep(namespace, key, record, since)
+
+    def queue(self, namespace: str, kind: str, key: str, payload: dict[str, Any], record: Record) -> WriteResult | None:
+        """Keeps a write for later (None when the outbox is full: the caller raises)."""
+        size = len(str(payload))
+        with self._lock:
+            if self._stop.is_set() or len(self._outbox) >= self.outbox_max \
+                    or sum(item.size for item in self._outbox) + size > self.outbox_max_bytes:
+                return None
+            current = self._copies.get(namespace, key)
+            item = self._copies.queue(Queued(0, namespace, kind, key, payload, current.etag if current else None,
+                                             time.time(), size))
+            self._outbox.append(item)
+            self.counts["queued"] += 1
+            # Read back by this client while offline (never as the service's own version).
+            self._copies.put(namespace, key, record)
+        return WriteResult(created=False, key=key, namespace=namespace, queued=True)
+
+    # The feed
+
+    def _follow_feed(self, namespace: str, feed: _Feed) -> None:
+        client = self._client
+        assert client is not None
+        pause = 0.2
+        cursor: str | None = None
+        while not self._stop.is_set():
+            try:
+                if feed.allowed is None:
+                    encrypted = client.stats(namespace, top=0).document.get("encrypted") is True
+                    feed.allowed = self.keep_encrypted or not encrypted
+                    if not feed.allowed:
+                        logger.warning("namespace %s is encrypted: its answers are not kept locally "
+                                       "(LocalTier(keep_encrypted=True) keeps them)", namespace)
+                        with self._lock:
+                            self._copies.drop_namespace(namespace)
+                if cursor is None:
+                    cursor = self._start(namespace, feed)
+                page = client.changes(namespace, since=cursor, wait=self.feed_wait, limit=1000)
+                with self._lock:
+                    for change in page.changes:
+                        self._apply(namespace, change.key, change.kind, change.etag)
+                    self._copies.save_cursor(namespace, page.next)
+                cursor = page.next
+                # Behind (more to read): not live until caught up.
+                feed.synced_at = None if page.more else time.monotonic()
+                pause = 0.2
+            except ProblemError as error:
+                feed.synced_at = None
+                if error.status == 410:
+                    logger.warning("the change feed of %s lost its place (410): its local copies are cleared",
+                                   namespace)
+                    with self._lock:
+                        self._copies.drop_namespace(namespace)
+                        self.counts["cleared"] += 1
+                    cursor = None
+                    continue
+                self._stop.wait(pause)
+                pause = min(pause * 2, 5.0)
+            except TeamCacheError:
+                feed.synced_at = None
+                self._stop.wait(pause)
+                pause = min(pause * 2, 5.0)
+            except Exception:  # noqa: BLE001 - a closed client mid-request, or a bug: never kill the app
+                feed.synced_at = None
+                if self._stop.is_set():
+                    return
+                logger.exception("the local tier's feed follower of %s failed; it starts again", namespace)
+                self._stop.wait(pause)
+                pause = min(pause * 2, 5.0)
+
+    def _start(self, namespace: str, feed: _Feed) -> str:
+        """The cursor to follow from: the one kept with the copies, else the feed's head (and
+        then copies kept without a cursor cannot be trusted: dropped). Fills from here on are
+        kept (the first reads of a namespace, made before, are not)."""
+        with self._lock:
+            kept = self._copies.cursor(namespace)
+            if kept is not None:
+                # Replaying from the kept cursor brings every change since: a fill made
+                # meanwhile is dropped by its change, or refused as raced (`_raced`).
+                feed.floor = 0
+                return kept
+        assert self._client is not None
+        head = self._client.changes(namespace, since="now").next
+        with self._lock:
+            self._copies.drop_namespace(namespace)
+            self._copies.save_cursor(namespace, head)
+            # Marked after the head came: a fill that starts from here on reads the entry after
+            # the head was taken, so every later change to it is numbered past the head. One
+            # that started before could have read a version changed before the head: refused.
+            self._applied += 1
+            feed.floor = self._applied
+        return head
+
+    def _apply(self, namespace: str, key: str | None, kind: str, etag: str | None) -> None:
+        if key is None:
+            return
+        self._applied += 1
+        self._changed[(namespace, key)] = (self._applied, etag if kind == "put" else None)
+        self._changed.move_to_end((namespace, key))
+        while len(self._changed) > _CHANGED_KEYS:
+            _, (forgotten, _) = self._changed.popitem(last=False)
+            self._forgotten = max(self._forgotten, forgotten)
+        record = self._copies.get(namespace, key)
+        if record is not None and (kind != "put" or record.etag != etag):
+            self._copies.drop(namespace, key)
+            self.counts["dropped"] += 1
+
+    # Reports and the outbox, every `report_interval`
+
+    def _work(self) -> None:
+        while not self._stop.wait(self.report_interval):
+            try:
+                self._report()
+                self._send_outbox()
+            except Exception:  # noqa: BLE001 - the next round tries again
+                if self._stop.is_set():
+                    return
+                logger.debug("local tier report or outbox round failed", exc_info=True)
+
+    def _report(self) -> None:
+        with self._lock:
+            taken, self._hits = self._hits, {}
+        client = self._client
+        for namespace, counts in taken.items():
+            items = list(counts.items())
+            for start in range(0, len(items), 1000):
+                chunk = dict(items[start:start + 1000])
+                try:
+                    if client is None:
+                        raise TransportError("no client")
+                    client.report_hits(namespace, chunk)
+                    with self._lock:
+                        self.counts["reported"] += sum(chunk.values())
+                except TeamCacheError:
+                    with self._lock:
+                        self._restore_hits(namespace, dict(items[start:]))
+                    break
+
+    def _restore_hits(self, namespace: str, counts: Mapping[tuple[str, str | None], int]) -> None:
+        held = self._hits.setdefault(namespace, {})
+        for key, count in counts.items():
+            if key in held or sum(len(keys) for keys in self._hits.values()) < _PENDING_HIT_KEYS:
+                held[key] = held.get(key, 0) + count
+            else:
+                self.counts["unreported"] += count
+
+    def flush(self) -> None:
+        """Reports local hits and sends the outbox now (the background does it every
+        ``report_interval``)."""
+        self._report()
+        self._send_outbox()
+
+    def _send_outbox(self) -> None:
+        client = self._client
+        while client is not None and not self._stop.is_set():
+            with self._lock:
+                if not self._outbox:
+                    return
+                item = self._outbox[0]
+            since = self.mark()
+            record = _send(client, item, self._conflict)
+            with self._lock:
+                self._outbox.popleft()
+                self._copies.unqueue(item)
+                self.counts["sent"] += 1
+                if record is None:
+                    self._copies.drop(item.namespace, item.key)
+            if record is not None:
+                self.keep(item.namespace, item.key, record, since)
+
+    def _conflict(self, item: Queued, outcome: str) -> None:
+        conflict = OutboxConflict(item.namespace, item.key, outcome, item.written_at)
+        self.conflicts.append(conflict)
+        logger.warning("a write queued offline to %s met a version it had not seen: %s", item.namespace, outcome)
+        if self.on_conflict is not None:
+            try:
+                self.on_conflict(conflict)
+            except Exception:  # noqa: BLE001 - the caller's hook must not stop the outbox
+                logger.exception("on_conflict raised")
+
+    # Warming
+
+    def warm(self, namespace: str, *, top: int | None = None, tag: str | None = None) -> int:
+        """Fills the tier with the namespace's ``top`` most-hit entries, or those tagged
+        ``tag``, read without counting a lookup (the entry browser's routes: read scope).
+        Bodies over 64 KiB are left to the first read. Returns how many copies it holds now."""
+        client = self._client
+        if client is None or (top is None) == (tag is None):
+            raise ValueError("warm needs top= or tag= (and a client)")
+        feed = self._follow(namespace)
+        deadline = time.monotonic() + self.feed_wait + 5
+        # Kept only once the follower knows whether the namespace may be kept, and where it
+        # follows from (so no change after the copies were read is missed).
+        while feed.synced_at is None and time.monotonic() < deadline and not self._stop.is_set():
+            time.sleep(0.02)
+        keys = [entry.key for entry in client.stats(namespace, top=top).top] if top is not None \
+            else _tagged(client, namespace, tag or "")
+        kept = 0
+        for key in keys:
+            since = self.mark()
+            document = client.inspect_entry(namespace, key)
+            record = _inspected(document) if document is not None else None
+            if record is not None:
+                self.keep(namespace, key, record, since)
+                kept += 1
+        return kept
+
+
+def _status_ttl(status: str | None) -> int | None:
+    """``ttl=N`` of ``Cache-Status: teamcache; hit; ttl=N``."""
+    for part in (status or "").split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == "ttl":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _tagged(client: TeamCache, namespace: str, tag: str) -> list[str]:
+    keys: list[str] = []
+    after: str | None = None
+    while len(keys) < 10_000:
+        page = client.entries_page(namespace, tag=tag, after=after)
+        keys += [entry["key"] for entry in page.get("entries", []) if isinstance(entry.get("key"), str)]
+        after = page.get("next")
+        if not after:
+            break
+    return keys
+
+
+def _inspected(document: Mapping[str, Any]) -> Record | None:
+    body, ttl, etag = document.get("body") or {}, document.get("ttl"), document.get("etag")
+    if body.get("kind") != "text" or body.get("truncated") or not isinstance(ttl, int) or not isinstance(etag, str):
+        return None
+    now = time.time()
+    metadata = document.get("metadata")
+    return Record(kind="lookup" if document.get("model") else "raw", etag=etag, body=str(body.get("text")).encode(),
+                  content_type=str(document.get("content_type") or "application/octet-stream"),
+                  metadata=metadata if isinstance(metadata, dict) else None, expires_at=now + ttl,
+                  updated_at=_instant(document.get("updated_at")) or now)
+
+
+def _instant(text: Any) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _send(client: TeamCache, item: Queued, conflict: Callable[[Queued, str], None]) -> Record | None:
+    """Sends one queued write: as it was made when the key still holds the version it was
+    made over; otherwise the later write wins. The copy to keep, or None (ours lost, or the
+    service refused it: dropped, logged)."""
+    payload = dict(item.payload)
+    try:
+        if item.kind == "put":
+            return _send_put(client, item, payload, conflict)
+        return _send_upsert(client, item, payload, conflict)
+    except ProblemError as error:
+        logger.warning("a write queued offline to %s was refused (%s): dropped", item.namespace, error.status)
+        return None
+
+
+def _send_put(client: TeamCache, item: Queued, payload: dict[str, Any],
+              conflict: Callable[[Queued, str], None]) -> Record | None:
+    body = payload.pop("body").encode("latin-1")
+    try:
+        if item.base_etag is None:
+            result = client.put(item.namespace, item.key, body, create_only=True, **payload)
+        else:
+            result = client.put(item.namespace, item.key, body, if_match=item.base_etag, **payload)
+    except ProblemError as error:
+        if error.status != 412:
+            raise
+        head = client.head(item.namespace, item.key)
+        theirs = _modified(head.headers.get("last-modified")) if isinstance(head, Entry) else None
+        if theirs is not None and theirs > item.written_at:
+            conflict(item, "superseded")
+            return None
+        conflict(item, "overwrote")
+        result = client.put(item.namespace, item.key, body, **payload)
+    return _written(result, "raw", body, payload.get("content_type") or "application/octet-stream", None)
+
+
+def _send_upsert(client: TeamCache, item: Queued, payload: dict[str, Any],
+                 conflict: Callable[[Queued, str], None]) -> Record | None:
+    descriptor, response = payload.pop("descriptor"), payload.pop("response")
+    current = client.lookup(item.namespace, descriptor, max_stale=2**31 - 1)
+    if current.hit and current.etag != item.base_etag:
+        theirs = time.time() - (current.age or 0)
+        if theirs > item.written_at:
+            conflict(item, "superseded")
+            return None
+        conflict(item, "overwrote")
+    result = client.upsert(item.namespace, descriptor, response, **payload)
+    return _written(result, "lookup", response.encode(), "text/plain", payload.get("metadata"))
+
+
+def _modified(text: str | None) -> float | None:
+    try:
+        return parsedate_to_datetime(text).timestamp() if text else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _written(result: WriteResult, kind: str, body: bytes, content_type: str,
+             metadata: dict[str, Any] | None) -> Record | None:
+    """The copy of a committed write (None when its expiry is not known)."""
+    expires = _instant(result.expires_at)
+    if expires is None or result.etag is None:
+        return None
+    now = time.time()
+    return Record(kind=kind, etag=result.etag, body=body, content_type=content_type, metadata=metadata,
+                  expires_at=expires, updated_at=now)
+
+
+__all__ = ["LocalTier", "OutboxConflict"]

@@ -1,0 +1,399 @@
+"""The five calls a local tier answers or follows (``get``, ``lookup``, ``put``, ``upsert``,
+``delete``), for the sync and the asyncio client: the tier's decision is shared (``_Plan``),
+only the sending differs. Without a tier each call is the plain route."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._local import LocalTier, _written
+from ._local_store import Record
+from .errors import TransportError
+from .keys import descriptor_key
+from .models import Entry, EntryMiss, Lease, Lookup, WriteResult
+
+
+def _text_key(key: str | bytes) -> str | None:
+    """The tier keys copies by text; a key that is not UTF-8 passes it by."""
+    if isinstance(key, str):
+        return key
+    try:
+        return key.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _local_lookup(key: str, record: Record, *, stale: bool) -> Lookup:
+    now = time.time()
+    return Lookup(hit=True, key=key, response=record.body.decode(), metadata=record.metadata,
+                  age=max(0, int(now - record.updated_at)), stale=stale, etag=record.etag,
+                  ttl=math.floor(record.expires_at - now), stale_while_revalidate=record.swr, from_local=True)
+
+
+def _local_entry(record: Record, *, stale: bool, from_local: bool = True) -> Entry:
+    now = time.time()
+    ttl = math.floor(record.expires_at - now)
+    status = f"teamcache; hit; ttl={ttl}" + ("; local" if from_local else "")
+    return Entry(body=record.body, content_type=record.content_type, etag=record.etag, cache_status=status,
+                 age=max(0, int(now - record.updated_at)), headers={"cache-status": status}, from_local=from_local)
+
+
+def _queueable(payload: Mapping[str, Any]) -> bool:
+    """A write kept in the outbox must read back as itself (a ``RawNumber`` would not)."""
+    try:
+        json.dumps(payload)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+class _Plan:
+    """One call's use of the tier: what answers locally, what to ask, what to keep."""
+
+    def __init__(self, tier: LocalTier, namespace: str, key: str, kind: str):
+        self.tier, self.namespace, self.key, self.kind = tier, namespace, key, kind
+        self.held: Record | None = None
+        self.since = 0
+
+    def local(self) -> Record | None:
+        answer = self.tier.answer(self.namespace, self.key, self.kind)
+        if answer is None:
+            self.held = self.tier.local(self.namespace, self.key, self.kind)
+            self.since = self.tier.mark()
+        return answer
+
+    @property
+    def etag(self) -> str | None:
+        return self.held.etag if self.held is not None else None
+
+    def offline(self, max_stale: int | None) -> Record | None:
+        return self.tier.offline(self.namespace, self.key, self.kind, max_stale)
+
+    def looked_up(self, answer: Lookup) -> Lookup:
+        if answer.hit and answer.not_modified and self.held is not None:
+            self.tier.revalidated(self.namespace, self.key, answer.ttl or 0)
+            return dataclasses.replace(answer, response=self.held.body.decode(), metadata=self.held.metadata,
+                                       not_modified=False)
+        self._refetched(LocalTier.lookup_record(answer), answer.hit)
+        return answer
+
+    def got(self, answer: Entry | EntryMiss | None) -> Entry | EntryMiss | None:
+        if isinstance(answer, Entry) and answer.not_modified and self.held is not None:
+            self.tier.revalidated(self.namespace, self.key, _ttl(answer))
+            return dataclasses.replace(_local_entry(self.held, stale=False, from_local=False), headers=answer.headers,
+                                       cache_status=answer.cache_status, age=answer.age)
+        self._refetched(LocalTier.entry_record(answer) if isinstance(answer, Entry) else None,
+                        isinstance(answer, Entry))
+        return answer
+
+    def _refetched(self, record: Record | None, hit: bool) -> None:
+        if record is not None:
+            self.tier.keep(self.namespace, self.key, record, self.since)
+        elif not hit and self.held is not None and self.held.fresh(time.time()):
+            # The service holds nothing fresh where the copy thought it fresh: it goes.
+            self.tier.forget(self.namespace, self.key)
+
+
+def _ttl(entry: Entry) -> int:
+    record = LocalTier.entry_record(entry)
+    return int(record.expires_at - time.time()) if record is not None else 0
+
+
+def _offline_record(tier: LocalTier, kind: str, body: bytes, content_type: str, metadata: dict[str, Any] | None,
+                    ttl: int | None) -> Record:
+    now = time.time()
+    return Record(kind=kind, etag=None, body=body, content_type=content_type, metadata=metadata,
+                  expires_at=now + (ttl or tier.offline_ttl), updated_at=now)
+
+
+class _Writes:
+    """What both clients do around a write."""
+
+    @staticmethod
+    def put_payload(body: bytes, content_type: str, ttl: int | None, tags: Iterable[str],
+                    stale_while_revalidate: int | None) -> dict[str, Any]:
+        return {"body": body.decode("latin-1"), "content_type": content_type, "ttl": ttl, "tags": list(tags),
+                "stale_while_revalidate": stale_while_revalidate}
+
+    @staticmethod
+    def upsert_payload(descriptor: Mapping[str, Any], response: str, metadata: Mapping[str, Any] | None,
+                       ttl: int | None, tags: Iterable[str], stale_while_revalidate: int | None) -> dict[str, Any]:
+        return {"descriptor": dict(descriptor), "response": response,
+                "metadata": dict(metadata) if metadata is not None else None, "ttl": ttl, "tags": list(tags),
+                "stale_while_revalidate": stale_while_revalidate}
+
+
+class LocalSyncMixin:
+    """``TeamCache``'s calls through its local tier."""
+
+    _tier: LocalTier | None
+
+    def _remote_get(self, *args: Any, **kwargs: Any) -> Any: ...  # bound by the client
+    def _remote_lookup(self, *args: Any, **kwargs: Any) -> Any: ...
+    def _remote_put(self, *args: Any, **kwargs: Any) -> Any: ...
+    def _remote_upsert(self, *args: Any, **kwargs: Any) -> Any: ...
+    def _remote_delete(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def get(self, namespace: str, key: str | bytes, *, max_stale: int | None = None, no_cache: bool = False,
+            only_if_cached: bool = False, if_none_match: str | None = None,
+            wait: float | None = None) -> Entry | EntryMiss | None:
+        """The entry (``Entry``), or None on a miss. ``wait`` with ``if_none_match``: a watch (an
+        ``EntryMiss`` marked ``pending`` when another caller's fill did not come in the wait).
+        With a local tier: a fresh copy answers (``from_local``); else the service is asked
+        with the copy's ETag; offline, a copy within ``max_stale`` answers, marked stale."""
+        text = _text_key(key)
+        tier = self._tier
+        if tier is None or text is None or no_cache or wait is not None or if_none_match is not None:
+            return self._remote_get(namespace, key, max_stale=max_stale, no_cache=no_cache,  # type: ignore[no-any-return]
+                                    only_if_cached=only_if_cached, if_none_match=if_none_match, wait=wait)
+        plan = _Plan(tier, namespace, text, "raw")
+        local = plan.local()
+        if local is not None:
+            return _local_entry(local, stale=False)
+        try:
+            answer = self._remote_get(namespace, key, max_stale=max_stale, only_if_cached=only_if_cached,
+                                      if_none_match=plan.etag)
+        except TransportError:
+            offline = plan.offline(max_stale)
+            if offline is None:
+                raise
+            return _local_entry(offline, stale=not offline.fresh(time.time()))
+        return plan.got(answer)
+
+    def lookup(self, namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | None = None,
+               refresh: bool = False, lease: int | None = None, wait: float | None = None,
+               if_none_match: str | None = None) -> Lookup:
+        """A ``Lookup``: a hit with the stored answer, or a miss (with this caller's ``lease``,
+        or ``pending``, when a lease was asked for). With a local tier, as ``get``."""
+        tier = self._tier
+        if tier is None or refresh or if_none_match is not None:
+            return self._remote_lookup(namespace, descriptor, max_stale=max_stale,  # type: ignore[no-any-return]
+                                       refresh=refresh, lease=lease, wait=wait, if_none_match=if_none_match)
+        key = descriptor_key(descriptor)
+        plan = _Plan(tier, namespace, key, "lookup")
+        local = plan.local()
+        if local is not None:
+            return _local_lookup(key, local, stale=False)
+        try:
+            answer = self._remote_lookup(namespace, descriptor, max_stale=max_stale, lease=lease, wait=wait,
+                                         if_none_match=plan.etag)
+        except TransportError:
+            offline = plan.offline(max_stale)
+            if offline is None:
+                raise
+            return _local_lookup(key, offline, stale=not offline.fresh(time.time()))
+        return plan.looked_up(answer)
+
+    def put(self, namespace: str, key: str | bytes, body: bytes | str, *, content_type: str | None = None,
+            ttl: int | None = None, tags: Iterable[str] = (), create_only: bool = False, if_match: str | None = None,
+            lease: Lease | str | None = None, stale_while_revalidate: int | None = None,
+            content_encoding: str | None = None) -> WriteResult:
+        """Stores ``body``; returns a ``WriteResult`` once it is committed. With a local tier:
+        the tier holds it at once; while the service cannot be reached, an unconditional write
+        waits in the outbox (``queued``)."""
+        data = body.encode() if isinstance(body, str) else bytes(body)
+        kind = content_type or ("text/plain; charset=utf-8" if isinstance(body, str) else "application/octet-stream")
+        tier, text = self._tier, _text_key(key)
+        since = tier.mark() if tier is not None else 0
+        try:
+            result: WriteResult = self._remote_put(
+                namespace, key, body, content_type=content_type, ttl=ttl, tags=tags, create_only=create_only,
+                if_match=if_match, lease=lease, stale_while_revalidate=stale_while_revalidate,
+                content_encoding=content_encoding)
+        except TransportError:
+            if tier is None or text is None or create_only or if_match is not None or content_encoding is not None:
+                raise
+            queued = tier.queue(namespace, "put", text, _Writes.put_payload(data, kind, ttl, tags,
+                                                                             stale_while_revalidate),
+                                _offline_record(tier, "raw", data, kind, None, ttl))
+            if queued is None:
+                raise
+            return queued
+        if tier is not None and text is not None and content_encoding is None:
+            record = _written(result, "raw", data, kind, None)
+            if record is not None:
+                tier.wrote(namespace, text, record, since)
+        return result
+
+    def upsert(self, namespace: str, descriptor: Mapping[str, Any], response: str, *,
+               metadata: Mapping[str, Any] | None = None, ttl: int | None = None, tags: Iterable[str] = (),
+               lease: Lease | str | None = None, stale_while_revalidate: int | None = None) -> WriteResult:
+        """Stores the model's answer to ``descriptor``; ``metadata`` may carry ``input_tokens``
+        and ``output_tokens`` (what a hit saves). With a local tier, as ``put``."""
+        tier = self._tier
+        since = tier.mark() if tier is not None else 0
+        try:
+            result: WriteResult = self._remote_upsert(namespace, descriptor, response, metadata=metadata, ttl=ttl,
+                                                      tags=tags, lease=lease,
+                                                      stale_while_revalidate=stale_while_revalidate)
+        except TransportError:
+            payload = _Writes.upsert_payload(descriptor, response, metadata, ttl, tags, stale_while_revalidate)
+            if tier is None or not _queueable(payload):
+                raise
+            key = descriptor_key(descriptor)
+            queued = tier.queue(namespace, "upsert", key, payload,
+                                _offline_record(tier, "lookup", response.encode(), "text/plain",
+                                                dict(metadata) if metadata is not None else None, ttl))
+            if queued is None:
+                raise
+            return queued
+        if tier is not None:
+            record = _written(result, "lookup", response.encode(), "text/plain",
+                              dict(metadata) if metadata is not None else None)
+            if record is not None:
+                tier.wrote(namespace, result.key, record, since)
+        return result
+
+    def delete(self, namespace: str, key: str | bytes) -> bool:
+        """True when an entry was deleted, False when there was none (the tier's copy goes)."""
+        deleted: bool = self._remote_delete(namespace, key)
+        text = _text_key(key)
+        if self._tier is not None and text is not None:
+            self._tier.forget(namespace, text)
+        return deleted
+
+    def warm(self, namespace: str, *, top: int | None = None, tag: str | None = None) -> int:
+        """Fills the local tier with the namespace's ``top`` most-hit entries or those tagged
+        ``tag`` (no lookup counted); how many copies it kept."""
+        if self._tier is None:
+            raise ValueError("warm needs a client with a local_tier")
+        return self._tier.warm(namespace, top=top, tag=tag)
+
+
+class LocalAsyncMixin:
+    """``AsyncTeamCache``'s calls through its local tier (the tier's own work runs on its
+    threads; a local answer takes the tier's lock for microseconds, never the event loop's time)."""
+
+    _tier: LocalTier | None
+
+    async def _remote_get(self, *args: Any, **kwargs: Any) -> Any: ...  # bound by the client
+    async def _remote_lookup(self, *args: Any, **kwargs: Any) -> Any: ...
+    async def _remote_put(self, *args: Any, **kwargs: Any) -> Any: ...
+    async def _remote_upsert(self, *args: Any, **kwargs: Any) -> Any: ...
+    async def _remote_delete(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    async def get(self, namespace: str, key: str | bytes, *, max_stale: int | None = None, no_cache: bool = False,
+                  only_if_cached: bool = False, if_none_match: str | None = None,
+                  wait: float | None = None) -> Entry | EntryMiss | None:
+        """As ``TeamCache.get``."""
+        text = _text_key(key)
+        tier = self._tier
+        if tier is None or text is None or no_cache or wait is not None or if_none_match is not None:
+            return await self._remote_get(namespace, key, max_stale=max_stale,  # type: ignore[no-any-return]
+                                          no_cache=no_cache, only_if_cached=only_if_cached,
+                                          if_none_match=if_none_match, wait=wait)
+        plan = _Plan(tier, namespace, text, "raw")
+        local = plan.local()
+        if local is not None:
+            return _local_entry(local, stale=False)
+        try:
+            answer = await self._remote_get(namespace, key, max_stale=max_stale, only_if_cached=only_if_cached,
+                                            if_none_match=plan.etag)
+        except TransportError:
+            offline = plan.offline(max_stale)
+            if offline is None:
+                raise
+            return _local_entry(offline, stale=not offline.fresh(time.time()))
+        return plan.got(answer)
+
+    async def lookup(self, namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | None = None,
+                     refresh: bool = False, lease: int | None = None, wait: float | None = None,
+                     if_none_match: str | None = None) -> Lookup:
+        """As ``TeamCache.lookup``."""
+        tier = self._tier
+        if tier is None or refresh or if_none_match is not None:
+            return await self._remote_lookup(namespace, descriptor,  # type: ignore[no-any-return]
+                                             max_stale=max_stale, refresh=refresh, lease=lease, wait=wait,
+                                             if_none_match=if_none_match)
+        key = descriptor_key(descriptor)
+        plan = _Plan(tier, namespace, key, "lookup")
+        local = plan.local()
+        if local is not None:
+            return _local_lookup(key, local, stale=False)
+        try:
+            answer = await self._remote_lookup(namespace, descriptor, max_stale=max_stale, lease=lease, wait=wait,
+                                               if_none_match=plan.etag)
+        except TransportError:
+            offline = plan.offline(max_stale)
+            if offline is None:
+                raise
+            return _local_lookup(key, offline, stale=not offline.fresh(time.time()))
+        return plan.looked_up(answer)
+
+    async def put(self, namespace: str, key: str | bytes, body: bytes | str, *, content_type: str | None = None,
+                  ttl: int | None = None, tags: Iterable[str] = (), create_only: bool = False,
+                  if_match: str | None = None, lease: Lease | str | None = None,
+                  stale_while_revalidate: int | None = None, content_encoding: str | None = None) -> WriteResult:
+        """As ``TeamCache.put``."""
+        data = body.encode() if isinstance(body, str) else bytes(body)
+        kind = content_type or ("text/plain; charset=utf-8" if isinstance(body, str) else "application/octet-stream")
+        tier, text = self._tier, _text_key(key)
+        since = tier.mark() if tier is not None else 0
+        try:
+            result: WriteResult = await self._remote_put(
+                namespace, key, body, content_type=content_type, ttl=ttl, tags=tags, create_only=create_only,
+                if_match=if_match, lease=lease, stale_while_revalidate=stale_while_revalidate,
+                content_encoding=content_encoding)
+        except TransportError:
+            if tier is None or text is None or create_only or if_match is not None or content_encoding is not None:
+                raise
+            queued = tier.queue(namespace, "put", text, _Writes.put_payload(data, kind, ttl, tags,
+                                                                             stale_while_revalidate),
+                                _offline_record(tier, "raw", data, kind, None, ttl))
+            if queued is None:
+                raise
+            return queued
+        if tier is not None and text is not None and content_encoding is None:
+            record = _written(result, "raw", data, kind, None)
+            if record is not None:
+                tier.wrote(namespace, text, record, since)
+        return result
+
+    async def upsert(self, namespace: str, descriptor: Mapping[str, Any], response: str, *,
+                     metadata: Mapping[str, Any] | None = None, ttl: int | None = None, tags: Iterable[str] = (),
+                     lease: Lease | str | None = None, stale_while_revalidate: int | None = None) -> WriteResult:
+        """As ``TeamCache.upsert``."""
+        tier = self._tier
+        since = tier.mark() if tier is not None else 0
+        try:
+            result: WriteResult = await self._remote_upsert(namespace, descriptor, response, metadata=metadata,
+                                                            ttl=ttl, tags=tags, lease=lease,
+                                                            stale_while_revalidate=stale_while_revalidate)
+        except TransportError:
+            payload = _Writes.upsert_payload(descriptor, response, metadata, ttl, tags, stale_while_revalidate)
+            if tier is None or not _queueable(payload):
+                raise
+            key = descriptor_key(descriptor)
+            queued = tier.queue(namespace, "upsert", key, payload,
+                                _offline_record(tier, "lookup", response.encode(), "text/plain",
+                                                dict(metadata) if metadata is not None else None, ttl))
+            if queued is None:
+                raise
+            return queued
+        if tier is not None:
+            record = _written(result, "lookup", response.encode(), "text/plain",
+                              dict(metadata) if metadata is not None else None)
+            if record is not None:
+                tier.wrote(namespace, result.key, record, since)
+        return result
+
+    async def delete(self, namespace: str, key: str | bytes) -> bool:
+        """As ``TeamCache.delete``."""
+        deleted: bool = await self._remote_delete(namespace, key)
+        text = _text_key(key)
+        if self._tier is not None and text is not None:
+            self._tier.forget(namespace, text)
+        return deleted
+
+    async def warm(self, namespace: str, *, top: int | None = None, tag: str | None = None) -> int:
+        """As ``TeamCache.warm`` (on a thread: it makes one request per entry)."""
+        tier = self._tier
+        if tier is None:
+            raise ValueError("warm needs a client with a local_tier")
+        return await asyncio.to_thread(tier.warm, namespace, top=top, tag=tag)

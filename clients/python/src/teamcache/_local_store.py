@@ -1,0 +1,219 @@
+"""Where a local tier keeps its copies: a byte-bounded LRU in memory, optionally over a SQLite
+file (WAL) bounded by the same bytes, which a restarted app opens again with the feed cursor
+it had followed to. Not thread-safe on its own: ``LocalTier`` holds its lock around every call."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Any
+
+#: Bytes a record costs beyond its body and key (the record, the dictionary slot).
+RECORD_OVERHEAD = 200
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    namespace TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, etag TEXT, body BLOB NOT NULL,
+    content_type TEXT NOT NULL, metadata TEXT, expires_at REAL NOT NULL, updated_at REAL NOT NULL,
+    swr INTEGER NOT NULL, size INTEGER NOT NULL, used_at REAL NOT NULL,
+    PRIMARY KEY (namespace, key));
+CREATE INDEX IF NOT EXISTS entries_used ON entries (used_at);
+CREATE TABLE IF NOT EXISTS feeds (namespace TEXT PRIMARY KEY, cursor TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, namespace TEXT NOT NULL, kind TEXT NOT NULL, key TEXT NOT NULL,
+    payload TEXT NOT NULL, base_etag TEXT, written_at REAL NOT NULL, size INTEGER NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One local copy: a raw entry's body (``kind`` ``raw``) or a descriptor's answer
+    (``lookup``: ``body`` is the response's UTF-8, ``metadata`` its metadata). Times are this
+    machine's wall clock (they outlive the process), derived from the service's ``ttl``."""
+
+    kind: str
+    etag: str | None
+    body: bytes
+    content_type: str
+    metadata: dict[str, Any] | None
+    expires_at: float
+    updated_at: float
+    swr: int = 0
+
+    def size(self, key: str) -> int:
+        metadata = len(json.dumps(self.metadata)) if self.metadata is not None else 0
+        return len(self.body) + len(key) + metadata + RECORD_OVERHEAD
+
+    def fresh(self, now: float) -> bool:
+        return now < self.expires_at
+
+    def servable(self, now: float, max_stale: int | None) -> bool:
+        """Within ``max_stale`` seconds past expiry, or the entry's own window."""
+        return now < self.expires_at + max(max_stale or 0, self.swr)
+
+
+@dataclass
+class Queued:
+    """A write made while the service could not be reached, waiting in the outbox."""
+
+    id: int
+    namespace: str
+    kind: str
+    key: str
+    payload: dict[str, Any]
+    base_etag: str | None
+    written_at: float
+    size: int
+
+
+class Copies:
+    """The records, by (namespace, key): memory first, then the file."""
+
+    def __init__(self, path: str | os.PathLike[str] | None, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.memory: OrderedDict[tuple[str, str], tuple[Record, int]] = OrderedDict()
+        self.memory_bytes = 0
+        self.db: sqlite3.Connection | None = None
+        self.disk_bytes = 0
+        if path is not None:
+            self.db = sqlite3.connect(os.fspath(path), check_same_thread=False, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
+            self.disk_bytes = int(self.db.execute("SELECT coalesce(sum(size), 0) FROM entries").fetchone()[0])
+
+    @property
+    def bytes(self) -> int:
+        """What the copies hold: the larger of memory's and the file's (each is bounded)."""
+        return max(self.memory_bytes, self.disk_bytes)
+
+    def get(self, namespace: str, key: str) -> Record | None:
+        held = self.memory.get((namespace, key))
+        if held is not None:
+            self.memory.move_to_end((namespace, key))
+            return held[0]
+        if self.db is None:
+            return None
+        row = self.db.execute("SELECT kind, etag, body, content_type, metadata, expires_at, updated_at, swr "
+                              "FROM entries WHERE namespace = ? AND key = ?", (namespace, key)).fetchone()
+        if row is None:
+            return None
+        record = Record(kind=row[0], etag=row[1], body=bytes(row[2]), content_type=row[3],
+                        metadata=json.loads(row[4]) if row[4] is not None else None, expires_at=row[5],
+                        updated_at=row[6], swr=row[7])
+        # Used again: kept in memory, and its place in the file's LRU moves (a write on a
+        # memory miss only, never on a memory hit).
+        self.db.execute("UPDATE entries SET used_at = ? WHERE namespace = ? AND key = ?", (time.time(), namespace, key))
+        self._remember(namespace, key, record)
+        return record
+
+    def put(self, namespace: str, key: str, record: Record) -> bool:
+        """Keeps ``record`` (False when it is too large to keep: over an eighth of the bound)."""
+        size = record.size(key)
+        self.drop(namespace, key)
+        if size > self.max_bytes // 8:
+            return False
+        self._remember(namespace, key, record)
+        if self.db is not None:
+            self.db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (namespace, key, record.kind, record.etag, record.body, record.content_type,
+                             json.dumps(record.metadata) if record.metadata is not None else None,
+                             record.expires_at, record.updated_at, record.swr, size, time.time()))
+            self.disk_bytes += size
+            self._trim_disk()
+        return True
+
+    def extend(self, namespace: str, key: str, ttl: int) -> Record | None:
+        """A revalidated copy: fresh for ``ttl`` more seconds."""
+        record = self.get(namespace, key)
+        if record is None:
+            return None
+        renewed = replace(record, expires_at=time.time() + ttl)
+        self.put(namespace, key, renewed)
+        return renewed
+
+    def drop(self, namespace: str, key: str) -> None:
+        held = self.memory.pop((namespace, key), None)
+        if held is not None:
+            self.memory_bytes -= held[1]
+        if self.db is not None:
+            row = self.db.execute("DELETE FROM entries WHERE namespace = ? AND key = ? RETURNING size",
+                                  (namespace, key)).fetchone()
+            if row is not None:
+                self.disk_bytes -= int(row[0])
+
+    def drop_namespace(self, namespace: str) -> None:
+        for held in [name for name in self.memory if name[0] == namespace]:
+            self.memory_bytes -= self.memory.pop(held)[1]
+        if self.db is not None:
+            self.db.execute("DELETE FROM entries WHERE namespace = ?", (namespace,))
+            self.db.execute("DELETE FROM feeds WHERE namespace = ?", (namespace,))
+            self.disk_bytes = int(self.db.execute("SELECT coalesce(sum(size), 0) FROM entries").fetchone()[0])
+
+    def holds(self, namespace: str) -> bool:
+        if any(name[0] == namespace for name in self.memory):
+            return True
+        return self.db is not None and self.db.execute(
+            "SELECT 1 FROM entries WHERE namespace = ? LIMIT 1", (namespace,)).fetchone() is not None
+
+    def _remember(self, namespace: str, key: str, record: Record) -> None:
+        size = record.size(key)
+        old = self.memory.pop((namespace, key), None)
+        if old is not None:
+            self.memory_bytes -= old[1]
+        self.memory[(namespace, key)] = (record, size)
+        self.memory_bytes += size
+        while self.memory_bytes > self.max_bytes and self.memory:
+            _, (_, dropped) = self.memory.popitem(last=False)
+            self.memory_bytes -= dropped
+
+    def _trim_disk(self) -> None:
+        assert self.db is not None
+        while self.disk_bytes > self.max_bytes:
+            rows = self.db.execute("DELETE FROM entries WHERE rowid IN (SELECT rowid FROM entries ORDER BY used_at "
+                                   "LIMIT 64) RETURNING size").fetchall()
+            if not rows:
+                self.disk_bytes = 0
+                return
+            self.disk_bytes -= sum(int(row[0]) for row in rows)
+
+    # The feed cursors and the outbox (persistent with a file, else in memory).
+
+    def cursor(self, namespace: str) -> str | None:
+        if self.db is None:
+            return None
+        row = self.db.execute("SELECT cursor FROM feeds WHERE namespace = ?", (namespace,)).fetchone()
+        return str(row[0]) if row is not None else None
+
+    def save_cursor(self, namespace: str, cursor: str) -> None:
+        if self.db is not None:
+            self.db.execute("INSERT OR REPLACE INTO feeds VALUES (?, ?)", (namespace, cursor))
+
+    def load_outbox(self) -> list[Queued]:
+        if self.db is None:
+            return []
+        rows = self.db.execute("SELECT id, namespace, kind, key, payload, base_etag, written_at, size FROM outbox "
+                               "ORDER BY id").fetchall()
+        return [Queued(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6], row[7]) for row in rows]
+
+    def queue(self, item: Queued) -> Queued:
+        if self.db is not None:
+            cursor = self.db.execute("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
+                                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                     (item.namespace, item.kind, item.key, json.dumps(item.payload), item.base_etag,
+                                      item.written_at, item.size))
+            item.id = int(cursor.lastrowid or 0)
+        return item
+
+    def unqueue(self, item: Queued) -> None:
+        if self.db is not None:
+            self.db.execute("DELETE FROM outbox WHERE id = ?", (item.id,))
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None

@@ -1,0 +1,363 @@
+"""The local tier (issue #31) against a real ``teamcache serve``: two clients A and B on one
+namespace, B with a tier. A's writes reach B's tier through the change feed; B answers from
+its tier with no request while the feed is live, revalidates when it is not, serves copies
+within ``max_stale`` while the service is stopped, keeps offline writes in its outbox until
+it answers again (conflicts reported), survives a restart with its file, and is cleared by a
+``410``; its bytes stay under its bound; its local hits are counted by the service."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import statistics
+import threading
+import time
+
+import httpx
+import pytest
+
+from teamcache import AsyncTeamCache, Entry, LocalTier, TeamCache, TransportError, descriptor_key
+from teamcache._local import _Feed
+from teamcache._local_store import Record
+from teamcache.models import ChangePage
+
+from .conftest import eventually
+from .test_fail_open import Switch
+
+
+def counted(url: str, token: str, tier: LocalTier | None, **options) -> tuple[TeamCache, list[str]]:
+    """A client whose every request is written down (its path)."""
+    requests: list[str] = []
+    http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
+                        event_hooks={"request": [lambda request: requests.append(request.url.path)]})
+    return TeamCache(url, token, http_client=http, local_tier=tier, **options), requests
+
+
+def live(tier: LocalTier, namespace: str, timeout: float = 10.0) -> bool:
+    return eventually(lambda: tier.live(namespace), timeout=timeout)
+
+
+def following(tier: LocalTier, namespace: str) -> None:
+    """Starts following ``namespace`` and waits until the follower is live: the reads made
+    before (the first of a namespace) are not kept, as they may predate its cursor."""
+    tier._follow(namespace)
+    assert live(tier, namespace)
+
+
+def test_a_fresh_copy_answers_with_no_request_and_a_changed_one_is_fetched(server, token, namespace):
+    a = TeamCache(server.url, token)
+    b, requests = counted(server.url, token, LocalTier(feed_wait=2))
+    descriptor = {"model": "m", "prompt": "local"}
+    a.upsert(namespace, descriptor, "first", metadata={"input_tokens": 7, "output_tokens": 3})
+    assert b.lookup(namespace, descriptor).from_local is False
+    assert b._tier is not None and live(b._tier, namespace)
+    assert b._tier.local(namespace, descriptor_key(descriptor), "lookup") is None  # read before the cursor
+    assert b.lookup(namespace, descriptor).from_local is False
+    before = len(requests)
+    answers = [b.lookup(namespace, descriptor) for _ in range(5)]
+    assert all(answer.from_local and answer.response == "first" for answer in answers)
+    assert len(requests) == before, "a local answer made a request"
+    # Its local hits are the service's hits too, marked local, with the tokens they saved: by
+    # hand, 2 hits through the service and 5 local ones, 7 input and 3 output tokens each.
+    b._tier.flush()
+    stats = eventually(lambda: (s := a.stats(namespace)).lookups.hit == 7 and s, timeout=10)
+    assert stats and stats.lookups.local == 5 and stats.lookups.miss == 0
+    assert (stats.tokens_saved.input, stats.tokens_saved.output) == (49, 21)
+    a.upsert(namespace, descriptor, "second")
+    assert eventually(lambda: b.lookup(namespace, descriptor).response == "second", timeout=1.0)
+    b.close()
+    a.close()
+
+
+def test_an_unchanged_copy_is_revalidated_without_its_body(server, token, namespace):
+    a = TeamCache(server.url, token)
+    tier = LocalTier(feed_wait=2)
+    b, requests = counted(server.url, token, tier)
+    following(tier, namespace)
+    a.put(namespace, "k", b"x" * 5000, ttl=60)
+    first = b.get(namespace, "k")
+    assert isinstance(first, Entry) and first.body == b"x" * 5000 and not first.from_local
+    tier.live = lambda _namespace: False  # type: ignore[method-assign]  # the feed not followed: reads ask
+    again = b.get(namespace, "k")
+    assert isinstance(again, Entry) and again.body == b"x" * 5000 and not again.from_local
+    assert tier.counts["revalidated"] == 1
+    b.close()
+    a.close()
+
+
+def test_writes_through_a_reach_bs_tier_within_a_second(server, token, namespace):
+    a = TeamCache(server.url, token)
+    tier = LocalTier(feed_wait=5)
+    b = TeamCache(server.url, token, local_tier=tier)
+    following(tier, namespace)
+    a.put(namespace, "hot", b"v0")
+    lags = []
+    for version in range(1, 201):
+        assert b.get(namespace, "hot").body == f"v{version - 1}".encode()
+        assert tier.local(namespace, "hot", "raw") is not None
+        a.put(namespace, "hot", f"v{version}".encode())
+        written = time.monotonic()
+        while tier.local(namespace, "hot", "raw") is not None:
+            assert time.monotonic() - written < 1.0, f"write {version} not seen in 1 s"
+            time.sleep(0.0005)
+        lags.append(time.monotonic() - written)
+    lags.sort()
+    print(f"feed lag over {len(lags)} writes: p50 {statistics.median(lags) * 1000:.1f} ms, "
+          f"p99 {lags[int(len(lags) * 0.99) - 1] * 1000:.1f} ms, max {lags[-1] * 1000:.1f} ms")
+    b.close()
+    a.close()
+
+
+def test_b_answers_from_its_tier_while_the_service_is_stopped(server, token, namespace):
+    switch = Switch(server.port)
+    a = TeamCache(server.url, token)
+    tier = LocalTier(feed_wait=2)
+    b = TeamCache(switch.url, token, local_tier=tier, backoff=0.01)
+    following(tier, namespace)
+    a.put(namespace, "short", b"soon stale", ttl=1)
+    a.upsert(namespace, {"model": "m", "prompt": "offline"}, "kept", ttl=60)
+    assert b.get(namespace, "short").body == b"soon stale"
+    assert b.lookup(namespace, {"model": "m", "prompt": "offline"}).hit
+    time.sleep(1.2)
+    switch.off()
+    try:
+        answer = b.get(namespace, "short", max_stale=60)
+        assert isinstance(answer, Entry) and answer.from_local and answer.body == b"soon stale"
+        assert "ttl=-" in (answer.cache_status or "")
+        with pytest.raises(TransportError):
+            b.get(namespace, "short")  # no max_stale: past expiry is not served
+        with pytest.raises(TransportError):
+            b.get(namespace, "never-held", max_stale=60)
+        hit = b.lookup(namespace, {"model": "m", "prompt": "offline"})
+        assert hit.hit and hit.from_local and hit.response == "kept" and not hit.stale
+    finally:
+        switch.on()
+        b.close()
+        a.close()
+
+
+def test_offline_writes_reach_the_service_when_it_answers_again(server, token, namespace):
+    switch = Switch(server.port)
+    a = TeamCache(server.url, token)
+    tier = LocalTier(feed_wait=2, report_interval=0.2)
+    b = TeamCache(switch.url, token, local_tier=tier, backoff=0.01)
+    following(tier, namespace)
+    switch.off()
+    try:
+        queued = b.upsert(namespace, {"model": "m", "prompt": "made offline"}, "from B", metadata={"input_tokens": 1})
+        put = b.put(namespace, "raw-offline", b"from B too", ttl=60)
+        assert queued.queued and put.queued and tier.outbox == 2
+        # B reads its own writes while offline.
+        assert b.lookup(namespace, {"model": "m", "prompt": "made offline"}).response == "from B"
+    finally:
+        switch.on()
+    assert eventually(lambda: tier.outbox == 0, timeout=10)
+    assert a.lookup(namespace, {"model": "m", "prompt": "made offline"}).response == "from B"
+    assert a.get(namespace, "raw-offline").body == b"from B too"
+    assert tier.outbox == 0 and not tier.conflicts
+    b.close()
+    a.close()
+
+
+def test_an_offline_write_that_meets_a_newer_one_is_reported_not_lost(server, token, namespace):
+    switch = Switch(server.port)
+    a = TeamCache(server.url, token)
+    seen = []
+    tier = LocalTier(feed_wait=2, report_interval=0.2, on_conflict=seen.append)
+    b = TeamCache(switch.url, token, local_tier=tier, backoff=0.01)
+    following(tier, namespace)
+    a.put(namespace, "older", b"base")
+    a.put(namespace, "newer", b"base")
+    b.get(namespace, "older")
+    b.get(namespace, "newer")
+    switch.off()
+    try:
+        # "older": A writes first, B later (B's wins); "newer": B first, A later (A's wins).
+        a.put(namespace, "older", b"A's")
+        time.sleep(1.1)  # Last-Modified has whole seconds
+        assert b.put(namespace, "older", b"B's").queued
+        assert b.put(namespace, "newer", b"B's").queued
+        time.sleep(1.1)
+        a.put(namespace, "newer", b"A's")
+    finally:
+        switch.on()
+    assert eventually(lambda: tier.outbox == 0, timeout=10)
+    outcomes = {conflict.key: conflict.outcome for conflict in tier.conflicts}
+    assert outcomes == {"older": "overwrote", "newer": "superseded"}, outcomes
+    assert [conflict.key for conflict in seen] == [conflict.key for conflict in tier.conflicts]
+    assert a.get(namespace, "older").body == b"B's"
+    assert a.get(namespace, "newer").body == b"A's"
+    b.close()
+    a.close()
+
+
+def test_a_restarted_app_finds_its_tier_and_what_changed_meanwhile(server, token, namespace, tmp_path):
+    path = tmp_path / "tier.sqlite"
+    a = TeamCache(server.url, token)
+    for name in ("kept", "changed"):
+        a.put(namespace, name, name.encode(), ttl=300)
+    b = TeamCache(server.url, token, local_tier=LocalTier(path, feed_wait=2))
+    assert b._tier is not None
+    following(b._tier, namespace)
+    for name in ("kept", "changed"):
+        assert b.get(namespace, name).body == name.encode()
+    b.close()
+    a.put(namespace, "changed", b"while B was down")
+    tier = LocalTier(path, feed_wait=2)
+    again, requests = counted(server.url, token, tier)
+    assert tier.local(namespace, "kept", "raw") is not None  # from the file
+    assert live(tier, namespace)
+    before = len(requests)
+    answer = again.get(namespace, "kept")
+    assert answer.from_local and answer.body == b"kept" and len(requests) == before
+    assert tier.local(namespace, "changed", "raw") is None  # the feed replayed the change
+    assert again.get(namespace, "changed").body == b"while B was down"
+    again.close()
+    a.close()
+
+
+def test_a_410_clears_the_namespaces_copies(server, token, namespace, tmp_path):
+    path = tmp_path / "tier.sqlite"
+    a = TeamCache(server.url, token)
+    a.put(namespace, "k", b"v", ttl=300)
+    b = TeamCache(server.url, token, local_tier=LocalTier(path, feed_wait=2))
+    assert b._tier is not None
+    following(b._tier, namespace)
+    b.get(namespace, "k")
+    assert b._tier.local(namespace, "k", "raw") is not None
+    b.close()
+    with sqlite3.connect(path) as db:  # a cursor from another store: the feed answers 410
+        db.execute("UPDATE feeds SET cursor = '999999999999999' WHERE namespace = ?", (namespace,))
+    tier = LocalTier(path, feed_wait=2)
+    again = TeamCache(server.url, token, local_tier=tier)
+    tier._follow(namespace)
+    assert eventually(lambda: tier.counts["cleared"] == 1, timeout=10)
+    assert tier.local(namespace, "k", "raw") is None
+    assert live(tier, namespace)  # following again, from the head
+    again.close()
+    a.close()
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_the_tier_never_holds_more_than_its_bound(server, token, namespace, tmp_path, on_disk):
+    bound = 64 * 1024
+    tier = LocalTier(tmp_path / "tier.sqlite" if on_disk else None, max_bytes=bound, feed_wait=2)
+    b = TeamCache(server.url, token, local_tier=tier)
+    following(tier, namespace)
+    for index in range(150):
+        b.put(namespace, f"k{index}", bytes(1500), ttl=300)
+        assert tier.bytes <= bound
+    assert tier.local(namespace, "k149", "raw") is not None  # the newest are kept
+    assert tier.local(namespace, "k0", "raw") is None
+    b.put(namespace, "huge", bytes(bound), ttl=300)  # over an eighth of the bound: not kept
+    assert tier.local(namespace, "huge", "raw") is None
+    if on_disk:
+        with sqlite3.connect(tmp_path / "tier.sqlite") as db:
+            assert db.execute("SELECT sum(size) FROM entries").fetchone()[0] <= bound
+    b.close()
+
+
+def test_a_follower_that_falls_behind_or_goes_silent_stops_local_answers(server, token, namespace):
+    a = TeamCache(server.url, token)
+    tier = LocalTier(feed_wait=1)
+    b = TeamCache(server.url, token, local_tier=tier)
+    following(tier, namespace)
+    a.put(namespace, "k", b"old", ttl=300)
+    b.get(namespace, "k")
+    assert b.get(namespace, "k").from_local
+    client = tier._client
+    assert client is not None
+    real = client.changes
+    stalled = threading.Event()
+
+    def behind(*args, **kwargs):  # the feed says: more to read (a backlog)
+        page = real(*args, **{**kwargs, "wait": None})
+        return ChangePage(changes=(), next=page.next if not page.changes else page.changes[0].cursor, more=True)
+
+    client.changes = behind  # type: ignore[method-assign]
+    a.put(namespace, "k", b"new", ttl=300)
+    assert eventually(lambda: not tier.live(namespace), timeout=3)
+    answer = b.get(namespace, "k")
+    assert answer.body == b"new" and not answer.from_local
+
+    def silent(*_args, **_kwargs):  # a follower whose long poll never returns
+        stalled.wait(30)
+        raise TransportError("stalled")
+
+    client.changes = silent  # type: ignore[method-assign]
+    a.put(namespace, "k", b"newer", ttl=300)
+    time.sleep(2.2)  # feed_wait + 1: silence is not trusted past it
+    assert not tier.live(namespace)
+    answer = b.get(namespace, "k")
+    assert answer.body == b"newer" and not answer.from_local
+    stalled.set()
+    b.close()
+    a.close()
+
+
+def test_an_encrypted_namespace_is_kept_only_when_told(server, token, namespace):
+    tier = LocalTier(feed_wait=2)
+    b = TeamCache(server.url, token, local_tier=tier)
+    client = tier._client
+    assert client is not None
+    real = client.stats
+
+    def encrypted(*args, **kwargs):
+        stats = real(*args, **kwargs)
+        return type(stats)(**{**stats.__dict__, "document": {**stats.document, "encrypted": True}})
+
+    client.stats = encrypted  # type: ignore[method-assign]
+    b.put(namespace, "secret", b"plaintext", ttl=300)
+    assert eventually(lambda: tier._feeds[namespace].allowed is False, timeout=5)
+    b.get(namespace, "secret")
+    assert tier.local(namespace, "secret", "raw") is None and tier.bytes == 0
+    b.close()
+
+
+def test_a_fill_that_raced_a_change_is_not_kept():
+    tier = LocalTier()
+    tier._feeds["ns"] = _Feed(allowed=True, floor=0)
+    record = Record(kind="raw", etag='"old"', body=b"old", content_type="x", metadata=None,
+                    expires_at=time.time() + 60, updated_at=time.time())
+    since = tier.mark()
+    with tier._lock:
+        tier._apply("ns", "k", "put", '"new"')
+    tier.keep("ns", "k", record, since)
+    assert tier.local("ns", "k", "raw") is None
+    tier.keep("ns", "k", record, tier.mark())  # asked after the change: its answer is current
+    assert tier.local("ns", "k", "raw") is not None
+    tier.close()
+
+
+async def test_the_async_client_answers_from_its_tier(server, token, namespace):
+    a = TeamCache(server.url, token)
+    tier = LocalTier(feed_wait=2)
+    b = AsyncTeamCache(server.url, token, local_tier=tier)
+    descriptor = {"model": "m", "prompt": "async"}
+    a.upsert(namespace, descriptor, "answer")
+    await asyncio.to_thread(following, tier, namespace)
+    assert not (await b.lookup(namespace, descriptor)).from_local
+    answer = await b.lookup(namespace, descriptor)
+    assert answer.from_local and answer.response == "answer"
+    a.put(namespace, "raw", b"r", tags=["warm"])
+    assert await b.warm(namespace, tag="warm") == 1
+    assert (await b.get(namespace, "raw")).from_local
+    await b.aclose()
+    a.close()
+
+
+def test_warm_fills_the_tier_from_the_top_entries_without_counting_lookups(server, token, namespace):
+    a = TeamCache(server.url, token)
+    a.upsert(namespace, {"model": "m", "prompt": "popular"}, "pre-warmed", metadata={"input_tokens": 2})
+    for _ in range(3):
+        a.lookup(namespace, {"model": "m", "prompt": "popular"})
+    eventually(lambda: a.stats(namespace).top, timeout=10)
+    tier = LocalTier(feed_wait=2)
+    b, requests = counted(server.url, token, tier)
+    assert b.warm(namespace, top=5) == 1
+    before = len(requests)
+    answer = b.lookup(namespace, {"model": "m", "prompt": "popular"})
+    assert answer.from_local and answer.response == "pre-warmed" and answer.metadata == {"input_tokens": 2}
+    assert len(requests) == before
+    b.close()
+    a.close()
