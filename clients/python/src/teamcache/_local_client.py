@@ -29,15 +29,46 @@ def _text_key(key: str | bytes) -> str | None:
         return None
 
 
+#: Keys of descriptors seen lately whose members are all hashable (a model and a prompt, the
+#: common case): a local hit then costs a dictionary probe, not canonical JSON and a SHA-256.
+_KEYS: dict[tuple[tuple[str, Any], ...], str] = {}
+
+
+def _key_of(descriptor: Mapping[str, Any]) -> str:
+    try:
+        probe = tuple(sorted(descriptor.items()))
+        known = _KEYS.get(probe)
+    except TypeError:  # a member that is a list or a dict: derived each time
+        return descriptor_key(descriptor)
+    if known is None:
+        known = descriptor_key(descriptor)
+        if len(_KEYS) >= 4096:
+            _KEYS.clear()
+        _KEYS[probe] = known
+    return known
+
+
 def _local_lookup(key: str, record: Record, *, stale: bool) -> Lookup:
+    """The answer a copy gives: made once a second per copy and shared (it is immutable; only
+    its whole-second ``age`` and ``ttl`` change), since making a frozen dataclass costs more
+    than the rest of a local hit."""
     now = time.time()
-    return Lookup(hit=True, key=key, response=record.body.decode(), metadata=record.metadata,
-                  age=max(0, int(now - record.updated_at)), stale=stale, etag=record.etag,
-                  ttl=math.floor(record.expires_at - now), stale_while_revalidate=record.swr, from_local=True)
+    made = record.answered(now, stale)
+    if isinstance(made, Lookup):
+        return made
+    answer = Lookup(hit=True, key=key, response=record.text(), metadata=record.metadata,
+                    age=max(0, int(now - record.updated_at)), stale=stale, etag=record.etag,
+                    ttl=math.floor(record.expires_at - now), stale_while_revalidate=record.swr, from_local=True)
+    record.remember(now, stale, answer)
+    return answer
 
 
 def _local_entry(record: Record, *, stale: bool, from_local: bool = True) -> Entry:
-    now = time.time()
+    # Made afresh each time: an entry carries a mutable `headers` dictionary.
+    return _entry_of(time.time(), record, from_local)
+
+
+def _entry_of(now: float, record: Record, from_local: bool) -> Entry:
     ttl = math.floor(record.expires_at - now)
     status = f"teamcache; hit; ttl={ttl}" + ("; local" if from_local else "")
     return Entry(body=record.body, content_type=record.content_type, etag=record.etag, cache_status=status,
@@ -175,7 +206,7 @@ class LocalSyncMixin:
         if tier is None or refresh or if_none_match is not None:
             return self._remote_lookup(namespace, descriptor, max_stale=max_stale,  # type: ignore[no-any-return]
                                        refresh=refresh, lease=lease, wait=wait, if_none_match=if_none_match)
-        key = descriptor_key(descriptor)
+        key = _key_of(descriptor)
         plan = _Plan(tier, namespace, key, "lookup")
         local = plan.local()
         if local is not None:
@@ -311,7 +342,7 @@ class LocalAsyncMixin:
             return await self._remote_lookup(namespace, descriptor,  # type: ignore[no-any-return]
                                              max_stale=max_stale, refresh=refresh, lease=lease, wait=wait,
                                              if_none_match=if_none_match)
-        key = descriptor_key(descriptor)
+        key = _key_of(descriptor)
         plan = _Plan(tier, namespace, key, "lookup")
         local = plan.local()
         if local is not None:

@@ -44,6 +44,22 @@ class Record:
     updated_at: float
     swr: int = 0
 
+    def text(self) -> str:
+        """The body as text (a descriptor's answer), decoded once per copy, not per hit."""
+        decoded = self.__dict__.get("_text")
+        if decoded is None:
+            decoded = self.body.decode()
+            object.__setattr__(self, "_text", decoded)
+        return decoded
+
+    def answered(self, now: float, stale: bool) -> object | None:
+        """The answer made from this copy within the same whole second (see ``remember``)."""
+        made = self.__dict__.get("_answer")
+        return made[2] if made is not None and made[0] == int(now) and made[1] == stale else None
+
+    def remember(self, now: float, stale: bool, answer: object) -> None:
+        object.__setattr__(self, "_answer", (int(now), stale, answer))
+
     def size(self, key: str) -> int:
         metadata = len(json.dumps(self.metadata)) if self.metadata is not None else 0
         return len(self.body) + len(key) + metadata + RECORD_OVERHEAD
