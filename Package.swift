@@ -18,6 +18,8 @@ let package = Package(
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CLinux"),
         .systemLibrary(name: "CSSL", pkgConfig: "libssl", providers: [.apt(["libssl-dev"])]),
+        // The client's local tier file (`LocalTier(path:)`).
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
 
         // State reachable only inside its lock, and one-value hand-offs between threads.
         .target(name: "Locking"),
@@ -55,7 +57,7 @@ let package = Package(
         // libFuzzer target for the HTTP client's response parser.
         .executableTarget(name: "ResponseParserFuzz", dependencies: ["FuzzSupport", "HTTPClient"]),
         .executableTarget(name: "RequestFuzz", dependencies: ["FuzzSupport", "HTTPServer", "TeamCache"]),
-        .target(name: "TeamCacheClient", dependencies: ["CacheKeys", "Locking"]),
+        .target(name: "TeamCacheClient", dependencies: ["CacheKeys", "CSQLite", "Locking"]),
         .target(name: "TestSupport", dependencies: ["Locking", "Postgres", "TeamCache", "HTTPServer"],
                 path: "Sources/TestSupport"),
 

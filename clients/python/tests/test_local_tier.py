@@ -77,10 +77,14 @@ def test_an_unchanged_copy_is_revalidated_without_its_body(server, token, namesp
     a.put(namespace, "k", b"x" * 5000, ttl=60)
     first = b.get(namespace, "k")
     assert isinstance(first, Entry) and first.body == b"x" * 5000 and not first.from_local
-    tier.live = lambda _namespace: False  # type: ignore[method-assign]  # the feed not followed: reads ask
+    stalled = threading.Event()
+    assert tier._client is not None
+    tier._client.changes = lambda *_a, **_k: stalled.wait(30) and None  # type: ignore[method-assign,assignment]
+    tier._feeds[namespace].synced_at = None  # the feed not followed: reads ask
     again = b.get(namespace, "k")
     assert isinstance(again, Entry) and again.body == b"x" * 5000 and not again.from_local
     assert tier.counts["revalidated"] == 1
+    stalled.set()
     b.close()
     a.close()
 

@@ -1,0 +1,210 @@
+import Foundation
+
+/// One local copy: a raw entry's body (`raw`) or a descriptor's answer (`lookup`: the
+/// response's UTF-8, and its metadata as JSON text). Times are this machine's wall clock
+/// (they outlive the process), derived from the service's relative `ttl`.
+struct LocalCopy: Sendable {
+    enum Kind: String, Sendable { case raw, lookup }
+
+    var kind: Kind
+    var etag: String?
+    var body: Data
+    var contentType: String
+    var metadata: String?
+    var expiresAt: Double
+    var updatedAt: Double
+    var staleWhileRevalidate = 0
+
+    /// Bytes a copy costs beyond its body and key (the node, the dictionary slot).
+    static let overhead = 200
+
+    func size(key: String) -> Int { body.count + key.utf8.count + (metadata?.utf8.count ?? 0) + Self.overhead }
+    func isFresh(_ now: Double) -> Bool { now < expiresAt }
+    /// Within `maxStale` seconds past expiry, or the entry's own window.
+    func isServable(_ now: Double, maxStale: Int?) -> Bool {
+        now < expiresAt + Double(max(maxStale ?? 0, staleWhileRevalidate))
+    }
+}
+
+/// The copies by (namespace, key): a byte-bounded LRU in memory, over the file when there is
+/// one (bounded by the same bytes; the same tables as the Python client's, so either may open
+/// it). Not thread-safe: `LocalTier` holds its lock around every call.
+final class LocalCopies {
+    struct Name: Hashable {
+        let namespace: String
+        let key: String
+    }
+
+    /// A node of the recency list (least recently used first).
+    final class Node {
+        let name: Name
+        var copy: LocalCopy
+        var size: Int
+        var older: Node?
+        var newer: Node?
+
+        init(_ name: Name, _ copy: LocalCopy, _ size: Int) {
+            self.name = name
+            self.copy = copy
+            self.size = size
+        }
+    }
+
+    let maxBytes: Int
+    private var nodes: [Name: Node] = [:]
+    private var oldest: Node?
+    private var newest: Node?
+    private(set) var memoryBytes = 0
+    private var file: LocalFile?
+    private(set) var fileBytes = 0
+
+    static let schema = [
+        """
+        CREATE TABLE IF NOT EXISTS entries (namespace TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, etag TEXT,
+            body BLOB NOT NULL, content_type TEXT NOT NULL, metadata TEXT, expires_at REAL NOT NULL,
+            updated_at REAL NOT NULL, swr INTEGER NOT NULL, size INTEGER NOT NULL, used_at REAL NOT NULL,
+            PRIMARY KEY (namespace, key))
+        """,
+        "CREATE INDEX IF NOT EXISTS entries_used ON entries (used_at)",
+        "CREATE TABLE IF NOT EXISTS feeds (namespace TEXT PRIMARY KEY, cursor TEXT NOT NULL)",
+    ]
+
+    init(path: String?, maxBytes: Int) throws {
+        self.maxBytes = maxBytes
+        guard let path else { return }
+        let file = try LocalFile(path: path)
+        for statement in Self.schema { try file.run(statement) }
+        fileBytes = Int(try file.run("SELECT coalesce(sum(size), 0) FROM entries").first?.first?.int ?? 0)
+        self.file = file
+    }
+
+    deinit {
+        // The list holds each node from both sides: unlinked, so nothing is kept alive.
+        while let node = oldest { unlink(node) }
+    }
+
+    /// What the copies hold: the larger of memory's and the file's (each is bounded).
+    var bytes: Int { max(memoryBytes, fileBytes) }
+
+    func get(_ name: Name) -> LocalCopy? {
+        if let node = nodes[name] {
+            unlink(node)
+            append(node)
+            return node.copy
+        }
+        guard let file, let row = try? file.run(
+            "SELECT kind, etag, body, content_type, metadata, expires_at, updated_at, swr FROM entries "
+                + "WHERE namespace = ?1 AND key = ?2", [.text(name.namespace), .text(name.key)]).first,
+            row.count == 8, let kind = row[0].text.flatMap(LocalCopy.Kind.init), let body = row[2].blob,
+            let expires = row[5].double, let updated = row[6].double else { return nil }
+        let copy = LocalCopy(kind: kind, etag: row[1].text, body: body, contentType: row[3].text ?? "",
+                             metadata: row[4].text, expiresAt: expires, updatedAt: updated,
+                             staleWhileRevalidate: Int(row[7].int ?? 0))
+        // Used again: its place in the file's LRU moves (a write on a memory miss only).
+        _ = try? file.run("UPDATE entries SET used_at = ?1 WHERE namespace = ?2 AND key = ?3",
+                          [.double(Date().timeIntervalSince1970), .text(name.namespace), .text(name.key)])
+        remember(name, copy)
+        return copy
+    }
+
+    /// Keeps `copy` (false when too large to keep: over an eighth of the bound).
+    @discardableResult
+    func put(_ name: Name, _ copy: LocalCopy) -> Bool {
+        drop(name)
+        let size = copy.size(key: name.key)
+        guard size <= maxBytes / 8 else { return false }
+        remember(name, copy)
+        if let file {
+            do {
+                try file.run("INSERT OR REPLACE INTO entries VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)", [
+                    .text(name.namespace), .text(name.key), .text(copy.kind.rawValue), copy.etag.map { .text($0) } ?? .null,
+                    .blob(copy.body), .text(copy.contentType), copy.metadata.map { .text($0) } ?? .null,
+                    .double(copy.expiresAt), .double(copy.updatedAt), .int(Int64(copy.staleWhileRevalidate)),
+                    .int(Int64(size)), .double(Date().timeIntervalSince1970),
+                ])
+                fileBytes += size
+                trimFile()
+            } catch {
+                // A full disk or a broken file costs the copy on disk, never the caller's call.
+            }
+        }
+        return true
+    }
+
+    func drop(_ name: Name) {
+        if let node = nodes.removeValue(forKey: name) {
+            unlink(node)
+            memoryBytes -= node.size
+        }
+        guard let file, let size = try? file.run("DELETE FROM entries WHERE namespace = ?1 AND key = ?2 RETURNING size",
+                                                  [.text(name.namespace), .text(name.key)]).first?.first?.int
+        else { return }
+        fileBytes -= Int(size)
+    }
+
+    func dropNamespace(_ namespace: String) {
+        for name in nodes.keys where name.namespace == namespace { drop(name) }
+        guard let file else { return }
+        _ = try? file.run("DELETE FROM entries WHERE namespace = ?1", [.text(namespace)])
+        _ = try? file.run("DELETE FROM feeds WHERE namespace = ?1", [.text(namespace)])
+        fileBytes = Int((try? file.run("SELECT coalesce(sum(size), 0) FROM entries").first?.first?.int) ?? 0)
+    }
+
+    func cursor(_ namespace: String) -> String? {
+        (try? file?.run("SELECT cursor FROM feeds WHERE namespace = ?1", [.text(namespace)]).first?.first?.text) ?? nil
+    }
+
+    func saveCursor(_ namespace: String, _ cursor: String) {
+        _ = try? file?.run("INSERT OR REPLACE INTO feeds VALUES (?1, ?2)", [.text(namespace), .text(cursor)])
+    }
+
+    func close() {
+        file?.close()
+        file = nil
+    }
+
+    private func remember(_ name: Name, _ copy: LocalCopy) {
+        if let old = nodes.removeValue(forKey: name) {
+            unlink(old)
+            memoryBytes -= old.size
+        }
+        let node = Node(name, copy, copy.size(key: name.key))
+        nodes[name] = node
+        append(node)
+        memoryBytes += node.size
+        while memoryBytes > maxBytes, let victim = oldest {
+            unlink(victim)
+            nodes.removeValue(forKey: victim.name)
+            memoryBytes -= victim.size
+        }
+    }
+
+    private func trimFile() {
+        guard let file else { return }
+        while fileBytes > maxBytes {
+            guard let rows = try? file.run("DELETE FROM entries WHERE rowid IN (SELECT rowid FROM entries "
+                                            + "ORDER BY used_at LIMIT 64) RETURNING size"), !rows.isEmpty else {
+                fileBytes = 0
+                return
+            }
+            fileBytes -= rows.reduce(0) { $0 + Int($1.first?.int ?? 0) }
+        }
+    }
+
+    private func append(_ node: Node) {
+        node.older = newest
+        node.newer = nil
+        newest?.newer = node
+        newest = node
+        if oldest == nil { oldest = node }
+    }
+
+    private func unlink(_ node: Node) {
+        if oldest === node { oldest = node.newer }
+        if newest === node { newest = node.older }
+        node.older?.newer = node.newer
+        node.newer?.older = node.older
+        node.older = nil
+        node.newer = nil
+    }
+}
