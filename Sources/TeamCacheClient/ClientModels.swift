@@ -9,6 +9,36 @@ public struct CachedEntry: Sendable {
     /// `Cache-Status`, e.g. `teamcache; hit; ttl=42`.
     public let cacheStatus: String?
     public let age: Int
+    /// Answered by the client's local tier, without asking the service.
+    public internal(set) var fromLocal = false
+
+    /// `ttl=N` of `Cache-Status: teamcache; hit; ttl=N`.
+    static func ttl(_ status: String?) -> Int? {
+        for part in (status ?? "").split(separator: ";") {
+            let pair = part.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1)
+            if pair.count == 2, pair[0] == "ttl" { return Int(pair[1]) }
+        }
+        return nil
+    }
+}
+
+/// A raw GET as the service answered it.
+enum FetchedEntry {
+    case entry(CachedEntry)
+    /// The `If-None-Match` version is the stored one (`ttl`: its freshness left).
+    case notModified(ttl: Int?)
+    case miss
+}
+
+/// A lookup as the service answered it, with what a local tier keeps of the version.
+struct LookupAnswer {
+    var result: LookupResult
+    var etag: String?
+    var ttl: Int?
+    var staleWhileRevalidate: Int
+    /// `if_none_match` named the stored version: `result` says nothing (the caller holds the answer).
+    var notModified: Bool
+    var metadata: JSONValue?
 }
 
 /// What a write stored.
@@ -19,12 +49,21 @@ public struct WriteResult: Sendable, Equatable {
     public let size: Int
     public let storedSize: Int
     public let encoding: String
+    /// RFC 3339 (nil from a server that does not say).
+    public var expiresAt: String? = nil
 }
 
 /// A model answer: the text and what to remember about it (tokens, finish reason…).
 public struct ModelAnswer: Sendable, Equatable {
     public var response: String
     public var metadata: JSONValue?
+    /// Answered by the client's local tier, without asking the service (not compared by `==`:
+    /// the same answer from either place is the same answer).
+    public internal(set) var fromLocal = false
+
+    public static func == (lhs: ModelAnswer, rhs: ModelAnswer) -> Bool {
+        lhs.response == rhs.response && lhs.metadata == rhs.metadata
+    }
 
     public init(response: String, metadata: JSONValue? = nil) {
         self.response = response
@@ -51,6 +90,11 @@ public enum LookupResult: Sendable, Equatable {
     case pending(key: String, retryAfter: Int)
     /// A stale-while-revalidate answer with the refresh lease: serve it, and refresh.
     case revalidate(ModelAnswer, key: String, age: Int, lease: MissLease)
+
+    /// Answered by the client's local tier, without asking the service.
+    public var fromLocal: Bool {
+        if case .hit(let answer, _, _, _) = self { answer.fromLocal } else { false }
+    }
 }
 
 /// A miss (or refresh) lease: the right to be the one caller that fills a key, for a while.

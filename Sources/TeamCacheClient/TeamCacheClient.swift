@@ -33,10 +33,25 @@ public struct TeamCacheClient: Sendable {
 
     public let configuration: Configuration
     private let session: URLSession
+    /// Answers fresh copies without a network call (see `LocalTier`); nil: none.
+    public let localTier: LocalTier?
 
-    public init(_ configuration: Configuration, session: URLSession = TeamCacheClient.sharedSession) {
+    public init(_ configuration: Configuration, session: URLSession = TeamCacheClient.sharedSession,
+                localTier: LocalTier? = nil) {
         self.configuration = configuration
         self.session = session
+        self.localTier = localTier
+        // The tier's own copy of this client: no breaker (its failures are its own, and must not
+        // skip the caller's calls), no retries (it tries again on its own schedule).
+        var background = configuration
+        background.breaker = nil
+        background.maxRetries = 0
+        localTier?.attach(TeamCacheClient(background, session: session))
+    }
+
+    /// A client at `baseURL` with `token`, through `localTier`.
+    public init(baseURL: URL, token: String?, localTier: LocalTier?) {
+        self.init(Configuration(baseURL: baseURL, token: token), localTier: localTier)
     }
 
     /// The default session: many connections per host, because lookups that wait for a fill
@@ -50,22 +65,27 @@ public struct TeamCacheClient: Sendable {
 
     // MARK: Raw entries
 
-    /// The entry, or nil on a miss. `maxStale` accepts an entry expired up to that many seconds.
-    public func get(namespace: String, key: String, maxStale: Int? = nil) async throws -> CachedEntry? {
+    /// A raw GET: the entry, `notModified` (`ifNoneMatch` is the stored version), or a miss.
+    func fetchEntry(namespace: String, key: String, maxStale: Int?, ifNoneMatch: String? = nil) async throws
+        -> FetchedEntry {
         var headers = ["Accept-Encoding": "gzip"]
         if let maxStale { headers["Cache-Control"] = "max-stale=\(maxStale)" }
-        let (data, response) = try await send("GET", entryPath(namespace, key), headers: headers, accept: [200, 404],
-                                              timeout: configuration.lookupTimeout, quick: true)
-        guard response.statusCode == 200 else { return nil }
-        return CachedEntry(body: data, contentType: response.value(forHTTPHeaderField: "Content-Type") ?? "",
-                           etag: response.value(forHTTPHeaderField: "ETag"),
-                           cacheStatus: response.value(forHTTPHeaderField: "Cache-Status"),
-                           age: Int(response.value(forHTTPHeaderField: "Age") ?? "") ?? 0)
+        if let ifNoneMatch { headers["If-None-Match"] = ifNoneMatch }
+        let (data, response) = try await send("GET", entryPath(namespace, key), headers: headers,
+                                              accept: [200, 304, 404], timeout: configuration.lookupTimeout, quick: true)
+        let status = response.value(forHTTPHeaderField: "Cache-Status")
+        switch response.statusCode {
+        case 304: return .notModified(ttl: CachedEntry.ttl(status))
+        case 200:
+            return .entry(CachedEntry(body: data, contentType: response.value(forHTTPHeaderField: "Content-Type") ?? "",
+                                      etag: response.value(forHTTPHeaderField: "ETag"), cacheStatus: status,
+                                      age: Int(response.value(forHTTPHeaderField: "Age") ?? "") ?? 0))
+        default: return .miss
+        }
     }
 
-    @discardableResult
-    public func put(namespace: String, key: String, body: Data, contentType: String = "application/octet-stream",
-                    ttl: Int? = nil, tags: [String] = []) async throws -> WriteResult {
+    func remotePut(namespace: String, key: String, body: Data, contentType: String, ttl: Int?, tags: [String])
+        async throws -> WriteResult {
         var headers = ["Content-Type": contentType]
         if !tags.isEmpty { headers["Cache-Tag"] = tags.joined(separator: ", ") }
         let query = ttl.map { "?ttl=\($0)" } ?? ""
@@ -74,20 +94,17 @@ public struct TeamCacheClient: Sendable {
         return try Self.writeResult(data, created: response.statusCode == 201)
     }
 
-    /// False when there was nothing to delete.
-    @discardableResult
-    public func delete(namespace: String, key: String) async throws -> Bool {
+    func remoteDelete(namespace: String, key: String) async throws -> Bool {
         try await send("DELETE", entryPath(namespace, key), accept: [204, 404]).1.statusCode == 204
     }
 
     // MARK: Descriptors
 
-    /// `lease`: on a miss, ask to be the one caller that fills the key, for that many seconds;
-    /// `wait`: on a miss, wait up to that many seconds (0 to 60) for a fill (the request's
-    /// timeout grows by as much).
-    public func lookup(namespace: String, _ descriptor: Descriptor, maxStale: Int? = nil, refresh: Bool = false,
-                       lease: Int? = nil, wait: Double? = nil) async throws -> LookupResult {
+    /// A descriptor lookup as the service answers it, with the version details a local tier keeps.
+    func fetchLookup(namespace: String, _ descriptor: Descriptor, maxStale: Int?, refresh: Bool, lease: Int?,
+                     wait: Double?, ifNoneMatch: String? = nil) async throws -> LookupAnswer {
         var members = descriptor.jsonMembers
+        if let ifNoneMatch { members.append(("if_none_match", .string(ifNoneMatch))) }
         if let maxStale { members.append(("max_stale", .int(maxStale))) }
         if refresh { members.append(("refresh", .bool(true))) }
         if let lease { members.append(("lease", .int(lease))) }
@@ -98,7 +115,12 @@ public struct TeamCacheClient: Sendable {
         let (data, _) = try await sendJSON("POST", "/v1/caches/\(namespace)/lookup", .object(members), accept: [200],
                                            timeout: (wait ?? 0) + configuration.lookupTimeout,
                                            idempotent: lease == nil, quick: wait == nil)
-        return try Self.lookupResult(Self.parse(data))
+        let json = try Self.parse(data)
+        let notModified = json["not_modified"]?.boolValue == true
+        return LookupAnswer(result: notModified ? .miss(key: json["key"]?.stringValue ?? "") : try Self.lookupResult(json),
+                            etag: json["etag"]?.stringValue, ttl: json["ttl"]?.integerValue,
+                            staleWhileRevalidate: json["stale_while_revalidate"]?.integerValue ?? 0,
+                            notModified: notModified, metadata: json["metadata"])
     }
 
     static func lookupResult(_ json: JSONValue) throws -> LookupResult {
@@ -122,12 +144,8 @@ public struct TeamCacheClient: Sendable {
         return .hit(answer, key: key, age: age, stale: json["stale"]?.boolValue ?? false)
     }
 
-    /// `lease`: the miss or refresh lease this answer fills. `staleWhileRevalidate`: seconds
-    /// past expiry for which the answer is still served while one caller refreshes it.
-    @discardableResult
-    public func upsert(namespace: String, _ descriptor: Descriptor, answer: ModelAnswer, ttl: Int? = nil,
-                       tags: [String] = [], lease: MissLease? = nil, staleWhileRevalidate: Int? = nil)
-        async throws -> WriteResult {
+    func remoteUpsert(namespace: String, _ descriptor: Descriptor, answer: ModelAnswer, ttl: Int?, tags: [String],
+                      lease: MissLease?, staleWhileRevalidate: Int?) async throws -> WriteResult {
         var members = descriptor.jsonMembers + [("response", .string(answer.response))]
         if let metadata = answer.metadata { members.append(("metadata", metadata)) }
         if let ttl { members.append(("ttl", .int(ttl))) }
@@ -167,7 +185,7 @@ public struct TeamCacheClient: Sendable {
         "/v1/caches/\(namespace)/entries/" + (key.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? key)
     }
 
-    private func sendJSON(_ method: String, _ path: String, _ body: JSONValue, accept: Set<Int>,
+    func sendJSON(_ method: String, _ path: String, _ body: JSONValue, accept: Set<Int>,
                           timeout: TimeInterval? = nil, idempotent: Bool = true, quick: Bool = false) async throws
         -> (Data, HTTPURLResponse) {
         try await send(method, path, headers: ["Content-Type": "application/json"], body: Data(body.serialized.utf8),
@@ -320,6 +338,7 @@ public struct TeamCacheClient: Sendable {
         guard let key = json["key"]?.stringValue, let etag = json["etag"]?.stringValue,
               let size = json["size"]?.integerValue, let stored = json["stored_size"]?.integerValue,
               let encoding = json["encoding"]?.stringValue else { throw TeamCacheClientError.malformedResponse }
-        return WriteResult(created: created, key: key, etag: etag, size: size, storedSize: stored, encoding: encoding)
+        return WriteResult(created: created, key: key, etag: etag, size: size, storedSize: stored, encoding: encoding,
+                           expiresAt: json["expires_at"]?.stringValue)
     }
 }

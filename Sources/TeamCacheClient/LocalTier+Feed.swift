@@ -1,0 +1,87 @@
+import CacheKeys
+import Foundation
+
+/// The follower of one namespace's change feed: drops copies as changes arrive, and says
+/// whether the namespace is live (caught up, heard from lately).
+extension LocalTier {
+    func follow(_ namespace: String) async {
+        var cursor: String?
+        var pause: TimeInterval = 0.2
+        while !Task.isCancelled, let client = state.withLock({ $0.stopped ? nil : $0.client }) {
+            do {
+                if state.withLock({ $0.feeds[namespace]?.allowed }) == nil {
+                    let encrypted = try await client.stats(namespace: namespace, top: 0)["encrypted"]?.boolValue == true
+                    let allowed = keepEncrypted || !encrypted
+                    state.withLock { state in
+                        state.feeds[namespace]?.allowed = allowed
+                        if !allowed { state.copies.dropNamespace(namespace) }
+                    }
+                }
+                let from: String
+                if let cursor { from = cursor } else { from = try await start(namespace, client) }
+                cursor = from
+                let page = try await client.changes(namespace: namespace, since: from, limit: 1000, wait: feedWait)
+                state.withLock { state in
+                    for change in page.changes { Self.apply(&state, namespace, change) }
+                    state.copies.saveCursor(namespace, page.next)
+                    // Behind (more to read): not live until caught up.
+                    state.feeds[namespace]?.syncedAt = page.more ? nil : DispatchTime.now().uptimeNanoseconds
+                }
+                cursor = page.next
+                pause = 0.2
+            } catch TeamCacheClientError.problem(status: 410, _, _) {
+                // The feed lost this cursor's place: nothing held can be trusted.
+                state.withLock { state in
+                    state.feeds[namespace]?.syncedAt = nil
+                    state.copies.dropNamespace(namespace)
+                    state.counts.cleared += 1
+                }
+                cursor = nil
+            } catch {
+                state.withLock { $0.feeds[namespace]?.syncedAt = nil }
+                try? await Task.sleep(nanoseconds: UInt64(pause * 1e9))
+                pause = min(pause * 2, 5)
+            }
+        }
+    }
+
+    /// The cursor to follow from: the one kept with the copies, else the feed's head (copies
+    /// kept without a cursor are then dropped: they cannot be trusted).
+    private func start(_ namespace: String, _ client: TeamCacheClient) async throws -> String {
+        if let kept = state.withLock({ state -> String? in
+            guard let kept = state.copies.cursor(namespace) else { return nil }
+            // Replaying from the kept cursor brings every change since: a fill made meanwhile
+            // is dropped by its change, or refused as raced.
+            state.feeds[namespace]?.floor = 0
+            return kept
+        }) {
+            return kept
+        }
+        let head = try await client.changes(namespace: namespace, since: "now").next
+        state.withLock { state in
+            state.copies.dropNamespace(namespace)
+            state.copies.saveCursor(namespace, head)
+            // A fill that starts from here on read the entry after the head was taken, so every
+            // later change to it is numbered past the head; one that started before is refused.
+            state.applied += 1
+            state.feeds[namespace]?.floor = state.applied
+        }
+        return head
+    }
+
+    static func apply(_ state: inout State, _ namespace: String, _ change: CacheChange) {
+        guard let key = change.keyText else { return }
+        let name = LocalCopies.Name(namespace: namespace, key: key)
+        state.applied += 1
+        if state.changed.count >= changedKeys {
+            // Forgotten at once, not one by one: fills that started before are refused.
+            state.changed = [:]
+            state.forgotten = state.applied
+        }
+        state.changed[name] = (state.applied, change.kind == .put ? change.etag : nil)
+        if let copy = state.copies.get(name), change.kind != .put || copy.etag != change.etag {
+            state.copies.drop(name)
+            state.counts.dropped += 1
+        }
+    }
+}

@@ -1,0 +1,236 @@
+import CacheKeys
+import Foundation
+import Locking
+
+/// A cache-first tier inside `TeamCacheClient`, as the Python client's `LocalTier` (the same
+/// words, the same rules, the same file format):
+/// - a fresh local copy answers with no network call (`fromLocal`); otherwise the service is
+///   asked with the copy's ETag (an unchanged answer costs a `304` / `not_modified`, not the
+///   body) and the answer refreshes the copy;
+/// - one task per namespace held follows its change feed (`/changes?wait=`) and drops a copy as
+///   soon as a change to its key arrives, from any replica and any writer; the client's own
+///   writes update the tier at once; a `410` clears the namespace. A namespace answers without
+///   asking only while its follower is caught up and was heard from within `feedWait + 1`
+///   seconds: one that is behind, failing or silent makes every read revalidate instead;
+/// - while the service cannot be reached, a copy is served within the caller's `maxStale` or
+///   the entry's stale-while-revalidate window, marked stale;
+/// - local hits are reported to the service in batches (`POST …/hits`), so its stats count
+///   them as hits, marked local;
+/// - an encrypted namespace's answers are kept only with `keepEncrypted` (then in plaintext, in
+///   memory and in the file).
+/// `path`: a SQLite file that keeps copies and feed cursors across restarts (nil: memory only).
+/// `maxBytes` bounds memory and the file alike; a copy over an eighth of it is not kept.
+public final class LocalTier: Sendable {
+    public let maxBytes: Int
+    public let keepEncrypted: Bool
+    public let feedWait: TimeInterval
+    public let reportInterval: TimeInterval
+
+    /// What the tier did, for tests and dashboards.
+    public struct Counts: Sendable, Equatable {
+        public var localHits = 0, offlineHits = 0, revalidated = 0, dropped = 0, cleared = 0, reported = 0
+    }
+
+    struct Feed {
+        /// Monotonic nanoseconds of the last page that left the follower caught up.
+        var syncedAt: UInt64?
+        /// nil until the namespace's stats said whether it is encrypted.
+        var allowed: Bool?
+        /// Fills that started before this mark are not kept: they may predate the cursor.
+        var floor = Int.max
+        var task: Task<Void, Never>?
+    }
+
+    struct HitKey: Hashable {
+        let key: String
+        let etag: String?
+    }
+
+    struct State {
+        var copies: LocalCopies
+        var feeds: [String: Feed] = [:]
+        /// Changes applied, in order, and each key's last one (for fills that raced it).
+        var applied = 0
+        var changed: [LocalCopies.Name: (seq: Int, etag: String?)] = [:]
+        var forgotten = 0
+        var hits: [String: [HitKey: Int]] = [:]
+        var client: TeamCacheClient?
+        var reporter: Task<Void, Never>?
+        var stopped = false
+        var counts = Counts()
+    }
+
+    let state: Locked<State>
+    static let changedKeys = 10_000
+    static let pendingHitKeys = 10_000
+
+    public init(path: String? = nil, maxBytes: Int = 64 * 1024 * 1024, keepEncrypted: Bool = false,
+                feedWait: TimeInterval = 10, reportInterval: TimeInterval = 2) throws {
+        precondition(maxBytes >= 64 * 1024, "maxBytes must be at least 64 KiB")
+        self.maxBytes = maxBytes
+        self.keepEncrypted = keepEncrypted
+        self.feedWait = feedWait
+        self.reportInterval = reportInterval
+        state = Locked(State(copies: try LocalCopies(path: path, maxBytes: maxBytes)))
+    }
+
+    /// The tier's own client (no breaker, no retries: it works in the background and tries
+    /// again on its own schedule).
+    func attach(_ client: TeamCacheClient) {
+        state.withLock { state in
+            precondition(state.client == nil, "a LocalTier belongs to one client")
+            state.client = client
+            state.reporter = Task.detached { [weak self] in await self?.reportEvery() }
+        }
+    }
+
+    /// Stops following and reporting (after one last report), closes the file.
+    public func close() async {
+        let tasks = state.withLock { state -> [Task<Void, Never>] in
+            state.stopped = true
+            return state.feeds.values.compactMap(\.task) + (state.reporter.map { [$0] } ?? [])
+        }
+        for task in tasks { task.cancel() }
+        await report()
+        state.withLock { $0.copies.close() }
+    }
+
+    public var bytes: Int { state.withLock { $0.copies.bytes } }
+    public var counts: Counts { state.withLock { $0.counts } }
+
+    /// Whether `namespace`'s copies may answer without asking.
+    public func isLive(_ namespace: String) -> Bool {
+        state.withLock { Self.live($0.feeds[namespace], feedWait: feedWait) }
+    }
+
+    static func live(_ feed: Feed?, feedWait: TimeInterval) -> Bool {
+        guard let synced = feed?.syncedAt else { return false }
+        return Double(DispatchTime.now().uptimeNanoseconds &- synced) / 1e9 < feedWait + 1
+    }
+
+    // MARK: Reads
+
+    /// Starts following `namespace` (once).
+    func follow(_ namespace: String, in state: inout State) {
+        guard state.feeds[namespace] == nil else { return }
+        var feed = Feed()
+        if !state.stopped, state.client != nil {
+            feed.task = Task.detached { [weak self] in await self?.follow(namespace) }
+        }
+        state.feeds[namespace] = feed
+    }
+
+    /// A copy that answers without asking (fresh, the namespace followed live); its hit is
+    /// counted for the next report.
+    func answer(_ namespace: String, _ key: String, _ kind: LocalCopy.Kind) -> LocalCopy? {
+        let now = Date().timeIntervalSince1970
+        return state.withLock { state -> LocalCopy? in
+            follow(namespace, in: &state)
+            guard !state.stopped, Self.live(state.feeds[namespace], feedWait: feedWait),
+                  let copy = state.copies.get(.init(namespace: namespace, key: key)), copy.kind == kind,
+                  copy.isFresh(now) else { return nil }
+            state.counts.localHits += 1
+            Self.countHits(&state, namespace, [HitKey(key: key, etag: copy.etag): 1])
+            return copy
+        }
+    }
+
+    /// The copy held, whatever its freshness, and the mark a fill starting now carries.
+    func held(_ namespace: String, _ key: String, _ kind: LocalCopy.Kind) -> (copy: LocalCopy?, since: Int) {
+        state.withLock { state in
+            follow(namespace, in: &state)
+            let copy = state.stopped ? nil : state.copies.get(.init(namespace: namespace, key: key))
+            return (copy?.kind == kind ? copy : nil, state.applied)
+        }
+    }
+
+    /// A copy to answer with while the service cannot be reached.
+    func offline(_ namespace: String, _ key: String, _ kind: LocalCopy.Kind, maxStale: Int?) -> LocalCopy? {
+        let now = Date().timeIntervalSince1970
+        return state.withLock { state in
+            guard !state.stopped, let copy = state.copies.get(.init(namespace: namespace, key: key)), copy.kind == kind,
+                  copy.isServable(now, maxStale: maxStale) else { return nil }
+            state.counts.offlineHits += 1
+            return copy
+        }
+    }
+
+    /// Where the changes are now: a fill that starts here is kept only if no change to its
+    /// key with another version was applied since.
+    func mark() -> Int { state.withLock { $0.applied } }
+
+    /// Keeps what the service answered, unless a change raced it or the namespace may not be kept.
+    func keep(_ namespace: String, _ key: String, _ copy: LocalCopy, since: Int) {
+        state.withLock { state in
+            follow(namespace, in: &state)
+            let name = LocalCopies.Name(namespace: namespace, key: key)
+            guard !state.stopped, let feed = state.feeds[namespace], feed.allowed == true, since >= feed.floor,
+                  since >= state.forgotten else { return }
+            if let changed = state.changed[name], changed.seq > since, changed.etag != copy.etag { return }
+            state.copies.put(name, copy)
+        }
+    }
+
+    func revalidated(_ namespace: String, _ key: String, ttl: Int) {
+        state.withLock { state in
+            state.counts.revalidated += 1
+            let name = LocalCopies.Name(namespace: namespace, key: key)
+            guard var copy = state.copies.get(name) else { return }
+            copy.expiresAt = Date().timeIntervalSince1970 + Double(ttl)
+            state.copies.put(name, copy)
+        }
+    }
+
+    func forget(_ namespace: String, _ key: String) {
+        state.withLock { $0.copies.drop(.init(namespace: namespace, key: key)) }
+    }
+
+    /// For tests: the copy held, without counting or following.
+    func peek(_ namespace: String, _ key: String) -> LocalCopy? {
+        state.withLock { $0.copies.get(.init(namespace: namespace, key: key)) }
+    }
+
+    static func countHits(_ state: inout State, _ namespace: String, _ hits: [HitKey: Int]) {
+        for (key, count) in hits {
+            if state.hits[namespace]?[key] != nil {
+                state.hits[namespace]?[key]? += count
+            } else if state.hits.values.reduce(0, { $0 + $1.count }) < pendingHitKeys {
+                state.hits[namespace, default: [:]][key] = count
+            }
+        }
+    }
+
+    // MARK: Reports
+
+    private func reportEvery() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(nanoseconds: UInt64(reportInterval * 1e9))
+            if Task.isCancelled { return }
+            await report()
+        }
+    }
+
+    /// Reports the local hits now (the background does it every `reportInterval`).
+    public func report() async {
+        let (taken, client) = state.withLock { state in
+            defer { state.hits = [:] }
+            return (state.hits, state.client)
+        }
+        guard let client else { return }
+        for (namespace, hits) in taken {
+            let items = Array(hits)
+            for start in stride(from: 0, to: items.count, by: 1000) {
+                let chunk = items[start..<min(start + 1000, items.count)]
+                do {
+                    try await client.reportHits(namespace: namespace, chunk.map { ($0.key.key, $0.key.etag, $0.value) })
+                    state.withLock { $0.counts.reported += chunk.reduce(0) { $0 + $1.value } }
+                } catch {
+                    state.withLock { state in
+                        Self.countHits(&state, namespace, Dictionary(uniqueKeysWithValues: Array(items[start...])))
+                    }
+                    break
+                }
+            }
+        }
+    }
+}

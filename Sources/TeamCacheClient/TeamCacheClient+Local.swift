@@ -1,0 +1,171 @@
+import CacheKeys
+import Foundation
+
+/// The calls a local tier answers or follows; without a tier, each is the plain request.
+extension TeamCacheClient {
+    /// The entry, or nil on a miss. `maxStale` accepts an entry expired up to that many seconds.
+    /// With a local tier: a fresh copy answers (`fromLocal`); else the service is asked with the
+    /// copy's ETag; when it cannot be reached, a copy within `maxStale` answers.
+    public func get(namespace: String, key: String, maxStale: Int? = nil) async throws -> CachedEntry? {
+        guard let tier = localTier else {
+            if case .entry(let entry) = try await fetchEntry(namespace: namespace, key: key, maxStale: maxStale) {
+                return entry
+            }
+            return nil
+        }
+        if let copy = tier.answer(namespace, key, .raw) { return Self.entry(copy, fromLocal: true) }
+        let (held, since) = tier.held(namespace, key, .raw)
+        let fetched: FetchedEntry
+        do {
+            fetched = try await fetchEntry(namespace: namespace, key: key, maxStale: maxStale, ifNoneMatch: held?.etag)
+        } catch let error as TeamCacheClientError where error.isUnreachable {
+            guard let copy = tier.offline(namespace, key, .raw, maxStale: maxStale) else { throw error }
+            return Self.entry(copy, fromLocal: true)
+        }
+        switch fetched {
+        case .notModified(let ttl):
+            guard let held else { return try await get(namespace: namespace, key: key, maxStale: maxStale) }
+            tier.revalidated(namespace, key, ttl: ttl ?? 0)
+            return Self.entry(held, fromLocal: false)
+        case .entry(let entry):
+            if let ttl = CachedEntry.ttl(entry.cacheStatus), let etag = entry.etag {
+                let now = Date().timeIntervalSince1970
+                tier.keep(namespace, key, LocalCopy(kind: .raw, etag: etag, body: entry.body, contentType: entry.contentType,
+                                                    expiresAt: now + Double(ttl), updatedAt: now - Double(entry.age)),
+                          since: since)
+            }
+            return entry
+        case .miss:
+            // The service holds nothing fresh where the copy thought it fresh: it goes.
+            if let held, held.isFresh(Date().timeIntervalSince1970) { tier.forget(namespace, key) }
+            return nil
+        }
+    }
+
+    /// `lease`: on a miss, ask to be the one caller that fills the key, for that many seconds;
+    /// `wait`: on a miss, wait up to that many seconds (0 to 60) for a fill (the request's
+    /// timeout grows by as much). With a local tier, as `get`.
+    public func lookup(namespace: String, _ descriptor: Descriptor, maxStale: Int? = nil, refresh: Bool = false,
+                       lease: Int? = nil, wait: Double? = nil) async throws -> LookupResult {
+        guard let tier = localTier, !refresh else {
+            return try await fetchLookup(namespace: namespace, descriptor, maxStale: maxStale, refresh: refresh,
+                                         lease: lease, wait: wait).result
+        }
+        let key = descriptor.key
+        if let copy = tier.answer(namespace, key, .lookup) { return Self.hit(copy, key: key, fromLocal: true) }
+        let (held, since) = tier.held(namespace, key, .lookup)
+        let answer: LookupAnswer
+        do {
+            answer = try await fetchLookup(namespace: namespace, descriptor, maxStale: maxStale, refresh: false,
+                                           lease: lease, wait: wait, ifNoneMatch: held?.etag)
+        } catch let error as TeamCacheClientError where error.isUnreachable {
+            guard let copy = tier.offline(namespace, key, .lookup, maxStale: maxStale) else { throw error }
+            return Self.hit(copy, key: key, fromLocal: true)
+        }
+        if answer.notModified, let held {
+            tier.revalidated(namespace, key, ttl: answer.ttl ?? 0)
+            return Self.hit(held, key: key, fromLocal: false)
+        }
+        switch answer.result {
+        case .hit(let model, _, let age, _), .revalidate(let model, _, let age, _):
+            if let ttl = answer.ttl, let etag = answer.etag {
+                let now = Date().timeIntervalSince1970
+                tier.keep(namespace, key, LocalCopy(kind: .lookup, etag: etag, body: Data(model.response.utf8),
+                                                    contentType: "text/plain", metadata: model.metadata?.serialized,
+                                                    expiresAt: now + Double(ttl), updatedAt: now - Double(age),
+                                                    staleWhileRevalidate: answer.staleWhileRevalidate),
+                          since: since)
+            }
+        case .miss, .leased, .pending:
+            if let held, held.isFresh(Date().timeIntervalSince1970) { tier.forget(namespace, key) }
+        }
+        return answer.result
+    }
+
+    @discardableResult
+    public func put(namespace: String, key: String, body: Data, contentType: String = "application/octet-stream",
+                    ttl: Int? = nil, tags: [String] = []) async throws -> WriteResult {
+        let since = localTier?.mark() ?? 0
+        let result = try await remotePut(namespace: namespace, key: key, body: body, contentType: contentType, ttl: ttl,
+                                         tags: tags)
+        if let tier = localTier, let expires = result.expiresAt.flatMap(Self.instant) {
+            tier.keep(namespace, key, LocalCopy(kind: .raw, etag: result.etag, body: body, contentType: contentType,
+                                                expiresAt: expires, updatedAt: Date().timeIntervalSince1970),
+                      since: since)
+        }
+        return result
+    }
+
+    /// `lease`: the miss or refresh lease this answer fills. `staleWhileRevalidate`: seconds
+    /// past expiry for which the answer is still served while one caller refreshes it.
+    @discardableResult
+    public func upsert(namespace: String, _ descriptor: Descriptor, answer: ModelAnswer, ttl: Int? = nil,
+                       tags: [String] = [], lease: MissLease? = nil, staleWhileRevalidate: Int? = nil)
+        async throws -> WriteResult {
+        let since = localTier?.mark() ?? 0
+        let result = try await remoteUpsert(namespace: namespace, descriptor, answer: answer, ttl: ttl, tags: tags,
+                                            lease: lease, staleWhileRevalidate: staleWhileRevalidate)
+        if let tier = localTier, let expires = result.expiresAt.flatMap(Self.instant) {
+            tier.keep(namespace, result.key, LocalCopy(kind: .lookup, etag: result.etag, body: Data(answer.response.utf8),
+                                                       contentType: "text/plain", metadata: answer.metadata?.serialized,
+                                                       expiresAt: expires, updatedAt: Date().timeIntervalSince1970,
+                                                       staleWhileRevalidate: staleWhileRevalidate ?? 0),
+                      since: since)
+        }
+        return result
+    }
+
+    /// False when there was nothing to delete (the tier's copy goes either way).
+    @discardableResult
+    public func delete(namespace: String, key: String) async throws -> Bool {
+        let deleted = try await remoteDelete(namespace: namespace, key: key)
+        localTier?.forget(namespace, key)
+        return deleted
+    }
+
+    /// Reports hits a local tier answered, by (key, the ETag of the version it answered from).
+    func reportHits(namespace: String, _ hits: [(key: String, etag: String?, count: Int)]) async throws {
+        let items = hits.map { hit in
+            JSONValue.object([("key", .string(hit.key)), ("count", .int(hit.count))]
+                             + (hit.etag.map { [("etag", JSONValue.string($0))] } ?? []))
+        }
+        _ = try await sendJSON("POST", "/v1/caches/\(namespace)/hits", .object([("hits", .array(items))]), accept: [200])
+    }
+
+    static func entry(_ copy: LocalCopy, fromLocal: Bool) -> CachedEntry {
+        let now = Date().timeIntervalSince1970
+        let ttl = Int((copy.expiresAt - now).rounded(.down))
+        var entry = CachedEntry(body: copy.body, contentType: copy.contentType, etag: copy.etag,
+                                cacheStatus: "teamcache; hit; ttl=\(ttl)" + (fromLocal ? "; local" : ""),
+                                age: max(0, Int(now - copy.updatedAt)))
+        entry.fromLocal = fromLocal
+        return entry
+    }
+
+    static func hit(_ copy: LocalCopy, key: String, fromLocal: Bool) -> LookupResult {
+        let now = Date().timeIntervalSince1970
+        var answer = ModelAnswer(response: String(decoding: copy.body, as: UTF8.self),
+                                 metadata: copy.metadata.flatMap { try? JSONParser.parse(Array($0.utf8)) })
+        answer.fromLocal = fromLocal
+        return .hit(answer, key: key, age: max(0, Int(now - copy.updatedAt)), stale: !copy.isFresh(now))
+    }
+
+    /// Seconds since 1970 of an RFC 3339 instant (as the service writes `expires_at`).
+    static func instant(_ text: String) -> Double? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let date = formatter.date(from: text) { return date.timeIntervalSince1970 }
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.date(from: text)?.timeIntervalSince1970
+    }
+}
+
+extension TeamCacheClientError {
+    /// The service could not be reached (or was not asked: the breaker is open).
+    var isUnreachable: Bool {
+        switch self {
+        case .transport, .timedOut, .skipped: true
+        case .problem, .malformedResponse: false
+        }
+    }
+}

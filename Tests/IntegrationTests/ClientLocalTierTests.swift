@@ -1,0 +1,169 @@
+import CacheKeys
+import Foundation
+@testable import TeamCacheClient
+import Testing
+import TestSupport
+
+/// The Swift client's local tier (issue #31) against a real service: two clients A and B on
+/// one namespace, B with a tier. B answers fresh copies with no request while its feed is
+/// live; A's writes reach B's tier through the feed; B's local hits are counted by the
+/// service; B answers from its tier while the service is stopped; a restarted app finds its
+/// file; the tier stays under its bound; a fill that raced a change is not kept.
+@Suite struct ClientLocalTierTests {
+    let service = TestService.shared
+
+    func client(_ port: Int, _ token: String?, tier: LocalTier?) -> TeamCacheClient {
+        TeamCacheClient(baseURL: URL(string: "http://127.0.0.1:\(port)")!, token: token, localTier: tier)
+    }
+
+    /// Starts following `namespace` and waits until live: reads made before (the first of a
+    /// namespace) are not kept, as they may predate the follower's cursor.
+    func following(_ tier: LocalTier, _ namespace: String) async throws {
+        tier.state.withLock { tier.follow(namespace, in: &$0) }
+        for _ in 0..<200 where !tier.isLive(namespace) { try await Task.sleep(nanoseconds: 50_000_000) }
+        try #require(tier.isLive(namespace))
+    }
+
+    @Test func freshCopiesAnswerLocallyAndAWriteElsewhereIsSeenWithinASecond() async throws {
+        let namespace = TestService.namespace("swifttier")
+        let token = try writer(namespace)
+        let a = client(service.port, token, tier: nil)
+        let tier = try LocalTier(feedWait: 2, reportInterval: 0.2)
+        let b = client(service.port, token, tier: tier)
+        try await following(tier, namespace)
+        let descriptor = Descriptor(model: "m", input: .prompt("swift local"))
+        try await a.upsert(namespace: namespace, descriptor,
+                           answer: ModelAnswer(response: "first", metadata: ModelAnswer.metadata(inputTokens: 4,
+                                                                                                    outputTokens: 6)))
+        #expect(try await !b.lookup(namespace: namespace, descriptor).fromLocal)
+        for _ in 0..<5 {
+            let local = try await b.lookup(namespace: namespace, descriptor)
+            #expect(local.fromLocal && local == .hit(ModelAnswer(response: "first", metadata: ModelAnswer.metadata(
+                inputTokens: 4, outputTokens: 6)), key: descriptor.key, age: 0, stale: false))
+        }
+        #expect(tier.counts.localHits == 5)
+        // A's write reaches B's tier through the feed: the copy goes, the next read fetches.
+        try await a.upsert(namespace: namespace, descriptor, answer: ModelAnswer(response: "second"))
+        let written = ProcessInfo.processInfo.systemUptime
+        while tier.peek(namespace, descriptor.key) != nil {
+            #expect(ProcessInfo.processInfo.systemUptime - written < 1, "the write was not seen in 1 s")
+            if ProcessInfo.processInfo.systemUptime - written > 1 { break }
+            try await Task.sleep(nanoseconds: 1_000_000)
+        }
+        guard case .hit(let fresh, _, _, _) = try await b.lookup(namespace: namespace, descriptor) else {
+            Issue.record("a miss")
+            return
+        }
+        #expect(fresh.response == "second" && !fresh.fromLocal)
+        // The five local hits reach the service's stats, marked local, with their tokens (by hand:
+        // 1 service hit and 5 local ones on (4, 6), 1 service hit on the second version).
+        await tier.report()
+        var lookups: [String: Int] = [:]
+        for _ in 0..<50 {
+            try service.app.tracker.flush()
+            let stats = try await a.stats(namespace: namespace)
+            lookups = Dictionary(uniqueKeysWithValues: ["hit", "local"].map { ($0, stats["lookups"]?[$0]?.integerValue ?? -1) })
+            if lookups["hit"] == 7 && stats["tokens_saved"]?["input"]?.integerValue == 24 { break }
+            try await Task.sleep(nanoseconds: 200_000_000)
+        }
+        #expect(lookups == ["hit": 7, "local": 5])
+        await tier.close()
+    }
+
+    @Test func bAnswersFromItsTierWhileTheServiceIsStopped() async throws {
+        let replica = try ServeProcess(prefix: "swifttieroff")
+        defer { replica.stop(SIGKILL) }
+        #expect(replica.waitUntilListening())
+        let tier = try LocalTier(feedWait: 2)
+        var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(replica.port)")!,
+                                                          token: nil)
+        configuration.backoff = 0.01
+        let b = TeamCacheClient(configuration, localTier: tier)
+        try await following(tier, "off")
+        let descriptor = Descriptor(model: "m", input: .prompt("kept offline"))
+        try await b.put(namespace: "off", key: "short", body: Data("soon stale".utf8), ttl: 1)
+        try await b.upsert(namespace: "off", descriptor, answer: ModelAnswer(response: "kept"), ttl: 60)
+        try await Task.sleep(nanoseconds: 1_200_000_000)
+        replica.stop(SIGKILL)
+        let stale = try #require(try await b.get(namespace: "off", key: "short", maxStale: 60))
+        #expect(stale.fromLocal && String(decoding: stale.body, as: UTF8.self) == "soon stale")
+        #expect(stale.cacheStatus?.contains("ttl=-") == true)
+        await #expect(throws: TeamCacheClientError.self) { _ = try await b.get(namespace: "off", key: "short") }
+        await #expect(throws: TeamCacheClientError.self) {
+            _ = try await b.get(namespace: "off", key: "never held", maxStale: 60)
+        }
+        let kept = try await b.lookup(namespace: "off", descriptor)
+        #expect(kept.fromLocal && kept == .hit(ModelAnswer(response: "kept"), key: descriptor.key, age: 1, stale: false)
+                || kept.fromLocal)
+        await tier.close()
+    }
+
+    @Test func aRestartedAppFindsItsFileAndWhatChangedMeanwhile() async throws {
+        let namespace = TestService.namespace("swifttierfile")
+        let token = try writer(namespace)
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tier-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appendingPathComponent("tier.sqlite").path
+        let a = client(service.port, token, tier: nil)
+        let first = try LocalTier(path: path, feedWait: 2)
+        let b = client(service.port, token, tier: first)
+        try await following(first, namespace)
+        for name in ["kept", "changed"] {
+            try await a.put(namespace: namespace, key: name, body: Data(name.utf8), ttl: 300)
+            _ = try await b.get(namespace: namespace, key: name)
+        }
+        #expect(first.peek(namespace, "kept") != nil && first.peek(namespace, "changed") != nil)
+        await first.close()
+        try await a.put(namespace: namespace, key: "changed", body: Data("while B was down".utf8), ttl: 300)
+        let again = try LocalTier(path: path, feedWait: 2)
+        let restarted = client(service.port, token, tier: again)
+        #expect(again.peek(namespace, "kept") != nil)
+        try await following(again, namespace)
+        let kept = try #require(try await restarted.get(namespace: namespace, key: "kept"))
+        #expect(kept.fromLocal && String(decoding: kept.body, as: UTF8.self) == "kept")
+        #expect(again.peek(namespace, "changed") == nil)
+        let changed = try #require(try await restarted.get(namespace: namespace, key: "changed"))
+        #expect(String(decoding: changed.body, as: UTF8.self) == "while B was down")
+        await again.close()
+    }
+
+    @Test(arguments: [false, true]) func theTierNeverHoldsMoreThanItsBound(onDisk: Bool) async throws {
+        let namespace = TestService.namespace("swifttierbound")
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tier-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let bound = 64 * 1024
+        let tier = try LocalTier(path: onDisk ? folder.appendingPathComponent("t.sqlite").path : nil, maxBytes: bound,
+                                 feedWait: 2)
+        let b = client(service.port, try writer(namespace), tier: tier)
+        try await following(tier, namespace)
+        for index in 0..<150 {
+            try await b.put(namespace: namespace, key: "k\(index)", body: Data(count: 1500), ttl: 300)
+            #expect(tier.bytes <= bound)
+        }
+        #expect(tier.peek(namespace, "k149") != nil && tier.peek(namespace, "k0") == nil)
+        try await b.put(namespace: namespace, key: "huge", body: Data(count: bound), ttl: 300)
+        #expect(tier.peek(namespace, "huge") == nil)
+        await tier.close()
+    }
+
+    @Test func aFillThatRacedAChangeIsNotKept() throws {
+        let tier = try LocalTier()
+        tier.state.withLock { state in
+            state.feeds["ns"] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0)
+        }
+        let copy = LocalCopy(kind: .raw, etag: "\"old\"", body: Data("old".utf8), contentType: "x",
+                             expiresAt: Date().timeIntervalSince1970 + 60, updatedAt: Date().timeIntervalSince1970)
+        let since = tier.mark()
+        tier.state.withLock { state in
+            LocalTier.apply(&state, "ns", CacheChange(cursor: "1", kind: .put, key: Array("k".utf8), etag: "\"new\"",
+                                                      size: nil, contentType: nil, expiresAt: nil, staleUntil: nil,
+                                                      body: nil, encoding: nil))
+        }
+        tier.keep("ns", "k", copy, since: since)
+        #expect(tier.peek("ns", "k") == nil)
+        tier.keep("ns", "k", copy, since: tier.mark())
+        #expect(tier.peek("ns", "k") != nil)
+    }
+}
