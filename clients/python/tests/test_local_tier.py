@@ -133,7 +133,8 @@ def test_b_answers_from_its_tier_while_the_service_is_stopped(server, token, nam
         with pytest.raises(TransportError):
             b.get(namespace, "never-held", max_stale=60)
         hit = b.lookup(namespace, {"model": "m", "prompt": "offline"})
-        assert hit.hit and hit.from_local and hit.response == "kept" and not hit.stale
+        # Within its TTL, but the service cannot say it was not replaced: marked stale.
+        assert hit.hit and hit.from_local and hit.response == "kept" and hit.stale
     finally:
         switch.on()
         b.close()
@@ -191,6 +192,27 @@ def test_an_offline_write_that_meets_a_newer_one_is_reported_not_lost(server, to
     assert [conflict.key for conflict in seen] == [conflict.key for conflict in tier.conflicts]
     assert a.get(namespace, "older").body == b"B's"
     assert a.get(namespace, "newer").body == b"A's"
+    b.close()
+    a.close()
+
+
+def test_a_key_written_twice_offline_is_sent_once_as_its_last_write(server, token, namespace):
+    switch = Switch(server.port)
+    a = TeamCache(server.url, token)
+    tier = LocalTier(feed_wait=2, report_interval=0.2)
+    b = TeamCache(switch.url, token, local_tier=tier, backoff=0.01)
+    following(tier, namespace)
+    a.put(namespace, "twice", b"base")
+    b.get(namespace, "twice")
+    switch.off()
+    try:
+        assert b.put(namespace, "twice", b"first").queued
+        assert b.put(namespace, "twice", b"second").queued
+        assert tier.outbox == 1
+    finally:
+        switch.on()
+    assert eventually(lambda: tier.outbox == 0, timeout=10)
+    assert a.get(namespace, "twice").body == b"second" and not tier.conflicts
     b.close()
     a.close()
 
@@ -325,11 +347,21 @@ def test_a_fill_that_raced_a_change_is_not_kept():
                     expires_at=time.time() + 60, updated_at=time.time())
     since = tier.mark()
     with tier._lock:
-        tier._apply("ns", "k", "put", '"new"')
+        tier._apply("ns", "k", "put", '"new"', None)
     tier.keep("ns", "k", record, since)
     assert tier.local("ns", "k", "raw") is None
-    tier.keep("ns", "k", record, tier.mark())  # asked after the change: its answer is current
+    # Asked after the change, and still answered the older version (a read standby that lags
+    # the feed): not kept either, whatever its start.
+    tier.keep("ns", "k", record, tier.mark())
+    assert tier.local("ns", "k", "raw") is None
+    current = Record(kind="raw", etag='"new"', body=b"new", content_type="x", metadata=None,
+                     expires_at=time.time() + 60, updated_at=time.time())
+    tier.keep("ns", "k", current, tier.mark())
     assert tier.local("ns", "k", "raw") is not None
+    # The same version written again with another expiry is a change too: the copy goes.
+    with tier._lock:
+        tier._apply("ns", "k", "put", '"new"', "2030-01-01T00:00:00Z")
+    assert tier.local("ns", "k", "raw") is None
     tier.close()
 
 

@@ -438,7 +438,8 @@ class AsyncTeamCache(_Common, LocalAsyncMixin, AsyncCachedMixin):
 
     async def aclose(self) -> None:
         if self._tier is not None:
-            self._tier.close()
+            # On a thread: closing reports the last hits over the network (never on the loop).
+            await asyncio.to_thread(self._tier.close)
         await self._http.aclose()
 
     async def check(self, namespace: str) -> CheckResult:

@@ -46,13 +46,18 @@ logger = logging.getLogger("teamcache.local")
 #: held while the service cannot take them.
 _CHANGED_KEYS = 10_000
 _PENDING_HIT_KEYS = 10_000
+#: Answers that say "later", not "never": a queued write waits for the next round.
+_RETRIED_STATUSES = frozenset({401, 403, 408, 425, 429, 500, 502, 503, 504})
+#: The service's bounds on one hit report.
+_MAX_REPORTED = 1_000_000
 
 
 @dataclass(frozen=True)
 class OutboxConflict:
-    """A queued write that met a version of its key it had not seen. ``outcome``:
-    ``overwrote`` (ours was later: sent, replacing theirs) or ``superseded`` (theirs was later:
-    ours was not sent)."""
+    """A queued write that met a version of its key it had not seen, or that the service
+    refused. ``outcome``: ``overwrote`` (ours was later: sent, replacing theirs),
+    ``superseded`` (theirs was later: ours was not sent) or ``refused (STATUS)`` (a 4xx that
+    sending again cannot mend: not sent)."""
 
     namespace: str
     key: str
@@ -72,6 +77,8 @@ class _Feed:
     #: Fills that started before this mark are not kept: they may predate the cursor the
     #: follower started from, and a change between the two would never reach them.
     floor: int = 2**62
+    #: When ``allowed`` was last asked (monotonic).
+    checked_at: float = 0.0
 
 
 class LocalTier:
@@ -98,6 +105,7 @@ class LocalTier:
         self.offline_ttl = offline_ttl
         self.on_conflict = on_conflict
         self._lock = threading.Lock()
+        self._sending = threading.Lock()
         self._copies = Copies(path, max_bytes)
         self._feeds: dict[str, _Feed] = {}
         #: Changes applied, in order; a key's last change, for fills that raced it.
@@ -229,19 +237,38 @@ class LocalTier:
             self._copies.put(namespace, key, record)
 
     def _raced(self, namespace: str, key: str, etag: str | None, since: int) -> bool:
+        """Whether a fill may hold an older version than the feed's last word on its key: a
+        change applied since the fill started, or a change applied before it at all whose
+        version the fill does not carry (a read standby that lags the feed answers an older
+        version after the change was applied: kept, it would be served fresh for its TTL)."""
         if since < self._forgotten:
             return True
         changed = self._changed.get((namespace, key))
-        return changed is not None and changed[0] > since and changed[1] != etag
+        return changed is not None and changed[1] != etag
 
-    def revalidated(self, namespace: str, key: str, ttl: int) -> Record | None:
+    def revalidated(self, namespace: str, key: str, ttl: int, etag: str | None) -> Record | None:
+        """Renews the copy of version ``etag`` (not one another fill kept meanwhile)."""
         with self._lock:
             self.counts["revalidated"] += 1
+            current = self._copies.get(namespace, key)
+            if current is None or current.etag != etag:
+                return None
             return self._copies.extend(namespace, key, ttl)
 
     def forget(self, namespace: str, key: str) -> None:
+        """This client deleted ``key`` (or the service holds nothing fresh): the copy goes,
+        and a fill still in flight from before is refused."""
         with self._lock:
+            self._note_change(namespace, key, None)
             self._copies.drop(namespace, key)
+
+    def _note_change(self, namespace: str, key: str, etag: str | None) -> None:
+        self._applied += 1
+        self._changed[(namespace, key)] = (self._applied, etag)
+        self._changed.move_to_end((namespace, key))
+        while len(self._changed) > _CHANGED_KEYS:
+            _, (forgotten, _) = self._changed.popitem(last=False)
+            self._forgotten = max(self._forgotten, forgotten)
 
     @staticmethod
     def lookup_record(answer: Lookup) -> Record | None:
@@ -263,8 +290,12 @@ class LocalTier:
 
     # Writes
 
-    def wrote(self, namespace: str, key: str, record: Record, since: int) -> None:
-        """This client's own committed write: the tier holds it at once."""
+    def wrote(self, namespace: str, key: str, record: Record) -> None:
+        """This client's own committed write: the tier holds it at once, and a fill of an older
+        version still in flight is refused."""
+        with self._lock:
+            self._note_change(namespace, key, record.etag)
+            since = self._applied
         self.keep(namespace, key, record, since)
 
     def queue(self, namespace: str, kind: str, key: str, payload: dict[str, Any], record: Record) -> WriteResult | None:
@@ -277,9 +308,17 @@ class LocalTier:
             if feed.allowed is not True or self._stop.is_set() or len(self._outbox) >= self.outbox_max \
                     or sum(item.size for item in self._outbox) + size > self.outbox_max_bytes:
                 return None
-            current = self._copies.get(namespace, key)
-            item = self._copies.queue(Queued(0, namespace, kind, key, payload, current.etag if current else None,
-                                             time.time(), size))
+            # A key written twice while offline waits once, as its last write, over the version
+            # the first was made over (else the second would meet the first as "theirs").
+            earlier = next((item for item in self._outbox if (item.namespace, item.key) == (namespace, key)), None)
+            if earlier is not None:
+                self._outbox.remove(earlier)
+                self._copies.unqueue(earlier)
+                base = earlier.base_etag
+            else:
+                current = self._copies.get(namespace, key)
+                base = current.etag if current is not None else None
+            item = self._copies.queue(Queued(0, namespace, kind, key, payload, base, time.time(), size))
             self._outbox.append(item)
             self.counts["queued"] += 1
             # Read back by this client while offline (never as the service's own version).
@@ -298,6 +337,7 @@ class LocalTier:
                 if feed.allowed is None:
                     encrypted = client.stats(namespace, top=0).document.get("encrypted") is True
                     feed.allowed = self.keep_encrypted or not encrypted
+                    feed.checked_at = time.monotonic()
                     if not feed.allowed:
                         logger.warning("namespace %s is encrypted: its answers are not kept locally "
                                        "(LocalTier(keep_encrypted=True) keeps them)", namespace)
@@ -305,15 +345,23 @@ class LocalTier:
                             self._copies.drop_namespace(namespace)
                 if cursor is None:
                     cursor = self._start(namespace, feed)
+                asked = time.monotonic()
                 page = client.changes(namespace, since=cursor, wait=self.feed_wait, limit=1000)
                 with self._lock:
                     for change in page.changes:
-                        self._apply(namespace, change.key, change.kind, change.etag)
+                        self._apply(namespace, change.key, change.kind, change.etag, change.expires_at)
                     self._copies.save_cursor(namespace, page.next)
                 cursor = page.next
                 # Behind (more to read): not live until caught up.
                 feed.synced_at = None if page.more else time.monotonic()
                 pause = 0.2
+                if not page.changes and not page.more and time.monotonic() - asked < self.feed_wait / 2:
+                    # An empty page at once (the server could not hold the request: its waiter
+                    # room full, or a proxy): asked again after a rest, never in a tight loop.
+                    self._stop.wait(min(1.0, self.feed_wait / 4))
+                if time.monotonic() - feed.checked_at > 60:
+                    feed.allowed = None  # a namespace may be encrypted since: asked again
+
             except ProblemError as error:
                 feed.synced_at = None
                 if error.status == 410:
@@ -361,17 +409,17 @@ class LocalTier:
             feed.floor = self._applied
         return head
 
-    def _apply(self, namespace: str, key: str | None, kind: str, etag: str | None) -> None:
+    def _apply(self, namespace: str, key: str | None, kind: str, etag: str | None, expires_at: str | None) -> None:
         if key is None:
             return
-        self._applied += 1
-        self._changed[(namespace, key)] = (self._applied, etag if kind == "put" else None)
-        self._changed.move_to_end((namespace, key))
-        while len(self._changed) > _CHANGED_KEYS:
-            _, (forgotten, _) = self._changed.popitem(last=False)
-            self._forgotten = max(self._forgotten, forgotten)
-        record = self._copies.get(namespace, key)
-        if record is not None and (kind != "put" or record.etag != etag):
+        self._note_change(namespace, key, etag if kind == "put" else None)
+        record = self._copies.peek(namespace, key)
+        if record is None:
+            return
+        # The same body written again with another TTL is a change too: the copy stays only
+        # when its expiry agrees with the change's (within the clocks' and rounding's 2 s).
+        expires = _instant(expires_at)
+        if kind != "put" or record.etag != etag or expires is None or abs(expires - record.expires_at) > 2:
             self._copies.drop(namespace, key)
             self.counts["dropped"] += 1
 
@@ -392,15 +440,22 @@ class LocalTier:
             taken, self._hits = self._hits, {}
         client = self._client
         for namespace, counts in taken.items():
-            items = list(counts.items())
-            for start in range(0, len(items), 1000):
-                chunk = dict(items[start:start + 1000])
+            items = [(key, min(count, _MAX_REPORTED)) for key, count in counts.items()]
+            for start, end in _chunks([count for _, count in items]):
+                chunk = dict(items[start:end])
                 try:
                     if client is None:
                         raise TransportError("no client")
                     client.report_hits(namespace, chunk)
                     with self._lock:
                         self.counts["reported"] += sum(chunk.values())
+                except ProblemError as error:
+                    if error.status not in _RETRIED_STATUSES:
+                        logger.warning("local hits of %s refused (%s): not reported", namespace, error.status)
+                        continue
+                    with self._lock:
+                        self._restore_hits(namespace, dict(items[start:]))
+                    break
                 except TeamCacheError:
                     with self._lock:
                         self._restore_hits(namespace, dict(items[start:]))
@@ -421,22 +476,32 @@ class LocalTier:
         self._send_outbox()
 
     def _send_outbox(self) -> None:
-        client = self._client
-        while client is not None and not self._stop.is_set():
-            with self._lock:
-                if not self._outbox:
-                    return
-                item = self._outbox[0]
-            since = self.mark()
-            record = _send(client, item, self._conflict)
-            with self._lock:
-                self._outbox.popleft()
-                self._copies.unqueue(item)
-                self.counts["sent"] += 1
-                if record is None:
-                    self._copies.drop(item.namespace, item.key)
-            if record is not None:
-                self.keep(item.namespace, item.key, record, since)
+        # One sender at a time (the background and ``flush``): two would send the same write.
+        with self._sending:
+            client = self._client
+            while client is not None and not self._stop.is_set():
+                with self._lock:
+                    if not self._outbox:
+                        return
+                    item = self._outbox[0]
+                try:
+                    record = _send(client, item, self._conflict)
+                except ProblemError as error:
+                    if error.status in _RETRIED_STATUSES:
+                        return  # overloaded, rate limited or refusing the token: sent again later
+                    logger.warning("a write queued offline to %s was refused (%s %s): dropped", item.namespace,
+                                   error.status, error.title)
+                    self._conflict(item, f"refused ({error.status})")
+                    record = None
+                with self._lock:
+                    if self._outbox and self._outbox[0] is item:
+                        self._outbox.popleft()
+                    self._copies.unqueue(item)
+                    self.counts["sent"] += 1
+                    if record is None:
+                        self._copies.drop(item.namespace, item.key)
+                if record is not None:
+                    self.wrote(item.namespace, item.key, record)
 
     def _conflict(self, item: Queued, outcome: str) -> None:
         conflict = OutboxConflict(item.namespace, item.key, outcome, item.written_at)
@@ -474,6 +539,19 @@ class LocalTier:
                 self.keep(namespace, key, record, since)
                 kept += 1
         return kept
+
+
+def _chunks(counts: list[int]) -> list[tuple[int, int]]:
+    """Ranges of ``counts`` each within one report's bounds: 1000 keys, a million hits."""
+    ranges, start, total = [], 0, 0
+    for index, count in enumerate(counts):
+        if index - start == 1000 or total + count > _MAX_REPORTED:
+            ranges.append((start, index))
+            start, total = index, 0
+        total += count
+    if start < len(counts):
+        ranges.append((start, len(counts)))
+    return ranges
 
 
 def _status_ttl(status: str | None) -> int | None:
@@ -526,13 +604,9 @@ def _send(client: TeamCache, item: Queued, conflict: Callable[[Queued, str], Non
     made over; otherwise the later write wins. The copy to keep, or None (ours lost, or the
     service refused it: dropped, logged)."""
     payload = dict(item.payload)
-    try:
-        if item.kind == "put":
-            return _send_put(client, item, payload, conflict)
-        return _send_upsert(client, item, payload, conflict)
-    except ProblemError as error:
-        logger.warning("a write queued offline to %s was refused (%s): dropped", item.namespace, error.status)
-        return None
+    if item.kind == "put":
+        return _send_put(client, item, payload, conflict)
+    return _send_upsert(client, item, payload, conflict)
 
 
 def _send_put(client: TeamCache, item: Queued, payload: dict[str, Any],

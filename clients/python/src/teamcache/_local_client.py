@@ -65,12 +65,13 @@ def _local_lookup(key: str, record: Record, *, stale: bool) -> Lookup:
 
 def _local_entry(record: Record, *, stale: bool, from_local: bool = True) -> Entry:
     # Made afresh each time: an entry carries a mutable `headers` dictionary.
-    return _entry_of(time.time(), record, from_local)
+    return _entry_of(time.time(), record, from_local, stale)
 
 
-def _entry_of(now: float, record: Record, from_local: bool) -> Entry:
+def _entry_of(now: float, record: Record, from_local: bool, stale: bool) -> Entry:
+    """``stale``: answered while the service could not be reached (``; stale`` in the status)."""
     ttl = math.floor(record.expires_at - now)
-    status = f"teamcache; hit; ttl={ttl}" + ("; local" if from_local else "")
+    status = f"teamcache; hit; ttl={ttl}" + ("; local" if from_local else "") + ("; stale" if stale else "")
     return Entry(body=record.body, content_type=record.content_type, etag=record.etag, cache_status=status,
                  age=max(0, int(now - record.updated_at)), headers={"cache-status": status}, from_local=from_local)
 
@@ -108,7 +109,7 @@ class _Plan:
 
     def looked_up(self, answer: Lookup) -> Lookup:
         if answer.hit and answer.not_modified and self.held is not None:
-            self.tier.revalidated(self.namespace, self.key, answer.ttl or 0)
+            self.tier.revalidated(self.namespace, self.key, answer.ttl or 0, self.held.etag)
             return dataclasses.replace(answer, response=self.held.body.decode(), metadata=self.held.metadata,
                                        not_modified=False)
         self._refetched(LocalTier.lookup_record(answer), answer.hit)
@@ -116,7 +117,7 @@ class _Plan:
 
     def got(self, answer: Entry | EntryMiss | None) -> Entry | EntryMiss | None:
         if isinstance(answer, Entry) and answer.not_modified and self.held is not None:
-            self.tier.revalidated(self.namespace, self.key, _ttl(answer))
+            self.tier.revalidated(self.namespace, self.key, _ttl(answer), self.held.etag)
             return dataclasses.replace(_local_entry(self.held, stale=False, from_local=False), headers=answer.headers,
                                        cache_status=answer.cache_status, age=answer.age)
         self._refetched(LocalTier.entry_record(answer) if isinstance(answer, Entry) else None,
@@ -194,7 +195,7 @@ class LocalSyncMixin:
             offline = plan.offline(max_stale)
             if offline is None:
                 raise
-            return _local_entry(offline, stale=not offline.fresh(time.time()))
+            return _local_entry(offline, stale=True)
         return plan.got(answer)
 
     def lookup(self, namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | None = None,
@@ -218,7 +219,7 @@ class LocalSyncMixin:
             offline = plan.offline(max_stale)
             if offline is None:
                 raise
-            return _local_lookup(key, offline, stale=not offline.fresh(time.time()))
+            return _local_lookup(key, offline, stale=True)
         return plan.looked_up(answer)
 
     def put(self, namespace: str, key: str | bytes, body: bytes | str, *, content_type: str | None = None,
@@ -231,7 +232,6 @@ class LocalSyncMixin:
         data = body.encode() if isinstance(body, str) else bytes(body)
         kind = content_type or ("text/plain; charset=utf-8" if isinstance(body, str) else "application/octet-stream")
         tier, text = self._tier, _text_key(key)
-        since = tier.mark() if tier is not None else 0
         try:
             result: WriteResult = self._remote_put(
                 namespace, key, body, content_type=content_type, ttl=ttl, tags=tags, create_only=create_only,
@@ -249,7 +249,7 @@ class LocalSyncMixin:
         if tier is not None and text is not None and content_encoding is None:
             record = _written(result, "raw", data, kind, None)
             if record is not None:
-                tier.wrote(namespace, text, record, since)
+                tier.wrote(namespace, text, record)
         return result
 
     def upsert(self, namespace: str, descriptor: Mapping[str, Any], response: str, *,
@@ -258,7 +258,6 @@ class LocalSyncMixin:
         """Stores the model's answer to ``descriptor``; ``metadata`` may carry ``input_tokens``
         and ``output_tokens`` (what a hit saves). With a local tier, as ``put``."""
         tier = self._tier
-        since = tier.mark() if tier is not None else 0
         try:
             result: WriteResult = self._remote_upsert(namespace, descriptor, response, metadata=metadata, ttl=ttl,
                                                       tags=tags, lease=lease,
@@ -278,7 +277,7 @@ class LocalSyncMixin:
             record = _written(result, "lookup", response.encode(), "text/plain",
                               dict(metadata) if metadata is not None else None)
             if record is not None:
-                tier.wrote(namespace, result.key, record, since)
+                tier.wrote(namespace, result.key, record)
         return result
 
     def delete(self, namespace: str, key: str | bytes) -> bool:
@@ -330,7 +329,7 @@ class LocalAsyncMixin:
             offline = plan.offline(max_stale)
             if offline is None:
                 raise
-            return _local_entry(offline, stale=not offline.fresh(time.time()))
+            return _local_entry(offline, stale=True)
         return plan.got(answer)
 
     async def lookup(self, namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | None = None,
@@ -354,7 +353,7 @@ class LocalAsyncMixin:
             offline = plan.offline(max_stale)
             if offline is None:
                 raise
-            return _local_lookup(key, offline, stale=not offline.fresh(time.time()))
+            return _local_lookup(key, offline, stale=True)
         return plan.looked_up(answer)
 
     async def put(self, namespace: str, key: str | bytes, body: bytes | str, *, content_type: str | None = None,
@@ -365,7 +364,6 @@ class LocalAsyncMixin:
         data = body.encode() if isinstance(body, str) else bytes(body)
         kind = content_type or ("text/plain; charset=utf-8" if isinstance(body, str) else "application/octet-stream")
         tier, text = self._tier, _text_key(key)
-        since = tier.mark() if tier is not None else 0
         try:
             result: WriteResult = await self._remote_put(
                 namespace, key, body, content_type=content_type, ttl=ttl, tags=tags, create_only=create_only,
@@ -383,7 +381,7 @@ class LocalAsyncMixin:
         if tier is not None and text is not None and content_encoding is None:
             record = _written(result, "raw", data, kind, None)
             if record is not None:
-                tier.wrote(namespace, text, record, since)
+                tier.wrote(namespace, text, record)
         return result
 
     async def upsert(self, namespace: str, descriptor: Mapping[str, Any], response: str, *,
@@ -391,7 +389,6 @@ class LocalAsyncMixin:
                      lease: Lease | str | None = None, stale_while_revalidate: int | None = None) -> WriteResult:
         """As ``TeamCache.upsert``."""
         tier = self._tier
-        since = tier.mark() if tier is not None else 0
         try:
             result: WriteResult = await self._remote_upsert(namespace, descriptor, response, metadata=metadata,
                                                             ttl=ttl, tags=tags, lease=lease,
@@ -411,7 +408,7 @@ class LocalAsyncMixin:
             record = _written(result, "lookup", response.encode(), "text/plain",
                               dict(metadata) if metadata is not None else None)
             if record is not None:
-                tier.wrote(namespace, result.key, record, since)
+                tier.wrote(namespace, result.key, record)
         return result
 
     async def delete(self, namespace: str, key: str | bytes) -> bool:

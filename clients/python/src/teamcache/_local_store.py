@@ -4,13 +4,17 @@ it had followed to. Not thread-safe on its own: ``LocalTier`` holds its lock aro
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import sqlite3
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
+
+logger = logging.getLogger("teamcache.local")
 
 #: Bytes a record costs beyond its body and key (the record, the dictionary slot).
 RECORD_OVERHEAD = 200
@@ -114,16 +118,18 @@ class Copies:
             return held[0]
         if self.db is None:
             return None
-        row = self.db.execute("SELECT kind, etag, body, content_type, metadata, expires_at, updated_at, swr "
-                              "FROM entries WHERE namespace = ? AND key = ?", (namespace, key)).fetchone()
-        if row is None:
+        row = self._safely(lambda db: db.execute(
+            "SELECT kind, etag, body, content_type, metadata, expires_at, updated_at, swr "
+            "FROM entries WHERE namespace = ? AND key = ?", (namespace, key)).fetchone())
+        if row is None or self.db is None:
             return None
         record = Record(kind=row[0], etag=row[1], body=bytes(row[2]), content_type=row[3],
                         metadata=json.loads(row[4]) if row[4] is not None else None, expires_at=row[5],
                         updated_at=row[6], swr=row[7])
         # Used again: kept in memory, and its place in the file's LRU moves (a write on a
         # memory miss only, never on a memory hit).
-        self.db.execute("UPDATE entries SET used_at = ? WHERE namespace = ? AND key = ?", (time.time(), namespace, key))
+        self._safely(lambda db: db.execute("UPDATE entries SET used_at = ? WHERE namespace = ? AND key = ?",
+                                           (time.time(), namespace, key)))
         self._remember(namespace, key, record)
         return record
 
@@ -134,13 +140,14 @@ class Copies:
         if size > self.max_bytes // 8:
             return False
         self._remember(namespace, key, record)
-        if self.db is not None:
-            self.db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            (namespace, key, record.kind, record.etag, record.body, record.content_type,
-                             json.dumps(record.metadata) if record.metadata is not None else None,
-                             record.expires_at, record.updated_at, record.swr, size, time.time()))
+        def write(db: sqlite3.Connection) -> None:
+            db.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (namespace, key, record.kind, record.etag, record.body, record.content_type,
+                        json.dumps(record.metadata) if record.metadata is not None else None,
+                        record.expires_at, record.updated_at, record.swr, size, time.time()))
             self.disk_bytes += size
-            self._trim_disk()
+            self._trim_disk(db)
+        self._safely(write)
         return True
 
     def extend(self, namespace: str, key: str, ttl: int) -> Record | None:
@@ -152,23 +159,58 @@ class Copies:
         self.put(namespace, key, renewed)
         return renewed
 
+    def peek(self, namespace: str, key: str) -> Record | None:
+        """The copy's version and expiry, without using it (a change being applied must not
+        pull a row off the disk, nor move it in the LRU): body and metadata left empty when it
+        is only on disk."""
+        held = self.memory.get((namespace, key))
+        if held is not None:
+            return held[0]
+        if self.db is None:
+            return None
+        row = self._safely(lambda db: db.execute("SELECT kind, etag, expires_at FROM entries WHERE namespace = ? "
+                                                 "AND key = ?", (namespace, key)).fetchone())
+        return Record(kind=row[0], etag=row[1], body=b"", content_type="", metadata=None, expires_at=row[2],
+                      updated_at=0.0) if row else None
+
     def drop(self, namespace: str, key: str) -> None:
         held = self.memory.pop((namespace, key), None)
         if held is not None:
             self.memory_bytes -= held[1]
         if self.db is not None:
-            row = self.db.execute("DELETE FROM entries WHERE namespace = ? AND key = ? RETURNING size",
-                                  (namespace, key)).fetchone()
-            if row is not None:
-                self.disk_bytes -= int(row[0])
+            # A SELECT then a DELETE, not DELETE … RETURNING: that needs SQLite 3.35 (Debian 11
+            # and Ubuntu 20.04 ship older).
+            def delete(db: sqlite3.Connection) -> None:
+                row = db.execute("SELECT size FROM entries WHERE namespace = ? AND key = ?",
+                                 (namespace, key)).fetchone()
+                if row is not None:
+                    db.execute("DELETE FROM entries WHERE namespace = ? AND key = ?", (namespace, key))
+                    self.disk_bytes -= int(row[0])
+            self._safely(delete)
+
+    def _safely(self, work: Any) -> Any:
+        """Runs ``work`` on the file; a file that fails (full disk, read-only, locked by another
+        process, corrupt) is given up for memory alone, logged once: it never fails a caller."""
+        if self.db is None:
+            return None
+        try:
+            return work(self.db)
+        except sqlite3.Error:
+            logger.exception("the local tier's file failed: going on in memory only")
+            with contextlib.suppress(sqlite3.Error):
+                self.db.close()
+            self.db = None
+            self.disk_bytes = 0
+            return None
 
     def drop_namespace(self, namespace: str) -> None:
         for held in [name for name in self.memory if name[0] == namespace]:
             self.memory_bytes -= self.memory.pop(held)[1]
-        if self.db is not None:
-            self.db.execute("DELETE FROM entries WHERE namespace = ?", (namespace,))
-            self.db.execute("DELETE FROM feeds WHERE namespace = ?", (namespace,))
-            self.disk_bytes = int(self.db.execute("SELECT coalesce(sum(size), 0) FROM entries").fetchone()[0])
+        def clear(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM entries WHERE namespace = ?", (namespace,))
+            db.execute("DELETE FROM feeds WHERE namespace = ?", (namespace,))
+            self.disk_bytes = int(db.execute("SELECT coalesce(sum(size), 0) FROM entries").fetchone()[0])
+        self._safely(clear)
 
     def holds(self, namespace: str) -> bool:
         if any(name[0] == namespace for name in self.memory):
@@ -187,27 +229,24 @@ class Copies:
             _, (_, dropped) = self.memory.popitem(last=False)
             self.memory_bytes -= dropped
 
-    def _trim_disk(self) -> None:
-        assert self.db is not None
+    def _trim_disk(self, db: sqlite3.Connection) -> None:
         while self.disk_bytes > self.max_bytes:
-            rows = self.db.execute("DELETE FROM entries WHERE rowid IN (SELECT rowid FROM entries ORDER BY used_at "
-                                   "LIMIT 64) RETURNING size").fetchall()
+            rows = db.execute("SELECT rowid, size FROM entries ORDER BY used_at LIMIT 64").fetchall()
             if not rows:
                 self.disk_bytes = 0
                 return
-            self.disk_bytes -= sum(int(row[0]) for row in rows)
+            db.executemany("DELETE FROM entries WHERE rowid = ?", [(row[0],) for row in rows])
+            self.disk_bytes -= sum(int(row[1]) for row in rows)
 
     # The feed cursors and the outbox (persistent with a file, else in memory).
 
     def cursor(self, namespace: str) -> str | None:
-        if self.db is None:
-            return None
-        row = self.db.execute("SELECT cursor FROM feeds WHERE namespace = ?", (namespace,)).fetchone()
+        row = self._safely(lambda db: db.execute("SELECT cursor FROM feeds WHERE namespace = ?",
+                                                 (namespace,)).fetchone())
         return str(row[0]) if row is not None else None
 
     def save_cursor(self, namespace: str, cursor: str) -> None:
-        if self.db is not None:
-            self.db.execute("INSERT OR REPLACE INTO feeds VALUES (?, ?)", (namespace, cursor))
+        self._safely(lambda db: db.execute("INSERT OR REPLACE INTO feeds VALUES (?, ?)", (namespace, cursor)))
 
     def load_outbox(self) -> list[Queued]:
         if self.db is None:
@@ -217,17 +256,17 @@ class Copies:
         return [Queued(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6], row[7]) for row in rows]
 
     def queue(self, item: Queued) -> Queued:
-        if self.db is not None:
-            cursor = self.db.execute("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
-                                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                     (item.namespace, item.kind, item.key, json.dumps(item.payload), item.base_etag,
-                                      item.written_at, item.size))
+        cursor = self._safely(lambda db: db.execute(
+            "INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (item.namespace, item.kind, item.key, json.dumps(item.payload), item.base_etag, item.written_at,
+             item.size)))
+        if cursor is not None:
             item.id = int(cursor.lastrowid or 0)
         return item
 
     def unqueue(self, item: Queued) -> None:
-        if self.db is not None:
-            self.db.execute("DELETE FROM outbox WHERE id = ?", (item.id,))
+        self._safely(lambda db: db.execute("DELETE FROM outbox WHERE id = ?", (item.id,)))
 
     def close(self) -> None:
         if self.db is not None:
