@@ -321,16 +321,25 @@ public final class AccessTracker: Sendable {
             }
         }
         let counts = NamespaceCounts.local(count: count, entry, costNanos: cost)
-        let enabled = self.enabled
-        state.withLock { state in
-            let label = state.namespaces[namespace] != nil ? namespace : state.newLabel(namespace, hit: true, mayLabel: false)
+        let enabled = self.enabled, batchSize = self.batchSize
+        let full = state.withLock { state -> Bool in
+            // A report on keys the namespace does not hold admits no label of its own (else a
+            // reader could fill the labels with names and push real namespaces into `_other`).
+            let label = state.namespaces[namespace] != nil
+                ? namespace : state.newLabel(namespace, hit: entry != nil, mayLabel: false)
             state.namespaces[label, default: NamespaceState()].record(counts, minute: minute, pending: enabled)
-            guard enabled, let entry else { return }
+            guard enabled, let entry else { return false }
             var access = state.entries[entry.id] ?? EntryAccess(namespace: namespace, lastAccess: now)
             access.hits = NamespaceCounts.saturating(access.hits, count)
             access.lastAccess = max(access.lastAccess, now)
             state.entries[entry.id] = access
+            guard state.entries.count >= batchSize, !state.earlyFlushAsked, Date() >= state.earlyFlushHeldUntil else {
+                return false
+            }
+            state.earlyFlushAsked = true
+            return true
         }
+        if full { batchFull() }
     }
 
     /// The server's price table (at start).

@@ -91,7 +91,13 @@ extension EntryStore {
     /// a backlog it may come before some the dump holds, which a follower replays harmlessly.
     public func feedHead() throws -> Int64 {
         numberIfFree(waiting: 0.5)
-        return try pool.withConnection { connection in
+        return try feedHeadNow()
+    }
+
+    /// The head as it is: no numbering run, no wait for the sequencer (a follower's start, on
+    /// a worker that writes need: every tier of a fleet restarting asks it at once).
+    public func feedHeadNow() throws -> Int64 {
+        try pool.withConnection { connection in
             guard let head = try connection.query("SELECT last FROM change_feed_head").first?.int("last") else {
                 throw PostgresError(.decoding, serverMessage: "change feed head missing")
             }

@@ -53,7 +53,7 @@ struct ChangeFeedRoute: Sendable {
         return Route("GET", Self.template, .worker, precheck: Application.precheck(auth, .read),
                      handler: Application.secured(api, auth, .read) { request, _ in
                          let ask = try Self.parse(request, now: 0)
-                         if ask.fromHead { return Self.headPage(try api.store.feedHead(), request, api: api) }
+                         if ask.fromHead { return Self.headPage(try api.store.feedHeadNow(), request, api: api) }
                          do {
                              let page = try api.store.changes(ask.namespace, after: ask.page.cursor,
                                                               limit: ask.page.limit, bodies: ask.page.bodies)
@@ -98,7 +98,7 @@ struct ChangeFeedRoute: Sendable {
         responder.offload({
             try api.guarded(request) {
                 _ = try auth.authorize(request, .read, namespace: ask.namespace)
-                return Self.headPage(try api.store.feedHead(), request, api: api)
+                return Self.headPage(try api.store.feedHeadNow(), request, api: api)
             }
         })
     }

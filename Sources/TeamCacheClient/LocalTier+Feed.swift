@@ -72,14 +72,12 @@ extension LocalTier {
     static func apply(_ state: inout State, _ namespace: String, _ change: CacheChange) {
         guard let key = change.keyText else { return }
         let name = LocalCopies.Name(namespace: namespace, key: key)
-        state.applied += 1
-        if state.changed.count >= changedKeys {
-            // Forgotten at once, not one by one: fills that started before are refused.
-            state.changed = [:]
-            state.forgotten = state.applied
-        }
-        state.changed[name] = (state.applied, change.kind == .put ? change.etag : nil)
-        if let copy = state.copies.get(name), change.kind != .put || copy.etag != change.etag {
+        note(&state, name, etag: change.kind == .put ? change.etag : nil)
+        // The same version written again with another expiry is a change too: the copy stays
+        // only when its expiry agrees with the change's (within the clocks' and rounding's 2 s).
+        let expires = change.expiresAt.flatMap(TeamCacheClient.instant)
+        if let copy = state.copies.get(name), change.kind != .put || copy.etag != change.etag || expires == nil
+            || abs((expires ?? 0) - copy.expiresAt) > 2 {
             state.copies.drop(name)
             state.counts.dropped += 1
         }

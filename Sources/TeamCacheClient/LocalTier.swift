@@ -166,23 +166,51 @@ public final class LocalTier: Sendable {
             let name = LocalCopies.Name(namespace: namespace, key: key)
             guard !state.stopped, let feed = state.feeds[namespace], feed.allowed == true, since >= feed.floor,
                   since >= state.forgotten else { return }
-            if let changed = state.changed[name], changed.seq > since, changed.etag != copy.etag { return }
+            // A fill of another version than the feed's last word on the key is refused, however
+            // late it started: a read standby that lags the feed answers an older version.
+            if let changed = state.changed[name], changed.etag != copy.etag { return }
             state.copies.put(name, copy)
         }
     }
 
-    func revalidated(_ namespace: String, _ key: String, ttl: Int) {
+    /// Renews the copy of version `etag` (not one another fill kept meanwhile).
+    func revalidated(_ namespace: String, _ key: String, ttl: Int, etag: String?) {
         state.withLock { state in
             state.counts.revalidated += 1
             let name = LocalCopies.Name(namespace: namespace, key: key)
-            guard var copy = state.copies.get(name) else { return }
+            guard var copy = state.copies.get(name), copy.etag == etag else { return }
             copy.expiresAt = Date().timeIntervalSince1970 + Double(ttl)
             state.copies.put(name, copy)
         }
     }
 
+    /// This client deleted `key` (or the service holds nothing fresh): the copy goes, and a fill
+    /// still in flight from before is refused.
     func forget(_ namespace: String, _ key: String) {
-        state.withLock { $0.copies.drop(.init(namespace: namespace, key: key)) }
+        state.withLock { state in
+            Self.note(&state, .init(namespace: namespace, key: key), etag: nil)
+            state.copies.drop(.init(namespace: namespace, key: key))
+        }
+    }
+
+    /// This client's own committed write: held at once; an older fill in flight is refused.
+    func wrote(_ namespace: String, _ key: String, _ copy: LocalCopy) {
+        let since = state.withLock { state in
+            Self.note(&state, .init(namespace: namespace, key: key), etag: copy.etag)
+            return state.applied
+        }
+        keep(namespace, key, copy, since: since)
+    }
+
+    /// A change to `name` now holding `etag` (nil: gone), for fills that raced it.
+    static func note(_ state: inout State, _ name: LocalCopies.Name, etag: String?) {
+        state.applied += 1
+        if state.changed.count >= changedKeys {
+            // Forgotten at once, not one by one: fills that started before are refused.
+            state.changed = [:]
+            state.forgotten = state.applied
+        }
+        state.changed[name] = (state.applied, etag)
     }
 
     /// For tests: the copy held, without counting or following.

@@ -20,12 +20,12 @@ extension TeamCacheClient {
             fetched = try await fetchEntry(namespace: namespace, key: key, maxStale: maxStale, ifNoneMatch: held?.etag)
         } catch let error as TeamCacheClientError where error.isUnreachable {
             guard let copy = tier.offline(namespace, key, .raw, maxStale: maxStale) else { throw error }
-            return Self.entry(copy, fromLocal: true)
+            return Self.entry(copy, fromLocal: true, stale: true)
         }
         switch fetched {
         case .notModified(let ttl):
             guard let held else { return try await get(namespace: namespace, key: key, maxStale: maxStale) }
-            tier.revalidated(namespace, key, ttl: ttl ?? 0)
+            tier.revalidated(namespace, key, ttl: ttl ?? 0, etag: held.etag)
             return Self.entry(held, fromLocal: false)
         case .entry(let entry):
             if let ttl = CachedEntry.ttl(entry.cacheStatus), let etag = entry.etag {
@@ -60,10 +60,10 @@ extension TeamCacheClient {
                                            lease: lease, wait: wait, ifNoneMatch: held?.etag)
         } catch let error as TeamCacheClientError where error.isUnreachable {
             guard let copy = tier.offline(namespace, key, .lookup, maxStale: maxStale) else { throw error }
-            return Self.hit(copy, key: key, fromLocal: true)
+            return Self.hit(copy, key: key, fromLocal: true, stale: true)
         }
         if answer.notModified, let held {
-            tier.revalidated(namespace, key, ttl: answer.ttl ?? 0)
+            tier.revalidated(namespace, key, ttl: answer.ttl ?? 0, etag: held.etag)
             return Self.hit(held, key: key, fromLocal: false)
         }
         switch answer.result {
@@ -85,13 +85,11 @@ extension TeamCacheClient {
     @discardableResult
     public func put(namespace: String, key: String, body: Data, contentType: String = "application/octet-stream",
                     ttl: Int? = nil, tags: [String] = []) async throws -> WriteResult {
-        let since = localTier?.mark() ?? 0
         let result = try await remotePut(namespace: namespace, key: key, body: body, contentType: contentType, ttl: ttl,
                                          tags: tags)
         if let tier = localTier, let expires = result.expiresAt.flatMap(Self.instant) {
-            tier.keep(namespace, key, LocalCopy(kind: .raw, etag: result.etag, body: body, contentType: contentType,
-                                                expiresAt: expires, updatedAt: Date().timeIntervalSince1970),
-                      since: since)
+            tier.wrote(namespace, key, LocalCopy(kind: .raw, etag: result.etag, body: body, contentType: contentType,
+                                                 expiresAt: expires, updatedAt: Date().timeIntervalSince1970))
         }
         return result
     }
@@ -102,15 +100,13 @@ extension TeamCacheClient {
     public func upsert(namespace: String, _ descriptor: Descriptor, answer: ModelAnswer, ttl: Int? = nil,
                        tags: [String] = [], lease: MissLease? = nil, staleWhileRevalidate: Int? = nil)
         async throws -> WriteResult {
-        let since = localTier?.mark() ?? 0
         let result = try await remoteUpsert(namespace: namespace, descriptor, answer: answer, ttl: ttl, tags: tags,
                                             lease: lease, staleWhileRevalidate: staleWhileRevalidate)
         if let tier = localTier, let expires = result.expiresAt.flatMap(Self.instant) {
-            tier.keep(namespace, result.key, LocalCopy(kind: .lookup, etag: result.etag, body: Data(answer.response.utf8),
-                                                       contentType: "text/plain", metadata: answer.metadata?.serialized,
-                                                       expiresAt: expires, updatedAt: Date().timeIntervalSince1970,
-                                                       staleWhileRevalidate: staleWhileRevalidate ?? 0),
-                      since: since)
+            tier.wrote(namespace, result.key, LocalCopy(kind: .lookup, etag: result.etag, body: Data(answer.response.utf8),
+                                                        contentType: "text/plain", metadata: answer.metadata?.serialized,
+                                                        expiresAt: expires, updatedAt: Date().timeIntervalSince1970,
+                                                        staleWhileRevalidate: staleWhileRevalidate ?? 0))
         }
         return result
     }
@@ -132,22 +128,24 @@ extension TeamCacheClient {
         _ = try await sendJSON("POST", "/v1/caches/\(namespace)/hits", .object([("hits", .array(items))]), accept: [200])
     }
 
-    static func entry(_ copy: LocalCopy, fromLocal: Bool) -> CachedEntry {
+    /// `stale`: answered while the service could not be reached (it cannot say the copy was not replaced).
+    static func entry(_ copy: LocalCopy, fromLocal: Bool, stale: Bool = false) -> CachedEntry {
         let now = Date().timeIntervalSince1970
         let ttl = Int((copy.expiresAt - now).rounded(.down))
         var entry = CachedEntry(body: copy.body, contentType: copy.contentType, etag: copy.etag,
-                                cacheStatus: "teamcache; hit; ttl=\(ttl)" + (fromLocal ? "; local" : ""),
+                                cacheStatus: "teamcache; hit; ttl=\(ttl)" + (fromLocal ? "; local" : "")
+                                    + (stale ? "; stale" : ""),
                                 age: max(0, Int(now - copy.updatedAt)))
         entry.fromLocal = fromLocal
         return entry
     }
 
-    static func hit(_ copy: LocalCopy, key: String, fromLocal: Bool) -> LookupResult {
+    static func hit(_ copy: LocalCopy, key: String, fromLocal: Bool, stale: Bool = false) -> LookupResult {
         let now = Date().timeIntervalSince1970
         var answer = ModelAnswer(response: String(decoding: copy.body, as: UTF8.self),
                                  metadata: copy.metadata.flatMap { try? JSONParser.parse(Array($0.utf8)) })
         answer.fromLocal = fromLocal
-        return .hit(answer, key: key, age: max(0, Int(now - copy.updatedAt)), stale: !copy.isFresh(now))
+        return .hit(answer, key: key, age: max(0, Int(now - copy.updatedAt)), stale: stale || !copy.isFresh(now))
     }
 
     /// Seconds since 1970 of an RFC 3339 instant (as the service writes `expires_at`).

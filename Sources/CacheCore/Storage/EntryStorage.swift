@@ -64,6 +64,9 @@ public protocol EntryStorage: AnyObject, Sendable {
     func changes(_ namespace: Namespace, after cursor: Int64, limit: Int, bodies: Bool) throws -> FeedPage
     /// The feed's newest cursor: a follower that starts from it sees every later change.
     func feedHead() throws -> Int64
+    /// The feed's newest cursor without waiting for any numbering (`since=now`): changes
+    /// committed before it and numbered later land past it, which a follower replays harmlessly.
+    func feedHeadNow() throws -> Int64
     /// The position past every commit so far, as clients send it back (`TeamCache-Min-Position`).
     func commitPosition() throws -> String
 }

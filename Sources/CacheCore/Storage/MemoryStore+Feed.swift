@@ -39,6 +39,7 @@ extension MemoryStore {
     }
 
     public func feedHead() throws -> Int64 { state.withLock { $0.head } }
+    public func feedHeadNow() throws -> Int64 { try feedHead() }
 }
 
 extension MemoryStore.State {
