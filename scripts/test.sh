@@ -26,7 +26,7 @@ own_clusters="FailoverTests|ReadReplicaTests|PoolerTests"
 # being idempotent (they may be granted a lease), are not retried. Run apart, as a backend's
 # client runs: beside a service that has the cores it needs.
 # (Filters match suite names: every suite is in a file of its own name, so list each one.)
-async_client="ClientTests|ClientRetryTests|ClientFailOpenTests|ClientChangeFeedTests"
+async_client="ClientTests|ClientRetryTests|ClientFailOpenTests|ClientChangeFeedTests|ClientLocalTierTests"
 stage "swift test: the main suite" swift test --skip "NearCacheReplicaTests|FeedBacklogTests|BudgetTests|UnverifiedBodyTests|$own_clusters|$async_client"
 stage "swift test: the Swift client's suites" swift test --filter "$async_client"
 stage "swift test: suites with clusters of their own" swift test --filter "$own_clusters"

@@ -10,7 +10,7 @@ import Locking
 /// - one task per namespace held follows its change feed (`/changes?wait=`) and drops a copy as
 ///   soon as a change to its key arrives, from any replica and any writer; the client's own
 ///   writes update the tier at once; a `410` clears the namespace. A namespace answers without
-///   asking only while its follower is caught up and was heard from within `feedWait + 1`
+///   asking only while its follower is caught up and was heard from within `feedWait × 1.5`
 ///   seconds: one that is behind, failing or silent makes every read revalidate instead;
 /// - while the service cannot be reached, a copy is served within the caller's `maxStale` or
 ///   the entry's stale-while-revalidate window, marked stale;
@@ -105,8 +105,13 @@ public final class LocalTier: Sendable {
 
     static func live(_ feed: Feed?, feedWait: TimeInterval) -> Bool {
         guard let synced = feed?.syncedAt else { return false }
-        return Double(DispatchTime.now().uptimeNanoseconds &- synced) / 1e9 < feedWait + 1
+        return Double(DispatchTime.now().uptimeNanoseconds &- synced) / 1e9 < trusted(feedWait)
     }
+
+    /// How long a follower's silence is trusted: its long poll's wait and a grace for a busy
+    /// service to answer it (half the wait, at least a second; a tier must not stop answering
+    /// every time a loaded service answers a long poll a little late).
+    static func trusted(_ feedWait: TimeInterval) -> TimeInterval { feedWait + max(1, feedWait / 2) }
 
     // MARK: Reads
 

@@ -152,6 +152,30 @@ import TestSupport
         await tier.close()
     }
 
+    @Test func warmFillsTheTierFromTheTopEntriesAndATagWithoutCountingLookups() async throws {
+        let namespace = TestService.namespace("swifttierwarm")
+        let token = try writer(namespace)
+        let a = client(service.port, token, tier: nil)
+        let descriptor = Descriptor(model: "m", input: .prompt("popular"))
+        try await a.upsert(namespace: namespace, descriptor, answer: ModelAnswer(response: "pre-warmed"), tags: ["warm"])
+        try await a.put(namespace: namespace, key: "raw", body: Data("raw body".utf8), tags: ["warm"])
+        for _ in 0..<3 { _ = try await a.lookup(namespace: namespace, descriptor) }
+        try service.app.tracker.flush()
+        let tier = try LocalTier(feedWait: 2)
+        let b = client(service.port, token, tier: tier)
+        #expect(try await b.warm(namespace: namespace, top: 5) == 2)  // both: the raw one with 0 hits
+        #expect(try await b.warm(namespace: namespace, tag: "warm") == 2)
+        let hit = try await b.lookup(namespace: namespace, descriptor)
+        guard case .hit(let answer, _, _, let stale) = hit else {
+            Issue.record("\(hit)")
+            return
+        }
+        #expect(hit.fromLocal && answer.response == "pre-warmed" && !stale)
+        let raw = try #require(try await b.get(namespace: namespace, key: "raw"))
+        #expect(raw.fromLocal && String(decoding: raw.body, as: UTF8.self) == "raw body")
+        await tier.close()
+    }
+
     @Test func aFillThatRacedAChangeIsNotKept() throws {
         let tier = try LocalTier()
         tier.state.withLock { state in

@@ -312,7 +312,7 @@ def test_a_follower_that_falls_behind_or_goes_silent_stops_local_answers(server,
 
     client.changes = silent  # type: ignore[method-assign]
     a.put(namespace, "k", b"newer", ttl=300)
-    time.sleep(2.2)  # feed_wait + 1: silence is not trusted past it
+    time.sleep(2.2)  # feed_wait + 1 (feed_wait 1 s): silence is not trusted past it
     assert not tier.live(namespace)
     answer = b.get(namespace, "k")
     assert answer.body == b"newer" and not answer.from_local

@@ -6,8 +6,8 @@ Coherence: one thread per namespace held follows its change feed (``/changes?wai
 drops a copy as soon as a change to its key arrives from any replica and any writer (the
 copy's own version is kept); this client's own writes update the tier at once; a ``410``
 clears the namespace. A namespace answers from memory without asking only while its
-follower is caught up and heard from within ``feed_wait + 1`` seconds: a follower that is
-behind (``more``), failing or silent makes every read revalidate instead.
+follower is caught up and heard from within ``feed_wait × 1.5`` seconds (at least
+``feed_wait + 1``): a follower that is behind (``more``), failing or silent makes every read revalidate instead.
 
 Offline (the service unreachable, or the breaker open): a copy is served within the
 caller's ``max_stale`` or the entry's stale-while-revalidate window, marked stale; writes
@@ -87,7 +87,8 @@ class LocalTier:
     ``path``: a SQLite file that keeps copies, feed cursors and the outbox across restarts
     (None: memory only). ``max_bytes`` bounds memory and the file alike; a copy over an eighth
     of it is not kept. ``feed_wait``: each long poll's wait (a silent feed stops local answers
-    after ``feed_wait + 1`` seconds). ``report_interval``: how often local hits are reported
+    after ``feed_wait × 1.5`` seconds, at least ``feed_wait + 1``). ``report_interval``: how
+    often local hits are reported
     and the outbox retried. ``outbox_max`` writes (and 16 MiB) at most wait in the outbox."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, max_bytes: int = 64 * 2**20, *,
@@ -99,6 +100,9 @@ class LocalTier:
         self.max_bytes = max_bytes
         self.keep_encrypted = keep_encrypted
         self.feed_wait = feed_wait
+        #: How long a follower's silence is trusted: its long poll's wait and a grace for a
+        #: busy service to answer it (half the wait, at least a second).
+        self._trusted = feed_wait + max(1.0, feed_wait / 2)
         self.report_interval = report_interval
         self.outbox_max = outbox_max
         self.outbox_max_bytes = 16 * 2**20
@@ -159,10 +163,10 @@ class LocalTier:
 
     def live(self, namespace: str) -> bool:
         """Whether ``namespace``'s copies may answer without asking: its follower is caught
-        up and was heard from within ``feed_wait + 1`` seconds."""
+        up and was heard from within ``feed_wait × 1.5`` seconds (at least ``feed_wait + 1``)."""
         feed = self._feeds.get(namespace)
         synced = feed.synced_at if feed is not None else None
-        return synced is not None and time.monotonic() - synced < self.feed_wait + 1.0
+        return synced is not None and time.monotonic() - synced < self._trusted
 
     # Reads
 
@@ -193,7 +197,7 @@ class LocalTier:
         hot path: one lock, a dictionary probe, the hit counted for the next report.)"""
         feed = self._feeds.get(namespace) or self._follow(namespace)
         synced = feed.synced_at
-        if synced is None or time.monotonic() - synced >= self.feed_wait + 1.0:
+        if synced is None or time.monotonic() - synced >= self._trusted:
             return None
         with self._lock:
             if self._stop.is_set():
