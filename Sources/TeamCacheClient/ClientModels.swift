@@ -51,6 +51,13 @@ public struct WriteResult: Sendable, Equatable {
     public let encoding: String
     /// RFC 3339 (nil from a server that does not say).
     public var expiresAt: String? = nil
+    /// The service could not be reached: the write waits in the local tier's outbox and is
+    /// sent when it answers again (not committed yet).
+    public var queued = false
+
+    static func queued(key: String) -> WriteResult {
+        WriteResult(created: false, key: key, etag: "", size: 0, storedSize: 0, encoding: "", queued: true)
+    }
 }
 
 /// A model answer: the text and what to remember about it (tokens, finish reason…).

@@ -58,9 +58,13 @@ public final class LocalTier: Sendable {
         var reporter: Task<Void, Never>?
         var stopped = false
         var counts = Counts()
+        var outbox: [Queued] = []
+        var conflicts: [OutboxConflict] = []
     }
 
     let state: Locked<State>
+    /// One outbox sender at a time (the background and `flush`).
+    let sending = Locked(false)
     static let changedKeys = 10_000
     static let pendingHitKeys = 10_000
 
@@ -240,10 +244,18 @@ public final class LocalTier: Sendable {
             try? await Task.sleep(nanoseconds: UInt64(reportInterval * 1e9))
             if Task.isCancelled { return }
             await report()
+            await sendOutbox()
         }
     }
 
-    /// Reports the local hits now (the background does it every `reportInterval`).
+    /// Reports the local hits and sends the outbox now (the background does both every
+    /// `reportInterval`).
+    public func flush() async {
+        await report()
+        await sendOutbox()
+    }
+
+    /// Reports the local hits now.
     public func report() async {
         let (taken, client) = state.withLock { state in
             defer { state.hits = [:] }

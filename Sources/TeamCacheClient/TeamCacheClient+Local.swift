@@ -85,8 +85,19 @@ extension TeamCacheClient {
     @discardableResult
     public func put(namespace: String, key: String, body: Data, contentType: String = "application/octet-stream",
                     ttl: Int? = nil, tags: [String] = []) async throws -> WriteResult {
-        let result = try await remotePut(namespace: namespace, key: key, body: body, contentType: contentType, ttl: ttl,
+        let result: WriteResult
+        do {
+            result = try await remotePut(namespace: namespace, key: key, body: body, contentType: contentType, ttl: ttl,
                                          tags: tags)
+        } catch let error as TeamCacheClientError where error.neverReached {
+            // Offline: the write waits in the tier's outbox (`WriteResult.queued`).
+            let now = Date().timeIntervalSince1970
+            guard let tier = localTier,
+                  tier.queue(namespace, key, .put(body: body, contentType: contentType, ttl: ttl, tags: tags),
+                             copy: LocalCopy(kind: .raw, etag: nil, body: body, contentType: contentType,
+                                             expiresAt: now + Double(ttl ?? 3600), updatedAt: now)) else { throw error }
+            return .queued(key: key)
+        }
         if let tier = localTier, let expires = result.expiresAt.flatMap(Self.instant) {
             tier.wrote(namespace, key, LocalCopy(kind: .raw, etag: result.etag, body: body, contentType: contentType,
                                                  expiresAt: expires, updatedAt: Date().timeIntervalSince1970))
@@ -100,8 +111,19 @@ extension TeamCacheClient {
     public func upsert(namespace: String, _ descriptor: Descriptor, answer: ModelAnswer, ttl: Int? = nil,
                        tags: [String] = [], lease: MissLease? = nil, staleWhileRevalidate: Int? = nil)
         async throws -> WriteResult {
-        let result = try await remoteUpsert(namespace: namespace, descriptor, answer: answer, ttl: ttl, tags: tags,
+        let result: WriteResult
+        do {
+            result = try await remoteUpsert(namespace: namespace, descriptor, answer: answer, ttl: ttl, tags: tags,
                                             lease: lease, staleWhileRevalidate: staleWhileRevalidate)
+        } catch let error as TeamCacheClientError where error.neverReached {
+            let now = Date().timeIntervalSince1970
+            guard let tier = localTier,
+                  tier.queue(namespace, descriptor.key, .upsert(descriptor, answer, ttl: ttl, tags: tags),
+                             copy: LocalCopy(kind: .lookup, etag: nil, body: Data(answer.response.utf8),
+                                             contentType: "text/plain", metadata: answer.metadata?.serialized,
+                                             expiresAt: now + Double(ttl ?? 3600), updatedAt: now)) else { throw error }
+            return .queued(key: descriptor.key)
+        }
         if let tier = localTier, let expires = result.expiresAt.flatMap(Self.instant) {
             tier.wrote(namespace, result.key, LocalCopy(kind: .lookup, etag: result.etag, body: Data(answer.response.utf8),
                                                         contentType: "text/plain", metadata: answer.metadata?.serialized,
@@ -159,6 +181,15 @@ extension TeamCacheClient {
 }
 
 extension TeamCacheClientError {
+    /// A write that failed so is not queued when it timed out: its outcome is unknown (a frozen
+    /// service may apply it when it resumes, and the queued copy would then meet it as another's).
+    var neverReached: Bool {
+        switch self {
+        case .transport, .skipped: true
+        case .timedOut, .problem, .malformedResponse: false
+        }
+    }
+
     /// The service could not be reached (or was not asked: the breaker is open).
     var isUnreachable: Bool {
         switch self {

@@ -84,10 +84,12 @@ public struct TeamCacheClient: Sendable {
         }
     }
 
-    func remotePut(namespace: String, key: String, body: Data, contentType: String, ttl: Int?, tags: [String])
-        async throws -> WriteResult {
+    /// `condition`: `If-Match` / `If-None-Match` (a queued write sent over the version it was made over).
+    func remotePut(namespace: String, key: String, body: Data, contentType: String, ttl: Int?, tags: [String],
+                   condition: (name: String, value: String)? = nil) async throws -> WriteResult {
         var headers = ["Content-Type": contentType]
         if !tags.isEmpty { headers["Cache-Tag"] = tags.joined(separator: ", ") }
+        if let condition { headers[condition.name] = condition.value }
         let query = ttl.map { "?ttl=\($0)" } ?? ""
         let (data, response) = try await send("PUT", entryPath(namespace, key) + query, headers: headers, body: body,
                                               accept: [200, 201])

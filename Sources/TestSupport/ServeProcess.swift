@@ -16,12 +16,14 @@ public final class ServeProcess {
 
     /// Starts the debug binary on `database` (under the suite's server): several replicas
     /// of one service share it.
-    public convenience init(database: String, environment extra: [String: String] = [:], stderr: FileHandle? = nil)
-        throws {
+    /// `port`: the one to listen on (a service restarted where its clients look for it).
+    public convenience init(database: String, environment extra: [String: String] = [:], stderr: FileHandle? = nil,
+                            port: Int? = nil) throws {
         // A dbname query parameter makes libpq use this test's database under the suite's server.
         let base = TestDatabase.shared.url
         let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(database)"
-        try self.init(arguments: ["--database-url", url], database: database, environment: extra, stderr: stderr)
+        try self.init(arguments: ["--database-url", url], database: database, environment: extra, stderr: stderr,
+                      port: port)
     }
 
     /// Starts the debug binary with its embedded cluster under `dataDirectory`.

@@ -102,6 +102,49 @@ import TestSupport
         await tier.close()
     }
 
+    @Test func offlineWritesWaitInTheOutboxAndReachTheServiceWhenItAnswersAgain() async throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "swifttierbox")
+        let replica = try ServeProcess(database: database)
+        defer { replica.stop(SIGKILL) }
+        #expect(replica.waitUntilListening())
+        let url = URL(string: "http://127.0.0.1:\(replica.port)")!
+        let tier = try LocalTier(feedWait: 2, reportInterval: 0.2)
+        var configuration = TeamCacheClient.Configuration(baseURL: url, token: nil)
+        configuration.timeout = 0.5
+        configuration.lookupTimeout = 0.3
+        configuration.breaker = CircuitBreaker(cooldown: 0.5)
+        let b = TeamCacheClient(configuration, localTier: tier)
+        try await following(tier, "box")
+        let descriptor = Descriptor(model: "m", input: .prompt("made offline"))
+        try await b.put(namespace: "box", key: "k", body: Data("base".utf8), ttl: 300)
+        replica.stop(SIGKILL)  // stopped: every call is refused
+        let first = try await b.put(namespace: "box", key: "k", body: Data("first".utf8), ttl: 300)
+        let second = try await b.put(namespace: "box", key: "k", body: Data("second".utf8), ttl: 300)
+        let upserted = try await b.upsert(namespace: "box", descriptor, answer: ModelAnswer(response: "from B"))
+        #expect(first.queued && second.queued && upserted.queued && tier.outboxCount == 2)
+        // B reads its own write meanwhile (marked stale: the service could not be asked).
+        let own = try #require(try await b.get(namespace: "box", key: "k", maxStale: 0))
+        #expect(own.fromLocal && String(decoding: own.body, as: UTF8.self) == "second")
+        // Started again where B looks for it.
+        let restarted = try ServeProcess(database: database, port: replica.port)
+        defer { restarted.stop(SIGKILL) }
+        #expect(restarted.waitUntilListening())
+        for _ in 0..<100 where tier.outboxCount > 0 {
+            await tier.flush()
+            try await Task.sleep(nanoseconds: 100_000_000)
+        }
+        #expect(tier.outboxCount == 0 && tier.conflicts.isEmpty, "\(tier.conflicts)")
+        let plain = TeamCacheClient(.init(baseURL: url, token: nil))
+        let stored = try #require(try await plain.get(namespace: "box", key: "k"))
+        #expect(String(decoding: stored.body, as: UTF8.self) == "second")
+        guard case .hit(let answer, _, _, _) = try await plain.lookup(namespace: "box", descriptor) else {
+            Issue.record("the offline upsert did not arrive")
+            return
+        }
+        #expect(answer.response == "from B")
+        await tier.close()
+    }
+
     @Test func aRestartedAppFindsItsFileAndWhatChangedMeanwhile() async throws {
         let namespace = TestService.namespace("swifttierfile")
         let token = try writer(namespace)

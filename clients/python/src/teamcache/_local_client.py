@@ -12,9 +12,11 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import httpx
+
 from ._local import LocalTier, _written
 from ._local_store import Record
-from .errors import TransportError
+from .errors import CacheSkipped, TransportError
 from .keys import descriptor_key
 from .models import Entry, EntryMiss, Lease, Lookup, WriteResult
 
@@ -74,6 +76,14 @@ def _entry_of(now: float, record: Record, from_local: bool, stale: bool) -> Entr
     status = f"teamcache; hit; ttl={ttl}" + ("; local" if from_local else "") + ("; stale" if stale else "")
     return Entry(body=record.body, content_type=record.content_type, etag=record.etag, cache_status=status,
                  age=max(0, int(now - record.updated_at)), headers={"cache-status": status}, from_local=from_local)
+
+
+def _never_sent(error: TransportError) -> bool:
+    """Whether a failed write certainly did not reach the service (refused, not connected, or
+    not asked: the breaker is open). One that timed out is not queued: its outcome is unknown,
+    and a frozen service may apply it when it resumes."""
+    cause = error.__cause__
+    return isinstance(error, CacheSkipped) or isinstance(cause, (httpx.ConnectError, httpx.ConnectTimeout))
 
 
 def _queueable(payload: Mapping[str, Any]) -> bool:
@@ -237,8 +247,9 @@ class LocalSyncMixin:
                 namespace, key, body, content_type=content_type, ttl=ttl, tags=tags, create_only=create_only,
                 if_match=if_match, lease=lease, stale_while_revalidate=stale_while_revalidate,
                 content_encoding=content_encoding)
-        except TransportError:
-            if tier is None or text is None or create_only or if_match is not None or content_encoding is not None:
+        except TransportError as error:
+            if tier is None or text is None or create_only or if_match is not None or content_encoding is not None \
+                    or not _never_sent(error):
                 raise
             queued = tier.queue(namespace, "put", text, _Writes.put_payload(data, kind, ttl, tags,
                                                                              stale_while_revalidate),
@@ -262,9 +273,9 @@ class LocalSyncMixin:
             result: WriteResult = self._remote_upsert(namespace, descriptor, response, metadata=metadata, ttl=ttl,
                                                       tags=tags, lease=lease,
                                                       stale_while_revalidate=stale_while_revalidate)
-        except TransportError:
+        except TransportError as error:
             payload = _Writes.upsert_payload(descriptor, response, metadata, ttl, tags, stale_while_revalidate)
-            if tier is None or not _queueable(payload):
+            if tier is None or not _queueable(payload) or not _never_sent(error):
                 raise
             key = descriptor_key(descriptor)
             queued = tier.queue(namespace, "upsert", key, payload,
@@ -369,8 +380,9 @@ class LocalAsyncMixin:
                 namespace, key, body, content_type=content_type, ttl=ttl, tags=tags, create_only=create_only,
                 if_match=if_match, lease=lease, stale_while_revalidate=stale_while_revalidate,
                 content_encoding=content_encoding)
-        except TransportError:
-            if tier is None or text is None or create_only or if_match is not None or content_encoding is not None:
+        except TransportError as error:
+            if tier is None or text is None or create_only or if_match is not None or content_encoding is not None \
+                    or not _never_sent(error):
                 raise
             queued = tier.queue(namespace, "put", text, _Writes.put_payload(data, kind, ttl, tags,
                                                                              stale_while_revalidate),
@@ -393,9 +405,9 @@ class LocalAsyncMixin:
             result: WriteResult = await self._remote_upsert(namespace, descriptor, response, metadata=metadata,
                                                             ttl=ttl, tags=tags, lease=lease,
                                                             stale_while_revalidate=stale_while_revalidate)
-        except TransportError:
+        except TransportError as error:
             payload = _Writes.upsert_payload(descriptor, response, metadata, ttl, tags, stale_while_revalidate)
-            if tier is None or not _queueable(payload):
+            if tier is None or not _queueable(payload) or not _never_sent(error):
                 raise
             key = descriptor_key(descriptor)
             queued = tier.queue(namespace, "upsert", key, payload,
