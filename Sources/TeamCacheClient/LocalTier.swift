@@ -90,11 +90,11 @@ public final class LocalTier: Sendable {
 
     /// Stops following and reporting (after one last report), closes the file.
     public func close() async {
-        let tasks = state.withLock { state -> [Task<Void, Never>] in
-            state.stopped = true
-            return state.feeds.values.compactMap(\.task) + (state.reporter.map { [$0] } ?? [])
-        }
-        for task in tasks { task.cancel() }
+        // The followers and the reporter see `stopped` and end on their own (within a long
+        // poll's wait): they are not cancelled, since cancelling a task whose request is in
+        // flight raced the request's own completion in the concurrency runtime (a test run
+        // hung with a thread parked in the task status lock while resuming URLSession's answer).
+        state.withLock { $0.stopped = true }
         await report()
         state.withLock { $0.copies.close() }
     }
@@ -240,9 +240,9 @@ public final class LocalTier: Sendable {
     // MARK: Reports
 
     private func reportEvery() async {
-        while !Task.isCancelled {
+        while !Task.isCancelled && !state.withLock({ $0.stopped }) {
             try? await Task.sleep(nanoseconds: UInt64(reportInterval * 1e9))
-            if Task.isCancelled { return }
+            if Task.isCancelled || state.withLock({ $0.stopped }) { return }
             await report()
             await sendOutbox()
         }
