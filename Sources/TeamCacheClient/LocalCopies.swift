@@ -107,6 +107,18 @@ final class LocalCopies {
         return copy
     }
 
+    /// The copy's version and expiry without using it (a change being applied must not pull a
+    /// row off the disk, nor move it in the LRU): body and metadata left empty when it is only
+    /// on disk.
+    func peek(_ name: Name) -> LocalCopy? {
+        if let node = nodes[name] { return node.copy }
+        guard let file, let row = try? file.run("SELECT kind, etag, expires_at FROM entries WHERE namespace = ?1 AND key = ?2",
+                                                 [.text(name.namespace), .text(name.key)]).first,
+              row.count == 3, let kind = row[0].text.flatMap(LocalCopy.Kind.init), let expires = row[2].double
+        else { return nil }
+        return LocalCopy(kind: kind, etag: row[1].text, body: Data(), contentType: "", expiresAt: expires, updatedAt: 0)
+    }
+
     /// Keeps `copy` (false when too large to keep: over an eighth of the bound).
     @discardableResult
     func put(_ name: Name, _ copy: LocalCopy) -> Bool {

@@ -75,9 +75,10 @@ extension LocalTier {
         note(&state, name, etag: change.kind == .put ? change.etag : nil)
         // The same version written again with another expiry is a change too: the copy stays
         // only when its expiry agrees with the change's (within the clocks' and rounding's 2 s).
-        let expires = change.expiresAt.flatMap(TeamCacheClient.instant)
-        if let copy = state.copies.get(name), change.kind != .put || copy.etag != change.etag || expires == nil
-            || abs((expires ?? 0) - copy.expiresAt) > 2 {
+        guard let copy = state.copies.peek(name) else { return }
+        let expires = change.kind == .put && copy.etag == change.etag ? change.expiresAt.flatMap(TeamCacheClient.instant)
+            : nil
+        if expires.map({ abs($0 - copy.expiresAt) > 2 }) ?? true {
             state.copies.drop(name)
             state.counts.dropped += 1
         }

@@ -70,7 +70,7 @@ public final class LocalTier: Sendable {
 
     public init(path: String? = nil, maxBytes: Int = 64 * 1024 * 1024, keepEncrypted: Bool = false,
                 feedWait: TimeInterval = 10, reportInterval: TimeInterval = 2) throws {
-        precondition(maxBytes >= 64 * 1024, "maxBytes must be at least 64 KiB")
+        guard maxBytes >= 64 * 1024 else { throw LocalFile.Failure(description: "maxBytes must be at least 64 KiB") }
         self.maxBytes = maxBytes
         self.keepEncrypted = keepEncrypted
         self.feedWait = feedWait
@@ -79,10 +79,11 @@ public final class LocalTier: Sendable {
     }
 
     /// The tier's own client (no breaker, no retries: it works in the background and tries
-    /// again on its own schedule).
+    /// again on its own schedule). A tier given to several clients (copies of one, say) keeps
+    /// the first's: they share its copies, and one connection follows the feed for all.
     func attach(_ client: TeamCacheClient) {
         state.withLock { state in
-            precondition(state.client == nil, "a LocalTier belongs to one client")
+            guard state.client == nil else { return }
             state.client = client
             state.reporter = Task.detached { [weak self] in await self?.reportEvery() }
         }
@@ -95,7 +96,9 @@ public final class LocalTier: Sendable {
         // flight raced the request's own completion in the concurrency runtime (a test run
         // hung with a thread parked in the task status lock while resuming URLSession's answer).
         state.withLock { $0.stopped = true }
-        await report()
+        // The last report gets a second at most: a frozen service must not hold up the app's
+        // shutdown (what it could not take is lost, as a crash would lose it).
+        _ = try? await TeamCacheClient.within(1) { [self] in await report() }
         state.withLock { $0.copies.close() }
     }
 

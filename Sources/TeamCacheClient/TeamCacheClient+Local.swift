@@ -1,5 +1,6 @@
 import CacheKeys
 import Foundation
+import Locking
 
 /// The calls a local tier answers or follows; without a tier, each is the plain request.
 extension TeamCacheClient {
@@ -170,14 +171,22 @@ extension TeamCacheClient {
         return .hit(answer, key: key, age: max(0, Int(now - copy.updatedAt)), stale: stale || !copy.isFresh(now))
     }
 
-    /// Seconds since 1970 of an RFC 3339 instant (as the service writes `expires_at`).
+    /// Seconds since 1970 of an RFC 3339 instant (as the service writes `expires_at`), with or
+    /// without fractional seconds. The formatters are made once (a formatter costs more to make
+    /// than a write) and used under a lock.
     static func instant(_ text: String) -> Double? {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let date = formatter.date(from: text) { return date.timeIntervalSince1970 }
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.date(from: text)?.timeIntervalSince1970
+        instantFormatters.withLock { formatters in
+            (formatters.fractional.date(from: text) ?? formatters.plain.date(from: text))?.timeIntervalSince1970
+        }
     }
+
+    private static let instantFormatters: Locked<(fractional: ISO8601DateFormatter, plain: ISO8601DateFormatter)> = {
+        let fractional = ISO8601DateFormatter()
+        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let plain = ISO8601DateFormatter()
+        plain.formatOptions = [.withInternetDateTime]
+        return Locked((fractional, plain))
+    }()
 }
 
 extension TeamCacheClientError {

@@ -20,7 +20,7 @@ import TestSupport
     /// namespace) are not kept, as they may predate the follower's cursor.
     func following(_ tier: LocalTier, _ namespace: String) async throws {
         tier.state.withLock { tier.follow(namespace, in: &$0) }
-        for _ in 0..<200 where !tier.isLive(namespace) { try await Task.sleep(nanoseconds: 50_000_000) }
+        for _ in 0..<600 where !tier.isLive(namespace) { try await Task.sleep(nanoseconds: 50_000_000) }
         try #require(tier.isLive(namespace))
     }
 
@@ -221,6 +221,58 @@ import TestSupport
         #expect(hit.fromLocal && answer.response == "pre-warmed" && !stale)
         let raw = try #require(try await b.get(namespace: namespace, key: "raw"))
         #expect(raw.fromLocal && String(decoding: raw.body, as: UTF8.self) == "raw body")
+        await tier.close()
+    }
+
+    enum Sick: String, CaseIterable, Sendable { case refused, frozen, unauthorized }
+
+    /// A cache that refuses connections, never answers, or refuses the token: every entry point
+    /// of a client with a tier fails fast (or `cached` goes on with the model call), and closing
+    /// the tier does not wait on the service.
+    @Test(arguments: Sick.allCases) func aTieredClientNeverHoldsUpTheCallersCall(_ sick: Sick) async throws {
+        let frozen = try ClientFailOpenTests.Frozen(listening: sick != .refused)
+        let port = sick == .unauthorized ? service.port : frozen.port
+        let tier = try LocalTier(feedWait: 2)
+        var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(port)")!,
+                                                          token: "tc_refused")
+        configuration.lookupTimeout = 0.3
+        configuration.timeout = 0.5
+        configuration.backoff = 0.01
+        let client = TeamCacheClient(configuration, localTier: tier)
+        let descriptor = Descriptor(model: "m", input: .prompt("fail open \(sick)"))
+        var started = ProcessInfo.processInfo.systemUptime
+        for _ in 0..<3 {
+            let answer = try await client.cached(namespace: "failopen", descriptor) { ModelAnswer(response: "paid") }
+            #expect(answer.response == "paid")
+        }
+        let paid = ProcessInfo.processInfo.systemUptime - started
+        #expect(paid < 3, "three cached calls paid \(paid) s")
+        let calls: [@Sendable () async throws -> Void] = [
+            { _ = try await client.lookup(namespace: "failopen", descriptor) },
+            { _ = try await client.get(namespace: "failopen", key: "k") },
+            { _ = try await client.put(namespace: "failopen", key: "k", body: Data("v".utf8)) },
+            { _ = try await client.upsert(namespace: "failopen", descriptor, answer: ModelAnswer(response: "a")) },
+        ]
+        for call in calls {
+            started = ProcessInfo.processInfo.systemUptime
+            await #expect(throws: TeamCacheClientError.self) { try await call() }
+            #expect(ProcessInfo.processInfo.systemUptime - started < 1.5)
+        }
+        // The namespace was never known to be keepable: nothing waits in the outbox.
+        #expect(tier.outboxCount == 0)
+        started = ProcessInfo.processInfo.systemUptime
+        await tier.close()
+        #expect(ProcessInfo.processInfo.systemUptime - started < 2.5)
+    }
+
+    /// A bound too small is an error, not a trap; a tier given to a second client is shared.
+    @Test func aBadBoundThrowsAndASecondClientSharesTheTier() async throws {
+        #expect(throws: (any Error).self) { _ = try LocalTier(maxBytes: 1000) }
+        let tier = try LocalTier()
+        let url = URL(string: "http://127.0.0.1:\(service.port)")!
+        let first = TeamCacheClient(baseURL: url, token: nil, localTier: tier)
+        let second = TeamCacheClient(baseURL: url, token: nil, localTier: tier)
+        #expect(first.localTier === second.localTier)
         await tier.close()
     }
 

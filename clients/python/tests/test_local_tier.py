@@ -16,13 +16,21 @@ import time
 import httpx
 import pytest
 
-from teamcache import AsyncTeamCache, Entry, LocalTier, TeamCache, TransportError, descriptor_key
+from teamcache import (
+    AsyncTeamCache,
+    Entry,
+    LocalTier,
+    TeamCache,
+    TeamCacheError,
+    TransportError,
+    descriptor_key,
+)
 from teamcache._local import _Feed
 from teamcache._local_store import Record
 from teamcache.models import ChangePage
 
-from .conftest import eventually
-from .test_fail_open import Switch
+from .conftest import eventually, free_port
+from .test_fail_open import Frozen, Switch
 
 
 def counted(url: str, token: str, tier: LocalTier | None, **options) -> tuple[TeamCache, list[str]]:
@@ -397,3 +405,46 @@ def test_warm_fills_the_tier_from_the_top_entries_without_counting_lookups(serve
     assert len(requests) == before
     b.close()
     a.close()
+
+
+@pytest.mark.parametrize("kind", ["refused", "frozen", "unauthorized"])
+def test_a_tiered_client_never_holds_up_the_callers_call(kind, server, namespace):
+    """A cache that refuses connections, never answers, or refuses the token: each entry point
+    of a client with a tier fails fast (or goes on with the model call) and closing it does not
+    wait on the service."""
+    frozen = Frozen() if kind == "frozen" else None
+    url = frozen.url if frozen is not None else \
+        {"refused": f"http://127.0.0.1:{free_port()}", "unauthorized": server.url}[kind]
+    tier = LocalTier(feed_wait=2)
+    cache = TeamCache(url, "tc_refused" if kind == "unauthorized" else "t", local_tier=tier, lookup_timeout=0.3,
+                      backoff=0.01)
+    descriptor = {"model": "m", "prompt": f"fail open {kind}"}
+    try:
+        started = time.monotonic()
+        assert [cache.cached(namespace, descriptor, lambda: "paid") for _ in range(3)] == ["paid"] * 3
+        paid = time.monotonic() - started
+        assert paid < 2.0, f"three cached calls paid {paid:.2f} s"
+        for call in (lambda: cache.lookup(namespace, descriptor), lambda: cache.get(namespace, "k"),
+                     lambda: cache.put(namespace, "k", b"v"), lambda: cache.upsert(namespace, descriptor, "a")):
+            started = time.monotonic()
+            with pytest.raises(TeamCacheError):
+                call()
+            assert time.monotonic() - started < 1.0
+        assert tier.outbox == 0  # the namespace was never known to be keepable: nothing waits
+    finally:
+        started = time.monotonic()
+        cache.close()
+        assert time.monotonic() - started < 2.0
+        if frozen is not None:
+            frozen.close()
+
+
+def test_a_bad_bound_is_refused_and_a_second_client_shares_the_tier(server, token):
+    with pytest.raises(ValueError):
+        LocalTier(max_bytes=1000)
+    tier = LocalTier()
+    first = TeamCache(server.url, token, local_tier=tier)
+    second = TeamCache(server.url, token, local_tier=tier)
+    assert first._tier is second._tier is tier and tier._client is not None
+    second._http.close()
+    first.close()

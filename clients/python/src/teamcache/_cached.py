@@ -40,7 +40,7 @@ import httpx
 from . import _operations as op
 from .errors import ConfigurationError, TeamCacheError
 from .keys import descriptor_key
-from .models import Lease, Lookup
+from .models import Lease, Lookup, WriteResult
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -239,6 +239,15 @@ class CachedMixin:
     if TYPE_CHECKING:
         def _run(self, call: op.Call[T]) -> T: ...
 
+        # The client's own calls (``LocalSyncMixin``): through its local tier when it has one.
+        def lookup(self, namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | None = None,
+                   refresh: bool = False, lease: int | None = None, wait: float | None = None,
+                   if_none_match: str | None = None) -> Lookup: ...
+
+        def upsert(self, namespace: str, descriptor: Mapping[str, Any], response: str, *,
+                   metadata: Mapping[str, Any] | None = None, ttl: int | None = None, tags: Iterable[str] = (),
+                   lease: Lease | str | None = None, stale_while_revalidate: int | None = None) -> WriteResult: ...
+
     @property
     def cache_failures(self) -> int:
         """How many times a ``cached`` call went on without the cache because it failed."""
@@ -285,9 +294,9 @@ class CachedMixin:
             try:
                 # Without a wait first, under the client's short lookup deadline: a frozen cache
                 # costs that, not the wait. Only a caller told "pending" waits for the fill.
-                found = self._run(op.lookup(namespace, descriptor, lease=options.lease))
+                found = self.lookup(namespace, descriptor, lease=options.lease)
                 if found.pending and options.lease and options.wait:
-                    found = self._run(op.lookup(namespace, descriptor, lease=options.lease, wait=options.wait))
+                    found = self.lookup(namespace, descriptor, lease=options.lease, wait=options.wait)
                 self._health.succeeded()
             except _CACHE_FAILURES as error:
                 _fails_open(error)
@@ -307,7 +316,7 @@ class CachedMixin:
         except Exception:
             if options.stale_on_error is not None:
                 try:
-                    stale = self._run(op.lookup(namespace, descriptor, max_stale=options.stale_on_error))
+                    stale = self.lookup(namespace, descriptor, max_stale=options.stale_on_error)
                 except _CACHE_FAILURES:
                     stale = None
                 if stale is not None and stale.hit and (value := _decode(options, stale)) is not _UNDECODABLE:
@@ -344,8 +353,8 @@ class CachedMixin:
                     self._health.failed(failure)
             return result
         try:
-            self._run(op.upsert(namespace, descriptor, text, metadata=metadata or None, ttl=options.ttl,
-                        tags=options.tags, lease=lease, stale_while_revalidate=options.stale_while_revalidate))
+            self.upsert(namespace, descriptor, text, metadata=metadata or None, ttl=options.ttl,
+                        tags=options.tags, lease=lease, stale_while_revalidate=options.stale_while_revalidate)
         except _CACHE_FAILURES as error:
             self._health.failed(error)
         return result
@@ -364,6 +373,15 @@ class AsyncCachedMixin:
 
     if TYPE_CHECKING:
         async def _run(self, call: op.Call[T]) -> T: ...
+
+        async def lookup(self, namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | None = None,
+                         refresh: bool = False, lease: int | None = None, wait: float | None = None,
+                         if_none_match: str | None = None) -> Lookup: ...
+
+        async def upsert(self, namespace: str, descriptor: Mapping[str, Any], response: str, *,
+                         metadata: Mapping[str, Any] | None = None, ttl: int | None = None,
+                         tags: Iterable[str] = (), lease: Lease | str | None = None,
+                         stale_while_revalidate: int | None = None) -> WriteResult: ...
 
     @property
     def cache_failures(self) -> int:
@@ -411,10 +429,9 @@ class AsyncCachedMixin:
         lease: Lease | None = None
         if not options.refresh:
             try:
-                found = await self._run(op.lookup(namespace, descriptor, lease=options.lease))
+                found = await self.lookup(namespace, descriptor, lease=options.lease)
                 if found.pending and options.lease and options.wait:
-                    found = await self._run(op.lookup(namespace, descriptor, lease=options.lease,
-                                                      wait=options.wait))
+                    found = await self.lookup(namespace, descriptor, lease=options.lease, wait=options.wait)
                 self._health.succeeded()
             except _CACHE_FAILURES as error:
                 _fails_open(error)
@@ -435,7 +452,7 @@ class AsyncCachedMixin:
         except Exception:
             if options.stale_on_error is not None:
                 try:
-                    stale = await self._run(op.lookup(namespace, descriptor, max_stale=options.stale_on_error))
+                    stale = await self.lookup(namespace, descriptor, max_stale=options.stale_on_error)
                 except _CACHE_FAILURES:
                     stale = None
                 if stale is not None and stale.hit and (value := _decode(options, stale)) is not _UNDECODABLE:
@@ -472,9 +489,9 @@ class AsyncCachedMixin:
                     self._health.failed(failure)
             return result
         try:
-            await self._run(op.upsert(namespace, descriptor, text, metadata=metadata or None,
+            await self.upsert(namespace, descriptor, text, metadata=metadata or None,
                               ttl=options.ttl, tags=options.tags, lease=lease,
-                              stale_while_revalidate=options.stale_while_revalidate))
+                              stale_while_revalidate=options.stale_while_revalidate)
         except _CACHE_FAILURES as error:
             self._health.failed(error)
         return result

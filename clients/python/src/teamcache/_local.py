@@ -134,7 +134,8 @@ class LocalTier:
     def _attach(self, base_url: str, token: str | None, timeout: float) -> None:
         from ._client import TeamCache
         if self._client is not None:
-            raise ValueError("a LocalTier belongs to one client")
+            # Given to a second client: both share its copies; the first's connection follows.
+            return
         self._client = TeamCache(base_url, token, timeout=timeout, max_retries=0, circuit_breaker=False)
         self._worker = threading.Thread(target=self._work, name="teamcache-local-tier", daemon=True)
         self._worker.start()
@@ -144,8 +145,11 @@ class LocalTier:
         if self._stop.is_set():
             return
         self._stop.set()
-        with contextlib.suppress(TeamCacheError):
-            self._report()
+        # The last report gets a second at most: a frozen service must not hold up the app's
+        # shutdown (what it could not take is lost, as a crash would lose it).
+        last = threading.Thread(target=self._last_report, name="teamcache-last-report", daemon=True)
+        last.start()
+        last.join(timeout=1.0)
         if self._client is not None:
             self._client.close()
         with self._lock:
@@ -464,6 +468,10 @@ class LocalTier:
                     with self._lock:
                         self._restore_hits(namespace, dict(items[start:]))
                     break
+
+    def _last_report(self) -> None:
+        with contextlib.suppress(TeamCacheError):
+            self._report()
 
     def _restore_hits(self, namespace: str, counts: Mapping[tuple[str, str | None], int]) -> None:
         held = self._hits.setdefault(namespace, {})

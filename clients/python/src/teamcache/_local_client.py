@@ -117,6 +117,44 @@ class _Plan:
     def offline(self, max_stale: int | None) -> Record | None:
         return self.tier.offline(self.namespace, self.key, self.kind, max_stale)
 
+    @staticmethod
+    def of_get(tier: LocalTier | None, namespace: str, key: str | bytes, no_cache: bool, wait: float | None,
+               if_none_match: str | None) -> _Plan | None:
+        """The plan of a raw GET, or None when the tier has no part in it (no tier, a key that
+        is not text, a forced refresh, a wait or the caller's own condition)."""
+        text = _text_key(key)
+        if tier is None or text is None or no_cache or wait is not None or if_none_match is not None:
+            return None
+        return _Plan(tier, namespace, text, "raw")
+
+    @staticmethod
+    def of_lookup(tier: LocalTier | None, namespace: str, descriptor: Mapping[str, Any], refresh: bool,
+                  if_none_match: str | None) -> _Plan | None:
+        if tier is None or refresh or if_none_match is not None:
+            return None
+        return _Plan(tier, namespace, _key_of(descriptor), "lookup")
+
+    def local_entry(self) -> Entry | None:
+        local = self.local()
+        return _local_entry(local, stale=False) if local is not None else None
+
+    def local_lookup(self) -> Lookup | None:
+        local = self.local()
+        return _local_lookup(self.key, local, stale=False) if local is not None else None
+
+    def offline_entry(self, max_stale: int | None, error: TransportError) -> Entry:
+        """A copy while the service cannot be reached, marked stale; else the failure."""
+        offline = self.offline(max_stale)
+        if offline is None:
+            raise error
+        return _local_entry(offline, stale=True)
+
+    def offline_lookup(self, max_stale: int | None, error: TransportError) -> Lookup:
+        offline = self.offline(max_stale)
+        if offline is None:
+            raise error
+        return _local_lookup(self.key, offline, stale=True)
+
     def looked_up(self, answer: Lookup) -> Lookup:
         if answer.hit and answer.not_modified and self.held is not None:
             self.tier.revalidated(self.namespace, self.key, answer.ttl or 0, self.held.etag)
@@ -154,25 +192,66 @@ def _offline_record(tier: LocalTier, kind: str, body: bytes, content_type: str, 
                   expires_at=now + (ttl or tier.offline_ttl), updated_at=now)
 
 
-class _Writes:
-    """What both clients do around a write."""
+class _Write:
+    """One write's use of the tier, shared by both clients: the copy to hold once it is
+    committed, and what waits in the outbox when it certainly did not reach the service."""
+
+    def __init__(self, tier: LocalTier | None, namespace: str, key: str | None, kind: str, body: bytes,
+                 content_type: str, metadata: dict[str, Any] | None, payload: dict[str, Any], queueable: bool):
+        self.tier, self.namespace, self.key, self.kind = tier, namespace, key, kind
+        self.body, self.content_type, self.metadata = body, content_type, metadata
+        self.payload, self.queueable = payload, queueable and _queueable(payload)
 
     @staticmethod
-    def put_payload(body: bytes, content_type: str, ttl: int | None, tags: Iterable[str],
-                    stale_while_revalidate: int | None) -> dict[str, Any]:
-        return {"body": body.decode("latin-1"), "content_type": content_type, "ttl": ttl, "tags": list(tags),
-                "stale_while_revalidate": stale_while_revalidate}
+    def of_put(tier: LocalTier | None, namespace: str, key: str | bytes, body: bytes | str, content_type: str | None,
+               ttl: int | None, tags: Iterable[str], stale_while_revalidate: int | None,
+               conditional: bool, content_encoding: str | None) -> _Write:
+        data = body.encode() if isinstance(body, str) else bytes(body)
+        kind = content_type or ("text/plain; charset=utf-8" if isinstance(body, str) else "application/octet-stream")
+        payload = {"body": data.decode("latin-1"), "content_type": kind, "ttl": ttl, "tags": list(tags),
+                   "stale_while_revalidate": stale_while_revalidate}
+        # A pre-compressed body's copy would be the compressed bytes: such writes are the service's.
+        key_text = _text_key(key) if content_encoding is None else None
+        return _Write(tier, namespace, key_text, "raw", data, kind, None, payload, queueable=not conditional)
 
     @staticmethod
-    def upsert_payload(descriptor: Mapping[str, Any], response: str, metadata: Mapping[str, Any] | None,
-                       ttl: int | None, tags: Iterable[str], stale_while_revalidate: int | None) -> dict[str, Any]:
-        return {"descriptor": dict(descriptor), "response": response,
-                "metadata": dict(metadata) if metadata is not None else None, "ttl": ttl, "tags": list(tags),
-                "stale_while_revalidate": stale_while_revalidate}
+    def of_upsert(tier: LocalTier | None, namespace: str, descriptor: Mapping[str, Any], response: str,
+                  metadata: Mapping[str, Any] | None, ttl: int | None, tags: Iterable[str],
+                  stale_while_revalidate: int | None) -> _Write:
+        kept = dict(metadata) if metadata is not None else None
+        payload = {"descriptor": dict(descriptor), "response": response, "metadata": kept, "ttl": ttl,
+                   "tags": list(tags), "stale_while_revalidate": stale_while_revalidate}
+        key = _key_of(descriptor) if tier is not None else None
+        return _Write(tier, namespace, key, "lookup", response.encode(), "text/plain", kept, payload, queueable=True)
+
+    def failed(self, error: TransportError) -> WriteResult:
+        """Queued in the outbox (``queued``), or the failure when it may not wait."""
+        tier = self.tier
+        if tier is None or self.key is None or not self.queueable or not _never_sent(error):
+            raise error
+        record = _offline_record(tier, self.kind, self.body, self.content_type, self.metadata, self.payload["ttl"])
+        queued = tier.queue(self.namespace, "put" if self.kind == "raw" else "upsert", self.key, self.payload, record)
+        if queued is None:
+            raise error
+        return queued
+
+    def committed(self, result: WriteResult) -> WriteResult:
+        if self.tier is not None and self.key is not None:
+            record = _written(result, self.kind, self.body, self.content_type, self.metadata)
+            if record is not None:
+                self.tier.wrote(self.namespace, result.key if self.kind == "lookup" else self.key, record)
+        return result
+
+
+def _forget(tier: LocalTier | None, namespace: str, key: str | bytes) -> None:
+    text = _text_key(key)
+    if tier is not None and text is not None:
+        tier.forget(namespace, text)
 
 
 class LocalSyncMixin:
-    """``TeamCache``'s calls through its local tier."""
+    """``TeamCache``'s calls through its local tier (the tier's part is in ``_Plan`` and
+    ``_Write``; this only sends)."""
 
     _tier: LocalTier | None
 
@@ -189,23 +268,17 @@ class LocalSyncMixin:
         ``EntryMiss`` marked ``pending`` when another caller's fill did not come in the wait).
         With a local tier: a fresh copy answers (``from_local``); else the service is asked
         with the copy's ETag; offline, a copy within ``max_stale`` answers, marked stale."""
-        text = _text_key(key)
-        tier = self._tier
-        if tier is None or text is None or no_cache or wait is not None or if_none_match is not None:
+        plan = _Plan.of_get(self._tier, namespace, key, no_cache, wait, if_none_match)
+        if plan is None:
             return self._remote_get(namespace, key, max_stale=max_stale, no_cache=no_cache,  # type: ignore[no-any-return]
                                     only_if_cached=only_if_cached, if_none_match=if_none_match, wait=wait)
-        plan = _Plan(tier, namespace, text, "raw")
-        local = plan.local()
-        if local is not None:
-            return _local_entry(local, stale=False)
+        if (local := plan.local_entry()) is not None:
+            return local
         try:
             answer = self._remote_get(namespace, key, max_stale=max_stale, only_if_cached=only_if_cached,
                                       if_none_match=plan.etag)
-        except TransportError:
-            offline = plan.offline(max_stale)
-            if offline is None:
-                raise
-            return _local_entry(offline, stale=True)
+        except TransportError as error:
+            return plan.offline_entry(max_stale, error)
         return plan.got(answer)
 
     def lookup(self, namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | None = None,
@@ -213,23 +286,17 @@ class LocalSyncMixin:
                if_none_match: str | None = None) -> Lookup:
         """A ``Lookup``: a hit with the stored answer, or a miss (with this caller's ``lease``,
         or ``pending``, when a lease was asked for). With a local tier, as ``get``."""
-        tier = self._tier
-        if tier is None or refresh or if_none_match is not None:
+        plan = _Plan.of_lookup(self._tier, namespace, descriptor, refresh, if_none_match)
+        if plan is None:
             return self._remote_lookup(namespace, descriptor, max_stale=max_stale,  # type: ignore[no-any-return]
                                        refresh=refresh, lease=lease, wait=wait, if_none_match=if_none_match)
-        key = _key_of(descriptor)
-        plan = _Plan(tier, namespace, key, "lookup")
-        local = plan.local()
-        if local is not None:
-            return _local_lookup(key, local, stale=False)
+        if (local := plan.local_lookup()) is not None:
+            return local
         try:
             answer = self._remote_lookup(namespace, descriptor, max_stale=max_stale, lease=lease, wait=wait,
                                          if_none_match=plan.etag)
-        except TransportError:
-            offline = plan.offline(max_stale)
-            if offline is None:
-                raise
-            return _local_lookup(key, offline, stale=True)
+        except TransportError as error:
+            return plan.offline_lookup(max_stale, error)
         return plan.looked_up(answer)
 
     def put(self, namespace: str, key: str | bytes, body: bytes | str, *, content_type: str | None = None,
@@ -239,64 +306,34 @@ class LocalSyncMixin:
         """Stores ``body``; returns a ``WriteResult`` once it is committed. With a local tier:
         the tier holds it at once; while the service cannot be reached, an unconditional write
         waits in the outbox (``queued``)."""
-        data = body.encode() if isinstance(body, str) else bytes(body)
-        kind = content_type or ("text/plain; charset=utf-8" if isinstance(body, str) else "application/octet-stream")
-        tier, text = self._tier, _text_key(key)
+        write = _Write.of_put(self._tier, namespace, key, body, content_type, ttl, tags, stale_while_revalidate,
+                              create_only or if_match is not None, content_encoding)
         try:
-            result: WriteResult = self._remote_put(
-                namespace, key, body, content_type=content_type, ttl=ttl, tags=tags, create_only=create_only,
-                if_match=if_match, lease=lease, stale_while_revalidate=stale_while_revalidate,
-                content_encoding=content_encoding)
+            result = self._remote_put(namespace, key, body, content_type=content_type, ttl=ttl, tags=tags,
+                                      create_only=create_only, if_match=if_match, lease=lease,
+                                      stale_while_revalidate=stale_while_revalidate, content_encoding=content_encoding)
         except TransportError as error:
-            if tier is None or text is None or create_only or if_match is not None or content_encoding is not None \
-                    or not _never_sent(error):
-                raise
-            queued = tier.queue(namespace, "put", text, _Writes.put_payload(data, kind, ttl, tags,
-                                                                             stale_while_revalidate),
-                                _offline_record(tier, "raw", data, kind, None, ttl))
-            if queued is None:
-                raise
-            return queued
-        if tier is not None and text is not None and content_encoding is None:
-            record = _written(result, "raw", data, kind, None)
-            if record is not None:
-                tier.wrote(namespace, text, record)
-        return result
+            return write.failed(error)
+        return write.committed(result)
 
     def upsert(self, namespace: str, descriptor: Mapping[str, Any], response: str, *,
                metadata: Mapping[str, Any] | None = None, ttl: int | None = None, tags: Iterable[str] = (),
                lease: Lease | str | None = None, stale_while_revalidate: int | None = None) -> WriteResult:
         """Stores the model's answer to ``descriptor``; ``metadata`` may carry ``input_tokens``
         and ``output_tokens`` (what a hit saves). With a local tier, as ``put``."""
-        tier = self._tier
+        write = _Write.of_upsert(self._tier, namespace, descriptor, response, metadata, ttl, tags,
+                                 stale_while_revalidate)
         try:
-            result: WriteResult = self._remote_upsert(namespace, descriptor, response, metadata=metadata, ttl=ttl,
-                                                      tags=tags, lease=lease,
-                                                      stale_while_revalidate=stale_while_revalidate)
+            result = self._remote_upsert(namespace, descriptor, response, metadata=metadata, ttl=ttl, tags=tags,
+                                         lease=lease, stale_while_revalidate=stale_while_revalidate)
         except TransportError as error:
-            payload = _Writes.upsert_payload(descriptor, response, metadata, ttl, tags, stale_while_revalidate)
-            if tier is None or not _queueable(payload) or not _never_sent(error):
-                raise
-            key = descriptor_key(descriptor)
-            queued = tier.queue(namespace, "upsert", key, payload,
-                                _offline_record(tier, "lookup", response.encode(), "text/plain",
-                                                dict(metadata) if metadata is not None else None, ttl))
-            if queued is None:
-                raise
-            return queued
-        if tier is not None:
-            record = _written(result, "lookup", response.encode(), "text/plain",
-                              dict(metadata) if metadata is not None else None)
-            if record is not None:
-                tier.wrote(namespace, result.key, record)
-        return result
+            return write.failed(error)
+        return write.committed(result)
 
     def delete(self, namespace: str, key: str | bytes) -> bool:
         """True when an entry was deleted, False when there was none (the tier's copy goes)."""
         deleted: bool = self._remote_delete(namespace, key)
-        text = _text_key(key)
-        if self._tier is not None and text is not None:
-            self._tier.forget(namespace, text)
+        _forget(self._tier, namespace, key)
         return deleted
 
     def warm(self, namespace: str, *, top: int | None = None, tag: str | None = None) -> int:
@@ -323,48 +360,36 @@ class LocalAsyncMixin:
                   only_if_cached: bool = False, if_none_match: str | None = None,
                   wait: float | None = None) -> Entry | EntryMiss | None:
         """As ``TeamCache.get``."""
-        text = _text_key(key)
-        tier = self._tier
-        if tier is None or text is None or no_cache or wait is not None or if_none_match is not None:
+        plan = _Plan.of_get(self._tier, namespace, key, no_cache, wait, if_none_match)
+        if plan is None:
             return await self._remote_get(namespace, key, max_stale=max_stale,  # type: ignore[no-any-return]
                                           no_cache=no_cache, only_if_cached=only_if_cached,
                                           if_none_match=if_none_match, wait=wait)
-        plan = _Plan(tier, namespace, text, "raw")
-        local = plan.local()
-        if local is not None:
-            return _local_entry(local, stale=False)
+        if (local := plan.local_entry()) is not None:
+            return local
         try:
             answer = await self._remote_get(namespace, key, max_stale=max_stale, only_if_cached=only_if_cached,
                                             if_none_match=plan.etag)
-        except TransportError:
-            offline = plan.offline(max_stale)
-            if offline is None:
-                raise
-            return _local_entry(offline, stale=True)
+        except TransportError as error:
+            return plan.offline_entry(max_stale, error)
         return plan.got(answer)
 
     async def lookup(self, namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | None = None,
                      refresh: bool = False, lease: int | None = None, wait: float | None = None,
                      if_none_match: str | None = None) -> Lookup:
         """As ``TeamCache.lookup``."""
-        tier = self._tier
-        if tier is None or refresh or if_none_match is not None:
+        plan = _Plan.of_lookup(self._tier, namespace, descriptor, refresh, if_none_match)
+        if plan is None:
             return await self._remote_lookup(namespace, descriptor,  # type: ignore[no-any-return]
                                              max_stale=max_stale, refresh=refresh, lease=lease, wait=wait,
                                              if_none_match=if_none_match)
-        key = _key_of(descriptor)
-        plan = _Plan(tier, namespace, key, "lookup")
-        local = plan.local()
-        if local is not None:
-            return _local_lookup(key, local, stale=False)
+        if (local := plan.local_lookup()) is not None:
+            return local
         try:
             answer = await self._remote_lookup(namespace, descriptor, max_stale=max_stale, lease=lease, wait=wait,
                                                if_none_match=plan.etag)
-        except TransportError:
-            offline = plan.offline(max_stale)
-            if offline is None:
-                raise
-            return _local_lookup(key, offline, stale=True)
+        except TransportError as error:
+            return plan.offline_lookup(max_stale, error)
         return plan.looked_up(answer)
 
     async def put(self, namespace: str, key: str | bytes, body: bytes | str, *, content_type: str | None = None,
@@ -372,63 +397,34 @@ class LocalAsyncMixin:
                   if_match: str | None = None, lease: Lease | str | None = None,
                   stale_while_revalidate: int | None = None, content_encoding: str | None = None) -> WriteResult:
         """As ``TeamCache.put``."""
-        data = body.encode() if isinstance(body, str) else bytes(body)
-        kind = content_type or ("text/plain; charset=utf-8" if isinstance(body, str) else "application/octet-stream")
-        tier, text = self._tier, _text_key(key)
+        write = _Write.of_put(self._tier, namespace, key, body, content_type, ttl, tags, stale_while_revalidate,
+                              create_only or if_match is not None, content_encoding)
         try:
-            result: WriteResult = await self._remote_put(
-                namespace, key, body, content_type=content_type, ttl=ttl, tags=tags, create_only=create_only,
-                if_match=if_match, lease=lease, stale_while_revalidate=stale_while_revalidate,
-                content_encoding=content_encoding)
+            result = await self._remote_put(namespace, key, body, content_type=content_type, ttl=ttl, tags=tags,
+                                            create_only=create_only, if_match=if_match, lease=lease,
+                                            stale_while_revalidate=stale_while_revalidate,
+                                            content_encoding=content_encoding)
         except TransportError as error:
-            if tier is None or text is None or create_only or if_match is not None or content_encoding is not None \
-                    or not _never_sent(error):
-                raise
-            queued = tier.queue(namespace, "put", text, _Writes.put_payload(data, kind, ttl, tags,
-                                                                             stale_while_revalidate),
-                                _offline_record(tier, "raw", data, kind, None, ttl))
-            if queued is None:
-                raise
-            return queued
-        if tier is not None and text is not None and content_encoding is None:
-            record = _written(result, "raw", data, kind, None)
-            if record is not None:
-                tier.wrote(namespace, text, record)
-        return result
+            return write.failed(error)
+        return write.committed(result)
 
     async def upsert(self, namespace: str, descriptor: Mapping[str, Any], response: str, *,
                      metadata: Mapping[str, Any] | None = None, ttl: int | None = None, tags: Iterable[str] = (),
                      lease: Lease | str | None = None, stale_while_revalidate: int | None = None) -> WriteResult:
         """As ``TeamCache.upsert``."""
-        tier = self._tier
+        write = _Write.of_upsert(self._tier, namespace, descriptor, response, metadata, ttl, tags,
+                                 stale_while_revalidate)
         try:
-            result: WriteResult = await self._remote_upsert(namespace, descriptor, response, metadata=metadata,
-                                                            ttl=ttl, tags=tags, lease=lease,
-                                                            stale_while_revalidate=stale_while_revalidate)
+            result = await self._remote_upsert(namespace, descriptor, response, metadata=metadata, ttl=ttl,
+                                               tags=tags, lease=lease, stale_while_revalidate=stale_while_revalidate)
         except TransportError as error:
-            payload = _Writes.upsert_payload(descriptor, response, metadata, ttl, tags, stale_while_revalidate)
-            if tier is None or not _queueable(payload) or not _never_sent(error):
-                raise
-            key = descriptor_key(descriptor)
-            queued = tier.queue(namespace, "upsert", key, payload,
-                                _offline_record(tier, "lookup", response.encode(), "text/plain",
-                                                dict(metadata) if metadata is not None else None, ttl))
-            if queued is None:
-                raise
-            return queued
-        if tier is not None:
-            record = _written(result, "lookup", response.encode(), "text/plain",
-                              dict(metadata) if metadata is not None else None)
-            if record is not None:
-                tier.wrote(namespace, result.key, record)
-        return result
+            return write.failed(error)
+        return write.committed(result)
 
     async def delete(self, namespace: str, key: str | bytes) -> bool:
         """As ``TeamCache.delete``."""
         deleted: bool = await self._remote_delete(namespace, key)
-        text = _text_key(key)
-        if self._tier is not None and text is not None:
-            self._tier.forget(namespace, text)
+        _forget(self._tier, namespace, key)
         return deleted
 
     async def warm(self, namespace: str, *, top: int | None = None, tag: str | None = None) -> int:
