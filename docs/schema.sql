@@ -231,13 +231,26 @@ BEGIN
         GROUP BY m.namespace, b.step, 3),
     -- A step's level is the folded total before this fold plus this chunk's changes up to
     -- the step's end (a running sum in time order).
+    -- A step whose deltas in this chunk, and in every earlier step of it, change no level (late
+    -- lookup counts: the access tracker flushes minutes that writes folded before may follow)
+    -- keeps the level already kept at or before it; without that, an old step took the totals
+    -- as of this fold, later writes included.
     levels AS (
         SELECT b.*,
-               tc_clamp(coalesce((SELECT sum(n.stored_bytes) FROM namespace_counters n
-                                  WHERE n.namespace = b.namespace), 0) + sum(b.d_bytes) OVER running) AS stored_bytes,
-               tc_clamp(coalesce((SELECT sum(n.entries) FROM namespace_counters n
-                                  WHERE n.namespace = b.namespace), 0) + sum(b.d_entries) OVER running) AS entries
+               CASE WHEN sum(abs(b.d_bytes) + abs(b.d_entries)) OVER running = 0 AND prior.t IS NOT NULL
+                    THEN prior.stored_bytes
+                    ELSE tc_clamp(coalesce((SELECT sum(n.stored_bytes) FROM namespace_counters n
+                                            WHERE n.namespace = b.namespace), 0) + sum(b.d_bytes) OVER running)
+               END AS stored_bytes,
+               CASE WHEN sum(abs(b.d_bytes) + abs(b.d_entries)) OVER running = 0 AND prior.t IS NOT NULL
+                    THEN prior.entries
+                    ELSE tc_clamp(coalesce((SELECT sum(n.entries) FROM namespace_counters n
+                                            WHERE n.namespace = b.namespace), 0) + sum(b.d_entries) OVER running)
+               END AS entries
         FROM buckets b
+        LEFT JOIN LATERAL (SELECT h.t, h.stored_bytes, h.entries FROM stats_history h
+                           WHERE h.namespace = b.namespace AND h.step = b.step AND h.t <= b.t
+                           ORDER BY h.t DESC LIMIT 1) AS prior ON true
         WINDOW running AS (PARTITION BY b.namespace, b.step ORDER BY b.t)),
     history AS (
         INSERT INTO stats_history AS h (namespace, step, t, hits, misses, stale, collapsed, bypass, writes,

@@ -64,11 +64,17 @@ extension EntryStore {
             }
         }
         // What waits to be folded: its counts, and its levels as the fold will write them (the
-        // folded totals plus the changes up to each step's end).
+        // folded totals plus the changes up to each step's end; but a step that no pending change
+        // at or before it moves keeps the level kept at or before it, as 0016's fold does for late
+        // lookup counts).
+        let kept = levels.sorted { $0.key < $1.key }
         var level = folded
+        var moved = false
         for point in pending.sorted(by: { $0.t < $1.t }) {
             level = (level.storedBytes &+ point.storedBytes, level.entries &+ point.entries)
-            levels[point.t] = level
+            moved = moved || point.storedBytes != 0 || point.entries != 0
+            let prior = kept.last { $0.key <= point.t }?.value ?? carried[step]
+            levels[point.t] = !moved ? prior ?? level : level
         }
         samples += pending
         // No row before the range and none in it: the level has not moved in the range (a

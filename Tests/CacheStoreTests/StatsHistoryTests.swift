@@ -58,6 +58,29 @@ import TestSupport
         }
     }
 
+    /// The access tracker flushes lookups of minutes whose writes were folded already: a fold
+    /// of those late counts keeps the minutes' levels (it once gave them the totals as of that
+    /// fold: 2 entries at 58:30, when the second was written an hour later). Interleaved on
+    /// purpose: both writes folded, then the lookups flushed and folded.
+    @Test func lateLookupCountsKeepTheLevelsOfTheirMinutes() throws {
+        let fixture = try Fixture("hist-late")
+        let hour = fixture.hour
+        let entry = try fixture.write("a")              // 58:30
+        fixture.record(.hit, entry, times: 3)
+        fixture.clock.advance(by: 45)                    // 59:15
+        fixture.record(.hit, entry, times: 2)
+        fixture.clock.advance(by: 60)                    // 00:15 of the next hour
+        _ = try fixture.write("b")
+        try fixture.fold()                               // the writes, not the lookups
+        try fixture.tracker.flush()
+        try fixture.fold()                               // the lookups, late
+        let minutes = try fixture.history(step: 60)
+        func at(_ t: Int) -> StatsPoint { minutes.first { $0.t == t } ?? StatsPoint(t: -1) }
+        let m58 = at(hour + 58 * 60), m59 = at(hour + 59 * 60), next = at(hour + 3600)
+        #expect((m58.hits, m59.hits) == (3, 2))
+        #expect((m58.entries, m59.entries, next.entries) == (1, 1, 2), "\(m58.entries) \(m59.entries) \(next.entries)")
+    }
+
     @Test func lookupsAndWritesLandInTheMinuteAndHourTheyHappenedIn() throws {
         let fixture = try Fixture("hist-bounds")
         let hour = fixture.hour
@@ -97,7 +120,8 @@ import TestSupport
         let h0 = at(hours, hour), h1 = at(hours, hour + 3600)
         #expect((h0.hits, h0.misses, h0.writes) == (5, 1, 1) && (h1.hits, h1.stale, h1.collapsed, h1.writes) == (2, 1, 1, 1))
         // Bytes are levels: one entry after 58:30, two after the next hour's write.
-        #expect(m58.entries == 1 && m59.entries == 1 && next.entries == 2 && minutes.last?.entries == 2)
+        #expect(m58.entries == 1 && m59.entries == 1 && next.entries == 2 && minutes.last?.entries == 2,
+                "\(m58.entries) \(m59.entries) \(next.entries) \(minutes.last?.entries ?? -1)")
         #expect(at(minutes, hour + 57 * 60).entries == 0)
 
         // Each step's points sum to the totals /stats reads.
