@@ -1,3 +1,4 @@
+import CacheKeys
 import Foundation
 
 /// One local copy: a raw entry's body (`raw`) or a descriptor's answer (`lookup`: the
@@ -67,6 +68,11 @@ final class LocalCopies {
         """,
         "CREATE INDEX IF NOT EXISTS entries_used ON entries (used_at)",
         "CREATE TABLE IF NOT EXISTS feeds (namespace TEXT PRIMARY KEY, cursor TEXT NOT NULL)",
+        """
+        CREATE TABLE IF NOT EXISTS outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, namespace TEXT NOT NULL,
+            kind TEXT NOT NULL, key TEXT NOT NULL, payload TEXT NOT NULL, base_etag TEXT, written_at REAL NOT NULL,
+            size INTEGER NOT NULL)
+        """,
     ]
 
     init(path: String?, maxBytes: Int) throws {
@@ -173,6 +179,35 @@ final class LocalCopies {
     func close() {
         file?.close()
         file = nil
+    }
+
+    // The outbox's rows (the Python client's table and payloads: either client sends the other's).
+
+    func loadOutbox() -> [LocalTier.Queued] {
+        let rows = (try? file?.run("SELECT id, namespace, kind, key, payload, base_etag, written_at FROM outbox ORDER BY id"))
+            ?? nil
+        return (rows ?? []).compactMap { row in
+            guard row.count == 7, let id = row[0].int, let namespace = row[1].text, let kind = row[2].text,
+                  let key = row[3].text, let payload = row[4].text.flatMap({ try? JSONParser.parse(Array($0.utf8)) }),
+                  let written = row[6].double, let write = LocalTier.Queued.Write(kind: kind, payload: payload)
+            else { return nil }
+            return LocalTier.Queued(id: id, namespace: namespace, key: key, write: write, baseETag: row[5].text,
+                                    writtenAt: written)
+        }
+    }
+
+    func queue(_ item: LocalTier.Queued) -> Int64 {
+        guard let file else { return 0 }
+        _ = try? file.run("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
+                          + "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", [
+            .text(item.namespace), .text(item.write.kind), .text(item.key), .text(item.write.payload.serialized),
+            item.baseETag.map { .text($0) } ?? .null, .double(item.writtenAt), .int(Int64(item.size)),
+        ])
+        return (try? file.run("SELECT last_insert_rowid()").first?.first?.int) ?? 0
+    }
+
+    func unqueue(_ id: Int64) {
+        _ = try? file?.run("DELETE FROM outbox WHERE id = ?1", [.int(id)])
     }
 
     private func remember(_ name: Name, _ copy: LocalCopy) {

@@ -1,8 +1,8 @@
 import CacheKeys
 import Foundation
 
-/// Writes made while the service cannot be reached: kept in a bounded outbox (in memory: unlike
-/// the Python client's, it does not outlive the process yet) and sent when it answers again. Each key waits
+/// Writes made while the service cannot be reached: kept in a bounded outbox (in the file when
+/// there is one, in the Python client's table and format) and sent when it answers again. Each key waits
 /// once, as its last write, over the version the first was made over. Sent as made when the
 /// key still holds that version; otherwise the later write wins (by time), and the meeting is
 /// reported (`conflicts`, `onConflict`), never lost silently.
@@ -20,6 +20,44 @@ extension LocalTier {
         enum Write: Sendable {
             case put(body: Data, contentType: String, ttl: Int?, tags: [String])
             case upsert(Descriptor, ModelAnswer, ttl: Int?, tags: [String])
+
+            var kind: String {
+                if case .put = self { "put" } else { "upsert" }
+            }
+
+            /// As the Python client writes it (a put's body as Latin-1 text: bytes kept as they are).
+            var payload: JSONValue {
+                switch self {
+                case .put(let body, let contentType, let ttl, let tags):
+                    .object([("body", .string(String(decoding: body.map { UInt16($0) }, as: UTF16.self))),
+                             ("content_type", .string(contentType)), ("ttl", ttl.map { .int($0) } ?? .null),
+                             ("tags", .array(tags.map(JSONValue.string))), ("stale_while_revalidate", .null)])
+                case .upsert(let descriptor, let answer, let ttl, let tags):
+                    .object([("descriptor", .object(descriptor.jsonMembers)), ("response", .string(answer.response)),
+                             ("metadata", answer.metadata ?? .null), ("ttl", ttl.map { .int($0) } ?? .null),
+                             ("tags", .array(tags.map(JSONValue.string))), ("stale_while_revalidate", .null)])
+                }
+            }
+
+            init?(kind: String, payload: JSONValue) {
+                let ttl = payload["ttl"]?.integerValue
+                var tags: [String] = []
+                if case .array(let items)? = payload["tags"] { tags = items.compactMap(\.stringValue) }
+                switch kind {
+                case "put":
+                    guard let text = payload["body"]?.stringValue,
+                          text.unicodeScalars.allSatisfy({ $0.value < 256 }) else { return nil }
+                    self = .put(body: Data(text.unicodeScalars.map { UInt8($0.value) }),
+                                contentType: payload["content_type"]?.stringValue ?? "application/octet-stream",
+                                ttl: ttl, tags: tags)
+                case "upsert":
+                    guard let json = payload["descriptor"], let descriptor = try? Descriptor(json: json),
+                          let response = payload["response"]?.stringValue else { return nil }
+                    let metadata = payload["metadata"].flatMap { $0 == .null ? nil : $0 }
+                    self = .upsert(descriptor, ModelAnswer(response: response, metadata: metadata), ttl: ttl, tags: tags)
+                default: return nil
+                }
+            }
         }
 
         var id: Int64 = 0
@@ -48,11 +86,13 @@ extension LocalTier {
             let earlier = state.outbox.firstIndex { $0.namespace == namespace && $0.key == key }
             let base = earlier.map { state.outbox[$0].baseETag }
                 ?? state.copies.get(.init(namespace: namespace, key: key))?.etag
-            if let earlier { state.outbox.remove(at: earlier) }
-            let item = Queued(namespace: namespace, key: key, write: write, baseETag: base,
+            var item = Queued(namespace: namespace, key: key, write: write, baseETag: base,
                               writtenAt: Date().timeIntervalSince1970)
-            guard state.outbox.count < Self.outboxMax,
-                  state.outbox.reduce(item.size, { $0 + $1.size }) <= Self.outboxMaxBytes else { return false }
+            let others = state.outbox.enumerated().filter { $0.offset != earlier }.map(\.element)
+            guard others.count < Self.outboxMax,
+                  others.reduce(item.size, { $0 + $1.size }) <= Self.outboxMaxBytes else { return false }
+            if let earlier { state.copies.unqueue(state.outbox.remove(at: earlier).id) }
+            item.id = state.copies.queue(item)
             state.outbox.append(item)
             // Read back by this client while offline (never as the service's own version).
             state.copies.put(.init(namespace: namespace, key: key), copy)
@@ -92,6 +132,7 @@ extension LocalTier {
                 if state.outbox.first?.writtenAt == item.writtenAt && state.outbox.first?.key == item.key {
                     state.outbox.removeFirst()
                 }
+                state.copies.unqueue(item.id)
                 if copy == nil { state.copies.drop(.init(namespace: item.namespace, key: item.key)) }
             }
             if let copy { wrote(item.namespace, item.key, copy) }

@@ -75,7 +75,10 @@ public final class LocalTier: Sendable {
         self.keepEncrypted = keepEncrypted
         self.feedWait = feedWait
         self.reportInterval = reportInterval
-        state = Locked(State(copies: try LocalCopies(path: path, maxBytes: maxBytes)))
+        let copies = try LocalCopies(path: path, maxBytes: maxBytes)
+        var initial = State(copies: copies)
+        initial.outbox = copies.loadOutbox()
+        state = Locked(initial)
     }
 
     /// The tier's own client (no breaker, no retries: it works in the background and tries

@@ -276,6 +276,57 @@ import TestSupport
         await tier.close()
     }
 
+    /// The outbox outlives the process in the file, in the Python client's format: every byte
+    /// of a body (as Latin-1 text) and a descriptor come back as they were queued.
+    @Test func theOutboxOutlivesTheProcessInTheFile() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tier-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appendingPathComponent("tier.sqlite").path
+        let body = Data((0...255).map { UInt8($0) })
+        let namespace = TestService.namespace("swiftkept")
+        let token = try writer(namespace)
+        let descriptor = Descriptor(model: "m", input: .prompt("kept across a restart"))
+        do {
+            let tier = try LocalTier(path: path)
+            tier.state.withLock { $0.feeds[namespace] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
+            let copy = LocalCopy(kind: .raw, etag: nil, body: body, contentType: "x", expiresAt: 0, updatedAt: 0)
+            #expect(tier.queue(namespace, "raw", .put(body: body, contentType: "application/x-kept", ttl: 60, tags: ["t"]), copy: copy))
+            #expect(tier.queue(namespace, descriptor.key, .upsert(descriptor, ModelAnswer(response: "r"), ttl: nil, tags: []),
+                               copy: copy))
+            await tier.close()
+        }
+        let again = try LocalTier(path: path)
+        let queued = again.state.withLock { $0.outbox }
+        #expect(queued.count == 2)
+        guard case .put(let kept, "application/x-kept", 60, ["t"])? = queued.first?.write,
+              case .upsert(let keptDescriptor, let answer, nil, [])? = queued.last?.write else {
+            Issue.record("\(queued.map(\.write))")
+            return
+        }
+        #expect(kept == body && keptDescriptor.key == descriptor.key && answer.response == "r")
+        // Sent by the process that found them, byte for byte.
+        _ = client(service.port, token, tier: again)
+        for _ in 0..<50 where again.outboxCount > 0 {
+            await again.flush()
+            try await Task.sleep(nanoseconds: 100_000_000)
+        }
+        #expect(again.outboxCount == 0 && again.conflicts.isEmpty, "\(again.conflicts.map(\.outcome))")
+        await again.close()
+        let plain = client(service.port, token, tier: nil)
+        let stored = try #require(try await plain.get(namespace: namespace, key: "raw"))
+        #expect(stored.body == body)
+        guard case .hit(let sent, _, _, _) = try await plain.lookup(namespace: namespace, descriptor) else {
+            Issue.record("the kept upsert did not arrive")
+            return
+        }
+        #expect(sent.response == "r")
+        // Nothing is left in the file to be sent twice.
+        let third = try LocalTier(path: path)
+        #expect(third.outboxCount == 0)
+        await third.close()
+    }
+
     @Test func aFillThatRacedAChangeIsNotKept() throws {
         let tier = try LocalTier()
         tier.state.withLock { state in
