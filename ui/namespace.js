@@ -32,6 +32,7 @@ function totals(stats, currency) {
     figure('Hit ratio', f.ratio(stats.hit_ratio), stats.hit_ratio),
     figure('Hits', f.count(stats.lookups.hit), stats.lookups.hit),
     figure('Waited for a fill', f.count(stats.lookups.collapsed), stats.lookups.collapsed),
+    figure('Answered by client tiers', f.count(stats.lookups.local), stats.lookups.local),
     figure('Leases held now', f.count(stats.leases.held), stats.leases.held),
     figure('Misses', f.count(stats.lookups.miss), stats.lookups.miss),
     figure('Tokens saved', f.count(stats.tokens_saved.input + stats.tokens_saved.output),
@@ -59,8 +60,11 @@ function charts(points, step, currency, limit) {
       ...common, title: 'Requests by outcome', format: f.count,
       summary: `${f.count(total((p) => p.hits + p.misses + p.stale + p.bypass))} lookups.`,
       series: [
-        { name: 'hit', key: 'hit', className: 's-hit', values: pick((p) => p.hits - p.collapsed) },
+        // A hit is counted once: as collapsed (it waited for a fill), as local (a client's tier
+        // answered it and reported it), or as a plain hit; the three add up to `hits`.
+        { name: 'hit', key: 'hit', className: 's-hit', values: pick((p) => p.hits - p.collapsed - p.local) },
         { name: 'waited for a fill', key: 'collapsed', className: 's-collapsed', values: pick((p) => p.collapsed) },
+        { name: 'answered by a client tier', key: 'local', className: 's-local', values: pick((p) => p.local) },
         { name: 'stale', key: 'stale', className: 's-stale', values: pick((p) => p.stale) },
         { name: 'miss', key: 'miss', className: 's-miss', values: pick((p) => p.misses) },
         { name: 'bypass', key: 'bypass', className: 's-bypass', values: pick((p) => p.bypass) },

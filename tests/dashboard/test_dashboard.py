@@ -30,6 +30,7 @@ SHOTS = pathlib.Path(os.environ.get("DASHBOARD_SCREENSHOTS", REPO / "build" / "d
 
 # What the seeding does, counted by hand.
 LIVE_HITS, LIVE_MISSES = 7, 3
+LOCAL_HITS = 3  # of the live hits: answered by a client's local tier and reported (POST /hits)
 TOKENS_IN, TOKENS_OUT = 1000, 200  # per entry, so per hit
 PRICE_IN, PRICE_OUT = 1.0, 2.0  # per million tokens (the prices file below)
 LIVE_COST = LIVE_HITS * (TOKENS_IN * PRICE_IN + TOKENS_OUT * PRICE_OUT) / 1e6
@@ -117,9 +118,16 @@ class Seeded:
             answer = client.put("/v1/caches/shop/entries/order-42", content=json.dumps(order).encode(),
                                 headers={"Content-Type": "application/json", "Cache-Tag": "orders"})
             assert answer.status_code == 201, answer.text
-            for _ in range(LIVE_HITS):
-                assert client.post("/v1/caches/shop/lookup", json={"model": "shop-model",
-                                                                    "prompt": "refund policy"}).json()["hit"]
+            etag = ""
+            for _ in range(LIVE_HITS - LOCAL_HITS):
+                found = client.post("/v1/caches/shop/lookup", json={"model": "shop-model", "prompt": "refund policy"})
+                assert found.json()["hit"]
+                etag = found.json()["etag"]
+                key = found.json()["key"]
+            # The rest as a client's tier reports them (on the version it holds: priced).
+            reported = client.post("/v1/caches/shop/hits", json={"hits": [{"key": key, "etag": etag,
+                                                                             "count": LOCAL_HITS}]})
+            assert reported.json() == {"counted": LOCAL_HITS, "priced": LOCAL_HITS}, reported.text
             for index in range(LIVE_MISSES):
                 assert not client.post("/v1/caches/shop/lookup", json={"model": "shop-model",
                                                                         "prompt": f"absent {index}"}).json()["hit"]
@@ -137,7 +145,8 @@ class Seeded:
         with httpx.Client(base_url=service.url, headers=headers, timeout=10) as client:
             while time.monotonic() < deadline:
                 stats = client.get("/v1/caches/shop/stats").json()
-                if stats["lookups"]["hit"] == LIVE_HITS and stats["lookups"]["miss"] == LIVE_MISSES:
+                lookups = stats["lookups"]
+                if (lookups["hit"], lookups["miss"], lookups["local"]) == (LIVE_HITS, LIVE_MISSES, LOCAL_HITS):
                     break
                 time.sleep(0.1)
             else:
@@ -308,7 +317,11 @@ def test_a_namespace_draws_its_history_with_the_seeded_numbers(seeded: Seeded, b
     outcomes = chart("Requests by outcome")
     hits = sum(watched.values(f"{outcomes} rect[data-series='hit']"))
     hits += sum(watched.values(f"{outcomes} rect[data-series='collapsed']"))
-    assert hits == LIVE_HITS
+    local = sum(watched.values(f"{outcomes} rect[data-series='local']"))
+    assert (hits, local) == (LIVE_HITS - LOCAL_HITS, LOCAL_HITS)
+    figures = dict(watched.page.eval_on_selector_all(
+        "#totals .figure", "els => els.map(e => [e.querySelector('dt').textContent, e.querySelector('dd').dataset.value])"))
+    assert int(figures["Hits"]) == LIVE_HITS and int(figures["Answered by client tiers"]) == LOCAL_HITS
     assert sum(watched.values(f"{outcomes} rect[data-series='miss']")) == LIVE_MISSES
     tokens = chart("Tokens saved")
     assert sum(watched.values(f"{tokens} rect[data-series='input']")) == LIVE_HITS * TOKENS_IN
@@ -329,7 +342,8 @@ def test_a_namespace_draws_its_history_with_the_seeded_numbers(seeded: Seeded, b
     # Thirty days: the rollup three days back is there too, in its own day.
     watched.go("#/ns/shop?range=30d")
     daily = watched.values(f"{chart('Requests by outcome')} rect[data-series='hit']")
-    assert sum(daily) == LIVE_HITS + PAST["hits"]
+    assert sum(daily) == LIVE_HITS - LOCAL_HITS + PAST["hits"]
+    assert sum(watched.values(f"{chart('Requests by outcome')} rect[data-series='local']")) == LOCAL_HITS
     assert sorted(v for v in daily if v)[-1] >= PAST["hits"]
     watched.shot("namespace-30d")
     # A phone: nothing wider than the screen.
