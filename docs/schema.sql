@@ -861,6 +861,17 @@ CREATE TABLE public.eviction_schedule (
 );
 
 --
+-- Name: hit_reporters; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.hit_reporters (
+    namespace text NOT NULL,
+    reporter text NOT NULL,
+    seq bigint NOT NULL,
+    seen_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
 -- Name: leases; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1028,6 +1039,13 @@ ALTER TABLE ONLY public.entry_access
 
 ALTER TABLE ONLY public.eviction_schedule
     ADD CONSTRAINT eviction_schedule_pkey PRIMARY KEY (id);
+
+--
+-- Name: hit_reporters hit_reporters_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.hit_reporters
+    ADD CONSTRAINT hit_reporters_pkey PRIMARY KEY (namespace, reporter);
 
 --
 -- Name: leases leases_pkey; Type: CONSTRAINT; Schema: public; Owner: -

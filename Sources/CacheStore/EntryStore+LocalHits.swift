@@ -32,3 +32,35 @@ extension EntryStore {
         }
     }
 }
+
+/// Numbered reports, counted once: a report counts only when its `seq` is higher than the
+/// reporter's last counted one (migration 0017). A retried report (its answer lost after the
+/// service counted it) carries the same number and is not counted again.
+extension EntryStore {
+    static let claimHitReport = """
+        INSERT INTO hit_reporters AS r (namespace, reporter, seq) VALUES ($1, $2, $3)
+        ON CONFLICT (namespace, reporter) DO UPDATE SET seq = EXCLUDED.seq, seen_at = now()
+            WHERE r.seq < EXCLUDED.seq
+        RETURNING seq
+        """
+    static let trimHitReporters = """
+        DELETE FROM hit_reporters WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM hit_reporters WHERE seen_at < now() - interval '7 days' LIMIT 10000))
+        """
+
+    /// True when report `seq` of `reporter` is new (and is now the one counted last); false
+    /// when it, or a later one, was counted already. Committed before the report is counted:
+    /// a crash between the two loses the report's hits rather than counting them twice.
+    public func claimHitReport(_ namespace: Namespace, reporter: String, seq: Int) throws -> Bool {
+        try pool.withConnection { connection in
+            try !connection.query(Self.claimHitReport, [.text(namespace.name), .text(reporter), .int(seq)]).rows.isEmpty
+        }
+    }
+
+    /// Forgets reporters unheard of for a week (a tier takes a new id each start). Run by the
+    /// eviction cycle; bounded per run.
+    @discardableResult
+    static func trimHitReporters(on connection: PostgresConnection) throws -> Int {
+        try connection.query(trimHitReporters).affectedRows
+    }
+}

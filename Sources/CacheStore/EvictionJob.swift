@@ -195,6 +195,7 @@ public final class EvictionJob: Sendable {
         }
         // Leases that ran out unfilled: their keys are free for the next caller either way.
         try leases?.sweep(on: connection)
+        try EntryStore.trimHitReporters(on: connection)
         // The change feed keeps what a follower may still ask for; older changes go.
         report.changesTrimmed = try EntryStore.trimChanges(
             before: now.addingTimeInterval(-Double(policy.changeRetention)), on: connection)

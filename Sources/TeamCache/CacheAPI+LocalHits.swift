@@ -15,13 +15,24 @@ import HTTPServer
 /// replaced, evicted or deleted saved what that version cost, which is no longer known: it
 /// adds no tokens rather than another version's. A reader could always have made the same
 /// hits by asking, so the scope is `read`; the bounds keep one report cheap.
+///
+/// A tier numbers its reports (`reporter`, its own random id, and `seq`, rising by one per
+/// report) and sends a report whose answer it did not get again as it was: one counted
+/// already (its number not above the last counted) answers `"replayed": true` and counts
+/// nothing, so a lost answer never counts hits twice.
 extension CacheAPI {
     static let maxReportedKeys = 1000
     static let maxReportedHits = 1_000_000
 
     func reportLocalHits(_ request: HTTPRequest, _ context: RequestContext) throws -> HTTPResponse {
         let namespace = try context.namespace
-        let reports = try Self.reportedHits(try RequestParsing.jsonObject(request))
+        let json = try RequestParsing.jsonObject(request)
+        let reports = try Self.reportedHits(json)
+        if let numbered = try Self.reportNumber(json),
+           try !store.claimHitReport(namespace, reporter: numbered.reporter, seq: numbered.seq) {
+            return .json(200, JSONValue.object([("counted", .int(0)), ("priced", .int(0)),
+                                                ("replayed", .bool(true))]).serialized)
+        }
         let now = clock.now()
         var priced = 0
         var stored: [EntryKey: StoredEntry] = [:]
@@ -37,6 +48,23 @@ extension CacheAPI {
         return .json(200, JSONValue.object([("counted", .int(counted)), ("priced", .int(priced))]).serialized)
     }
 
+    static let maxReporterBytes = 64
+
+    /// The report's number (`reporter` and `seq`, both or neither), so a retry is counted once.
+    static func reportNumber(_ json: JSONValue) throws -> (reporter: String, seq: Int)? {
+        let reporter = json["reporter"], seq = json["seq"]
+        if reporter == nil && seq == nil { return nil }
+        guard let name = reporter?.stringValue, (1...maxReporterBytes).contains(name.utf8.count),
+              name.utf8.allSatisfy({ $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || ($0 < 128 && isalnum(Int32($0)) != 0) })
+        else {
+            throw HTTPError(422, "`reporter` must be 1 to \(maxReporterBytes) letters, digits, `-` or `_`, sent with `seq`.")
+        }
+        guard let number = seq?.integerValue, number >= 1 else {
+            throw HTTPError(422, "`seq` must be a positive integer, sent with `reporter`.")
+        }
+        return (name, number)
+    }
+
     /// One reported key: how many hits, on which version (nil: whichever is stored).
     struct ReportedHits {
         let key: EntryKey
@@ -46,7 +74,7 @@ extension CacheAPI {
 
     /// The report's counts by key, or a `422` naming what is wrong.
     static func reportedHits(_ json: JSONValue) throws -> [ReportedHits] {
-        try RequestParsing.rejectUnknownMembers(json, allowed: ["hits"])
+        try RequestParsing.rejectUnknownMembers(json, allowed: ["hits", "reporter", "seq"])
         guard case .array(let items)? = json["hits"] else {
             throw HTTPError(422, "`hits` must be an array of {\"key\", \"count\"} objects.")
         }

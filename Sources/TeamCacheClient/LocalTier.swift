@@ -29,6 +29,8 @@ public final class LocalTier: Sendable {
     /// What the tier did, for tests and dashboards.
     public struct Counts: Sendable, Equatable {
         public var localHits = 0, offlineHits = 0, revalidated = 0, dropped = 0, cleared = 0, reported = 0
+        /// Local hits given up: beyond the bound on waiting reports, or refused by the service.
+        public var unreported = 0
     }
 
     struct Feed {
@@ -54,6 +56,9 @@ public final class LocalTier: Sendable {
         var changed: [LocalCopies.Name: (seq: Int, etag: String?)] = [:]
         var forgotten = 0
         var hits: [String: [HitKey: Int]] = [:]
+        /// Numbered reports not answered yet, oldest first (`LocalTier+Reports.swift`).
+        var unsent: [NumberedReport] = []
+        var seq = 0
         var client: TeamCacheClient?
         var reporter: Task<Void, Never>?
         var stopped = false
@@ -65,6 +70,10 @@ public final class LocalTier: Sendable {
     let state: Locked<State>
     /// One outbox sender at a time (the background and `flush`).
     let sending = Locked(false)
+    /// One reporter at a time (the background, `flush`, `close`): numbers go out in order.
+    let reporting = Locked(false)
+    /// This tier's own id in numbered reports (new each start: nothing numbered outlives it).
+    let reporterID = (0..<16).map { _ in String(UInt8.random(in: 0...15), radix: 16) }.joined()
     static let changedKeys = 10_000
     static let pendingHitKeys = 10_000
 
@@ -239,6 +248,8 @@ public final class LocalTier: Sendable {
                 state.hits[namespace]?[key]? += count
             } else if state.hits.values.reduce(0, { $0 + $1.count }) < pendingHitKeys {
                 state.hits[namespace, default: [:]][key] = count
+            } else {
+                state.counts.unreported += count
             }
         }
     }
@@ -259,29 +270,5 @@ public final class LocalTier: Sendable {
     public func flush() async {
         await report()
         await sendOutbox()
-    }
-
-    /// Reports the local hits now.
-    public func report() async {
-        let (taken, client) = state.withLock { state in
-            defer { state.hits = [:] }
-            return (state.hits, state.client)
-        }
-        guard let client else { return }
-        for (namespace, hits) in taken {
-            let items = Array(hits)
-            for start in stride(from: 0, to: items.count, by: 1000) {
-                let chunk = items[start..<min(start + 1000, items.count)]
-                do {
-                    try await client.reportHits(namespace: namespace, chunk.map { ($0.key.key, $0.key.etag, $0.value) })
-                    state.withLock { $0.counts.reported += chunk.reduce(0) { $0 + $1.value } }
-                } catch {
-                    state.withLock { state in
-                        Self.countHits(&state, namespace, Dictionary(uniqueKeysWithValues: Array(items[start...])))
-                    }
-                    break
-                }
-            }
-        }
     }
 }

@@ -143,12 +143,18 @@ extension TeamCacheClient {
     }
 
     /// Reports hits a local tier answered, by (key, the ETag of the version it answered from).
-    func reportHits(namespace: String, _ hits: [(key: String, etag: String?, count: Int)]) async throws {
+    /// `{"counted", "priced"}`, or `"replayed"` for a numbered report counted already.
+    @discardableResult
+    func reportHits(namespace: String, _ hits: [(key: String, etag: String?, count: Int)],
+                    reporter: String? = nil, seq: Int? = nil) async throws -> JSONValue {
         let items = hits.map { hit in
             JSONValue.object([("key", .string(hit.key)), ("count", .int(hit.count))]
                              + (hit.etag.map { [("etag", JSONValue.string($0))] } ?? []))
         }
-        _ = try await sendJSON("POST", "/v1/caches/\(namespace)/hits", .object([("hits", .array(items))]), accept: [200])
+        var members: [(String, JSONValue)] = [("hits", .array(items))]
+        if let reporter, let seq { members += [("reporter", .string(reporter)), ("seq", .int(seq))] }
+        let (data, _) = try await sendJSON("POST", "/v1/caches/\(namespace)/hits", .object(members), accept: [200])
+        return (try? JSONParser.parse(Array(data))) ?? .null
     }
 
     /// `stale`: answered while the service could not be reached (it cannot say the copy was not replaced).

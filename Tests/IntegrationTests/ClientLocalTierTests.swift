@@ -327,6 +327,41 @@ import TestSupport
         await third.close()
     }
 
+    /// A report whose answer was lost stays unanswered and is sent again as it was (same
+    /// reporter, same number): the service counts its hits once. Counted by hand: 4 local hits.
+    @Test func aReportSentAgainAfterALostAnswerIsCountedOnce() async throws {
+        let namespace = TestService.namespace("swiftonce")
+        let token = try writer(namespace)
+        let tier = try LocalTier(feedWait: 2, reportInterval: 60)
+        let b = client(service.port, token, tier: tier)
+        try await following(tier, namespace)
+        try await b.put(namespace: namespace, key: "k", body: Data("v".utf8), ttl: 300)
+        for _ in 0..<4 { #expect(try await b.get(namespace: namespace, key: "k")?.fromLocal == true) }
+        // Numbered, then sent and counted; the answer "lost": the report is still unanswered.
+        let lost = tier.state.withLock { state in
+            LocalTier.numberPending(&state)
+            return state.unsent
+        }
+        #expect(lost.count == 1 && lost.first?.hits.first?.count == 4)
+        await tier.report()
+        tier.state.withLock { $0.unsent = lost }
+        await tier.report()
+        #expect(tier.state.withLock { $0.unsent.isEmpty })
+        var lookups: [String: Int] = [:]
+        for _ in 0..<20 {
+            try service.app.tracker.flush()
+            let stats = try await b.stats(namespace: namespace)
+            lookups = Dictionary(uniqueKeysWithValues: ["hit", "local"].map { ($0, stats["lookups"]?[$0]?.integerValue ?? -1) })
+            if lookups["local"] != 0 { break }
+            try await Task.sleep(nanoseconds: 100_000_000)
+        }
+        try await Task.sleep(nanoseconds: 500_000_000)
+        try service.app.tracker.flush()
+        let stats = try await b.stats(namespace: namespace)
+        #expect(stats["lookups"]?["local"]?.integerValue == 4 && stats["lookups"]?["hit"]?.integerValue == 4, "\(lookups)")
+        await tier.close()
+    }
+
     @Test func aFillThatRacedAChangeIsNotKept() throws {
         let tier = try LocalTier()
         tier.state.withLock { state in

@@ -104,6 +104,13 @@ import TestSupport
         "{\"hits\":[{\"key\":\"a\",\"count\":1,\"extra\":1}]}", "{\"hits\":[],\"more\":1}",
         "{\"hits\":[{\"key\":\"a\",\"count\":1,\"etag\":7}]}",
         "{\"hits\":[{\"key\":\"a\",\"count\":1000000},{\"key\":\"b\",\"count\":1}]}",
+        "{\"hits\":[{\"key\":\"a\",\"count\":1}],\"reporter\":\"r\"}",
+        "{\"hits\":[{\"key\":\"a\",\"count\":1}],\"seq\":1}",
+        "{\"hits\":[{\"key\":\"a\",\"count\":1}],\"reporter\":\"r\",\"seq\":0}",
+        "{\"hits\":[{\"key\":\"a\",\"count\":1}],\"reporter\":\"a b\",\"seq\":1}",
+        "{\"hits\":[{\"key\":\"a\",\"count\":1}],\"reporter\":\"\",\"seq\":1}",
+        "{\"hits\":[{\"key\":\"a\",\"count\":1}],\"reporter\":\"\(String(repeating: "r", count: 65))\",\"seq\":1}",
+        "{\"hits\":[{\"key\":\"a\",\"count\":1}],\"reporter\":\"r\",\"seq\":\"1\"}",
     ])
     func aMalformedReportIsRefusedAndCountsNothing(_ report: String) throws {
         let namespace = TestService.namespace("ltbad")
@@ -115,6 +122,46 @@ import TestSupport
         try service.app.tracker.flush()
         let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: writer))
         #expect((stats["lookups"] as? [String: Int])?["hit"] == 0)
+    }
+
+    /// A numbered report whose answer was lost is sent again as it was: counted once. An older
+    /// number (a report overtaken by a later one) counts nothing either; another reporter and
+    /// another namespace have numbers of their own. Counted by hand: 2 + 3 + 4 + 5 hits.
+    @Test func aNumberedReportSentAgainIsCountedOnce() throws {
+        let namespace = TestService.namespace("ltonce")
+        let writer = try service.token([.read, .write], namespaces: namespace)
+        #expect(try service.request("PUT", entryPath(namespace, "a"), token: writer, body: [1]).status == 201)
+        func report(_ reporter: String, _ seq: Int, _ count: Int) throws -> [String: Any] {
+            let body = "{\"reporter\":\"\(reporter)\",\"seq\":\(seq),\"hits\":[{\"key\":\"a\",\"count\":\(count)}]}"
+            let answer = try service.request("POST", "/v1/caches/\(namespace)/hits", token: writer, json: body)
+            #expect(answer.status == 200)
+            return try object(answer)
+        }
+        #expect(try report("tier-1", 1, 2)["counted"] as? Int == 2)
+        let again = try report("tier-1", 1, 2)
+        #expect(again["counted"] as? Int == 0 && again["priced"] as? Int == 0 && again["replayed"] as? Bool == true)
+        #expect(try report("tier-1", 2, 3)["counted"] as? Int == 3)
+        #expect(try report("tier-1", 1, 7)["replayed"] as? Bool == true)
+        #expect(try report("tier-2", 1, 4)["counted"] as? Int == 4)
+        let other = TestService.namespace("ltonce2")
+        let otherWriter = try service.token([.read, .write], namespaces: other)
+        let elsewhere = try service.request("POST", "/v1/caches/\(other)/hits", token: otherWriter,
+                                            json: "{\"reporter\":\"tier-1\",\"seq\":1,\"hits\":[{\"key\":\"a\",\"count\":1}]}")
+        #expect(try object(elsewhere)["counted"] as? Int == 1)
+        // Unnumbered reports are counted each time, as before.
+        for _ in 0..<2 {
+            _ = try service.request("POST", "/v1/caches/\(namespace)/hits", token: writer,
+                                    json: "{\"hits\":[{\"key\":\"a\",\"count\":1}]}")
+        }
+        try service.app.tracker.flush()
+        var lookups: [String: Int] = [:]
+        for _ in 0..<50 {
+            let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: writer))
+            lookups = stats["lookups"] as? [String: Int] ?? [:]
+            if lookups["hit"] == 11 { break }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        #expect(lookups["hit"] == 11 && lookups["local"] == 11, "\(lookups)")
     }
 
     @Test func tooManyKeysInOneReportAreRefused() throws {

@@ -23,6 +23,9 @@ public protocol EntryStorage: AnyObject, Sendable {
     /// The stored entries among `keys`, whatever their freshness, possibly without bodies or
     /// metadata: what counting a hit on each needs (a client's reported local hits).
     func hitSubjects(_ namespace: Namespace, _ keys: [EntryKey]) throws -> [StoredEntry]
+    /// True when report `seq` of `reporter` is newer than every one counted from it (and is
+    /// now the last counted); false for a report counted already (a retry whose answer was lost).
+    func claimHitReport(_ namespace: Namespace, reporter: String, seq: Int) throws -> Bool
     /// Stores `write` without waiting: `committed` is told the outcome as soon as it is known,
     /// then `completion` with the commit position when `tracksPositions` (nil otherwise, or
     /// when it could not be learned). Both run on the committing thread and must not block.

@@ -71,6 +71,8 @@ extension MemoryStore {
         var head: Int64 = 0
         /// Per namespace, the newest cursor trimmed: a follower behind it must resync.
         var floors: [String: Int64] = [:]
+        /// Per namespace and reporter, the last local-hit report counted.
+        var reporters: [RowID: Int] = [:]
 
         /// `tc_put_entry`: a write under its condition and the caps, as one atomic step.
         mutating func put(_ write: EntryWrite, now: Date, policy: CachePolicy, feedCapacity: Int) -> WriteOutcome {

@@ -37,6 +37,15 @@ public final class MemoryStore: EntryStorage {
         state.withLock { state in keys.compactMap { state.rows[RowID(namespace.name, $0.bytes)]?.entry } }
     }
 
+    public func claimHitReport(_ namespace: Namespace, reporter: String, seq: Int) throws -> Bool {
+        state.withLock { state in
+            let id = RowID(namespace.name, Array(reporter.utf8))
+            guard seq > state.reporters[id, default: 0] else { return false }
+            state.reporters[id] = seq
+            return true
+        }
+    }
+
     public func submit(_ write: EntryWrite, committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)?,
                        completion: @escaping @Sendable (Result<WriteOutcome, any Error>, String?) -> Void) {
         let now = now()

@@ -448,3 +448,41 @@ def test_a_bad_bound_is_refused_and_a_second_client_shares_the_tier(server, toke
     assert first._tier is second._tier is tier and tier._client is not None
     second._http.close()
     first.close()
+
+
+def test_a_report_whose_answer_was_lost_is_counted_once(server, token, namespace):
+    """The service counts a report, then its answer is lost (a time-out on the way back): the
+    tier sends the same numbered report again, and the hits are counted once. Meanwhile newer
+    hits wait behind it (a later number would overtake it). Counted by hand: 4 + 3 local hits."""
+    a = TeamCache(server.url, token)
+    tier = LocalTier(feed_wait=2, report_interval=60)
+    b = TeamCache(server.url, token, local_tier=tier)
+    following(tier, namespace)
+    a.put(namespace, "k", b"v", ttl=300)
+    assert not b.get(namespace, "k").from_local  # the fill
+    assert tier._client is not None
+    real = tier._client.report_hits
+    answers: list[dict] = []
+
+    def lost(*args, **kwargs):
+        answers.append(real(*args, **kwargs))  # counted by the service ...
+        raise TransportError("the answer was lost")  # ... and never heard by the tier
+
+    tier._client.report_hits = lost  # type: ignore[method-assign]
+    for _ in range(4):
+        assert b.get(namespace, "k").from_local
+    tier.flush()
+    assert answers == [{"counted": 4, "priced": 4}] and tier.counts["reported"] == 0
+    for _ in range(3):
+        assert b.get(namespace, "k").from_local
+    tier.flush()  # the lost one again (replayed, nothing counted), then the newer one held behind it
+    assert [answer.get("replayed") for answer in answers[1:]] == [True]
+    tier._client.report_hits = real  # type: ignore[method-assign]
+    tier.flush()
+    assert tier.counts["reported"] == 7 and not tier._unsent
+    stats = eventually(lambda: (s := a.stats(namespace)).lookups.local >= 7 and s, timeout=10)
+    time.sleep(1.5)  # a double count would land with the next flush
+    stats = a.stats(namespace)
+    assert (stats.lookups.hit, stats.lookups.local) == (8, 7), stats.lookups
+    b.close()
+    a.close()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import threading
 import time
 from collections import OrderedDict, deque
@@ -50,6 +51,14 @@ _PENDING_HIT_KEYS = 10_000
 _RETRIED_STATUSES = frozenset({401, 403, 408, 425, 429, 500, 502, 503, 504})
 #: The service's bounds on one hit report.
 _MAX_REPORTED = 1_000_000
+
+
+@dataclass(frozen=True)
+class _Report:
+    """Local hits numbered for one report: ``seq`` is kept when it is sent again."""
+    namespace: str
+    seq: int
+    counts: dict[tuple[str, str | None], int]
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,12 @@ class LocalTier:
         self._forgotten = 0
         #: Local hits not reported yet, by namespace, then (key, ETag answered from).
         self._hits: dict[str, dict[tuple[str, str | None], int]] = {}
+        #: Numbered reports not answered yet, oldest first: each is sent again as it was (same
+        #: number) until answered, so a lost answer never counts its hits twice.
+        self._reporter = secrets.token_hex(8)
+        self._seq = 0
+        self._unsent: deque[_Report] = deque()
+        self._reporting = threading.Lock()
         self._outbox: deque[Queued] = deque(self._copies.load_outbox())
         self.conflicts: deque[OutboxConflict] = deque(maxlen=1000)
         #: What the tier did: local answers, revalidations, copies dropped by the feed, …
@@ -444,30 +459,47 @@ class LocalTier:
                 logger.debug("local tier report or outbox round failed", exc_info=True)
 
     def _report(self) -> None:
+        # One reporter at a time (the background, ``flush`` and ``close``): numbers go out in order.
+        with self._reporting:
+            self._number_pending()
+            client = self._client
+            failed: set[str] = set()
+            for report in list(self._unsent):
+                if report.namespace in failed:
+                    continue  # its earlier report waits: a later number would overtake it
+                try:
+                    if client is None:
+                        raise TransportError("no client")
+                    client.report_hits(report.namespace, report.counts, reporter=self._reporter, seq=report.seq)
+                    with self._lock:
+                        self.counts["reported"] += sum(report.counts.values())
+                except ProblemError as error:
+                    if error.status in _RETRIED_STATUSES:
+                        failed.add(report.namespace)
+                        continue
+                    logger.warning("local hits of %s refused (%s): not reported", report.namespace, error.status)
+                except TeamCacheError:
+                    failed.add(report.namespace)
+                    continue
+                self._unsent.remove(report)
+
+    def _number_pending(self) -> None:
+        """Turns the hits counted since the last round into numbered reports (within one
+        report's bounds each), dropping what exceeds the tier's bound on waiting keys."""
         with self._lock:
             taken, self._hits = self._hits, {}
-        client = self._client
+        waiting = sum(len(report.counts) for report in self._unsent)
         for namespace, counts in taken.items():
             items = [(key, min(count, _MAX_REPORTED)) for key, count in counts.items()]
             for start, end in _chunks([count for _, count in items]):
                 chunk = dict(items[start:end])
-                try:
-                    if client is None:
-                        raise TransportError("no client")
-                    client.report_hits(namespace, chunk)
+                if waiting + len(chunk) > _PENDING_HIT_KEYS:
                     with self._lock:
-                        self.counts["reported"] += sum(chunk.values())
-                except ProblemError as error:
-                    if error.status not in _RETRIED_STATUSES:
-                        logger.warning("local hits of %s refused (%s): not reported", namespace, error.status)
-                        continue
-                    with self._lock:
-                        self._restore_hits(namespace, dict(items[start:]))
-                    break
-                except TeamCacheError:
-                    with self._lock:
-                        self._restore_hits(namespace, dict(items[start:]))
-                    break
+                        self.counts["unreported"] += sum(chunk.values())
+                    continue
+                self._seq += 1
+                self._unsent.append(_Report(namespace, self._seq, chunk))
+                waiting += len(chunk)
 
     def _last_report(self) -> None:
         with contextlib.suppress(TeamCacheError):

@@ -422,11 +422,16 @@ def head(namespace: str, key: str | bytes) -> Call[Entry | EntryMiss | None]:
 # it without counting a lookup.
 
 
-def report_hits(namespace: str, counts: Mapping[tuple[str, str | None], int]) -> Call[Document]:
+def report_hits(namespace: str, counts: Mapping[tuple[str, str | None], int], *,
+                reporter: str | None = None, seq: int | None = None) -> Call[Document]:
     """Reports hits a local tier answered, by (key, the ETag of the version it answered
-    from): ``{"counted", "priced"}`` (at most 1000 keys a call)."""
-    document = {"hits": [{"key": key, "count": int(count), **({"etag": etag} if etag is not None else {})}
-                         for (key, etag), count in counts.items()]}
+    from): ``{"counted", "priced"}`` (at most 1000 keys a call). Numbered (``reporter``,
+    ``seq``), a report sent again is counted once (``"replayed": true``)."""
+    document: dict[str, Any] = {
+        "hits": [{"key": key, "count": int(count), **({"etag": etag} if etag is not None else {})}
+                 for (key, etag), count in counts.items()]}
+    if reporter is not None and seq is not None:
+        document.update(reporter=reporter, seq=seq)
     return _json_call("POST", namespace_path(namespace) + "/hits", document, _document, {200})
 
 
