@@ -486,3 +486,25 @@ def test_a_report_whose_answer_was_lost_is_counted_once(server, token, namespace
     assert (stats.lookups.hit, stats.lookups.local) == (8, 7), stats.lookups
     b.close()
     a.close()
+
+
+def test_the_tier_follows_over_the_clients_own_http_client(server, token, namespace):
+    """A client given an ``http_client`` (a custom CA, proxy or transport) lends it to its tier:
+    the feed and the reports go through it too, not around it."""
+    tier = LocalTier(feed_wait=2, report_interval=60)
+    b, requests = counted(server.url, token, tier)
+    following(tier, namespace)
+    b.put(namespace, "k", b"v", ttl=60)
+    assert b.get(namespace, "k").from_local
+    tier.flush()
+    assert f"/v1/caches/{namespace}/changes" in requests and f"/v1/caches/{namespace}/hits" in requests
+    b.close()
+    # A tier given its own client uses that one.
+    own: list[str] = []
+    http = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"},
+                        event_hooks={"request": [lambda request: own.append(request.url.path)]})
+    tier = LocalTier(feed_wait=2, http_client=http)
+    c = AsyncTeamCache(server.url, token, local_tier=tier)
+    following(tier, namespace)
+    assert f"/v1/caches/{namespace}/changes" in own
+    asyncio.run(c.aclose())

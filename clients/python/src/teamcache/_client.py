@@ -295,7 +295,7 @@ class TeamCache(_Common, LocalSyncMixin, CachedMixin):
                                    lookup_timeout=lookup_timeout, breaker=_breaker(circuit_breaker), strict=strict)
         self._tier = local_tier
         if local_tier is not None:
-            local_tier._attach(self._settings.base_url, self._settings.token, timeout)
+            local_tier._attach(self._settings.base_url, self._settings.token, timeout, lent=http_client)
         # Waiting lookups hold a connection each: allow many, so a filler's upsert never
         # queues behind the waiters of its own burst.
         self._http = http_client or httpx.Client(
@@ -399,7 +399,8 @@ class AsyncTeamCache(_Common, LocalAsyncMixin, AsyncCachedMixin):
                                    lookup_timeout=lookup_timeout, breaker=_breaker(circuit_breaker), strict=strict)
         self._tier = local_tier
         if local_tier is not None:
-            local_tier._attach(self._settings.base_url, self._settings.token, timeout)
+            local_tier._attach(self._settings.base_url, self._settings.token, timeout,
+                               unlent=http_client is not None)
         self._http = http_client or httpx.AsyncClient(
             base_url=self._settings.base_url, headers=self._settings.headers(), timeout=timeout,
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=64))

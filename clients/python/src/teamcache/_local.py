@@ -34,6 +34,8 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from ._local_store import Copies, Queued, Record
 from .errors import ProblemError, TeamCacheError, TransportError
 from .models import Entry, Lookup, WriteResult
@@ -98,12 +100,18 @@ class LocalTier:
     of it is not kept. ``feed_wait``: each long poll's wait (a silent feed stops local answers
     after ``feed_wait × 1.5`` seconds, at least ``feed_wait + 1``). ``report_interval``: how
     often local hits are reported
-    and the outbox retried. ``outbox_max`` writes (and 16 MiB) at most wait in the outbox."""
+    and the outbox retried. ``outbox_max`` writes (and 16 MiB) at most wait in the outbox.
+    ``http_client``: the ``httpx.Client`` the tier follows and reports over (with the base URL
+    and token in it, as a client's own; closed with the tier). Without it, the tier uses the
+    ``http_client`` its ``TeamCache`` was given (a custom CA, proxy or transport), else one of
+    its own. An ``AsyncTeamCache`` given an ``httpx.AsyncClient`` cannot lend it to the tier's
+    thread: pass the tier its own, or it connects plainly (and logs that once)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, max_bytes: int = 64 * 2**20, *,
                  keep_encrypted: bool = False, feed_wait: float = 10.0, report_interval: float = 2.0,
                  outbox_max: int = 1000, offline_ttl: int = 3600,
-                 on_conflict: Callable[[OutboxConflict], None] | None = None):
+                 on_conflict: Callable[[OutboxConflict], None] | None = None,
+                 http_client: httpx.Client | None = None):
         if max_bytes < 64 * 1024:
             raise ValueError("max_bytes must be at least 64 KiB")
         self.max_bytes = max_bytes
@@ -120,6 +128,7 @@ class LocalTier:
         self._lock = threading.Lock()
         self._sending = threading.Lock()
         self._copies = Copies(path, max_bytes)
+        self._http_client = http_client
         self._feeds: dict[str, _Feed] = {}
         #: Changes applied, in order; a key's last change, for fills that raced it.
         self._applied = 0
@@ -146,12 +155,18 @@ class LocalTier:
     # Attaching to a client: the tier's own connection (a breaker of its own, no retries: it
     # runs in the background and tries again on its own schedule).
 
-    def _attach(self, base_url: str, token: str | None, timeout: float) -> None:
+    def _attach(self, base_url: str, token: str | None, timeout: float, lent: httpx.Client | None = None,
+                unlent: bool = False) -> None:
         from ._client import TeamCache
         if self._client is not None:
             # Given to a second client: both share its copies; the first's connection follows.
             return
-        self._client = TeamCache(base_url, token, timeout=timeout, max_retries=0, circuit_breaker=False)
+        http = self._http_client or lent
+        if http is None and unlent:
+            logger.warning("the local tier connects to %s without the async client's http_client (its CA, proxy, "
+                           "transport): pass LocalTier(http_client=httpx.Client(...)) to use them", base_url)
+        self._client = TeamCache(base_url, token, timeout=timeout, max_retries=0, circuit_breaker=False,
+                                 http_client=http)
         self._worker = threading.Thread(target=self._work, name="teamcache-local-tier", daemon=True)
         self._worker.start()
 
