@@ -508,3 +508,21 @@ def test_the_tier_follows_over_the_clients_own_http_client(server, token, namesp
     following(tier, namespace)
     assert f"/v1/caches/{namespace}/changes" in own
     asyncio.run(c.aclose())
+
+
+def test_a_caller_that_changes_an_answers_metadata_does_not_change_the_tiers_copy(server, token, namespace):
+    tier = LocalTier(feed_wait=2)
+    b = TeamCache(server.url, token, local_tier=tier)
+    following(tier, namespace)
+    descriptor = {"model": "m", "prompt": "metadata kept apart"}
+    written = {"input_tokens": 3, "tags": {"nested": [1]}}
+    b.upsert(namespace, descriptor, "r", metadata=written)
+    written["tags"]["nested"].append("changed by the writer")
+    first = b.lookup(namespace, descriptor)
+    assert first.from_local and first.metadata is not None
+    first.metadata["input_tokens"] = 999
+    first.metadata["tags"]["nested"].append("changed by a reader")
+    time.sleep(1.1)  # the next second's answer is made from the tier's copy
+    again = b.lookup(namespace, descriptor)
+    assert again.from_local and again.metadata == {"input_tokens": 3, "tags": {"nested": [1]}}
+    b.close()

@@ -22,6 +22,7 @@ them as hits, marked local. An encrypted namespace's answers are kept only with
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import secrets
@@ -314,8 +315,8 @@ class LocalTier:
             return None
         now = time.time()
         return Record(kind="lookup", etag=answer.etag, body=answer.response.encode(), content_type="text/plain",
-                      metadata=answer.metadata, expires_at=now + answer.ttl, updated_at=now - (answer.age or 0),
-                      swr=answer.stale_while_revalidate)
+                      metadata=copy.deepcopy(answer.metadata), expires_at=now + answer.ttl,
+                      updated_at=now - (answer.age or 0), swr=answer.stale_while_revalidate)
 
     @staticmethod
     def entry_record(entry: Entry) -> Record | None:
@@ -717,7 +718,7 @@ def _written(result: WriteResult, kind: str, body: bytes, content_type: str,
     if expires is None or result.etag is None:
         return None
     now = time.time()
-    return Record(kind=kind, etag=result.etag, body=body, content_type=content_type, metadata=metadata,
+    return Record(kind=kind, etag=result.etag, body=body, content_type=content_type, metadata=copy.deepcopy(metadata),
                   expires_at=expires, updated_at=now)
 
 

@@ -5,6 +5,7 @@ only the sending differs. Without a tier each call is the plain route."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import json
 import math
@@ -53,12 +54,13 @@ def _key_of(descriptor: Mapping[str, Any]) -> str:
 def _local_lookup(key: str, record: Record, *, stale: bool) -> Lookup:
     """The answer a copy gives: made once a second per copy and shared (it is immutable; only
     its whole-second ``age`` and ``ttl`` change), since making a frozen dataclass costs more
-    than the rest of a local hit."""
+    than the rest of a local hit. Its ``metadata`` is a copy of the tier's (a caller that
+    changes it cannot change the tier's copy), shared by that second's callers: read it only."""
     now = time.time()
     made = record.answered(now, stale)
     if isinstance(made, Lookup):
         return made
-    answer = Lookup(hit=True, key=key, response=record.text(), metadata=record.metadata,
+    answer = Lookup(hit=True, key=key, response=record.text(), metadata=copy.deepcopy(record.metadata),
                     age=max(0, int(now - record.updated_at)), stale=stale, etag=record.etag,
                     ttl=math.floor(record.expires_at - now), stale_while_revalidate=record.swr, from_local=True)
     record.remember(now, stale, answer)
@@ -158,8 +160,8 @@ class _Plan:
     def looked_up(self, answer: Lookup) -> Lookup:
         if answer.hit and answer.not_modified and self.held is not None:
             self.tier.revalidated(self.namespace, self.key, answer.ttl or 0, self.held.etag)
-            return dataclasses.replace(answer, response=self.held.body.decode(), metadata=self.held.metadata,
-                                       not_modified=False)
+            return dataclasses.replace(answer, response=self.held.body.decode(),
+                                       metadata=copy.deepcopy(self.held.metadata), not_modified=False)
         self._refetched(LocalTier.lookup_record(answer), answer.hit)
         return answer
 
