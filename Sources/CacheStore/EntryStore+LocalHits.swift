@@ -43,9 +43,11 @@ extension EntryStore {
             WHERE r.seq < EXCLUDED.seq
         RETURNING seq
         """
+    /// The age is checked again on the row deleted: one a report refreshed meanwhile stays.
     static let trimHitReporters = """
         DELETE FROM hit_reporters WHERE ctid = ANY(ARRAY(
             SELECT ctid FROM hit_reporters WHERE seen_at < now() - interval '7 days' LIMIT 10000))
+          AND seen_at < now() - interval '7 days'
         """
 
     /// True when report `seq` of `reporter` is new (and is now the one counted last); false
@@ -57,10 +59,16 @@ extension EntryStore {
         }
     }
 
-    /// Forgets reporters unheard of for a week (a tier takes a new id each start). Run by the
-    /// eviction cycle; bounded per run.
+    /// Forgets reporters unheard of for a week (a tier takes a new id each start), in batches
+    /// of 10,000 (at most 100 a run). Run last by the eviction cycle.
     @discardableResult
     static func trimHitReporters(on connection: PostgresConnection) throws -> Int {
-        try connection.query(trimHitReporters).affectedRows
+        var total = 0
+        for _ in 0..<100 {
+            let trimmed = try connection.query(trimHitReporters).affectedRows
+            total += trimmed
+            if trimmed < 10_000 { break }
+        }
+        return total
     }
 }

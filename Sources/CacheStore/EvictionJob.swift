@@ -195,7 +195,6 @@ public final class EvictionJob: Sendable {
         }
         // Leases that ran out unfilled: their keys are free for the next caller either way.
         try leases?.sweep(on: connection)
-        try EntryStore.trimHitReporters(on: connection)
         // The change feed keeps what a follower may still ask for; older changes go.
         report.changesTrimmed = try EntryStore.trimChanges(
             before: now.addingTimeInterval(-Double(policy.changeRetention)), on: connection)
@@ -204,6 +203,8 @@ public final class EvictionJob: Sendable {
            stored > Int(policy.storeMaxBytes) {
             try shrink("", excess: stored - Int(policy.storeMaxBytes), started: now, on: connection, into: &report)
         }
+        // Last, and never at the cost of the cycle: a failure here only leaves old rows a while.
+        _ = try? EntryStore.trimHitReporters(on: connection)
         return report
     }
 

@@ -28,17 +28,22 @@ extension CacheAPI {
         let namespace = try context.namespace
         let json = try RequestParsing.jsonObject(request)
         let reports = try Self.reportedHits(json)
-        if let numbered = try Self.reportNumber(json),
-           try !store.claimHitReport(namespace, reporter: numbered.reporter, seq: numbered.seq) {
+        let numbered = try Self.reportNumber(json)
+        if numbered != nil && reports.isEmpty {
+            throw HTTPError(422, "A numbered report holds at least one hit.")
+        }
+        var stored: [EntryKey: StoredEntry] = [:]
+        for entry in try store.hitSubjects(namespace, reports.map(\.key)) {
+            if let key = EntryKey(entry.key) { stored[key] = entry }
+        }
+        // Claimed last: nothing after it can fail (the counts below are the tracker's, in
+        // memory), so a claimed number is always a counted one.
+        if let numbered, try !store.claimHitReport(namespace, reporter: numbered.reporter, seq: numbered.seq) {
             return .json(200, JSONValue.object([("counted", .int(0)), ("priced", .int(0)),
                                                 ("replayed", .bool(true))]).serialized)
         }
         let now = clock.now()
         var priced = 0
-        var stored: [EntryKey: StoredEntry] = [:]
-        for entry in try store.hitSubjects(namespace, reports.map(\.key)) {
-            if let key = EntryKey(entry.key) { stored[key] = entry }
-        }
         for report in reports {
             let entry = stored[report.key].flatMap { report.etag == nil || report.etag == $0.etag ? $0 : nil }
             tracker.recordLocal(namespace: namespace.name, entry: entry, count: report.count, at: now)

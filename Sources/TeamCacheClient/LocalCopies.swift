@@ -58,6 +58,8 @@ final class LocalCopies {
     private(set) var memoryBytes = 0
     private var file: LocalFile?
     private(set) var fileBytes = 0
+    /// The descriptor holding the file's lock (-1: none).
+    private var lockFile: Int32 = -1
 
     static let schema = [
         """
@@ -77,14 +79,29 @@ final class LocalCopies {
 
     init(path: String?, maxBytes: Int) throws {
         self.maxBytes = maxBytes
-        guard let path else { return }
+        guard let path, let lock = Self.own(path) else { return }
+        lockFile = lock
         let file = try LocalFile(path: path)
         for statement in Self.schema { try file.run(statement) }
         fileBytes = Int(try file.run("SELECT coalesce(sum(size), 0) FROM entries").first?.first?.int ?? 0)
         self.file = file
     }
 
+    /// The file for this tier alone: an exclusive lock on `PATH-lock` (the Python client takes
+    /// the same), since two tiers on one file would each send its outbox. nil when another
+    /// tier (process) holds it: this one then keeps copies in memory.
+    private static func own(_ path: String) -> Int32? {
+        let descriptor = open(path + "-lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { return nil }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            _ = Foundation.close(descriptor)
+            return nil
+        }
+        return descriptor
+    }
+
     deinit {
+        if lockFile >= 0 { _ = Foundation.close(lockFile) }
         // The list holds each node from both sides: unlinked, so nothing is kept alive.
         while let node = oldest { unlink(node) }
     }
@@ -179,9 +196,11 @@ final class LocalCopies {
     func close() {
         file?.close()
         file = nil
+        if lockFile >= 0 { _ = Foundation.close(lockFile) }  // the lock goes with it
+        lockFile = -1
     }
 
-    // The outbox's rows (the Python client's table and payloads: either client sends the other's).
+    // The outbox's rows, in the Python client's table and JSON payloads.
 
     func loadOutbox() -> [LocalTier.Queued] {
         let rows = (try? file?.run("SELECT id, namespace, kind, key, payload, base_etag, written_at FROM outbox ORDER BY id"))
@@ -196,17 +215,23 @@ final class LocalCopies {
         }
     }
 
+    /// The row's id; 0 when it could not be written (the write waits in memory only).
     func queue(_ item: LocalTier.Queued) -> Int64 {
         guard let file else { return 0 }
-        _ = try? file.run("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
-                          + "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", [
-            .text(item.namespace), .text(item.write.kind), .text(item.key), .text(item.write.payload.serialized),
-            item.baseETag.map { .text($0) } ?? .null, .double(item.writtenAt), .int(Int64(item.size)),
-        ])
-        return (try? file.run("SELECT last_insert_rowid()").first?.first?.int) ?? 0
+        do {
+            try file.run("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
+                         + "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", [
+                .text(item.namespace), .text(item.write.kind), .text(item.key), .text(item.write.payload.serialized),
+                item.baseETag.map { .text($0) } ?? .null, .double(item.writtenAt), .int(Int64(item.size)),
+            ])
+            return try file.run("SELECT last_insert_rowid()").first?.first?.int ?? 0
+        } catch {
+            return 0
+        }
     }
 
     func unqueue(_ id: Int64) {
+        guard id > 0 else { return }
         _ = try? file?.run("DELETE FROM outbox WHERE id = ?1", [.int(id)])
     }
 

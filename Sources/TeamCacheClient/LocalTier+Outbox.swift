@@ -91,8 +91,9 @@ extension LocalTier {
             let others = state.outbox.enumerated().filter { $0.offset != earlier }.map(\.element)
             guard others.count < Self.outboxMax,
                   others.reduce(item.size, { $0 + $1.size }) <= Self.outboxMaxBytes else { return false }
-            if let earlier { state.copies.unqueue(state.outbox.remove(at: earlier).id) }
+            // The new row first: a crash between the two leaves both (sent in order: the later wins).
             item.id = state.copies.queue(item)
+            if let earlier { state.copies.unqueue(state.outbox.remove(at: earlier).id) }
             state.outbox.append(item)
             // Read back by this client while offline (never as the service's own version).
             state.copies.put(.init(namespace: namespace, key: key), copy)
@@ -129,7 +130,8 @@ extension LocalTier {
                 return
             }
             state.withLock { state in
-                if state.outbox.first?.writtenAt == item.writtenAt && state.outbox.first?.key == item.key {
+                if state.outbox.first?.writtenAt == item.writtenAt && state.outbox.first?.key == item.key
+                    && state.outbox.first?.id == item.id {
                     state.outbox.removeFirst()
                 }
                 state.copies.unqueue(item.id)

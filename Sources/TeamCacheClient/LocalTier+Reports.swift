@@ -23,6 +23,8 @@ extension LocalTier {
             defer { busy = true }
             return !busy
         }) {
+            // A cancelled waiter (close's bounded last report) gives up: its sleep would not wait.
+            if Task.isCancelled { return }
             try? await Task.sleep(nanoseconds: 10_000_000)
         }
         defer { reporting.withLock { $0 = false } }
@@ -35,7 +37,7 @@ extension LocalTier {
         for report in unsent where !failed.contains(report.namespace) {
             let total = report.hits.reduce(0) { $0 + $1.count }
             do {
-                try await client.reportHits(namespace: report.namespace, report.hits, reporter: reporterID, seq: report.seq)
+                try await send(report, client)
                 state.withLock { $0.counts.reported += total }
             } catch TeamCacheClientError.problem(let status, _, _)
                 where status < 500 && ![401, 403, 408, 425, 429].contains(status) {
@@ -46,6 +48,20 @@ extension LocalTier {
             }
             state.withLock { $0.unsent.removeAll { $0.seq == report.seq } }
         }
+    }
+
+    /// Numbered; unnumbered once a service from before numbered reports refused the members
+    /// (a `422`): from then on, as before them, a lost answer may count twice.
+    private func send(_ report: NumberedReport, _ client: TeamCacheClient) async throws {
+        if state.withLock({ $0.numbered }) {
+            do {
+                try await client.reportHits(namespace: report.namespace, report.hits, reporter: reporterID, seq: report.seq)
+                return
+            } catch TeamCacheClientError.problem(status: 422, _, _) {
+                state.withLock { $0.numbered = false }
+            }
+        }
+        try await client.reportHits(namespace: report.namespace, report.hits)
     }
 
     /// Turns the hits counted since the last round into numbered reports within the service's

@@ -59,6 +59,7 @@ public final class LocalTier: Sendable {
         /// Numbered reports not answered yet, oldest first (`LocalTier+Reports.swift`).
         var unsent: [NumberedReport] = []
         var seq = 0
+        var numbered = true
         var client: TeamCacheClient?
         var reporter: Task<Void, Never>?
         var stopped = false

@@ -327,6 +327,28 @@ import TestSupport
         await third.close()
     }
 
+    /// A tier file belongs to one tier at a time: a second tier on it (another process, or this
+    /// one) keeps its copies in memory and does not load, so never sends, the first's outbox.
+    @Test func aFileHeldByOneTierIsNotOpenedByAnother() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tier-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appendingPathComponent("tier.sqlite").path
+        let first = try LocalTier(path: path)
+        first.state.withLock { $0.feeds["ns"] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
+        let copy = LocalCopy(kind: .raw, etag: nil, body: Data("v".utf8), contentType: "text/plain", expiresAt: 0,
+                             updatedAt: 0)
+        #expect(first.queue("ns", "k", .put(body: Data("v".utf8), contentType: "text/plain", ttl: nil, tags: []),
+                            copy: copy))
+        let second = try LocalTier(path: path)
+        #expect(second.outboxCount == 0)
+        await second.close()
+        await first.close()
+        let third = try LocalTier(path: path)
+        #expect(third.outboxCount == 1)
+        await third.close()
+    }
+
     /// A report whose answer was lost stays unanswered and is sent again as it was (same
     /// reporter, same number): the service counts its hits once. Counted by hand: 4 local hits.
     @Test func aReportSentAgainAfterALostAnswerIsCountedOnce() async throws {

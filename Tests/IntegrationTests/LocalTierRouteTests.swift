@@ -111,6 +111,7 @@ import TestSupport
         "{\"hits\":[{\"key\":\"a\",\"count\":1}],\"reporter\":\"\",\"seq\":1}",
         "{\"hits\":[{\"key\":\"a\",\"count\":1}],\"reporter\":\"\(String(repeating: "r", count: 65))\",\"seq\":1}",
         "{\"hits\":[{\"key\":\"a\",\"count\":1}],\"reporter\":\"r\",\"seq\":\"1\"}",
+        "{\"hits\":[],\"reporter\":\"r\",\"seq\":1}",
     ])
     func aMalformedReportIsRefusedAndCountsNothing(_ report: String) throws {
         let namespace = TestService.namespace("ltbad")

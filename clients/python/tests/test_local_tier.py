@@ -526,3 +526,46 @@ def test_a_caller_that_changes_an_answers_metadata_does_not_change_the_tiers_cop
     again = b.lookup(namespace, descriptor)
     assert again.from_local and again.metadata == {"input_tokens": 3, "tags": {"nested": [1]}}
     b.close()
+
+
+def test_a_service_that_refuses_numbered_reports_gets_them_unnumbered(server, token, namespace):
+    """A service from before numbered reports refuses the members with a 422: the tier sends
+    the same hits again without a number, and from then on, so they are still counted. (An
+    invalid reporter id makes today's service answer as an older one would.)"""
+    tier = LocalTier(feed_wait=2, report_interval=60)
+    b = TeamCache(server.url, token, local_tier=tier)
+    following(tier, namespace)
+    b.put(namespace, "k", b"v", ttl=300)
+    tier._reporter = "not an id!"
+    for _ in range(3):
+        assert b.get(namespace, "k").from_local
+    tier.flush()
+    assert tier.counts["reported"] == 3 and tier.counts["unreported"] == 0 and not tier._numbered
+    stats = eventually(lambda: (s := b.stats(namespace)).lookups.local == 3 and s, timeout=10)
+    assert stats and stats.lookups.local == 3
+    b.close()
+
+
+def test_a_tier_file_belongs_to_one_tier_at_a_time(tmp_path):
+    """A second tier on a held file (another process, or this one) keeps copies in memory: it
+    does not load the first's outbox, so it never sends it too."""
+    path = tmp_path / "tier.sqlite"
+    first = LocalTier(path=path)
+    second = LocalTier(path=path)
+    assert first._copies.db is not None and second._copies.db is None
+    second.close()
+    first.close()
+    third = LocalTier(path=path)
+    assert third._copies.db is not None
+    third.close()
+
+
+def test_closing_a_client_that_shares_a_tier_leaves_the_lent_http_client_open(server, token, namespace):
+    http = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"})
+    tier = LocalTier(feed_wait=2)
+    a = TeamCache(server.url, token, http_client=http, local_tier=tier)
+    b = TeamCache(server.url, token, local_tier=tier)
+    b.close()  # closes the shared tier, and must not close a's http_client with it
+    a.put(namespace, "k", b"still open")
+    assert a.get(namespace, "k").body == b"still open"
+    a.close()

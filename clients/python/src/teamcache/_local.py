@@ -51,7 +51,7 @@ logger = logging.getLogger("teamcache.local")
 _CHANGED_KEYS = 10_000
 _PENDING_HIT_KEYS = 10_000
 #: Answers that say "later", not "never": a queued write waits for the next round.
-_RETRIED_STATUSES = frozenset({401, 403, 408, 425, 429, 500, 502, 503, 504})
+_RETRIED_STATUSES = frozenset({401, 403, 408, 425, 429})
 #: The service's bounds on one hit report.
 _MAX_REPORTED = 1_000_000
 
@@ -143,6 +143,7 @@ class LocalTier:
         self._seq = 0
         self._unsent: deque[_Report] = deque()
         self._reporting = threading.Lock()
+        self._numbered = True
         self._outbox: deque[Queued] = deque(self._copies.load_outbox())
         self.conflicts: deque[OutboxConflict] = deque(maxlen=1000)
         #: What the tier did: local answers, revalidations, copies dropped by the feed, …
@@ -150,6 +151,7 @@ class LocalTier:
             "local_hits", "offline_hits", "revalidated", "dropped", "cleared", "reported", "queued", "sent",
             "unreported")}
         self._client: TeamCache | None = None
+        self._owns_http = True
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
 
@@ -168,6 +170,9 @@ class LocalTier:
                            "transport): pass LocalTier(http_client=httpx.Client(...)) to use them", base_url)
         self._client = TeamCache(base_url, token, timeout=timeout, max_retries=0, circuit_breaker=False,
                                  http_client=http)
+        # A client's own http_client is lent, not given: the client closes it, not the tier
+        # (a second client sharing the tier may close it while the first still uses it).
+        self._owns_http = lent is None or self._http_client is not None
         self._worker = threading.Thread(target=self._work, name="teamcache-local-tier", daemon=True)
         self._worker.start()
 
@@ -181,7 +186,7 @@ class LocalTier:
         last = threading.Thread(target=self._last_report, name="teamcache-last-report", daemon=True)
         last.start()
         last.join(timeout=1.0)
-        if self._client is not None:
+        if self._client is not None and self._owns_http:
             self._client.close()
         with self._lock:
             self._copies.close()
@@ -486,18 +491,34 @@ class LocalTier:
                 try:
                     if client is None:
                         raise TransportError("no client")
-                    client.report_hits(report.namespace, report.counts, reporter=self._reporter, seq=report.seq)
+                    self._send_report(client, report)
                     with self._lock:
                         self.counts["reported"] += sum(report.counts.values())
                 except ProblemError as error:
-                    if error.status in _RETRIED_STATUSES:
+                    if _later(error.status):
                         failed.add(report.namespace)
                         continue
                     logger.warning("local hits of %s refused (%s): not reported", report.namespace, error.status)
+                    with self._lock:
+                        self.counts["unreported"] += sum(report.counts.values())
                 except TeamCacheError:
                     failed.add(report.namespace)
                     continue
                 self._unsent.remove(report)
+
+    def _send_report(self, client: TeamCache, report: _Report) -> None:
+        if self._numbered:
+            try:
+                client.report_hits(report.namespace, report.counts, reporter=self._reporter, seq=report.seq)
+                return
+            except ProblemError as error:
+                if error.status != 422:
+                    raise
+                # A service from before numbered reports refuses the members: it is sent
+                # unnumbered from now on (as before, a lost answer may then count twice).
+                logger.warning("the service does not take numbered hit reports: reporting unnumbered")
+                self._numbered = False
+        client.report_hits(report.namespace, report.counts)
 
     def _number_pending(self) -> None:
         """Turns the hits counted since the last round into numbered reports (within one
@@ -547,7 +568,7 @@ class LocalTier:
                 try:
                     record = _send(client, item, self._conflict)
                 except ProblemError as error:
-                    if error.status in _RETRIED_STATUSES:
+                    if _later(error.status):
                         return  # overloaded, rate limited or refusing the token: sent again later
                     logger.warning("a write queued offline to %s was refused (%s %s): dropped", item.namespace,
                                    error.status, error.title)
@@ -599,6 +620,11 @@ class LocalTier:
                 self.keep(namespace, key, record, since)
                 kept += 1
         return kept
+
+
+def _later(status: int) -> bool:
+    """An answer that says "later", not "never": the write or report waits for the next round."""
+    return status in _RETRIED_STATUSES or status >= 500
 
 
 def _chunks(counts: list[int]) -> list[tuple[int, int]]:

@@ -89,9 +89,10 @@ def _never_sent(error: TransportError) -> bool:
 
 
 def _queueable(payload: Mapping[str, Any]) -> bool:
-    """A write kept in the outbox must read back as itself (a ``RawNumber`` would not)."""
+    """A write kept in the outbox must read back as itself (a ``RawNumber`` would not), in
+    JSON either client reads (no ``NaN``)."""
     try:
-        json.dumps(payload)
+        json.dumps(payload, allow_nan=False)
         return True
     except (TypeError, ValueError):
         return False
@@ -220,7 +221,7 @@ class _Write:
     def of_upsert(tier: LocalTier | None, namespace: str, descriptor: Mapping[str, Any], response: str,
                   metadata: Mapping[str, Any] | None, ttl: int | None, tags: Iterable[str],
                   stale_while_revalidate: int | None) -> _Write:
-        kept = dict(metadata) if metadata is not None else None
+        kept = copy.deepcopy(dict(metadata)) if metadata is not None else None
         payload = {"descriptor": dict(descriptor), "response": response, "metadata": kept, "ttl": ttl,
                    "tags": list(tags), "stale_while_revalidate": stale_while_revalidate}
         key = _key_of(descriptor) if tier is not None else None

@@ -99,7 +99,8 @@ class Copies:
         self.memory_bytes = 0
         self.db: sqlite3.Connection | None = None
         self.disk_bytes = 0
-        if path is not None:
+        self._lock_file: int | None = None
+        if path is not None and self._own(os.fspath(path)):
             self.db = sqlite3.connect(os.fspath(path), check_same_thread=False, isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
@@ -259,8 +260,8 @@ class Copies:
         cursor = self._safely(lambda db: db.execute(
             "INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (item.namespace, item.kind, item.key, json.dumps(item.payload), item.base_etag, item.written_at,
-             item.size)))
+            (item.namespace, item.kind, item.key, json.dumps(item.payload, allow_nan=False), item.base_etag,
+             item.written_at, item.size)))
         if cursor is not None:
             item.id = int(cursor.lastrowid or 0)
         return item
@@ -268,7 +269,29 @@ class Copies:
     def unqueue(self, item: Queued) -> None:
         self._safely(lambda db: db.execute("DELETE FROM outbox WHERE id = ?", (item.id,)))
 
+    def _own(self, path: str) -> bool:
+        """Takes the file for this tier alone (an exclusive lock on ``PATH-lock``, which the
+        Swift client takes too): two tiers on one file would each send its outbox, twice. A
+        file held elsewhere leaves this tier in memory (logged)."""
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows): one process per file is the caller's to keep
+            return True
+        descriptor = os.open(path + "-lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(descriptor)
+            logger.warning("local tier file %s is held by another tier (process): this one keeps copies in memory",
+                           path)
+            return False
+        self._lock_file = descriptor
+        return True
+
     def close(self) -> None:
         if self.db is not None:
             self.db.close()
             self.db = None
+        if self._lock_file is not None:
+            os.close(self._lock_file)  # the lock goes with it
+            self._lock_file = None
