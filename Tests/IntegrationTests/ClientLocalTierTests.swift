@@ -327,6 +327,38 @@ import TestSupport
         await third.close()
     }
 
+    /// Rows the Python client wrote (its `json.dumps`: every byte above 0x7E and below 0x20
+    /// escaped) come back as the writes it queued: a body byte for byte, a descriptor whole.
+    @Test func theOutboxReadsThePythonClientsRows() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tier-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appendingPathComponent("tier.sqlite").path
+        await (try LocalTier(path: path)).close()  // the schema
+        let file = try LocalFile(path: path)
+        // As printed by Python 3.11's json.dumps for these payloads.
+        let put = #"{"body": "\u0000\u0001\n\"\\\u007f\u0080\u00c8\u00ff", "content_type": "application/x-kept", "#
+            + #""ttl": 60, "tags": ["t"], "stale_while_revalidate": null}"#
+        let upsert = #"{"descriptor": {"model": "m", "prompt": "\u00e9 from python"}, "response": "r", "#
+            + #""metadata": {"input_tokens": 3}, "ttl": null, "tags": [], "stale_while_revalidate": null}"#
+        for (kind, key, payload) in [("put", "raw", put), ("upsert", "d", upsert)] {
+            try file.run("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
+                         + "VALUES ('ns', ?1, ?2, ?3, NULL, 1.5, 10)", [.text(kind), .text(key), .text(payload)])
+        }
+        file.close()
+        let tier = try LocalTier(path: path)
+        let queued = tier.state.withLock { $0.outbox }
+        guard queued.count == 2, case .put(let body, "application/x-kept", 60, ["t"]) = queued[0].write,
+              case .upsert(let descriptor, let answer, nil, []) = queued[1].write else {
+            Issue.record("\(queued.map(\.write))")
+            return
+        }
+        #expect(body == Data([0, 1, 10, 34, 92, 127, 128, 200, 255]))
+        #expect(descriptor.key == Descriptor(model: "m", input: .prompt("é from python")).key)
+        #expect(answer.response == "r" && answer.metadata == .object([("input_tokens", .int(3))]))
+        await tier.close()
+    }
+
     /// A tier file belongs to one tier at a time: a second tier on it (another process, or this
     /// one) keeps its copies in memory and does not load, so never sends, the first's outbox.
     @Test func aFileHeldByOneTierIsNotOpenedByAnother() async throws {

@@ -569,3 +569,28 @@ def test_closing_a_client_that_shares_a_tier_leaves_the_lent_http_client_open(se
     a.put(namespace, "k", b"still open")
     assert a.get(namespace, "k").body == b"still open"
     a.close()
+
+
+def test_the_outbox_sends_rows_the_swift_client_wrote(server, token, namespace, tmp_path):
+    """A row as the Swift client writes it (its JSON: raw UTF-8 above 0x1F, the Python table)
+    is sent by a Python tier byte for byte."""
+    path = tmp_path / "tier.sqlite"
+    LocalTier(path=path).close()  # the schema
+    body = bytes(range(256))
+    text = body.decode("latin-1")
+    escaped = "".join(
+        {'"': '\\"', "\\": "\\\\"}.get(c, f"\\u{ord(c):04x}" if ord(c) < 0x20 else c) for c in text)
+    payload = ('{"body":"' + escaped + '","content_type":"application/x-kept","ttl":60,"tags":["t"],'
+               '"stale_while_revalidate":null}')
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
+                   "VALUES (?, 'put', 'raw', ?, NULL, ?, 300)", (namespace, payload, time.time()))
+    db.close()
+    tier = LocalTier(path=path, report_interval=60)
+    assert len(tier._outbox) == 1
+    b = TeamCache(server.url, token, local_tier=tier)
+    tier.flush()
+    assert not tier._outbox and not tier.conflicts, list(tier.conflicts)
+    b.close()
+    stored = TeamCache(server.url, token).get(namespace, "raw")
+    assert stored is not None and stored.body == body and stored.content_type == "application/x-kept"
