@@ -51,12 +51,24 @@ public final class ConnectionCredential: Sendable {
     /// length is its format's, not a secret).
     static func equalInConstantTime(_ known: [UInt8], _ given: Substring.UTF8View) -> Bool {
         guard known.count == given.count else { return false }
-        var difference: UInt8 = 0
-        var index = 0
-        for byte in given {
-            difference |= known[index] ^ byte
-            index += 1
+        // Over the bytes in place (a header's substring is contiguous): walking the view cost
+        // ~40 instructions a byte, on every request.
+        if let equal = given.withContiguousStorageIfAvailable({ bytes in
+            known.withUnsafeBufferPointer { Self.equalInConstantTime($0, bytes) }
+        }) {
+            return equal
         }
+        return equalInConstantTime(known, Array(given))
+    }
+
+    private static func equalInConstantTime(_ known: UnsafeBufferPointer<UInt8>, _ given: UnsafeBufferPointer<UInt8>)
+        -> Bool {
+        var difference: UInt8 = 0
+        for index in 0..<known.count { difference |= known[index] ^ given[index] }
         return difference == 0
+    }
+
+    private static func equalInConstantTime(_ known: [UInt8], _ given: [UInt8]) -> Bool {
+        known.withUnsafeBufferPointer { known in given.withUnsafeBufferPointer { equalInConstantTime(known, $0) } }
     }
 }

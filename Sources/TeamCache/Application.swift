@@ -19,6 +19,8 @@ public final class Application: Sendable {
     public let metrics: MetricsRegistry
     public let server: HTTPServer
     public let eviction: EvictionJob
+    /// The requests' token checks (tests read what it computed).
+    let authenticator: Authenticator
     /// The event loops' read batchers (empty when TEAMCACHE_READ_BATCH is 0).
     private let readers: [EntryReadBatcher]
     private let readiness: ReadinessProbe
@@ -51,6 +53,7 @@ public final class Application: Sendable {
         eviction = EvictionJob(store: store, metrics: storeMetrics, leases: leases, sessions: directSessions)
         let auth = Authenticator(enabled: configuration.authEnabled, store: tokens,
                                  cacheTTL: configuration.tokenCacheTTL, rateLimit: configuration.rateLimit, clock: clock)
+        authenticator = auth
         let loops = Self.loopParts(configuration, database, metrics, leases)
         listener = loops.listener
         let api = CacheAPI(store: store, tracker: tracker, eviction: eviction, leases: leases, waiters: loops.waiters,

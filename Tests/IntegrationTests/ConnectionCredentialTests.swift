@@ -4,6 +4,7 @@ import Foundation
 import Locking
 @testable import TeamCache
 import Testing
+import TestSupport
 
 /// A connection that repeats its token pays one SHA-256, not one a request; the repeat is
 /// still checked against the token cache, so a revocation takes effect as before; another
@@ -50,6 +51,27 @@ import Testing
         // Revoked while the connection keeps sending it: refused at once (TTL 0).
         directory.add(b, revoked: true)
         #expect(throws: HTTPError.self) { try auth.authorize(Self.request(b, on: connection), .read, namespace: namespace) }
+    }
+
+    /// Through a real listening server: a kept-alive connection's GETs (no body: set up
+    /// apart from requests with one) and PUTs hash its token once. GETs were hashed every
+    /// time, the credential being handed only to requests with a body.
+    @Test func aRealConnectionHashesItsTokenOnceForEveryKindOfRequest() throws {
+        let service = try TestService()
+        defer { service.stop() }
+        let token = try service.token([.read, .write], namespaces: "credential")
+        let client = try RawClient(port: service.port, timeout: 10)
+        let bearer = [("Authorization", "Bearer \(token)")]
+        let digests = { service.app.authenticator.digestsComputed.load(ordering: .relaxed) }
+        // The first request verifies the token (its check before the body hashes it too).
+        #expect(try client.request("PUT", "/v1/caches/credential/entries/k", headers: bearer, body: [1]).status == 201)
+        let before = digests()
+        for _ in 0..<20 {
+            #expect(try client.request("GET", "/v1/caches/credential/entries/k", headers: bearer).status == 200)
+            #expect(try client.request("HEAD", "/v1/caches/credential/entries/k", headers: bearer).status == 200)
+        }
+        #expect(try client.request("PUT", "/v1/caches/credential/entries/k", headers: bearer, body: [2]).status == 200)
+        #expect(digests() - before == 0)
     }
 
     @Test func whatAConnectionHeldIsZeroedAndComparedWhole() {
