@@ -27,7 +27,8 @@ public final class ConnectionCredential: Sendable {
         }
     }
 
-    /// Remembers `secret` (verified: it named a token) and its digest, wiping what was held.
+    /// Remembers `secret` and its digest, wiping what was held. (Not a verdict: the digest
+    /// is what the secret hashes to, and is looked up again with every request.)
     public func remember(_ secret: Substring, digest: [UInt8]) {
         held.withLock { held in
             Self.wipe(&held)

@@ -153,10 +153,9 @@ import TestSupport
     @Test func aRestartedAppFindsItsFileAndWhatChangedMeanwhile() async throws {
         let namespace = TestService.namespace("swifttierfile")
         let token = try writer(namespace)
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tier-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: folder) }
-        let path = folder.appendingPathComponent("tier.sqlite").path
+        let file = try TierFile()
+        defer { file.remove() }
+        let path = file.path
         let a = client(service.port, token, tier: nil)
         let first = try LocalTier(path: path, feedWait: 2)
         let b = client(service.port, token, tier: first)
@@ -182,11 +181,10 @@ import TestSupport
 
     @Test(arguments: [false, true]) func theTierNeverHoldsMoreThanItsBound(onDisk: Bool) async throws {
         let namespace = TestService.namespace("swifttierbound")
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tier-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: folder) }
+        let file = try TierFile()
+        defer { file.remove() }
         let bound = 64 * 1024
-        let tier = try LocalTier(path: onDisk ? folder.appendingPathComponent("t.sqlite").path : nil, maxBytes: bound,
+        let tier = try LocalTier(path: onDisk ? file.path : nil, maxBytes: bound,
                                  feedWait: 2)
         let b = client(service.port, try writer(namespace), tier: tier)
         try await following(tier, namespace)
@@ -279,10 +277,9 @@ import TestSupport
     /// The outbox outlives the process in the file, in the Python client's format: every byte
     /// of a body (as Latin-1 text) and a descriptor come back as they were queued.
     @Test func theOutboxOutlivesTheProcessInTheFile() async throws {
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tier-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: folder) }
-        let path = folder.appendingPathComponent("tier.sqlite").path
+        let file = try TierFile()
+        defer { file.remove() }
+        let path = file.path
         let body = Data((0...255).map { UInt8($0) })
         let namespace = TestService.namespace("swiftkept")
         let token = try writer(namespace)
@@ -330,22 +327,21 @@ import TestSupport
     /// Rows the Python client wrote (its `json.dumps`: every byte above 0x7E and below 0x20
     /// escaped) come back as the writes it queued: a body byte for byte, a descriptor whole.
     @Test func theOutboxReadsThePythonClientsRows() async throws {
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tier-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: folder) }
-        let path = folder.appendingPathComponent("tier.sqlite").path
+        let file = try TierFile()
+        defer { file.remove() }
+        let path = file.path
         await (try LocalTier(path: path)).close()  // the schema
-        let file = try LocalFile(path: path)
+        let sqlite = try LocalFile(path: path)
         // As printed by Python 3.11's json.dumps for these payloads.
         let put = #"{"body": "\u0000\u0001\n\"\\\u007f\u0080\u00c8\u00ff", "content_type": "application/x-kept", "#
             + #""ttl": 60, "tags": ["t"], "stale_while_revalidate": null}"#
         let upsert = #"{"descriptor": {"model": "m", "prompt": "\u00e9 from python"}, "response": "r", "#
             + #""metadata": {"input_tokens": 3}, "ttl": null, "tags": [], "stale_while_revalidate": null}"#
         for (kind, key, payload) in [("put", "raw", put), ("upsert", "d", upsert)] {
-            try file.run("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
-                         + "VALUES ('ns', ?1, ?2, ?3, NULL, 1.5, 10)", [.text(kind), .text(key), .text(payload)])
+            try sqlite.run("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
+                           + "VALUES ('ns', ?1, ?2, ?3, NULL, 1.5, 10)", [.text(kind), .text(key), .text(payload)])
         }
-        file.close()
+        sqlite.close()
         let tier = try LocalTier(path: path)
         let queued = tier.state.withLock { $0.outbox }
         guard queued.count == 2, case .put(let body, "application/x-kept", 60, ["t"]) = queued[0].write,
@@ -362,10 +358,9 @@ import TestSupport
     /// A tier file belongs to one tier at a time: a second tier on it (another process, or this
     /// one) keeps its copies in memory and does not load, so never sends, the first's outbox.
     @Test func aFileHeldByOneTierIsNotOpenedByAnother() async throws {
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tier-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: folder) }
-        let path = folder.appendingPathComponent("tier.sqlite").path
+        let file = try TierFile()
+        defer { file.remove() }
+        let path = file.path
         let first = try LocalTier(path: path)
         first.state.withLock { $0.feeds["ns"] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
         let copy = LocalCopy(kind: .raw, etag: nil, body: Data("v".utf8), contentType: "text/plain", expiresAt: 0,
@@ -440,4 +435,14 @@ import TestSupport
         tier.keep("ns", "k", current, since: tier.mark())
         #expect(tier.peek("ns", "k")?.etag == "\"new\"")
     }
+}
+
+/// A tier file's path in a temporary folder of its own (`remove()` deletes the folder).
+struct TierFile {
+    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("tier-\(UUID().uuidString)")
+    var path: String { folder.appendingPathComponent("tier.sqlite").path }
+
+    init() throws { try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true) }
+
+    func remove() { try? FileManager.default.removeItem(at: folder) }
 }

@@ -138,12 +138,15 @@ public final class Authenticator: Sendable {
         // a SHA-256. The digest still goes through the token cache below, TTL and all.
         let remembered = request.connectionCredential?.digest(for: secret)
         let hash = remembered ?? digest(secret)
+        // Remembered whatever it names: the digest is a function of the secret alone and still
+        // goes through the token cache each time, and the check before a body (which finds an
+        // unseen token uncached) and the verification after it then hash once between them.
+        if remembered == nil { request.connectionCredential?.remember(secret, digest: hash) }
         guard let found = try lookup(hash, cachedOnly: cachedOnly, client: request.remoteAddress,
                                      lapsedIsKnown: lapsedIsKnown) else { return nil }
         guard let token = found, token.isUsable(at: clock.now()) else {
             throw Self.unauthorized("The token is unknown, expired or revoked.", error: "invalid_token")
         }
-        if remembered == nil { request.connectionCredential?.remember(secret, digest: hash) }
         if let scope, !token.allows(scope, namespace: namespace) {
             let target = namespace.map { "namespace \($0.name)" } ?? "store-wide routes"
             throw HTTPError(403, "This token lacks the \(scope.rawValue) scope for \(target).")
