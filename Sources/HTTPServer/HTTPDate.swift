@@ -1,4 +1,5 @@
 import Glibc
+import Observability
 
 /// IMF-fixdate (RFC 9110 §5.6.7) formatting without locale or Foundation formatters.
 public enum HTTPDate {
@@ -8,7 +9,7 @@ public enum HTTPDate {
     private static let monthBytes = months.map { Array($0.utf8) }
 
     /// The first and last second IMF-fixdate's four-digit year can name (years 0 to 9999).
-    static let formattable = -62_167_219_200...253_402_300_799
+    static let formattable = CivilTime.fourDigitYears
 
     /// `Sun, 06 Nov 1994 08:49:37 GMT` for Unix time `seconds`; the epoch's text for a time
     /// outside years 0 to 9999 (a four-digit year cannot say it).
@@ -67,43 +68,5 @@ public enum HTTPDate {
         fields.tm_min = Int32(clock[1])
         fields.tm_sec = Int32(clock[2])
         return Int(timegm(&fields))
-    }
-}
-
-/// A Unix time as a proleptic Gregorian UTC date and time of day, by the days-from-civil
-/// arithmetic of H. Hinnant's "chrono-compatible low-level date algorithms" (floor
-/// divisions, so times before 1970 come out right too). Only for `HTTPDate.formattable`
-/// times, where nothing overflows.
-struct CivilTime: Equatable {
-    let year: Int
-    /// 1...12
-    let month: Int
-    /// 1...31
-    let day: Int
-    /// 0 (Sunday) ... 6
-    let weekday: Int
-    let secondOfDay: Int
-}
-
-extension CivilTime {
-    init(unixSeconds seconds: Int) {
-        let days = Self.floorDivide(seconds, 86_400)
-        // 1970-01-01 was a Thursday.
-        let weekday = (days % 7 + 11) % 7
-        let shifted = days + 719_468  // days since 0000-03-01
-        let era = Self.floorDivide(shifted, 146_097)
-        let dayOfEra = shifted - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let monthFromMarch = (5 * dayOfYear + 2) / 153
-        let month = monthFromMarch < 10 ? monthFromMarch + 3 : monthFromMarch - 9
-        self.init(year: yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month: month,
-                  day: dayOfYear - (153 * monthFromMarch + 2) / 5 + 1, weekday: weekday,
-                  secondOfDay: seconds - days * 86_400)
-    }
-
-    private static func floorDivide(_ value: Int, _ divisor: Int) -> Int {
-        let quotient = value / divisor
-        return value % divisor < 0 ? quotient - 1 : quotient
     }
 }

@@ -74,13 +74,7 @@ enum RequestParsing {
 
 /// RFC 3339 timestamps in responses (UTC, whole seconds) and requests.
 enum Timestamp {
-    static func format(_ date: Date) -> String {
-        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        return String(format: "%04d-%02d-%02dT%02d:%02d:%02dZ", parts.tm_year + 1900, parts.tm_mon + 1,
-                      parts.tm_mday, parts.tm_hour, parts.tm_min, parts.tm_sec)
-    }
+    static func format(_ date: Date) -> String { RFC3339.format(date) }
 
     /// RFC 3339 only (one parser for requests, dumps and the command line).
     static func parse(_ text: String) -> Date? { RFC3339.parse(text) }

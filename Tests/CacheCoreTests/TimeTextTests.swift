@@ -31,6 +31,38 @@ import Testing
         #expect(abs(back.timeIntervalSince(date)) < 0.001)
     }
 
+    /// The calendar-arithmetic formatters write what Foundation's ISO 8601 formatter (and, to
+    /// the second, `gmtime_r`) wrote before them, over random times of every four-digit year,
+    /// the edges of that range, and the fractions that round.
+    @Test func formattedTimestampsAreTheFormattersText() {
+        let plain = ISO8601DateFormatter()
+        plain.formatOptions = [.withInternetDateTime]
+        let fractional = ISO8601DateFormatter()
+        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        func microseconds(_ date: Date) -> String {  // the former formatMicroseconds
+            var whole = date.timeIntervalSince1970.rounded(.down)
+            var micros = Int(((date.timeIntervalSince1970 - whole) * 1_000_000).rounded())
+            if micros >= 1_000_000 { (whole, micros) = (whole + 1, micros - 1_000_000) }
+            let digits = String(micros)
+            return plain.string(from: Date(timeIntervalSince1970: whole)).dropLast() + "."
+                + String(repeating: "0", count: 6 - digits.count) + digits + "Z"
+        }
+        var generator = SystemRandomNumberGenerator()
+        let edges: [Double] = [0, -1, 1_796_292_000.9999, 1_796_292_000.0005, 1_796_292_000.9995, 951_782_400,
+                               -62_135_596_800, 253_402_300_799.5, 1_796_292_000.125]
+        let times = edges + (0..<20_000).map { _ in
+            Double.random(in: -62_135_596_800 ... 253_402_300_799, using: &generator).rounded(.down)
+                + Double(Int.random(in: 0..<1_000_000, using: &generator)) / 1_000_000
+        }
+        for time in times {
+            let date = Date(timeIntervalSince1970: time)
+            #expect(RFC3339.format(date) == plain.string(from: Date(timeIntervalSince1970: time.rounded(.down))),
+                    "\(time)")
+            #expect(RFC3339.formatWithFraction(date) == fractional.string(from: date), "\(time)")
+            #expect(RFC3339.formatMicroseconds(date) == microseconds(date), "\(time)")
+        }
+    }
+
     @Test func durationsTakeEveryUnit() {
         let cases: [(String, Double)] = [("30", 30), ("0.5", 0.5), ("250ms", 0.25), ("10s", 10), ("5m", 300),
                                          ("12h", 43_200), ("30d", 2_592_000), ("1.5h", 5_400), ("0", 0)]

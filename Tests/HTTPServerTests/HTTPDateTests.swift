@@ -1,5 +1,6 @@
 import Glibc
 @testable import HTTPServer
+import Observability
 import Testing
 
 /// The calendar arithmetic behind `HTTPDate.format` against the C library's `gmtime_r`,
