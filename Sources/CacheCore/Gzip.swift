@@ -1,4 +1,5 @@
 import CZlib
+import Locking
 
 /// gzip (RFC 1952) through zlib.
 public enum Gzip {
@@ -11,10 +12,12 @@ public enum Gzip {
 
     /// Compresses `bytes` at `level` (1–9).
     public static func compress(_ bytes: [UInt8], level: Int32) -> [UInt8] {
-        let stream = ZStream()
-        // windowBits 15 + 16 selects the gzip wrapper.
-        precondition(czlib_deflate_init2(stream.pointer, level, 15 + 16, 8) == Z_OK, "deflateInit2 failed")
-        defer { deflateEnd(stream.pointer) }
+        // zlib's default memory level (8) clears a 64 KiB hash table for every body, more work
+        // than deflating a 2 KB answer; level 5's 8 KiB table compresses such bodies as well
+        // (the same sizes, or a little smaller, for 2-64 KB of JSON and text).
+        let kind = Deflaters.Kind(level: level, memoryLevel: bytes.count <= 64 * 1024 ? 5 : 8)
+        let stream = Deflaters.take(kind)
+        defer { Deflaters.give(stream, kind) }
         var output = [UInt8](repeating: 0, count: Int(deflateBound(stream.pointer, uLong(bytes.count))) + 32)
         let produced = bytes.withUnsafeBufferPointer { input in
             output.withUnsafeMutableBufferPointer { out in
@@ -60,6 +63,42 @@ public enum Gzip {
             if stream.pointer.pointee.avail_in != 0 { throw Failure.malformed }
         }
         return output
+    }
+}
+
+/// Deflate streams kept for reuse, a few per level and memory level: making one allocates
+/// ~256 KiB of zlib state (`deflateInit2`, then `deflateEnd`) for every write's body;
+/// `deflateReset` readies a kept one for the next body, whose output is the same as a new
+/// stream's.
+enum Deflaters {
+    struct Kind: Hashable {
+        let level: Int32
+        let memoryLevel: Int32
+    }
+
+    static let kept = Locked<[Kind: [ZStream]]>([:])
+    /// Per kind: as many as writes compress at once (workers), with room to spare.
+    static let keptPerKind = 16
+
+    static func take(_ kind: Kind) -> ZStream {
+        if let stream = kept.withLock({ $0[kind]?.popLast() }) {
+            precondition(deflateReset(stream.pointer) == Z_OK, "deflateReset failed")
+            return stream
+        }
+        let stream = ZStream()
+        // windowBits 15 + 16 selects the gzip wrapper.
+        precondition(czlib_deflate_init2(stream.pointer, kind.level, 15 + 16, kind.memoryLevel) == Z_OK,
+                     "deflateInit2 failed")
+        return stream
+    }
+
+    static func give(_ stream: ZStream, _ kind: Kind) {
+        let keptIt = kept.withLock { kept in
+            guard kept[kind, default: []].count < keptPerKind else { return false }
+            kept[kind, default: []].append(stream)
+            return true
+        }
+        if !keptIt { deflateEnd(stream.pointer) }
     }
 }
 

@@ -1,5 +1,6 @@
 import CacheCore
 import Foundation
+import Locking
 import Testing
 
 @Suite struct GzipTests {
@@ -11,6 +12,33 @@ import Testing
         #expect(throws: Gzip.Failure.tooLarge) { try Gzip.decompress(packed, limit: text.count - 1) }
         #expect(throws: Gzip.Failure.malformed) { try Gzip.decompress(Array(packed.dropLast(4)), limit: 1 << 20) }
         #expect(throws: Gzip.Failure.malformed) { try Gzip.decompress(packed + [0], limit: 1 << 20) }
+    }
+
+    /// Kept deflate streams (reset between bodies) give what a new one gives, whatever the
+    /// bodies before, and are safe to take from many threads at once.
+    @Test func reusedStreamsCompressAsNewOnesDo() throws {
+        var generator = SystemRandomNumberGenerator()
+        let bodies = (0..<64).map { index in
+            (0..<(index * 97 % 5000)).map { _ in UInt8.random(in: 97...(index.isMultiple(of: 2) ? 100 : 255),
+                                                              using: &generator) }
+        }
+        let first = bodies.map { Gzip.compress($0, level: 6) }
+        for _ in 0..<3 {
+            for (body, expected) in zip(bodies, first).reversed() { #expect(Gzip.compress(body, level: 6) == expected) }
+        }
+        let failures = Locked(0)
+        DispatchQueue.concurrentPerform(iterations: 8) { thread in
+            for round in 0..<100 {
+                let body = bodies[(thread * 7 + round) % bodies.count]
+                let level: Int32 = round.isMultiple(of: 3) ? 1 : 6
+                guard let back = try? Gzip.decompress(Gzip.compress(body, level: level), limit: 1 << 20), back == body
+                else {
+                    failures.withLock { $0 += 1 }
+                    continue
+                }
+            }
+        }
+        #expect(failures.value == 0)
     }
 
     @Test func smallOrIncompressibleBodiesStayIdentity() {
