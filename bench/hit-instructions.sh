@@ -49,8 +49,4 @@ echo "| --- | --- | --- | --- |"
 echo "| $([ "${GZIP:-}" = 1 ] && echo gzip || echo identity) | $hits | $total | $((total / hits)) |"
 echo
 echo "Inclusive instructions per hit of the largest parts:"
-callgrind_annotate --inclusive=yes --threshold=100 --auto=no "$dump" 2>/dev/null | sed -E 's/ \[[^]]*\]$//' |
-  awk -v n="$hits" '$1 ~ /^[0-9,]+$/ && match($0, /Sources\/[^ ]*/) {
-    name = substr($0, RSTART, RLENGTH); gsub(",", "", $1)
-    if ($1 / n >= 2000 && !seen[name]++) printf "%8d  %s\n", $1 / n, name }' |
-  head -n ${TOP:-30} | swift demangle --simplified --compact | cut -c1-160
+callgrind_parts "$dump" "$hits" 2000

@@ -171,3 +171,15 @@ cpu_per_request() {
   awk -v u=$((after[0] - before[0])) -v s=$((after[1] - before[1])) -v n="$3" -v hz="$(getconf CLK_TCK)" \
     'BEGIN { if (n > 0) printf "%.1f %.1f", u / hz / n * 1e6, s / hz / n * 1e6; else print "? ?" }'
 }
+
+# callgrind_parts DUMP COUNT FLOOR: the service's own functions (under Sources/) costing at
+# least FLOOR inclusive instructions per request of COUNT, largest first (TOP of them),
+# demangled. Shared by hit-instructions.sh and put-instructions.sh.
+callgrind_parts() {
+  local dump=$1 count=$2 floor=$3
+  callgrind_annotate --inclusive=yes --threshold=100 --auto=no "$dump" 2>/dev/null | sed -E 's/ \[[^]]*\]$//' |
+    awk -v n="$count" -v floor="$floor" '$1 ~ /^[0-9,]+$/ && match($0, /Sources\/[^ ]*/) {
+      name = substr($0, RSTART, RLENGTH); gsub(",", "", $1)
+      if ($1 / n >= floor && !seen[name]++) printf "%8d  %s\n", $1 / n, name }' |
+    head -n "${TOP:-30}" | swift demangle --simplified --compact | cut -c1-160
+}

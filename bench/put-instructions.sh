@@ -31,8 +31,4 @@ echo "| --- | --- | --- |"
 echo "| $puts | $total | $((total / puts)) |"
 echo
 echo "Inclusive instructions per PUT of the largest parts:"
-callgrind_annotate --inclusive=yes --threshold=100 --auto=no "$dump" 2>/dev/null | sed -E 's/ \[[^]]*\]$//' |
-  awk -v n="$puts" '$1 ~ /^[0-9,]+$/ && match($0, /Sources\/[^ ]*/) {
-    name = substr($0, RSTART, RLENGTH); gsub(",", "", $1)
-    if ($1 / n >= 10000 && !seen[name]++) printf "%8d  %s\n", $1 / n, name }' |
-  head -n ${TOP:-30} | swift demangle --simplified --compact | cut -c1-160
+callgrind_parts "$dump" "$puts" 10000

@@ -10,26 +10,31 @@ public enum Gzip {
         case tooLarge
     }
 
-    /// Compresses `bytes` at `level` (1–9).
-    public static func compress(_ bytes: [UInt8], level: Int32) -> [UInt8] {
+    /// Compresses `bytes` at `level` (1–9); nil when zlib cannot (no memory for its state, a
+    /// level it refuses): callers then keep or send the bytes as they are.
+    public static func compress(_ bytes: [UInt8], level: Int32) -> [UInt8]? {
         // zlib's default memory level (8) clears a 64 KiB hash table for every body, more work
         // than deflating a 2 KB answer; level 5's 8 KiB table compresses such bodies as well
         // (the same sizes, or a little smaller, for 2-64 KB of JSON and text).
         let kind = Deflaters.Kind(level: level, memoryLevel: bytes.count <= 64 * 1024 ? 5 : 8)
-        let stream = Deflaters.take(kind)
-        defer { Deflaters.give(stream, kind) }
+        guard let stream = Deflaters.take(kind) else { return nil }
         var output = [UInt8](repeating: 0, count: Int(deflateBound(stream.pointer, uLong(bytes.count))) + 32)
         let produced = bytes.withUnsafeBufferPointer { input in
-            output.withUnsafeMutableBufferPointer { out in
+            output.withUnsafeMutableBufferPointer { out -> Int? in
                 stream.pointer.pointee.next_in = UnsafeMutablePointer(mutating: input.baseAddress)
                 stream.pointer.pointee.avail_in = uInt(input.count)
                 stream.pointer.pointee.next_out = out.baseAddress
                 stream.pointer.pointee.avail_out = uInt(out.count)
-                let status = deflate(stream.pointer, Z_FINISH)
-                precondition(status == Z_STREAM_END, "deflate did not finish within deflateBound")
+                // deflateBound guarantees room to finish in one call; anything else is zlib's failure.
+                guard deflate(stream.pointer, Z_FINISH) == Z_STREAM_END else { return nil }
                 return out.count - Int(stream.pointer.pointee.avail_out)
             }
         }
+        guard let produced else {
+            deflateEnd(stream.pointer)  // not kept: its state is not known to be sound
+            return nil
+        }
+        Deflaters.give(stream, kind)
         output.removeSubrange(produced...)
         return output
     }
@@ -80,15 +85,18 @@ enum Deflaters {
     /// Per kind: as many as writes compress at once (workers), with room to spare.
     static let keptPerKind = 16
 
-    static func take(_ kind: Kind) -> ZStream {
+    /// A ready stream, or nil when zlib cannot make one (no memory, a level it refuses).
+    static func take(_ kind: Kind) -> ZStream? {
         if let stream = kept.withLock({ $0[kind]?.popLast() }) {
-            precondition(deflateReset(stream.pointer) == Z_OK, "deflateReset failed")
-            return stream
+            if deflateReset(stream.pointer) == Z_OK { return stream }
+            deflateEnd(stream.pointer)  // unusable: a new one instead
         }
         let stream = ZStream()
         // windowBits 15 + 16 selects the gzip wrapper.
-        precondition(czlib_deflate_init2(stream.pointer, kind.level, 15 + 16, kind.memoryLevel) == Z_OK,
-                     "deflateInit2 failed")
+        guard czlib_deflate_init2(stream.pointer, kind.level, 15 + 16, kind.memoryLevel) == Z_OK else {
+            deflateEnd(stream.pointer)  // frees whatever a failed init allocated (a no-op otherwise)
+            return nil
+        }
         return stream
     }
 

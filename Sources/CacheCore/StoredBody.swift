@@ -16,8 +16,8 @@ public struct StoredBody: Sendable {
     public static func fromIdentity(_ identity: [UInt8], contentType: String, policy: CachePolicy) -> StoredBody {
         let etag = ETag.of(identity: identity)
         if identity.count >= policy.minCompressBytes && !alreadyCompressed(contentType) {
-            let compressed = Gzip.compress(identity, level: policy.compressionLevel)
-            if compressed.count * 10 < identity.count * 9 {
+            if let compressed = Gzip.compress(identity, level: policy.compressionLevel),
+               compressed.count * 10 < identity.count * 9 {
                 return StoredBody(bytes: compressed, encoding: .gzip, identitySize: identity.count, etag: etag)
             }
         }

@@ -40,8 +40,9 @@ extension CacheAPI {
         var headers = HTTPHeaders([("Content-Type", "application/x-ndjson"), ("Vary", "Accept-Encoding")])
         if page.more, let last = page.last { headers.add(Self.nextCursorHeader, Self.cursor(last.key)) }
         if let feedCursor { headers.add(Self.changesCursorHeader, String(feedCursor)) }
-        if AcceptEncoding.allowsGzip(request.headers) && body.count > 256 {
-            body = Gzip.compress(body, level: policy.compressionLevel)
+        if AcceptEncoding.allowsGzip(request.headers) && body.count > 256,
+           let packed = Gzip.compress(body, level: policy.compressionLevel) {
+            body = packed
             headers.add("Content-Encoding", "gzip")
         }
         return HTTPResponse(status: 200, headers: headers, body: body)

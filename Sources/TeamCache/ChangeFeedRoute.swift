@@ -207,8 +207,9 @@ struct ChangeFeedRoute: Sendable {
         var body = Array(document.serialized.utf8)
         var headers = HTTPHeaders([("Content-Type", "application/json"), ("Vary", "Accept-Encoding"),
                                    ("Cache-Control", "no-store")])
-        if AcceptEncoding.allowsGzip(request.headers) && body.count > 1024 {
-            body = Gzip.compress(body, level: api.policy.compressionLevel)
+        if AcceptEncoding.allowsGzip(request.headers) && body.count > 1024,
+           let packed = Gzip.compress(body, level: api.policy.compressionLevel) {
+            body = packed
             headers.add("Content-Encoding", "gzip")
         }
         return HTTPResponse(status: 200, headers: headers, body: body)

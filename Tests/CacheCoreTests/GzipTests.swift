@@ -6,7 +6,7 @@ import Testing
 @Suite struct GzipTests {
     @Test func roundTripsAndEnforcesLimit() throws {
         let text = Array(String(repeating: "abc", count: 10_000).utf8)
-        let packed = Gzip.compress(text, level: 6)
+        let packed = try #require(Gzip.compress(text, level: 6))
         #expect(packed.count < text.count / 10)
         #expect(try Gzip.decompress(packed, limit: text.count) == text)
         #expect(throws: Gzip.Failure.tooLarge) { try Gzip.decompress(packed, limit: text.count - 1) }
@@ -22,7 +22,7 @@ import Testing
             (0..<(index * 97 % 5000)).map { _ in UInt8.random(in: 97...(index.isMultiple(of: 2) ? 100 : 255),
                                                               using: &generator) }
         }
-        let first = bodies.map { Gzip.compress($0, level: 6) }
+        let first = try bodies.map { try #require(Gzip.compress($0, level: 6)) }
         for _ in 0..<3 {
             for (body, expected) in zip(bodies, first).reversed() { #expect(Gzip.compress(body, level: 6) == expected) }
         }
@@ -31,14 +31,26 @@ import Testing
             for round in 0..<100 {
                 let body = bodies[(thread * 7 + round) % bodies.count]
                 let level: Int32 = round.isMultiple(of: 3) ? 1 : 6
-                guard let back = try? Gzip.decompress(Gzip.compress(body, level: level), limit: 1 << 20), back == body
-                else {
+                guard let packed = Gzip.compress(body, level: level),
+                      let back = try? Gzip.decompress(packed, limit: 1 << 20), back == body else {
                     failures.withLock { $0 += 1 }
                     continue
                 }
             }
         }
         #expect(failures.value == 0)
+    }
+
+    /// A level zlib refuses (a policy set in code, past the configuration's 1-9 check) is no
+    /// trap: nothing is compressed, a body is stored as it came, and the next call still works.
+    @Test func aLevelZlibRefusesCompressesNothing() {
+        let text = Array(String(repeating: "abc", count: 10_000).utf8)
+        #expect(Gzip.compress(text, level: 42) == nil)
+        var policy = CachePolicy()
+        policy.compressionLevel = 42
+        let stored = StoredBody.fromIdentity(text, contentType: "text/plain", policy: policy)
+        #expect(stored.encoding == .identity && stored.bytes == text)
+        #expect(Gzip.compress(text, level: 6) != nil)
     }
 
     @Test func smallOrIncompressibleBodiesStayIdentity() {

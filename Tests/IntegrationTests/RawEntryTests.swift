@@ -87,7 +87,7 @@ import TestSupport
 
     @Test func gzipUploadIsStoredAsSentAndVerified() throws {
         let text = Array(String(repeating: "hello gzip ", count: 500).utf8)
-        let gzip = Gzip.compress(text, level: 9)
+        let gzip = try #require(Gzip.compress(text, level: 9))
         let put = try service.request("PUT", entryPath(namespace, "gz"), token: token,
                                       headers: [("Content-Encoding", "gzip"), ("Content-Type", "text/plain")],
                                       body: gzip)
@@ -109,7 +109,7 @@ import TestSupport
     }
 
     @Test func gzipBombIs413NotOutOfMemory() throws {
-        let bomb = Gzip.compress([UInt8](repeating: 0, count: 64 * 1024 * 1024), level: 9)
+        let bomb = try #require(Gzip.compress([UInt8](repeating: 0, count: 64 * 1024 * 1024), level: 9))
         #expect(bomb.count < 1024 * 1024)
         let put = try service.request("PUT", entryPath(namespace, "bomb"), token: token,
                                       headers: [("Content-Encoding", "gzip")], body: bomb)
