@@ -37,8 +37,30 @@ extension CivilTime {
                   secondOfDay: seconds - days * 86_400)
     }
 
-    private static func floorDivide(_ value: Int, _ divisor: Int) -> Int {
+    static func floorDivide(_ value: Int, _ divisor: Int) -> Int {
         let quotient = value / divisor
         return value % divisor < 0 ? quotient - 1 : quotient
+    }
+}
+
+extension CivilTime {
+    /// Days from 1970-01-01 to a proleptic Gregorian date (Hinnant's days_from_civil), for
+    /// years 0 to 9999 and a valid month and day.
+    public static func days(year: Int, month: Int, day: Int) -> Int {
+        let shiftedYear = month <= 2 ? year - 1 : year
+        let era = floorDivide(shiftedYear, 400)
+        let yearOfEra = shiftedYear - era * 400
+        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146_097 + dayOfEra - 719_468
+    }
+
+    /// 28 to 31.
+    public static func daysIn(month: Int, year: Int) -> Int {
+        switch month {
+        case 2: year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28
+        case 4, 6, 9, 11: 30
+        default: 31
+        }
     }
 }

@@ -63,6 +63,51 @@ import Testing
         }
     }
 
+    /// The arithmetic parse accepts what the formatters accepted and gives the same `Date`,
+    /// bit for bit: random texts of every form (fractions of 1 to 9 digits, `Z` and offsets,
+    /// years around the Gregorian reform), fields out of range (which the formatter, being
+    /// lenient, may still take) and single bytes changed.
+    @Test func parsedTimestampsAreTheFormattersDates() {
+        let plain = ISO8601DateFormatter()
+        plain.formatOptions = [.withInternetDateTime]
+        let fractional = ISO8601DateFormatter()
+        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        func formatters(_ text: String) -> Date? {
+            let bytes = text.utf8
+            guard (20...RFC3339.maxBytes).contains(bytes.count),
+                  bytes.prefix(4).allSatisfy({ (48...57).contains($0) }), bytes.dropFirst(4).first == 45 else { return nil }
+            return plain.date(from: text) ?? fractional.date(from: text)
+        }
+        var generator = SystemRandomNumberGenerator()
+        func two(_ range: ClosedRange<Int>) -> String {
+            let value = Int.random(in: range, using: &generator)
+            return value < 10 ? "0\(value)" : "\(value)"
+        }
+        var texts = ["2026-12-03T10:00:00Z", "2026-02-29T10:00:00Z", "2024-02-29T23:59:59.999999999Z",
+                     "1583-01-01T00:00:00Z", "1582-12-31T23:59:59Z", "9999-12-31T23:59:59.999+00:00",
+                     "2026-12-03T24:00:00Z", "2026-12-03T10:00:60Z", "2026-12-03T10:00:00.Z", "2026-12-03T10:00:00+24:00",
+                     "2026-12-03T10:00:00-00:00", "2026-12-03T10:00:00.1234567890Z", "2026-12-03t10:00:00z"]
+        for _ in 0..<20_000 {
+            let year = String(Int.random(in: 1570...9999, using: &generator))
+            let fraction = Bool.random(using: &generator) ? ""
+                : "." + String((0..<Int.random(in: 1...9, using: &generator)).map { _ in "0123456789".randomElement()! })
+            let zone = Bool.random(using: &generator) ? "Z"
+                : (Bool.random(using: &generator) ? "+" : "-") + two(0...14) + ":" + ["00", "30", "45", two(0...59)].randomElement()!
+            var text = "\(year)-\(two(1...12))-\(two(1...31))T\(two(0...24)):\(two(0...59)):\(two(0...60))\(fraction)\(zone)"
+            if Int.random(in: 0..<8, using: &generator) == 0 {  // one byte changed
+                var bytes = Array(text.utf8)
+                bytes[Int.random(in: 0..<bytes.count, using: &generator)] = Array("0123456789-:T.Z+ zt".utf8).randomElement()!
+                text = String(decoding: bytes, as: UTF8.self)
+            }
+            texts.append(text)
+        }
+        for text in texts {
+            let expected = formatters(text), parsed = RFC3339.parse(text)
+            #expect(parsed?.timeIntervalSinceReferenceDate.bitPattern == expected?.timeIntervalSinceReferenceDate.bitPattern,
+                    "\(text): \(String(describing: parsed?.timeIntervalSinceReferenceDate)) for the formatter's \(String(describing: expected?.timeIntervalSinceReferenceDate))")
+        }
+    }
+
     @Test func durationsTakeEveryUnit() {
         let cases: [(String, Double)] = [("30", 30), ("0.5", 0.5), ("250ms", 0.25), ("10s", 10), ("5m", 300),
                                          ("12h", 43_200), ("30d", 2_592_000), ("1.5h", 5_400), ("0", 0)]
