@@ -124,38 +124,56 @@ extension EntryStore {
         for entry in entries where sealing[entry.namespace] == nil {
             sealing[entry.namespace] = .some(try keyring.sealingKey(for: entry.namespace, pool))
         }
+        let stored = try order.map { index in try sealed(entries[index], with: sealing[entries[index].namespace] ?? nil) }
+        // A key twice: one statement cannot write a row twice, so that chunk goes entry by entry.
+        let distinct = zip(stored, stored.dropFirst()).allSatisfy {
+            $0.entry.namespace != $1.entry.namespace || $0.entry.key != $1.entry.key
+        }
         return try pool.withConnection { connection in
             try connection.transaction { connection in
                 // Imported rows carry the dump's write times: the history counts them now.
                 _ = try connection.query(Self.importing)
-                var outcomes = [ImportOutcome](repeating: .skipped, count: entries.count)
-                for index in order {
-                    let entry = entries[index]
-                    let text = try connection.query(Self.importEntry,
-                                                    try parameters(entry, conflict, sealedWith: sealing[entry.namespace] ?? nil))
+                var outcomes = [ImportOutcome?](repeating: nil, count: entries.count)
+                if distinct {
+                    for (position, outcome) in try EntryImportGroup.run(stored, policy: conflict, store: self,
+                                                                        on: connection).enumerated() {
+                        outcomes[order[position]] = outcome
+                    }
+                }
+                for (position, index) in order.enumerated() where outcomes[index] == nil {
+                    let text = try connection.query(Self.importEntry, parameters(stored[position], conflict))
                         .first?.string("outcome")
                     guard let outcome = text.flatMap(ImportOutcome.init) else {
                         throw PostgresError(.decoding, serverMessage: "tc_import_entry gave no outcome")
                     }
                     outcomes[index] = outcome
                 }
-                return outcomes
+                return outcomes.map { $0 ?? .skipped }
             }
         }
     }
 
+    /// `entry` as stored: sealed under its namespace's key when it has one (its prompt digest
+    /// then not kept, migration 0014).
+    private func sealed(_ entry: DumpedEntry, with dataKey: Keyring.DataKey?) throws -> EntryImportGroup.Stored {
+        guard let dataKey else {
+            return EntryImportGroup.Stored(entry: entry, body: entry.body, encoding: entry.encoding.rawValue,
+                                           metadata: entry.metadata, promptDigest: entry.promptDigest)
+        }
+        let sealed = try Sealing.seal(body: entry.body, encoding: entry.encoding, metadata: entry.metadata,
+                                      namespace: entry.namespace, key: entry.key, etag: entry.etag, with: dataKey)
+        return EntryImportGroup.Stored(entry: entry, body: sealed.body, encoding: sealed.encoding,
+                                       metadata: sealed.metadata, promptDigest: nil)
+    }
+
     /// The import's timestamps are clamped to the database's "now" (in the statement): an
     /// entry dated in the future could never be evicted.
-    private func parameters(_ entry: DumpedEntry, _ conflict: ImportConflictPolicy,
-                            sealedWith dataKey: Keyring.DataKey?) throws -> [PostgresValue] {
-        let stored = try dataKey.map {
-            try Sealing.seal(body: entry.body, encoding: entry.encoding, metadata: entry.metadata, namespace: entry.namespace,
-                         key: entry.key, etag: entry.etag, with: $0)
-        } ?? (body: entry.body, encoding: entry.encoding.rawValue, metadata: entry.metadata)
+    private func parameters(_ stored: EntryImportGroup.Stored, _ conflict: ImportConflictPolicy) -> [PostgresValue] {
+        let entry = stored.entry
         return [
             .text(entry.namespace), .bytes(entry.key), .bytes(stored.body), .text(stored.encoding),
             .text(entry.contentType), .int(entry.identitySize), .text(entry.etag), .optionalText(entry.model),
-            .optionalText(entry.version), .optionalText(dataKey == nil ? entry.promptDigest : nil), .textArray(entry.tags),
+            .optionalText(entry.version), .optionalText(stored.promptDigest), .textArray(entry.tags),
             .optionalText(stored.metadata), .int(entry.inputTokens), .int(entry.outputTokens), .text(entry.createdAt),
             .text(entry.updatedAt), .optionalText(entry.expiresAt), .int(entry.staleWhileRevalidate), .int(entry.hitCount),
             .optionalText(entry.lastAccessedAt), .text(conflict.rawValue), writeStamp, .int(policy.defaultTTL),

@@ -59,20 +59,34 @@ import TestSupport
             }
             return { store in "evicted \(try store.evict(namespace, predicate).entries)" }
         case 2:
-            let updated = write.ttlSeconds ?? 2
+            // A chunk of 1 to 5 entries (a key twice, sometimes; one long expired, sometimes),
+            // in key order as a chunk reaches the store: PostgreSQL decides it as one set and
+            // the memory store entry by entry, and both must agree.
             let conflict = ImportConflictPolicy.allCases[Int(random.next(below: 3))]
+            var group = writes.map { $0(namespace) }
+            if random.next(below: 3) == 0 { group.append(group[0]) }
+            let ages = group.map { _ in Double(random.next(below: 4)) }
+            let expired = group.indices.map { _ in random.next(below: 6) == 0 }
             return { store in
                 let now = store.clock.now()
-                let entry = DumpedEntry(namespace: namespace.name, key: key.bytes, body: write.body.bytes,
-                                        encoding: write.body.encoding, contentType: write.contentType,
-                                        identitySize: write.body.identitySize, etag: write.body.etag, model: write.model,
-                                        version: write.version, promptDigest: nil, tags: write.tags, metadata: nil,
-                                        inputTokens: 1, outputTokens: 2,
-                                        createdAt: RFC3339.formatWithFraction(now.addingTimeInterval(-10)),
-                                        updatedAt: RFC3339.formatWithFraction(now.addingTimeInterval(-Double(updated))),
-                                        expiresAt: RFC3339.formatWithFraction(now.addingTimeInterval(Double(updated))),
-                                        staleWhileRevalidate: 0, hitCount: 3, lastAccessedAt: nil)
-                return "imported \(try store.importEntries([entry], policy: conflict))"
+                let entries = zip(group, zip(ages, expired)).map { write, timing in
+                    let (age, gone) = timing
+                    let updated = Double(write.ttlSeconds ?? 2) + age
+                    return DumpedEntry(namespace: namespace.name, key: write.key.bytes, body: write.body.bytes,
+                                       encoding: write.body.encoding, contentType: write.contentType,
+                                       identitySize: write.body.identitySize, etag: write.body.etag, model: write.model,
+                                       version: write.version, promptDigest: nil, tags: write.tags, metadata: write.metadata,
+                                       inputTokens: 1, outputTokens: 2,
+                                       createdAt: RFC3339.formatWithFraction(now.addingTimeInterval(-10 - age)),
+                                       updatedAt: RFC3339.formatWithFraction(now.addingTimeInterval(-updated)),
+                                       expiresAt: RFC3339.formatWithFraction(now.addingTimeInterval(gone ? -60 : updated)),
+                                       staleWhileRevalidate: 0, hitCount: 3 + Int(age), lastAccessedAt: nil)
+                }
+                let sorted = entries.enumerated().sorted {
+                    ($0.element.key.lexicographicallyPrecedes($1.element.key))
+                        || ($0.element.key == $1.element.key && $0.offset < $1.offset)
+                }.map(\.element)
+                return "imported \(try store.importEntries(sorted, policy: conflict))"
             }
         default:
             var conditional = write

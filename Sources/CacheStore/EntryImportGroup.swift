@@ -1,0 +1,186 @@
+import CacheCore
+import Foundation
+import Postgres
+
+/// A chunk of an import as one set-based statement: the existing rows read and locked, the
+/// policy, idempotence and cap checks decided for every entry at once, then one UPDATE, one
+/// INSERT and their access rows, instead of a `tc_import_entry` call (and its round trip)
+/// per entry: that was ~275 µs an entry of PostgreSQL's time and the wire's (bench/dump.sh).
+///
+/// Semantics are `tc_import_entry`'s (migration 0011), entry for entry:
+/// - `expired`: the entry's expiry and window have passed; nothing is written;
+/// - `unchanged`: the row there already is the dump's entry (ETag, update time, expiry);
+/// - `skipped`: a fresh row is kept by the policy (`skip`, or `newer` and not older);
+/// - `imported`: written over the row (hit count and access time raised, never lowered, and
+///   only when the access flush does not hold the access row), or inserted with one.
+///
+/// Where the set cannot be sure it answers the entry as `retry`, and the caller runs
+/// `tc_import_entry` for it in the same transaction, whose outcome is then exact:
+/// - a cap: the checks are running sums over the chunk in key order, the pending deltas
+///   (this transaction's earlier chunks among them) counted as the function counts them.
+///   Entry by entry, a refused entry adds nothing and a later, smaller one may still fit;
+///   a running sum cannot say that, so when any entry would pass a cap the statement writes
+///   nothing and every entry is `retry`;
+/// - a key a concurrent writer inserted after the statement's snapshot: the insert does
+///   nothing there, and the function reads the row that won.
+///
+/// The keys of one chunk are distinct (the caller sends a chunk with a key twice entry by
+/// entry: one statement cannot write a row twice), and come in (namespace, key) byte order:
+/// the existing rows are locked one index probe at a time in that order, the lock order
+/// every writer keeps (docs/consistency.md).
+enum EntryImportGroup {
+    static let statement = """
+        WITH input AS (
+            SELECT b.ordinal, b.namespace, b.key, b.body, b.encoding, b.content_type, b.identity_size, b.etag,
+                   b.model, b.version, b.prompt_digest,
+                   CASE WHEN b.tags = '[]' THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(b.tags::jsonb)) END AS tags,
+                   b.metadata::jsonb AS metadata, b.input_tokens, b.output_tokens,
+                   least(b.created_at::timestamptz, n.now) AS created_at,
+                   least(b.updated_at::timestamptz, n.now) AS updated_at,
+                   coalesce(b.expires_at::timestamptz,
+                            n.now + make_interval(secs => coalesce(s.default_ttl_seconds, $19::int8)::float8)) AS expires_at,
+                   b.stale_while_revalidate, b.hit_count,
+                   coalesce(least(b.last_accessed_at::timestamptz, n.now), n.now) AS last_accessed_at,
+                   s.max_bytes AS quota, n.now
+            FROM (SELECT coalesce($18::timestamptz, now()) AS now) n
+            CROSS JOIN unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[], $5::text[], $6::int8[], $7::text[],
+                              $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int8[], $14::int8[],
+                              $15::text[], $16::text[], $17::text[], $22::int4[], $23::int8[], $24::text[])
+                 WITH ORDINALITY AS b(namespace, key, body, encoding, content_type, identity_size, etag, model, version,
+                                      prompt_digest, tags, metadata, input_tokens, output_tokens, created_at,
+                                      updated_at, expires_at, stale_while_revalidate, hit_count, last_accessed_at,
+                                      ordinal)
+            -- LATERAL: one index probe per row (a generic plan knows nothing of the arrays' lengths).
+            LEFT JOIN LATERAL (SELECT default_ttl_seconds, max_bytes FROM namespace_settings
+                               WHERE namespace = b.namespace) s ON true),
+        found AS (
+            -- Locked as they are probed, in the input's order: (namespace, key) byte order.
+            SELECT i.ordinal, o.id, o.stored_size, o.etag, o.updated_at, o.expires_at
+            FROM input i
+            CROSS JOIN LATERAL (SELECT e.id, e.stored_size, e.etag, e.updated_at, e.expires_at FROM entries e
+                                WHERE e.namespace = i.namespace AND e.key = i.key FOR UPDATE) o),
+        decided AS (
+            SELECT i.*, f.id AS old_id,
+                   CASE WHEN i.expires_at + make_interval(secs => i.stale_while_revalidate::float8) <= i.now THEN 'expired'
+                        WHEN f.id IS NULL THEN 'write'
+                        WHEN f.etag = i.etag AND f.updated_at = i.updated_at AND f.expires_at = i.expires_at THEN 'unchanged'
+                        -- An expired row is absent to every write (0003), so to an import too.
+                        WHEN f.expires_at > i.now AND ($21::text = 'skip'
+                                                       OR ($21::text = 'newer' AND f.updated_at >= i.updated_at)) THEN 'skipped'
+                        ELSE 'write' END AS verdict,
+                   octet_length(i.body) - coalesce(f.stored_size, 0) AS growth
+            FROM input i LEFT JOIN found f ON f.ordinal = i.ordinal),
+        pending AS MATERIALIZED (
+            -- Totals as tc_import_entry reads them: folded, plus every delta not folded yet.
+            SELECT (SELECT coalesce(sum(stored_bytes), 0) FROM namespace_counters WHERE namespace = '')
+                   + (SELECT coalesce(sum(stored_bytes), 0) FROM counter_deltas) AS store),
+        namespace_totals AS MATERIALIZED (
+            SELECT q.namespace,
+                   (SELECT coalesce(sum(c.stored_bytes), 0) FROM namespace_counters c WHERE c.namespace = q.namespace)
+                   + (SELECT coalesce(sum(d.stored_bytes), 0) FROM counter_deltas d WHERE d.namespace = q.namespace) AS total
+            FROM (SELECT DISTINCT namespace FROM decided WHERE quota IS NOT NULL) q),
+        running AS (
+            SELECT d.verdict, d.growth, d.quota, d.namespace,
+                   sum(d.growth) FILTER (WHERE d.verdict = 'write') OVER (ORDER BY d.ordinal) AS store_growth,
+                   sum(d.growth) FILTER (WHERE d.verdict = 'write')
+                       OVER (PARTITION BY d.namespace ORDER BY d.ordinal) AS namespace_growth
+            FROM decided d),
+        refusal AS (
+            -- One pass over the running sums (joined back to `decided` per row, the window was
+            -- sorted again for every entry: 130 ms a chunk of 500).
+            SELECT coalesce(bool_or(r.verdict = 'write' AND r.growth > 0
+                                    AND (($20::int8 > 0 AND p.store + r.store_growth > $20::int8)
+                                         OR (r.quota IS NOT NULL AND t.total + r.namespace_growth > r.quota * $25::float8))),
+                            false) AS refused
+            FROM running r CROSS JOIN pending p LEFT JOIN namespace_totals t ON t.namespace = r.namespace),
+        updated AS (
+            UPDATE entries e
+            SET body = d.body, encoding = d.encoding, content_type = d.content_type, identity_size = d.identity_size,
+                stored_size = octet_length(d.body), etag = d.etag, model = d.model, version = d.version,
+                prompt_digest = d.prompt_digest, tags = d.tags, metadata = d.metadata, input_tokens = d.input_tokens,
+                output_tokens = d.output_tokens, created_at = d.created_at, updated_at = d.updated_at,
+                expires_at = d.expires_at, writer_token_id = NULL, stale_while_revalidate = d.stale_while_revalidate
+            FROM decided d, refusal r
+            WHERE NOT r.refused AND d.verdict = 'write' AND e.id = d.old_id
+            RETURNING e.id),
+        raised AS (
+            -- As tc_import_entry: skipped rather than waited for while the access flush holds it.
+            UPDATE entry_access a
+            SET hit_count = greatest(a.hit_count, d.hit_count),
+                last_accessed_at = greatest(a.last_accessed_at, d.last_accessed_at)
+            FROM decided d, refusal r
+            WHERE NOT r.refused AND d.verdict = 'write' AND a.entry_id = d.old_id
+              AND a.entry_id IN (SELECT l.entry_id FROM entry_access l JOIN decided w ON l.entry_id = w.old_id
+                                 WHERE w.verdict = 'write' ORDER BY l.entry_id FOR UPDATE OF l SKIP LOCKED)),
+        inserted AS (
+            INSERT INTO entries (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
+                                 model, version, prompt_digest, tags, metadata, input_tokens, output_tokens,
+                                 created_at, updated_at, expires_at, writer_token_id, stale_while_revalidate)
+            SELECT d.namespace, d.key, d.body, d.encoding, d.content_type, d.identity_size, octet_length(d.body),
+                   d.etag, d.model, d.version, d.prompt_digest, d.tags, d.metadata, d.input_tokens, d.output_tokens,
+                   d.created_at, d.updated_at, d.expires_at, NULL, d.stale_while_revalidate
+            FROM decided d, refusal r
+            WHERE NOT r.refused AND d.verdict = 'write' AND d.old_id IS NULL
+            ORDER BY d.ordinal
+            ON CONFLICT ON CONSTRAINT entries_namespace_key DO NOTHING
+            RETURNING id, namespace, key),
+        accessed AS (
+            INSERT INTO entry_access (entry_id, namespace, hit_count, last_accessed_at)
+            SELECT w.id, d.namespace, d.hit_count, d.last_accessed_at
+            FROM inserted w JOIN decided d ON d.namespace = w.namespace AND d.key = w.key
+            ORDER BY w.id)
+        SELECT d.ordinal,
+               CASE WHEN r.refused THEN 'retry'
+                    WHEN d.verdict <> 'write' THEN d.verdict
+                    WHEN u.id IS NOT NULL OR w.id IS NOT NULL THEN 'imported'
+                    ELSE 'retry' END AS outcome
+        FROM decided d CROSS JOIN refusal r
+        LEFT JOIN updated u ON u.id = d.old_id
+        LEFT JOIN inserted w ON w.namespace = d.namespace AND w.key = d.key
+        ORDER BY d.ordinal
+        """
+
+    /// An entry as the import stores it (sealed when its namespace is encrypted), with the
+    /// dump's own fields.
+    struct Stored {
+        let entry: DumpedEntry
+        let body: [UInt8]
+        let encoding: String
+        let metadata: String?
+        let promptDigest: String?
+    }
+
+    /// Runs the statement over `entries` (distinct keys, in byte order); an outcome per entry,
+    /// in order, nil where the entry is left to `tc_import_entry`.
+    static func run(_ entries: [Stored], policy conflict: ImportConflictPolicy, store: EntryStore,
+                    on connection: PostgresConnection) throws -> [ImportOutcome?] {
+        let parameters: [PostgresValue] = [
+            .textArray(entries.map(\.entry.namespace)), .bytesArray(entries.map(\.entry.key)),
+            .bytesArray(entries.map(\.body)), .textArray(entries.map(\.encoding)),
+            .textArray(entries.map(\.entry.contentType)), .intArray(entries.map { Int64($0.entry.identitySize) }),
+            .textArray(entries.map(\.entry.etag)), .optionalTextArray(entries.map(\.entry.model)),
+            .optionalTextArray(entries.map(\.entry.version)), .optionalTextArray(entries.map(\.promptDigest)),
+            .textArray(entries.map { EntryGroupWrite.jsonArray($0.entry.tags) }), .optionalTextArray(entries.map(\.metadata)),
+            .intArray(entries.map { Int64($0.entry.inputTokens) }), .intArray(entries.map { Int64($0.entry.outputTokens) }),
+            .textArray(entries.map(\.entry.createdAt)), .textArray(entries.map(\.entry.updatedAt)),
+            .optionalTextArray(entries.map(\.entry.expiresAt)), store.writeStamp, .int(store.policy.defaultTTL),
+            .int(store.policy.storeHardCap), .text(conflict.rawValue),
+            .intArray(entries.map { Int64($0.entry.staleWhileRevalidate) }), .intArray(entries.map { Int64($0.entry.hitCount) }),
+            .optionalTextArray(entries.map(\.entry.lastAccessedAt)), .double(store.policy.hardCapRatio),
+        ]
+        let result = try connection.query(statement, parameters)
+        guard result.rowCount == entries.count else {
+            throw PostgresError(.decoding, serverMessage: "an import group returned \(result.rowCount) rows")
+        }
+        return try result.rows.map { row in
+            guard let text = try row.string("outcome") else {
+                throw PostgresError(.decoding, serverMessage: "an import group gave no outcome")
+            }
+            if text == "retry" { return nil }
+            guard let outcome = ImportOutcome(rawValue: text) else {
+                throw PostgresError(.decoding, serverMessage: "an import group gave outcome \(text)")
+            }
+            return outcome
+        }
+    }
+}
