@@ -51,7 +51,7 @@ struct ImportRun {
     private var progress: Progress
 
     init(store: EntryStore, namespace: Namespace?, conflict: ImportConflictPolicy) {
-        work = DumpImport(store: store, namespace: namespace, conflict: conflict)
+        work = DumpImport(store: store, namespace: namespace, conflict: conflict, overlapped: true)
         progress = Progress(verb: "read", unit: "lines", total: Self.inputSize())
     }
 
