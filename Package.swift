@@ -39,7 +39,7 @@ let package = Package(
         ]))]),
         // The cache's domain: entries and freshness, policy, names, the near-cache, recent
         // changes, held leases, gzip, the dump format, feed changes. No database here.
-        .target(name: "CacheCore", dependencies: ["CZlib", "CacheKeys", "Cryptography", "Locking", "Observability"]),
+        .target(name: "CacheCore", dependencies: ["CZlib", "CacheKeys", "Cryptography", "JSONEscaping", "Locking", "Observability"]),
         // The domain stored in PostgreSQL: the entry store and its batchers, the group write,
         // eviction, leases, access tracking, the keyring and sealing, import.
         .target(name: "CacheStore", dependencies: ["CacheCore", "CacheKeys", "Cryptography", "Locking", "Observability",

@@ -27,7 +27,7 @@ public struct DumpImport {
     public private(set) var rejected = 0
 
     public let overlapped: Bool
-    private var inFlight: InFlight?
+    private var inFlight: (lines: [(line: Int, entry: DumpedEntry)], outcomes: Prefetch<[ImportOutcome]>)?
 
     public init(store: any EntryStorage, namespace: Namespace?, conflict: ImportConflictPolicy, listed: Int = 20,
                 overlapped: Bool = false) {
@@ -77,28 +77,18 @@ public struct DumpImport {
         (chunk, chunkBytes) = ([], 0)
         try settle()
         let (store, conflict, entries) = (store, conflict, taken.map(\.entry))
-        let flight = InFlight(lines: taken) { try store.importEntries(entries, policy: conflict) }
-        if overlapped {
-            DispatchQueue.global().async { flight.run() }
-            inFlight = flight
-        } else {
-            flight.run()
-            try settle(flight)
-        }
+        inFlight = (taken, Prefetch(inline: !overlapped) { try store.importEntries(entries, policy: conflict) })
+        if !overlapped { try settle() }
     }
 
+    /// The chunk in flight waited for and counted; if the server refused a statement (the
+    /// whole transaction rolled back), entry by entry, to reject only the one at fault.
     private mutating func settle() throws {
         guard let flight = inFlight else { return }
         inFlight = nil
-        try settle(flight)
-    }
-
-    /// A chunk's outcomes counted; if the server refused a statement (the whole transaction
-    /// rolled back), entry by entry, to reject only the one at fault.
-    private mutating func settle(_ flight: InFlight) throws {
         let taken = flight.lines
         do {
-            record(try flight.outcome().get(), lines: taken.map(\.line))
+            record(try flight.outcomes.value(), lines: taken.map(\.line))
         } catch let error as PostgresError where error.kind == .query && !error.isUnavailable {
             for (number, entry) in taken {
                 do {
@@ -127,26 +117,3 @@ public struct DumpImport {
     public var unlisted: Int { rejected + outcomes[.storeFull, default: 0] - rejections.count }
 }
 
-/// One chunk's commit, run once (here or on a background queue) and waited for.
-private final class InFlight: @unchecked Sendable {
-    let lines: [(line: Int, entry: DumpedEntry)]
-    private let work: @Sendable () throws -> [ImportOutcome]
-    private let done = DispatchSemaphore(value: 0)
-    // Written once by `run`, read after `done` is signalled: the semaphore orders them.
-    private var result: Result<[ImportOutcome], any Error>?
-
-    init(lines: [(line: Int, entry: DumpedEntry)], work: @escaping @Sendable () throws -> [ImportOutcome]) {
-        (self.lines, self.work) = (lines, work)
-    }
-
-    func run() {
-        result = Result(catching: work)
-        done.signal()
-    }
-
-    func outcome() -> Result<[ImportOutcome], any Error> {
-        done.wait()
-        done.signal()  // for a second wait
-        return result ?? .failure(PostgresError(.decoding, serverMessage: "an import chunk never ran"))
-    }
-}

@@ -39,27 +39,51 @@ extension EntryStore {
     static let exportBytes = 16 * 1024 * 1024
 
     /// Every entry (of `namespace`, updated since `since`), in (namespace, key) order, handed
-    /// to `emit` one at a time. Memory: one page of keys and at most `exportBytes` of bodies
-    /// (or one body, if larger). An entry written meanwhile is exported as it is when its page
-    /// is read; one deleted meanwhile is left out.
+    /// to `emit` one at a time. The next page is read on a background queue while this one is
+    /// emitted (writing the lines was half an export's time, and the database sat idle
+    /// through it). Memory: two pages, each at most `exportBytes` of bodies (or one body, if
+    /// larger). An entry written meanwhile is exported as it is when its page is read; one
+    /// deleted meanwhile is left out.
     public func export(namespace: Namespace?, since: String?, _ emit: (DumpedEntry) throws -> Void) throws {
-        var after: (namespace: String, key: [UInt8])?
-        while true {
-            let page = try exportPage(namespace: namespace, since: since, after: after, limit: Self.exportPage,
-                                      byteBudget: .max, emit)
-            guard let last = page.last else { return }
-            after = last
-            if !page.more { return }
+        var next: Prefetch<ExportRows>? = Prefetch { try self.exportRows(namespace: namespace, since: since, after: nil) }
+        while let pending = next {
+            let page = try pending.value()
+            next = nil
+            if page.more, let last = page.last {
+                next = Prefetch { try self.exportRows(namespace: namespace, since: since, after: last) }
+            }
+            for row in page.rows {
+                if let entry = try DumpedEntry(row: row, keyring: keyring, pool: pool) { try emit(entry) }
+            }
         }
     }
 
-    /// One page of the export: up to `limit` entries after `after` (and, past the first,
-    /// only while their bodies fit `byteBudget`), handed to `emit`. `last`: the position to
-    /// go on from; `more`: whether entries may follow it.
-    @discardableResult
-    public func exportPage(namespace: Namespace?, since: String?, after: (namespace: String, key: [UInt8])?,
-                           limit: Int, byteBudget: Int, _ emit: (DumpedEntry) throws -> Void) throws
-        -> (last: (namespace: String, key: [UInt8])?, more: Bool) {
+    /// One page of the export's rows, whole: its keys, cut where the bodies pass `exportBytes`.
+    struct ExportRows: @unchecked Sendable {  // rows are only read, by one thread at a time
+        let rows: [PostgresRow]
+        let last: (namespace: String, key: [UInt8])?
+        let more: Bool
+    }
+
+    private func exportRows(namespace: Namespace?, since: String?,
+                            after: (namespace: String, key: [UInt8])?) throws -> ExportRows {
+        let keys = try exportKeyPage(namespace: namespace, since: since, after: after, limit: Self.exportPage)
+        var ids: [Int64] = [], bytes = 0
+        for key in keys.rows {
+            if !ids.isEmpty && bytes + key.size > Self.exportBytes {
+                return ExportRows(rows: try exportBodies(ids), last: (keys.rows[ids.count - 1].namespace,
+                                                                      keys.rows[ids.count - 1].key), more: true)
+            }
+            ids.append(key.id)
+            bytes += key.size
+        }
+        return ExportRows(rows: ids.isEmpty ? [] : try exportBodies(ids),
+                          last: keys.rows.last.map { ($0.namespace, $0.key) }, more: keys.full)
+    }
+
+    /// Keys after `after`, with their stored sizes; `full`: the page was as long as asked.
+    private func exportKeyPage(namespace: Namespace?, since: String?, after: (namespace: String, key: [UInt8])?,
+                               limit: Int) throws -> (rows: [(id: Int64, size: Int, namespace: String, key: [UInt8])], full: Bool) {
         var parameters: [PostgresValue] = namespace.map { [.text($0.name)] } ?? []
         if let after {
             if namespace == nil { parameters.append(.text(after.namespace)) }
@@ -70,32 +94,49 @@ extension EntryStore {
         parameters.append(.int(pageSize))
         let sql = Self.exportKeys(namespace: namespace != nil, since: since != nil, after: after != nil)
         let page = try pool.withConnection { try $0.query(sql, parameters).rows }
+        let rows = try page.compactMap { row -> (id: Int64, size: Int, namespace: String, key: [UInt8])? in
+            guard let id = try row.int("id"), let size = try row.int("stored_size"),
+                  let rowNamespace = try row.string("namespace"), let key = try row.bytes("key") else { return nil }
+            return (Int64(id), size, rowNamespace, key)
+        }
+        return (rows, page.count == pageSize)
+    }
+
+    private func exportBodies(_ ids: [Int64]) throws -> [PostgresRow] {
+        try pool.withConnection { try $0.query(Self.exportEntries, [.intArray(ids)]).rows }
+    }
+
+    /// One page of the export: up to `limit` entries after `after` (and, past the first,
+    /// only while their bodies fit `byteBudget`), handed to `emit`. `last`: the position to
+    /// go on from; `more`: whether entries may follow it.
+    @discardableResult
+    public func exportPage(namespace: Namespace?, since: String?, after: (namespace: String, key: [UInt8])?,
+                           limit: Int, byteBudget: Int, _ emit: (DumpedEntry) throws -> Void) throws
+        -> (last: (namespace: String, key: [UInt8])?, more: Bool) {
+        let page = try exportKeyPage(namespace: namespace, since: since, after: after, limit: limit)
         var group: [Int64] = [], groupBytes = 0, pageBytes = 0
         var last: (namespace: String, key: [UInt8])?
-        for row in page {
-            guard let id = try row.int("id"), let size = try row.int("stored_size"),
-                  let rowNamespace = try row.string("namespace"), let key = try row.bytes("key") else { continue }
+        for key in page.rows {
             // A page ends early once its bodies pass the budget: the next page starts here.
-            if last != nil && pageBytes + size > byteBudget {
+            if last != nil && pageBytes + key.size > byteBudget {
                 if !group.isEmpty { try exportGroup(group, emit) }
                 return (last, true)
             }
-            if !group.isEmpty && groupBytes + size > Self.exportBytes {
+            if !group.isEmpty && groupBytes + key.size > Self.exportBytes {
                 try exportGroup(group, emit)
                 (group, groupBytes) = ([], 0)
             }
-            group.append(Int64(id))
-            groupBytes += size
-            pageBytes += size
-            last = (rowNamespace, key)
+            group.append(key.id)
+            groupBytes += key.size
+            pageBytes += key.size
+            last = (key.namespace, key.key)
         }
         if !group.isEmpty { try exportGroup(group, emit) }
-        return (last, page.count == pageSize)
+        return (last, page.full)
     }
 
     private func exportGroup(_ ids: [Int64], _ emit: (DumpedEntry) throws -> Void) throws {
-        let rows = try pool.withConnection { try $0.query(Self.exportEntries, [.intArray(ids)]).rows }
-        for row in rows {
+        for row in try exportBodies(ids) {
             if let entry = try DumpedEntry(row: row, keyring: keyring, pool: pool) { try emit(entry) }
         }
     }

@@ -18,6 +18,19 @@ public enum JSONText {
         out += "\""
     }
 
+    /// The same, into bytes (a dump line is written as bytes, not through a `String`).
+    public static func appendString(_ text: String, to out: inout [UInt8]) {
+        out.append(0x22)
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }) {
+            out.append(contentsOf: text.utf8)
+        } else {
+            var escaped = ""
+            appendEscaped(text, to: &escaped)
+            out.append(contentsOf: escaped.utf8)
+        }
+        out.append(0x22)
+    }
+
     private static func appendEscaped(_ text: String, to out: inout String) {
         for scalar in text.unicodeScalars {
             switch scalar {

@@ -1,4 +1,5 @@
 import CacheCore
+import CacheKeys
 import Foundation
 import Testing
 
@@ -63,6 +64,63 @@ import Testing
         if let entry {
             let again = try? DumpedEntry.parse(entry.line().dropLast().map { $0 }, namespace: nil, policy: policy, now: Date())
             #expect(again == entry)
+        }
+    }
+}
+
+extension DumpFormatTests {
+    /// The line as `JSONValue` wrote it before it was written as bytes: the format is a
+    /// promise (other tools read dumps), so the two must agree byte for byte.
+    static func valueLine(_ entry: DumpedEntry, staleUntil: String?) -> [UInt8] {
+        var members: [(String, JSONValue)] = [("namespace", .string(entry.namespace))]
+        if let text = String(validating: entry.key, as: UTF8.self) {
+            members.append(("key", .string(text)))
+        } else {
+            members.append(("key_base64", .string(Data(entry.key).base64EncodedString())))
+        }
+        members += [
+            ("body_base64", .string(Data(entry.body).base64EncodedString())), ("encoding", .string(entry.encoding.rawValue)),
+            ("content_type", .string(entry.contentType)), ("identity_size", .int(entry.identitySize)),
+            ("etag", .string(entry.etag)), ("tags", .array(entry.tags.map { .string($0) })),
+            ("model", entry.model.map { .string($0) } ?? .null), ("version", entry.version.map { .string($0) } ?? .null),
+            ("prompt_digest", entry.promptDigest.map { .string($0) } ?? .null),
+            ("metadata", entry.metadata.flatMap { try? JSONParser.parse($0) } ?? .null),
+            ("input_tokens", .int(entry.inputTokens)), ("output_tokens", .int(entry.outputTokens)),
+            ("created_at", .string(entry.createdAt)), ("updated_at", .string(entry.updatedAt)),
+            ("expires_at", entry.expiresAt.map { .string($0) } ?? .null),
+            ("stale_while_revalidate", .int(entry.staleWhileRevalidate)),
+            ("stale_until", staleUntil.map { .string($0) } ?? .null), ("hit_count", .int(entry.hitCount)),
+            ("last_accessed_at", entry.lastAccessedAt.map { .string($0) } ?? .null),
+        ]
+        return Array(JSONValue.object(members).serialized.utf8) + [UInt8(ascii: "\n")]
+    }
+
+    /// Random entries (keys that are not UTF-8, text that needs escaping, tags, metadata with
+    /// nesting and escapes, nulls): `line()` writes what the `JSONValue` form wrote.
+    @Test func linesAreByteForByteTheFormatTheyWere() {
+        var generator = SystemRandomNumberGenerator()
+        let texts = ["", "plain", "quote \" and \\ slash", "tab\tnew\nline\u{01}\u{1F}", "é ü 漢字 🎉", "</script>"]
+        func text() -> String { texts.randomElement(using: &generator)! }
+        func maybe() -> String? { Bool.random(using: &generator) ? text() : nil }
+        for _ in 0..<2_000 {
+            let key = Bool.random(using: &generator) ? Array(text().utf8) + [UInt8(ascii: "k")]
+                : (0..<Int.random(in: 1...20, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let body = (0..<Int.random(in: 0...300, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let metadata = Bool.random(using: &generator) ? nil
+                : "{\"n\": \(Int.random(in: -5...5, using: &generator)), \"t\": \(JSONValue.string(text()).serialized), \"a\": [1, {\"b\": null}]}"
+            let staleUntil = maybe()
+            var entry = DumpedEntry(
+                namespace: "ns", key: key, body: body, encoding: Bool.random(using: &generator) ? .gzip : .identity,
+                contentType: "text/plain; charset=\"utf-8\"", identitySize: body.count, etag: "\"\(text())\"",
+                model: maybe(), version: maybe(), promptDigest: maybe(),
+                tags: (0..<Int.random(in: 0...3, using: &generator)).map { _ in text() }, metadata: metadata,
+                inputTokens: Int.random(in: 0...1_000_000, using: &generator), outputTokens: Int.random(in: 0...9, using: &generator),
+                createdAt: "2026-12-05T10:00:00.000001Z", updatedAt: "2026-12-05T10:00:01.5Z", expiresAt: maybe(),
+                staleWhileRevalidate: Int.random(in: 0...86_400, using: &generator),
+                hitCount: Int.random(in: 0...Int.max, using: &generator), lastAccessedAt: maybe(), staleUntil: staleUntil)
+            entry.hitCount = max(0, entry.hitCount)
+            #expect(entry.line() == Self.valueLine(entry, staleUntil: staleUntil),
+                    "\(String(decoding: entry.line(), as: UTF8.self))")
         }
     }
 }
