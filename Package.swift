@@ -58,6 +58,11 @@ let package = Package(
         .executableTarget(name: "ResponseParserFuzz", dependencies: ["FuzzSupport", "HTTPClient"]),
         .executableTarget(name: "RequestFuzz", dependencies: ["FuzzSupport", "HTTPServer", "TeamCache"]),
         .target(name: "TeamCacheClient", dependencies: ["CacheKeys", "CSQLite", "Locking"]),
+        // Heap allocations per near-cache hit, counted by the allocator's entry points defined in
+        // this executable (CAllocationCount): run by a test with a ceiling, and by
+        // bench/hit-allocations.sh (release build).
+        .target(name: "CAllocationCount"),
+        .executableTarget(name: "HitAllocations", dependencies: ["CAllocationCount", "TeamCache", "TestSupport"]),
         .target(name: "TestSupport", dependencies: ["Locking", "Postgres", "TeamCache", "HTTPServer"],
                 path: "Sources/TestSupport"),
 
