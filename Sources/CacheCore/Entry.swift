@@ -20,6 +20,10 @@ public struct StoredEntry: Sendable {
     /// Seconds after `expiresAt` for which the entry is still served, while one caller
     /// refreshes it (RFC 5861 `stale-while-revalidate`); 0: no such window.
     public var staleWhileRevalidate = 0
+    /// `Last-Modified` and `Expires` as HTTP dates, written once when the entry is kept in
+    /// the near-cache: every hit sends both, and formatting them was two allocations a hit.
+    /// nil: formatted when answered.
+    public var httpDates: (lastModified: String, expires: String)?
 
     /// Every member (the store builds these from its rows).
     package init(id: Int64, namespace: String, key: [UInt8], body: [UInt8], encoding: BodyEncoding,

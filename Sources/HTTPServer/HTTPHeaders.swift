@@ -31,7 +31,7 @@ public struct HTTPHeaders: Sendable, Sequence {
     public func makeIterator() -> IndexingIterator<[(name: String, value: String)]> { fields.makeIterator() }
 
     /// ASCII case-insensitive comparison without allocating (header names are ASCII tokens).
-    static func same(_ lhs: String, _ rhs: String) -> Bool {
+    public static func same(_ lhs: String, _ rhs: String) -> Bool {
         guard lhs.utf8.count == rhs.utf8.count else { return false }
         // Clients mostly spell names as we do: short strings then compare in one step.
         if lhs == rhs { return true }
