@@ -295,7 +295,15 @@ public final class AccessTracker: Sendable {
                                                                           pending: enabled)
             }
             guard enabled, let entry else { return false }
-            state.entries[entry.id, default: EntryAccess(namespace: namespace, lastAccess: now)].add(at: now)
+            // Not `entries[id, default: …]`: its default's closure context, capturing the
+            // namespace, was a heap allocation on every hit.
+            if let index = state.entries.index(forKey: entry.id) {
+                state.entries.values[index].add(at: now)
+            } else {
+                var access = EntryAccess(namespace: namespace, lastAccess: now)
+                access.add(at: now)
+                state.entries[entry.id] = access
+            }
             // At (not only exactly at) the batch size: after a failed flush the restored
             // entries can already be past it. Once per flush, and not again for a second
             // after a failure, so a database that is down is not asked in a tight loop.
