@@ -34,11 +34,7 @@ extension CacheAPI {
                                        leaseSeconds: leaseSeconds, holder: holder,
                                        collapsed: budget?.waited == true && watched == nil)
             let now = clock.now()
-            if let answer = try hitStep(entry, question, now: now, render: { [self] entry, freshness, collapsed, lease in
-                var response = try hit(entry, freshness: freshness, now: now, request: request, collapsed: collapsed)
-                if let lease { response.headers.add("TeamCache-Lease", "\(lease.id); expires_in=\(lease.expiresIn)") }
-                return response
-            }) {
+            if let answer = try hitStep(entry, question, now: now, rendering: EntryHit(api: self, request: request, now: now)) {
                 return answer
             }
             // A caller that takes only cached answers neither fills a key nor waits for one;
@@ -58,6 +54,20 @@ extension CacheAPI {
         }
     }
 
+    /// A raw GET's hit: the entry's bytes and headers, and the refresh lease's header.
+    struct EntryHit: HitRendering {
+        let api: CacheAPI
+        let request: HTTPRequest
+        let now: Date
+
+        func render(_ entry: StoredEntry, _ freshness: Freshness, collapsed: Bool, refresh lease: Lease?) throws
+            -> HTTPResponse {
+            var response = try api.hit(entry, freshness: freshness, now: now, request: request, collapsed: collapsed)
+            if let lease { response.headers.add("TeamCache-Lease", "\(lease.id); expires_in=\(lease.expiresIn)") }
+            return response
+        }
+    }
+
     func miss(_ onlyIfCached: Bool, _ request: HTTPRequest) -> HTTPResponse {
         onlyIfCached
             ? miss("fwd=miss", status: 504, detail: "Not in the cache, and the request allows only cached answers.",
@@ -71,7 +81,7 @@ extension CacheAPI {
         return response
     }
 
-    private func hit(_ entry: StoredEntry, freshness: Freshness, now: Date, request: HTTPRequest,
+    fileprivate func hit(_ entry: StoredEntry, freshness: Freshness, now: Date, request: HTTPRequest,
                      collapsed: Bool) throws -> HTTPResponse {
         var headers = HTTPHeaders(capacity: 10)
         headers.add("Content-Type", entry.contentType)

@@ -27,11 +27,30 @@ extension CacheAPI {
     /// refresh lease handed out with it (nil: none).
     typealias HitRenderer = @Sendable (StoredEntry, Freshness, _ collapsed: Bool, _ refresh: Lease?) throws -> HTTPResponse
 
+    /// A route's renderer as a value: a hit answered now renders without a closure context on
+    /// the heap (one allocation a hit); only a refresh, answered later, captures it.
+    protocol HitRendering: Sendable {
+        func render(_ entry: StoredEntry, _ freshness: Freshness, collapsed: Bool, refresh: Lease?) throws -> HTTPResponse
+    }
+
+    /// A closure as a renderer (the routes whose hits allocate anyway).
+    struct RenderingClosure: HitRendering {
+        let closure: HitRenderer
+        func render(_ entry: StoredEntry, _ freshness: Freshness, collapsed: Bool, refresh: Lease?) throws -> HTTPResponse {
+            try closure(entry, freshness, collapsed, refresh)
+        }
+    }
+
     /// The read's answer when `entry` answers it: fresh, stale within `maxStale`, or in its
     /// revalidate window (then with a refresh lease for one caller, which may block, so it is
     /// a `.blocking` step). nil when it does not (absent, or expired past what is accepted):
     /// the route then answers a miss and counts it. A hit is counted once, as it is answered.
     func hitStep(_ entry: StoredEntry?, _ question: HitQuestion, now: Date, render: @escaping HitRenderer) throws
+        -> ReadAnswer? {
+        try hitStep(entry, question, now: now, rendering: RenderingClosure(closure: render))
+    }
+
+    func hitStep(_ entry: StoredEntry?, _ question: HitQuestion, now: Date, rendering: some HitRendering) throws
         -> ReadAnswer? {
         guard let entry else { return nil }
         let freshness = Freshness.of(entry, now: now, maxStale: question.maxStale)
@@ -42,11 +61,11 @@ extension CacheAPI {
             return try revalidateStep(question.namespace, question.key, lease: question.leaseSeconds,
                                       holder: question.holder) { [self] lease in
                 countHit(entry, freshness, question, now: now)
-                return try render(entry, freshness, question.collapsed, lease)
+                return try rendering.render(entry, freshness, collapsed: question.collapsed, refresh: lease)
             }
         case .fresh, .stale, .revalidate:
             countHit(entry, freshness, question, now: now)
-            let response = try render(entry, freshness, question.collapsed, nil)
+            let response = try rendering.render(entry, freshness, collapsed: question.collapsed, refresh: nil)
             if question.collapsed { waiters?.count("filled") }
             return .response(response)
         }
