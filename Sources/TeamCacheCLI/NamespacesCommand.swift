@@ -109,10 +109,11 @@ enum NamespacesCommand {
     /// Sessions older than `$1` (an xid) that hold this database's vacuum horizon back: a
     /// snapshot from before it, or a transaction that began before it (between statements a
     /// read-committed transaction shows no snapshot, but its own xid holds the horizon all the
-    /// same). They may still see row versions deleted before it. Not only client sessions: an
-    /// autovacuum worker's ANALYZE of another table holds a snapshot (its VACUUM does not, and
-    /// shows none), and a session still connecting has no database yet and counts for every
-    /// one. Leaving those out let a rewrite under CI's load keep a plain version.
+    /// same). They may still see row versions deleted before it. Not only client sessions
+    /// (PostgreSQL 15's ComputeXidHorizons): an autovacuum worker's ANALYZE of another table
+    /// holds a snapshot (its VACUUM is left out of the horizon), and a standby's walsender with
+    /// hot_standby_feedback has no database and holds every database's. Waiting for a VACUUM
+    /// worker too costs at most its run, and a rewrite is rare.
     static let olderSnapshots = """
         SELECT count(*)::int8 AS n FROM pg_stat_activity
         WHERE (datname = current_database() OR datname IS NULL) AND pid <> pg_backend_pid()
