@@ -76,38 +76,3 @@ import TestSupport
         #expect(access == 2, "access rows: one per inserted entry (the held row had none, and an update makes none)")
     }
 }
-
-/// The export walk reads its next page in the background while this one is written: every
-/// entry comes out once, in (namespace, key) order, across pages cut by count (1,000 keys)
-/// and by bytes (16 MiB of bodies).
-@Suite struct ExportWalkTests {
-    @Test func everyEntryOnceInOrderAcrossPageCuts() throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "expwalk")
-        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
-                                        overrides: TestDatabase.shared.overrides(database: database), maxConnections: 4))
-        let store = EntryStore(pool: pool, policy: CachePolicy(), clock: SystemClock())
-        _ = try pool.withConnection { connection in
-            // 1,200 bodies of 40 KB first (pages cut by bytes), then 1,300 small (cut by count),
-            // over two namespaces.
-            try connection.query("""
-                INSERT INTO entries (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
-                                     created_at, updated_at, expires_at)
-                SELECT CASE WHEN i < 2000 THEN 'walk' ELSE 'walk2' END, convert_to(lpad(i::text, 5, '0'), 'UTF8'),
-                       CASE WHEN i < 1200 THEN convert_to(repeat('x', 40000), 'UTF8') ELSE '\\x00' END,
-                       'identity', 't', 1, CASE WHEN i < 1200 THEN 40000 ELSE 1 END, 'e', now(), now(),
-                       now() + interval '1 hour'
-                FROM generate_series(0, 2499) AS i
-                """)
-        }
-        for namespace in [nil, Namespace("walk")] {
-            var keys: [String] = []
-            try store.export(namespace: namespace, since: nil) { entry in
-                keys.append(entry.namespace + "/" + String(decoding: entry.key, as: UTF8.self))
-            }
-            let expected = (0..<(namespace == nil ? 2500 : 2000)).map {
-                ($0 < 2000 ? "walk/" : "walk2/") + String(repeating: "0", count: 5 - String($0).count) + String($0)
-            }
-            #expect(keys == expected, "\(namespace?.name ?? "every namespace"): \(keys.count) keys")
-        }
-    }
-}
