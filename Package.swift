@@ -59,8 +59,8 @@ let package = Package(
         .executableTarget(name: "RequestFuzz", dependencies: ["FuzzSupport", "HTTPServer", "TeamCache"]),
         .target(name: "TeamCacheClient", dependencies: ["CacheKeys", "CSQLite", "Locking"]),
         // Heap allocations per near-cache hit, counted by the allocator's entry points defined in
-        // this executable (CAllocationCount): run by a test with a ceiling, and by
-        // bench/hit-allocations.sh (release build).
+        // this executable (CAllocationCount): scripts/hit-allocations.sh runs it (release build)
+        // and CI holds it under a ceiling.
         .target(name: "CAllocationCount"),
         .executableTarget(name: "HitAllocations", dependencies: ["CAllocationCount", "TeamCache", "TestSupport"]),
         .target(name: "TestSupport", dependencies: ["Locking", "Postgres", "TeamCache", "HTTPServer"],

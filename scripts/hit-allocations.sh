@@ -18,7 +18,7 @@ status=0
 while read -r encoding per total hits; do
   ceiling=$([ "$encoding" = gzip ] && echo "$ceiling_gzip" || echo "$ceiling_identity")
   echo "| $encoding | $per | $total | $hits | $ceiling |"
-  if [ "$(echo "$per > $ceiling" | bc)" = 1 ]; then
+  if awk -v per="$per" -v ceiling="$ceiling" 'BEGIN { exit !(per > ceiling) }'; then
     echo "allocations per $encoding hit: $per, past the ceiling of $ceiling" >&2
     status=1
   fi

@@ -2,10 +2,11 @@ import CacheCore
 import Foundation
 import Postgres
 
-/// A chunk of an import as one set-based statement: the existing rows read and locked, the
-/// policy, idempotence and cap checks decided for every entry at once, then one UPDATE, one
-/// INSERT and their access rows, instead of a `tc_import_entry` call (and its round trip)
-/// per entry: that was ~275 µs an entry of PostgreSQL's time and the wire's (bench/dump.sh).
+/// A chunk of an import as one set-based statement: the rows there read, the policy,
+/// idempotence and cap checks decided for every entry at once, then one ordered
+/// `INSERT … ON CONFLICT DO UPDATE` and the access rows, instead of a `tc_import_entry` call
+/// (and its round trip) per entry: that was ~275 µs an entry of PostgreSQL's time and the
+/// wire's (bench/dump.sh).
 ///
 /// Semantics are `tc_import_entry`'s (migration 0011), entry for entry:
 /// - `expired`: the entry's expiry and window have passed; nothing is written;
@@ -14,20 +15,23 @@ import Postgres
 /// - `imported`: written over the row (hit count and access time raised, never lowered, and
 ///   only when the access flush does not hold the access row), or inserted with one.
 ///
-/// Where the set cannot be sure it answers the entry as `retry`, and the caller runs
-/// `tc_import_entry` for it in the same transaction, whose outcome is then exact:
+/// Locks, as every writer takes them (docs/consistency.md): only by the write, one row at a
+/// time in (namespace, key) byte order, new keys and existing ones alike (the input comes
+/// sorted). The rows are read without a lock first; an entry the chunk leaves alone
+/// (unchanged, skipped, expired) is decided on that read, as if the import ran just before
+/// any writer that committed since. A row is written over only if it is still the version
+/// read (its `xmin`); a key absent when read and inserted meanwhile is not written either.
+///
+/// Where the set cannot be exact it answers the entry as `retry`; the caller then rolls the
+/// statement back (a savepoint) and imports the whole chunk entry by entry, in key order:
 /// - a cap: the checks are running sums over the chunk in key order, the pending deltas
-///   (this transaction's earlier chunks among them) counted as the function counts them.
-///   Entry by entry, a refused entry adds nothing and a later, smaller one may still fit;
-///   a running sum cannot say that, so when any entry would pass a cap the statement writes
-///   nothing and every entry is `retry`;
-/// - a key a concurrent writer inserted after the statement's snapshot: the insert does
-///   nothing there, and the function reads the row that won.
+///   (this transaction's own among them) counted as the function counts them. Entry by
+///   entry, a refused entry adds nothing and a later, smaller one may still fit; a running
+///   sum cannot say that, so when any entry would pass a cap the statement writes nothing;
+/// - a row another writer changed or inserted since the read.
 ///
 /// The keys of one chunk are distinct (the caller sends a chunk with a key twice entry by
-/// entry: one statement cannot write a row twice), and come in (namespace, key) byte order:
-/// the existing rows are locked one index probe at a time in that order, the lock order
-/// every writer keeps (docs/consistency.md).
+/// entry: one statement cannot write a row twice).
 enum EntryImportGroup {
     static let statement = """
         WITH input AS (
@@ -54,13 +58,13 @@ enum EntryImportGroup {
             LEFT JOIN LATERAL (SELECT default_ttl_seconds, max_bytes FROM namespace_settings
                                WHERE namespace = b.namespace) s ON true),
         found AS (
-            -- Locked as they are probed, in the input's order: (namespace, key) byte order.
-            SELECT i.ordinal, o.id, o.stored_size, o.etag, o.updated_at, o.expires_at
+            -- What the statement's snapshot holds, without a lock; `xmin` names the version.
+            SELECT i.ordinal, o.id, o.stored_size, o.etag, o.updated_at, o.expires_at, o.xmin
             FROM input i
-            CROSS JOIN LATERAL (SELECT e.id, e.stored_size, e.etag, e.updated_at, e.expires_at FROM entries e
-                                WHERE e.namespace = i.namespace AND e.key = i.key FOR UPDATE) o),
+            CROSS JOIN LATERAL (SELECT e.id, e.stored_size, e.etag, e.updated_at, e.expires_at, e.xmin FROM entries e
+                                WHERE e.namespace = i.namespace AND e.key = i.key) o),
         decided AS (
-            SELECT i.*, f.id AS old_id,
+            SELECT i.*, f.id AS old_id, f.xmin AS old_version,
                    CASE WHEN i.expires_at + make_interval(secs => i.stale_while_revalidate::float8) <= i.now THEN 'expired'
                         WHEN f.id IS NULL THEN 'write'
                         WHEN f.etag = i.etag AND f.updated_at = i.updated_at AND f.expires_at = i.expires_at THEN 'unchanged'
@@ -93,50 +97,54 @@ enum EntryImportGroup {
                                          OR (r.quota IS NOT NULL AND t.total + r.namespace_growth > r.quota * $25::float8))),
                             false) AS refused
             FROM running r CROSS JOIN pending p LEFT JOIN namespace_totals t ON t.namespace = r.namespace),
-        updated AS (
-            UPDATE entries e
-            SET body = d.body, encoding = d.encoding, content_type = d.content_type, identity_size = d.identity_size,
-                stored_size = octet_length(d.body), etag = d.etag, model = d.model, version = d.version,
-                prompt_digest = d.prompt_digest, tags = d.tags, metadata = d.metadata, input_tokens = d.input_tokens,
-                output_tokens = d.output_tokens, created_at = d.created_at, updated_at = d.updated_at,
-                expires_at = d.expires_at, writer_token_id = NULL, stale_while_revalidate = d.stale_while_revalidate
+        expected AS MATERIALIZED (
+            -- The versions read of the rows to write over, keyed by namespace and key: looked up
+            -- per conflict (a subquery over `decided` there would scan it for each).
+            SELECT jsonb_object_agg(d.namespace || '/' || encode(d.key, 'hex'), d.old_version::text) AS versions
+            FROM decided d WHERE d.verdict = 'write' AND d.old_version IS NOT NULL),
+        written AS (
+            INSERT INTO entries AS e (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
+                                      model, version, prompt_digest, tags, metadata, input_tokens, output_tokens,
+                                      created_at, updated_at, expires_at, writer_token_id, stale_while_revalidate)
+            SELECT d.namespace, d.key, d.body, d.encoding, d.content_type, d.identity_size, octet_length(d.body),
+                   d.etag, d.model, d.version, d.prompt_digest, d.tags, d.metadata, d.input_tokens, d.output_tokens,
+                   d.created_at, d.updated_at, d.expires_at, NULL, d.stale_while_revalidate
             FROM decided d, refusal r
-            WHERE NOT r.refused AND d.verdict = 'write' AND e.id = d.old_id
-            RETURNING e.id),
+            WHERE NOT r.refused AND d.verdict = 'write'
+            ORDER BY d.namespace COLLATE "C", d.key
+            ON CONFLICT ON CONSTRAINT entries_namespace_key DO UPDATE
+               SET body = excluded.body, encoding = excluded.encoding, content_type = excluded.content_type,
+                   identity_size = excluded.identity_size, stored_size = excluded.stored_size, etag = excluded.etag,
+                   model = excluded.model, version = excluded.version, prompt_digest = excluded.prompt_digest,
+                   tags = excluded.tags, metadata = excluded.metadata, input_tokens = excluded.input_tokens,
+                   output_tokens = excluded.output_tokens, created_at = excluded.created_at,
+                   updated_at = excluded.updated_at, expires_at = excluded.expires_at, writer_token_id = NULL,
+                   stale_while_revalidate = excluded.stale_while_revalidate
+               -- Only the version read (a key absent when read has none: not written over).
+               WHERE e.xmin::text = (SELECT x.versions ->> (e.namespace || '/' || encode(e.key, 'hex')) FROM expected x)
+            RETURNING e.id, e.namespace, e.key, e.xmax = 0 AS inserted),
         raised AS (
             -- As tc_import_entry: skipped rather than waited for while the access flush holds it.
             UPDATE entry_access a
             SET hit_count = greatest(a.hit_count, d.hit_count),
                 last_accessed_at = greatest(a.last_accessed_at, d.last_accessed_at)
-            FROM decided d, refusal r
-            WHERE NOT r.refused AND d.verdict = 'write' AND a.entry_id = d.old_id
-              AND a.entry_id IN (SELECT l.entry_id FROM entry_access l JOIN decided w ON l.entry_id = w.old_id
-                                 WHERE w.verdict = 'write' ORDER BY l.entry_id FOR UPDATE OF l SKIP LOCKED)),
-        inserted AS (
-            INSERT INTO entries (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
-                                 model, version, prompt_digest, tags, metadata, input_tokens, output_tokens,
-                                 created_at, updated_at, expires_at, writer_token_id, stale_while_revalidate)
-            SELECT d.namespace, d.key, d.body, d.encoding, d.content_type, d.identity_size, octet_length(d.body),
-                   d.etag, d.model, d.version, d.prompt_digest, d.tags, d.metadata, d.input_tokens, d.output_tokens,
-                   d.created_at, d.updated_at, d.expires_at, NULL, d.stale_while_revalidate
-            FROM decided d, refusal r
-            WHERE NOT r.refused AND d.verdict = 'write' AND d.old_id IS NULL
-            ORDER BY d.ordinal
-            ON CONFLICT ON CONSTRAINT entries_namespace_key DO NOTHING
-            RETURNING id, namespace, key),
+            FROM written w JOIN decided d ON d.namespace = w.namespace AND d.key = w.key
+            WHERE NOT w.inserted AND a.entry_id = w.id
+              AND a.entry_id IN (SELECT l.entry_id FROM entry_access l JOIN written u ON l.entry_id = u.id
+                                 WHERE NOT u.inserted ORDER BY l.entry_id FOR UPDATE OF l SKIP LOCKED)),
         accessed AS (
             INSERT INTO entry_access (entry_id, namespace, hit_count, last_accessed_at)
             SELECT w.id, d.namespace, d.hit_count, d.last_accessed_at
-            FROM inserted w JOIN decided d ON d.namespace = w.namespace AND d.key = w.key
+            FROM written w JOIN decided d ON d.namespace = w.namespace AND d.key = w.key
+            WHERE w.inserted
             ORDER BY w.id)
         SELECT d.ordinal,
                CASE WHEN r.refused THEN 'retry'
                     WHEN d.verdict <> 'write' THEN d.verdict
-                    WHEN u.id IS NOT NULL OR w.id IS NOT NULL THEN 'imported'
+                    WHEN w.id IS NOT NULL THEN 'imported'
                     ELSE 'retry' END AS outcome
         FROM decided d CROSS JOIN refusal r
-        LEFT JOIN updated u ON u.id = d.old_id
-        LEFT JOIN inserted w ON w.namespace = d.namespace AND w.key = d.key
+        LEFT JOIN written w ON w.namespace = d.namespace AND w.key = d.key
         ORDER BY d.ordinal
         """
 
@@ -151,7 +159,7 @@ enum EntryImportGroup {
     }
 
     /// Runs the statement over `entries` (distinct keys, in byte order); an outcome per entry,
-    /// in order, nil where the entry is left to `tc_import_entry`.
+    /// in order, nil where the set could not be exact (the caller then rolls it back).
     static func run(_ entries: [Stored], policy conflict: ImportConflictPolicy, store: EntryStore,
                     on connection: PostgresConnection) throws -> [ImportOutcome?] {
         let parameters: [PostgresValue] = [

@@ -176,9 +176,14 @@ extension EntryStore {
                 _ = try connection.query(Self.importing)
                 var outcomes = [ImportOutcome?](repeating: nil, count: entries.count)
                 if distinct {
-                    for (position, outcome) in try EntryImportGroup.run(stored, policy: conflict, store: self,
-                                                                        on: connection).enumerated() {
-                        outcomes[order[position]] = outcome
+                    // Where the set cannot be exact, none of it stays: the chunk goes entry by
+                    // entry from the savepoint, taking its locks in key order from the first.
+                    _ = try connection.query("SAVEPOINT import_group")
+                    let group = try EntryImportGroup.run(stored, policy: conflict, store: self, on: connection)
+                    if group.contains(where: { $0 == nil }) {
+                        _ = try connection.query("ROLLBACK TO SAVEPOINT import_group")
+                    } else {
+                        for (position, outcome) in group.enumerated() { outcomes[order[position]] = outcome }
                     }
                 }
                 for (position, index) in order.enumerated() where outcomes[index] == nil {

@@ -112,11 +112,14 @@ enum NamespacesCommand {
     /// same). They may still see row versions deleted before it. Not only client sessions
     /// (PostgreSQL 15's ComputeXidHorizons): an autovacuum worker's ANALYZE of another table
     /// holds a snapshot (its VACUUM is left out of the horizon), and a standby's walsender with
-    /// hot_standby_feedback has no database and holds every database's. Waiting for a VACUUM
-    /// worker too costs at most its run, and a rewrite is rare.
+    /// hot_standby_feedback has no database and holds every database's. An autovacuum VACUUM
+    /// without ANALYZE shows a snapshot but does not hold the horizon: not waited for (sealing
+    /// a namespace rewrites its rows, which often starts one on `entries` itself).
     static let olderSnapshots = """
         SELECT count(*)::int8 AS n FROM pg_stat_activity
         WHERE (datname = current_database() OR datname IS NULL) AND pid <> pg_backend_pid()
+          AND NOT (backend_type = 'autovacuum worker' AND query LIKE 'autovacuum: VACUUM %'
+                   AND query NOT LIKE '%ANALYZE%')
           AND ((backend_xmin IS NOT NULL AND age(backend_xmin) > age($1::text::xid))
                OR (backend_xid IS NOT NULL AND age(backend_xid) > age($1::text::xid)))
         """

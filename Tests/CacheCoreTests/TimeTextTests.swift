@@ -92,7 +92,7 @@ import Testing
             let fraction = Bool.random(using: &generator) ? ""
                 : "." + String((0..<Int.random(in: 1...9, using: &generator)).map { _ in "0123456789".randomElement()! })
             let zone = Bool.random(using: &generator) ? "Z"
-                : (Bool.random(using: &generator) ? "+" : "-") + two(0...14) + ":" + ["00", "30", "45", two(0...59)].randomElement()!
+                : (Bool.random(using: &generator) ? "+" : "-") + two(0...23) + ":" + ["00", "30", "45", two(0...59)].randomElement()!
             var text = "\(year)-\(two(1...12))-\(two(1...31))T\(two(0...24)):\(two(0...59)):\(two(0...60))\(fraction)\(zone)"
             if Int.random(in: 0..<8, using: &generator) == 0 {  // one byte changed
                 var bytes = Array(text.utf8)

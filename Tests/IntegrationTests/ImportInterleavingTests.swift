@@ -75,4 +75,60 @@ import TestSupport
         }
         #expect(access == 2, "access rows: one per inserted entry (the held row had none, and an update makes none)")
     }
+
+    /// The deadlock a chunk must not make: another writer holds a new key the chunk inserts
+    /// (k2) and then writes an existing key after it (k3). Had the chunk locked its existing
+    /// rows before inserting its new ones, each would wait for the other. It takes its locks
+    /// in key order only as it writes: the writer's update of k3 goes through at once, and
+    /// the chunk, finding both rows changed since it read them, imports entry by entry.
+    @Test(arguments: [ImportConflictPolicy.skip, .replace])
+    func aWriterAheadInKeyOrderNeverDeadlocksWithAChunk(policy: ImportConflictPolicy) throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "impdead")
+        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
+                                        overrides: TestDatabase.shared.overrides(database: database), maxConnections: 4))
+        let store = EntryStore(pool: pool, policy: CachePolicy(), clock: SystemClock())
+        let now = Date()
+        let insert = """
+            INSERT INTO entries (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
+                                 created_at, updated_at, expires_at)
+            VALUES ('race', $1, $2, 'identity', 'text/plain', 4, 4, '"held"', now(), now(), now() + interval '10 minutes')
+            """
+        _ = try pool.withConnection { try $0.query(insert, [.bytes(Array("k3".utf8)), .bytes(Array("old3".utf8))]) }
+        let chunk = [Self.entry("k2", body: "dump k2", now: now), Self.entry("k3", body: "dump k3", now: now)]
+        let outcomes = Locked<Result<[ImportOutcome], any Error>?>(nil)
+        try pool.withConnection { holder in
+            try holder.transaction { holder in
+                _ = try holder.query(insert, [.bytes(Array("k2".utf8)), .bytes(Array("new2".utf8))])
+                let importer = Thread {
+                    let result = Result { try store.importEntries(chunk, policy: policy) }
+                    outcomes.withLock { $0 = result }
+                }
+                importer.start()
+                let deadline = Date().addingTimeInterval(20)
+                var waiting = false
+                while !waiting && Date() < deadline {
+                    _ = try holder.query("SELECT pg_stat_clear_snapshot()")
+                    waiting = try holder.query("""
+                        SELECT count(*)::int8 AS n FROM pg_stat_activity
+                        WHERE datname = current_database() AND wait_event_type = 'Lock'
+                        """).first?.int("n") ?? 0 >= 1
+                    if !waiting { Thread.sleep(forTimeInterval: 0.02) }
+                }
+                #expect(waiting, "the chunk never waited on the held insert of k2")
+                // Past the held key in key order: must not wait for the chunk (1 s is plenty).
+                _ = try holder.query("SET LOCAL lock_timeout = '1s'")
+                _ = try holder.query("UPDATE entries SET body = 'new3', updated_at = now() WHERE namespace = 'race' AND key = 'k3'")
+            }
+        }
+        let deadline = Date().addingTimeInterval(20)
+        while outcomes.withLock({ $0 }) == nil && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        let result = try #require(outcomes.withLock { $0 }).get()
+        #expect(result == (policy == .skip ? [.skipped, .skipped] : [.imported, .imported]))
+        let bodies = try pool.withConnection { connection in
+            try connection.query("SELECT convert_from(body, 'UTF8') AS body FROM entries ORDER BY key").rows
+                .map { try $0.string("body") ?? "" }
+        }
+        #expect(bodies == (policy == .skip ? ["new2", "new3"] : ["dump k2", "dump k3"]))
+    }
 }
+
