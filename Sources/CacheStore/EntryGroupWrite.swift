@@ -21,6 +21,17 @@ import Postgres
 /// Rows are inserted in (namespace, key) byte order, so groups over the same keys take
 /// their row locks in one order (docs/consistency.md).
 enum EntryGroupWrite {
+    /// What a write over an existing row takes from the row it writes (`excluded`): shared
+    /// with the import's chunk (`EntryImportGroup`); each adds its own creation time and writer.
+    static let replacedColumns = """
+        body = excluded.body, encoding = excluded.encoding, content_type = excluded.content_type,
+        identity_size = excluded.identity_size, stored_size = excluded.stored_size, etag = excluded.etag,
+        model = excluded.model, version = excluded.version, prompt_digest = excluded.prompt_digest,
+        tags = excluded.tags, metadata = excluded.metadata, input_tokens = excluded.input_tokens,
+        output_tokens = excluded.output_tokens, updated_at = excluded.updated_at, expires_at = excluded.expires_at,
+        stale_while_revalidate = excluded.stale_while_revalidate
+        """
+
     static let statement = """
         WITH input AS (
             SELECT b.*, s.default_ttl_seconds AS namespace_ttl, s.max_bytes AS quota,
@@ -64,13 +75,7 @@ enum EntryGroupWrite {
                    coalesce($17::timestamptz, now()) + make_interval(secs => coalesce(ttl, namespace_ttl, $18::int8)), writer, stale_while_revalidate
             FROM admitted ORDER BY namespace COLLATE "C", key
             ON CONFLICT ON CONSTRAINT entries_namespace_key DO UPDATE
-               SET body = excluded.body, encoding = excluded.encoding, content_type = excluded.content_type,
-                   identity_size = excluded.identity_size, stored_size = excluded.stored_size, etag = excluded.etag,
-                   model = excluded.model, version = excluded.version, prompt_digest = excluded.prompt_digest,
-                   tags = excluded.tags, metadata = excluded.metadata, input_tokens = excluded.input_tokens,
-                   output_tokens = excluded.output_tokens, updated_at = excluded.updated_at,
-                   expires_at = excluded.expires_at, writer_token_id = excluded.writer_token_id,
-                   stale_while_revalidate = excluded.stale_while_revalidate,
+               SET \(replacedColumns), writer_token_id = excluded.writer_token_id,
                    created_at = CASE WHEN e.expires_at <= coalesce($17::timestamptz, now()) THEN excluded.created_at ELSE e.created_at END
                WHERE NOT $21::bool OR e.expires_at <= coalesce($17::timestamptz, now())
             RETURNING e.id, e.namespace, e.key, e.expires_at, e.created_at = coalesce($17::timestamptz, now()) AS created,

@@ -113,13 +113,7 @@ enum EntryImportGroup {
             WHERE NOT r.refused AND d.verdict = 'write'
             ORDER BY d.namespace COLLATE "C", d.key
             ON CONFLICT ON CONSTRAINT entries_namespace_key DO UPDATE
-               SET body = excluded.body, encoding = excluded.encoding, content_type = excluded.content_type,
-                   identity_size = excluded.identity_size, stored_size = excluded.stored_size, etag = excluded.etag,
-                   model = excluded.model, version = excluded.version, prompt_digest = excluded.prompt_digest,
-                   tags = excluded.tags, metadata = excluded.metadata, input_tokens = excluded.input_tokens,
-                   output_tokens = excluded.output_tokens, created_at = excluded.created_at,
-                   updated_at = excluded.updated_at, expires_at = excluded.expires_at, writer_token_id = NULL,
-                   stale_while_revalidate = excluded.stale_while_revalidate
+               SET \(EntryGroupWrite.replacedColumns), created_at = excluded.created_at, writer_token_id = NULL
                -- Only the version read (a key absent when read has none: not written over).
                WHERE e.xmin::text = (SELECT x.versions ->> (e.namespace || '/' || encode(e.key, 'hex')) FROM expected x)
             RETURNING e.id, e.namespace, e.key, e.xmax = 0 AS inserted),

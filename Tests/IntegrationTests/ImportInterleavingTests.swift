@@ -18,20 +18,59 @@ import TestSupport
                     hitCount: 1)
     }
 
-    /// A writer inserts a key after the chunk's snapshot was taken and before its insert: the
-    /// insert waits for it, does nothing there, and the entry goes to `tc_import_entry`,
-    /// which reads the row that won and applies the policy to it. The chunk's other entries
-    /// are imported; nothing fails, and nothing is written twice.
-    @Test(arguments: [ImportConflictPolicy.skip, .replace])
-    func aKeyInsertedDuringTheChunkIsDecidedOnTheRowThatWon(policy: ImportConflictPolicy) throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "imprace")
+    typealias Outcome = Locked<Result<[ImportOutcome], any Error>?>
+
+    /// A store on a database of the test's own.
+    static func store(prefix: String) throws -> (ConnectionPool, EntryStore) {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: prefix)
         let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
                                         overrides: TestDatabase.shared.overrides(database: database), maxConnections: 4))
-        let store = EntryStore(pool: pool, policy: CachePolicy(), clock: SystemClock())
+        return (pool, EntryStore(pool: pool, policy: CachePolicy(), clock: SystemClock()))
+    }
+
+    /// Runs `work` on a thread of its own; its result lands in `outcome` (set outside the lock:
+    /// a reader polls it meanwhile).
+    static func start(_ outcome: Outcome, _ work: @escaping @Sendable () throws -> [ImportOutcome]) {
+        Thread {
+            let result = Result { try work() }
+            outcome.withLock { $0 = result }
+        }.start()
+    }
+
+    /// The result, once there (20 s at most).
+    static func awaited(_ outcome: Outcome) throws -> Result<[ImportOutcome], any Error> {
+        let deadline = Date().addingTimeInterval(20)
+        while outcome.withLock({ $0 }) == nil && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        return try #require(outcome.withLock { $0 })
+    }
+
+    /// Whether a session of this database comes to wait on a lock within 20 s.
+    static func someoneWaitsOnALock(_ connection: PostgresConnection) throws -> Bool {
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            // Cleared each time: within a transaction the activity view is a snapshot.
+            _ = try connection.query("SELECT pg_stat_clear_snapshot()")
+            let waiting = try connection.query("""
+                SELECT count(*)::int8 AS n FROM pg_stat_activity
+                WHERE datname = current_database() AND wait_event_type = 'Lock'
+                """).first?.int("n") ?? 0
+            if waiting >= 1 { return true }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        return false
+    }
+
+    /// A writer inserts a key after the chunk read it absent and before the chunk's insert:
+    /// the insert waits for it and does not write over the row that won. The chunk is rolled
+    /// back and goes entry by entry through `tc_import_entry`, which applies the policy to that
+    /// row; the other entries are imported; nothing fails, and nothing is written twice.
+    @Test(arguments: [ImportConflictPolicy.skip, .replace])
+    func aKeyInsertedDuringTheChunkIsDecidedOnTheRowThatWon(policy: ImportConflictPolicy) throws {
+        let (pool, store) = try Self.store(prefix: "imprace")
         let now = Date()
         let chunk = [Self.entry("a", body: "dump a", now: now), Self.entry("race", body: "dump race", now: now),
                      Self.entry("z", body: "dump z", now: now)]
-        let outcomes = Locked<Result<[ImportOutcome], any Error>?>(nil)
+        let outcomes = Outcome(nil)
         try pool.withConnection { holder in
             try holder.transaction { holder in
                 _ = try holder.query("""
@@ -40,30 +79,13 @@ import TestSupport
                     VALUES ('race', 'race', 'held', 'identity', 'text/plain', 4, 4, '"held"', now(), now(),
                             now() + interval '10 minutes')
                     """)
-                let importer = Thread {
-                    let result = Result { try store.importEntries(chunk, policy: policy) }
-                    outcomes.withLock { $0 = result }
-                }
-                importer.start()
+                Self.start(outcomes) { try store.importEntries(chunk, policy: policy) }
                 // The import's insert of "race" waits on the holder's uncommitted row.
-                let deadline = Date().addingTimeInterval(20)
-                var waiting = false
-                while !waiting && Date() < deadline {
-                    // Cleared each time: within a transaction the activity view is a snapshot.
-                    _ = try holder.query("SELECT pg_stat_clear_snapshot()")
-                    waiting = try holder.query("""
-                        SELECT count(*)::int8 AS n FROM pg_stat_activity
-                        WHERE datname = current_database() AND wait_event_type = 'Lock'
-                        """).first?.int("n") ?? 0 >= 1
-                    if !waiting { Thread.sleep(forTimeInterval: 0.02) }
-                }
-                #expect(waiting, "the import never waited on the held insert")
+                #expect(try Self.someoneWaitsOnALock(holder), "the import never waited on the held insert")
                 #expect(outcomes.withLock { $0 } == nil, "the import finished before the holder committed")
             }
         }
-        let deadline = Date().addingTimeInterval(20)
-        while outcomes.withLock({ $0 }) == nil && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
-        let result = try #require(outcomes.withLock { $0 }).get()
+        let result = try Self.awaited(outcomes).get()
         #expect(result == [.imported, policy == .skip ? .skipped : .imported, .imported])
         let bodies = try pool.withConnection { connection in
             try connection.query("SELECT convert_from(key, 'UTF8') AS key, convert_from(body, 'UTF8') AS body "
@@ -83,10 +105,7 @@ import TestSupport
     /// the chunk, finding both rows changed since it read them, imports entry by entry.
     @Test(arguments: [ImportConflictPolicy.skip, .replace])
     func aWriterAheadInKeyOrderNeverDeadlocksWithAChunk(policy: ImportConflictPolicy) throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "impdead")
-        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
-                                        overrides: TestDatabase.shared.overrides(database: database), maxConnections: 4))
-        let store = EntryStore(pool: pool, policy: CachePolicy(), clock: SystemClock())
+        let (pool, store) = try Self.store(prefix: "impdead")
         let now = Date()
         let insert = """
             INSERT INTO entries (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
@@ -95,34 +114,18 @@ import TestSupport
             """
         _ = try pool.withConnection { try $0.query(insert, [.bytes(Array("k3".utf8)), .bytes(Array("old3".utf8))]) }
         let chunk = [Self.entry("k2", body: "dump k2", now: now), Self.entry("k3", body: "dump k3", now: now)]
-        let outcomes = Locked<Result<[ImportOutcome], any Error>?>(nil)
+        let outcomes = Outcome(nil)
         try pool.withConnection { holder in
             try holder.transaction { holder in
                 _ = try holder.query(insert, [.bytes(Array("k2".utf8)), .bytes(Array("new2".utf8))])
-                let importer = Thread {
-                    let result = Result { try store.importEntries(chunk, policy: policy) }
-                    outcomes.withLock { $0 = result }
-                }
-                importer.start()
-                let deadline = Date().addingTimeInterval(20)
-                var waiting = false
-                while !waiting && Date() < deadline {
-                    _ = try holder.query("SELECT pg_stat_clear_snapshot()")
-                    waiting = try holder.query("""
-                        SELECT count(*)::int8 AS n FROM pg_stat_activity
-                        WHERE datname = current_database() AND wait_event_type = 'Lock'
-                        """).first?.int("n") ?? 0 >= 1
-                    if !waiting { Thread.sleep(forTimeInterval: 0.02) }
-                }
-                #expect(waiting, "the chunk never waited on the held insert of k2")
+                Self.start(outcomes) { try store.importEntries(chunk, policy: policy) }
+                #expect(try Self.someoneWaitsOnALock(holder), "the chunk never waited on the held insert of k2")
                 // Past the held key in key order: must not wait for the chunk (1 s is plenty).
                 _ = try holder.query("SET LOCAL lock_timeout = '1s'")
                 _ = try holder.query("UPDATE entries SET body = 'new3', updated_at = now() WHERE namespace = 'race' AND key = 'k3'")
             }
         }
-        let deadline = Date().addingTimeInterval(20)
-        while outcomes.withLock({ $0 }) == nil && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
-        let result = try #require(outcomes.withLock { $0 }).get()
+        let result = try Self.awaited(outcomes).get()
         #expect(result == (policy == .skip ? [.skipped, .skipped] : [.imported, .imported]))
         let bodies = try pool.withConnection { connection in
             try connection.query("SELECT convert_from(body, 'UTF8') AS body FROM entries ORDER BY key").rows
