@@ -7,7 +7,7 @@ import Testing
 import TestSupport
 
 /// Every path that takes row locks, run against each other on the same few keys: grouped
-/// PUTs (create-only and plain), DELETEs, evictions by tag and by key list, reads whose hits
+/// PUTs (create-only and plain), DELETEs, evictions by tag and by key list, import chunks, reads whose hits
 /// the access tracker flushes, the counter fold and the eviction cycle. With one lock order
 /// everywhere (docs/consistency.md) there is no deadlock and no 500; before, the counter rows
 /// were locked in two orders and "deadlock detected" came within a second.
@@ -98,8 +98,18 @@ import TestSupport
             return ("POST", "/v1/caches/\(namespace)/evict", [("Content-Type", "application/json")],
                     Array("{\"keys\":[\(list)]}".utf8))
         }
+        // An import chunk over three keys (a key twice, some rounds: then entry by entry), by
+        // every conflict policy: one set statement that reads, then writes in key order.
+        let importChunk: Loop = { round in
+            let lines = [key(round), key(round + 1), key(round * 2)].map {
+                "{\"key\":\"\($0)\",\"body\":\"imported \(round)\",\"tags\":[\"t\(round % 2)\"]}"
+            }
+            let policy = ["replace", "newer", "skip"][abs(round % 3)]
+            return ("POST", "/v1/caches/\(namespace)/import?on_conflict=\(policy)",
+                    [("Content-Type", "application/x-ndjson")], Array(lines.joined(separator: "\n").utf8))
+        }
         return Array(repeating: put, count: 6) + Array(repeating: delete, count: 4)
-            + [createOnly, createOnly, read, read, evictTag, evictKeys]
+            + [createOnly, createOnly, read, read, evictTag, evictKeys, importChunk, importChunk]
     }
 
     static func deadlocks(_ connection: PostgresConnection) throws -> Int {
