@@ -297,8 +297,9 @@ def test_a_follower_that_falls_behind_or_goes_silent_stops_local_answers(server,
     b = TeamCache(server.url, token, local_tier=tier)
     following(tier, namespace)
     a.put(namespace, "k", b"old", ttl=300)
-    b.get(namespace, "k")
-    assert b.get(namespace, "k").from_local
+    # A read's fill is refused when the put's change is applied while it runs (numbered late
+    # under load: CI saw it), so the copy is kept by a later read, not always the first.
+    assert eventually(lambda: b.get(namespace, "k").from_local)
     client = tier._client
     assert client is not None
     real = client.changes
