@@ -45,40 +45,47 @@ extension EntryStore {
     /// larger). An entry written meanwhile is exported as it is when its page is read; one
     /// deleted meanwhile is left out.
     public func export(namespace: Namespace?, since: String?, _ emit: (DumpedEntry) throws -> Void) throws {
-        var next: Prefetch<ExportRows>? = Prefetch { try self.exportRows(namespace: namespace, since: since, after: nil) }
+        let read = { [self] (after: (namespace: String, key: [UInt8])?) in
+            Prefetch { try self.readExportPage(namespace: namespace, since: since, after: after,
+                                               limit: Self.exportPage, byteBudget: Self.exportBytes) }
+        }
+        var next: Prefetch<ExportEntries>? = read(nil)
         while let pending = next {
             let page = try pending.value()
-            next = nil
-            if page.more, let last = page.last {
-                next = Prefetch { try self.exportRows(namespace: namespace, since: since, after: last) }
-            }
-            for row in page.rows {
-                if let entry = try DumpedEntry(row: row, keyring: keyring, pool: pool) { try emit(entry) }
-            }
+            next = page.more ? page.last.map(read) : nil
+            for entry in page.entries { try emit(entry) }
         }
     }
 
-    /// One page of the export's rows, whole: its keys, cut where the bodies pass `exportBytes`.
-    struct ExportRows: @unchecked Sendable {  // rows are only read, by one thread at a time
-        let rows: [PostgresRow]
+    /// One page of the export, read and opened: its entries, where the next page starts
+    /// (`last`), and whether one may follow (`more`).
+    struct ExportEntries: Sendable {
+        let entries: [DumpedEntry]
         let last: (namespace: String, key: [UInt8])?
         let more: Bool
     }
 
-    private func exportRows(namespace: Namespace?, since: String?,
-                            after: (namespace: String, key: [UInt8])?) throws -> ExportRows {
-        let keys = try exportKeyPage(namespace: namespace, since: since, after: after, limit: Self.exportPage)
+    /// Up to `limit` entries after `after`; past the first, only while their bodies fit
+    /// `byteBudget` and `exportBytes` (one fetch of bodies a page).
+    private func readExportPage(namespace: Namespace?, since: String?, after: (namespace: String, key: [UInt8])?,
+                               limit: Int, byteBudget: Int) throws -> ExportEntries {
+        let keys = try exportKeyPage(namespace: namespace, since: since, after: after, limit: limit)
+        let budget = min(byteBudget, Self.exportBytes)
         var ids: [Int64] = [], bytes = 0
+        var more = keys.full
         for key in keys.rows {
-            if !ids.isEmpty && bytes + key.size > Self.exportBytes {
-                return ExportRows(rows: try exportBodies(ids), last: (keys.rows[ids.count - 1].namespace,
-                                                                      keys.rows[ids.count - 1].key), more: true)
+            // A page ends early once its bodies pass the budget: the next page starts here.
+            if !ids.isEmpty && bytes + key.size > budget {
+                more = true
+                break
             }
             ids.append(key.id)
             bytes += key.size
         }
-        return ExportRows(rows: ids.isEmpty ? [] : try exportBodies(ids),
-                          last: keys.rows.last.map { ($0.namespace, $0.key) }, more: keys.full)
+        let rows = ids.isEmpty ? [] : try pool.withConnection { try $0.query(Self.exportEntries, [.intArray(ids)]).rows }
+        let last = ids.isEmpty ? nil : keys.rows[ids.count - 1]
+        return ExportEntries(entries: try rows.compactMap { try DumpedEntry(row: $0, keyring: keyring, pool: pool) },
+                             last: last.map { ($0.namespace, $0.key) }, more: more)
     }
 
     /// Keys after `after`, with their stored sizes; `full`: the page was as long as asked.
@@ -102,43 +109,16 @@ extension EntryStore {
         return (rows, page.count == pageSize)
     }
 
-    private func exportBodies(_ ids: [Int64]) throws -> [PostgresRow] {
-        try pool.withConnection { try $0.query(Self.exportEntries, [.intArray(ids)]).rows }
-    }
-
     /// One page of the export: up to `limit` entries after `after` (and, past the first,
-    /// only while their bodies fit `byteBudget`), handed to `emit`. `last`: the position to
-    /// go on from; `more`: whether entries may follow it.
+    /// only while their bodies fit `byteBudget`, and 16 MiB), handed to `emit`. `last`: the
+    /// position to go on from; `more`: whether entries may follow it.
     @discardableResult
     public func exportPage(namespace: Namespace?, since: String?, after: (namespace: String, key: [UInt8])?,
                            limit: Int, byteBudget: Int, _ emit: (DumpedEntry) throws -> Void) throws
         -> (last: (namespace: String, key: [UInt8])?, more: Bool) {
-        let page = try exportKeyPage(namespace: namespace, since: since, after: after, limit: limit)
-        var group: [Int64] = [], groupBytes = 0, pageBytes = 0
-        var last: (namespace: String, key: [UInt8])?
-        for key in page.rows {
-            // A page ends early once its bodies pass the budget: the next page starts here.
-            if last != nil && pageBytes + key.size > byteBudget {
-                if !group.isEmpty { try exportGroup(group, emit) }
-                return (last, true)
-            }
-            if !group.isEmpty && groupBytes + key.size > Self.exportBytes {
-                try exportGroup(group, emit)
-                (group, groupBytes) = ([], 0)
-            }
-            group.append(key.id)
-            groupBytes += key.size
-            pageBytes += key.size
-            last = (key.namespace, key.key)
-        }
-        if !group.isEmpty { try exportGroup(group, emit) }
-        return (last, page.full)
-    }
-
-    private func exportGroup(_ ids: [Int64], _ emit: (DumpedEntry) throws -> Void) throws {
-        for row in try exportBodies(ids) {
-            if let entry = try DumpedEntry(row: row, keyring: keyring, pool: pool) { try emit(entry) }
-        }
+        let page = try readExportPage(namespace: namespace, since: since, after: after, limit: limit, byteBudget: byteBudget)
+        for entry in page.entries { try emit(entry) }
+        return (page.last, page.more)
     }
 
     /// Imports `entries` in one transaction, taking their rows in (namespace, key) order (the

@@ -16,22 +16,11 @@ import Observability
 import TeamCache
 import TestSupport
 
-let hits = CommandLine.arguments.dropFirst().first.flatMap(Int.init) ?? 5_000
+let hits = max(1, CommandLine.arguments.dropFirst().first.flatMap(Int.init) ?? 5_000)
 
 // The access line is written for every request in production (level info): counted too.
 LogSink.shared.configure(level: .info, fd: open("/dev/null", O_WRONLY))
-var configuration = Configuration()
-let database = try TestDatabase.shared.migratedDatabase(prefix: "alloc")
-configuration.databaseURL = TestDatabase.shared.url + (TestDatabase.shared.url.contains("?") ? "&" : "?")
-    + "dbname=\(database)"
-configuration.migrationsDirectory = TestPaths.migrations
-configuration.http.port = 0
-configuration.accessFlushInterval = 3600
-configuration.evictionInterval = 3600
-let app = try Application(configuration: configuration)
-try app.start()
 let namespace = "alloc"
-let token = try app.tokens.create(name: "alloc", namespacePattern: namespace, scopes: [.read, .write], expiresAt: nil).1
 let path = "/v1/caches/\(namespace)/entries/answer"
 let body = Array(("{\"answer\":\"" + String(repeating: "forty-two ", count: 200) + "\"}").utf8)
 
@@ -50,7 +39,10 @@ final class Connection {
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard socket >= 0, connected == 0 else { throw POSIXError(.ECONNREFUSED) }
+        guard socket >= 0, connected == 0 else {
+            if socket >= 0 { close(socket) }
+            throw Failure("cannot connect to the service on port \(port)")
+        }
         self.socket = socket
         self.request = Array(request.utf8)
     }
@@ -101,8 +93,8 @@ final class Connection {
             if matches {
                 var index = start + nameBytes.count
                 var value = 0
-                while bytes[index] == 32 { index += 1 }
-                while bytes[index] >= 48 && bytes[index] <= 57 {
+                while index < headEnd && bytes[index] == 32 { index += 1 }
+                while index < headEnd && bytes[index] >= 48 && bytes[index] <= 57 {
                     value = value * 10 + Int(bytes[index]) - 48
                     index += 1
                 }
@@ -114,30 +106,63 @@ final class Connection {
     }
 }
 
-func put(encoding: String) throws {
-    let client = try RawClient(port: app.server.port, timeout: 30)
+/// Why a run could not measure (it exits 1 with this on standard error).
+struct Failure: Error {
+    let reason: String
+    init(_ reason: String) { self.reason = reason }
+}
+
+/// The service on a database of its own, auth on.
+func start() throws -> (Application, String) {
+    var configuration = Configuration()
+    let database = try TestDatabase.shared.migratedDatabase(prefix: "alloc")
+    configuration.databaseURL = TestDatabase.shared.url + (TestDatabase.shared.url.contains("?") ? "&" : "?")
+        + "dbname=\(database)"
+    configuration.migrationsDirectory = TestPaths.migrations
+    configuration.http.port = 0
+    configuration.accessFlushInterval = 3600
+    configuration.evictionInterval = 3600
+    let app = try Application(configuration: configuration)
+    try app.start()
+    let token = try app.tokens.create(name: "alloc", namespacePattern: namespace, scopes: [.read, .write], expiresAt: nil).1
+    return (app, token)
+}
+
+func put(encoding: String, port: Int, token: String) throws {
+    let client = try RawClient(port: port, timeout: 30)
     let stored = encoding == "gzip" ? (Gzip.compress(body, level: 6) ?? body) : body
     var head = "PUT \(path)-\(encoding) HTTP/1.1\r\nHost: alloc\r\nConnection: close\r\nAuthorization: Bearer \(token)\r\n"
     head += "Content-Type: application/json\r\nContent-Length: \(stored.count)\r\n"
     if encoding == "gzip" { head += "Content-Encoding: gzip\r\n" }
     try client.send(Array((head + "\r\n").utf8) + stored)
     let answer = try client.readResponse(head: false)
-    guard answer.status == 201 || answer.status == 200 else { fatalError("PUT answered \(answer.status)") }
+    guard answer.status == 201 || answer.status == 200 else { throw Failure("PUT answered \(answer.status)") }
 }
 
-for encoding in ["identity", "gzip"] {
-    try put(encoding: encoding)
-    let connection = try Connection(port: app.server.port, request: """
-        GET \(path)-\(encoding) HTTP/1.1\r\nHost: alloc\r\nAuthorization: Bearer \(token)\r\nAccept-Encoding: \(encoding)\r\n\r\n
-        """)
-    // Warm: the token's identity remembered, the entry in the near-cache (read twice), the
-    // connection's credential kept, buffers grown to size.
-    for _ in 0..<500 where connection.exchange() != 200 { fatalError("a warm-up read was not a hit") }
-    tc_allocations_start()
-    var failed = 0
-    for _ in 0..<hits where connection.exchange() != 200 { failed += 1 }
-    let allocations = tc_allocations_stop()
-    guard failed == 0 else { fatalError("\(failed) reads were not hits") }
-    print(encoding, String(format: "%.2f", Double(allocations) / Double(hits)), allocations, hits)
+/// `encoding allocations-per-hit allocations hits`, a line per encoding.
+func measure() throws {
+    let (app, token) = try start()
+    defer { app.stop() }
+    for encoding in ["identity", "gzip"] {
+        try put(encoding: encoding, port: app.server.port, token: token)
+        let connection = try Connection(port: app.server.port, request: """
+            GET \(path)-\(encoding) HTTP/1.1\r\nHost: alloc\r\nAuthorization: Bearer \(token)\r\nAccept-Encoding: \(encoding)\r\n\r\n
+            """)
+        // Warm: the token's identity remembered, the entry in the near-cache (read twice), the
+        // connection's credential kept, buffers grown to size.
+        for _ in 0..<500 where connection.exchange() != 200 { throw Failure("a warm-up read was not a hit") }
+        tc_allocations_start()
+        var failed = 0
+        for _ in 0..<hits where connection.exchange() != 200 { failed += 1 }
+        let allocations = tc_allocations_stop()
+        guard failed == 0 else { throw Failure("\(failed) reads were not hits") }
+        print(encoding, String(format: "%.2f", Double(allocations) / Double(hits)), allocations, hits)
+    }
 }
-app.stop()
+
+do {
+    try measure()
+} catch {
+    FileHandle.standardError.write(Data("HitAllocations: \((error as? Failure)?.reason ?? String(describing: error))\n".utf8))
+    exit(1)
+}

@@ -76,12 +76,12 @@ extension CacheAPI {
             ("model", listing.model.map(JSONValue.string) ?? .null), ("tags", .array(listing.tags.map(JSONValue.string))),
             ("content_type", .string(listing.contentType)),
             ("bytes", .object([("identity", .int(listing.identitySize)), ("stored", .int(listing.storedSize))])),
-            ("created_at", .string(Timestamp.format(listing.createdAt))),
-            ("updated_at", .string(Timestamp.format(listing.updatedAt))),
-            ("expires_at", .string(Timestamp.format(listing.expiresAt))),
+            ("created_at", .string(RFC3339.format(listing.createdAt))),
+            ("updated_at", .string(RFC3339.format(listing.updatedAt))),
+            ("expires_at", .string(RFC3339.format(listing.expiresAt))),
             ("ttl", .int(Int(listing.expiresAt.timeIntervalSince(now).rounded(.down)))),
             ("hit_count", .int(listing.hitCount)),
-            ("last_accessed_at", listing.lastAccessedAt.map { .string(Timestamp.format($0)) } ?? .null),
+            ("last_accessed_at", listing.lastAccessedAt.map { .string(RFC3339.format($0)) } ?? .null),
         ]
     }
 

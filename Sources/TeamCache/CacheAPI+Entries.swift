@@ -86,11 +86,9 @@ extension CacheAPI {
         var headers = HTTPHeaders(capacity: 10)
         headers.add("Content-Type", entry.contentType)
         headers.add("ETag", entry.etag)
-        headers.add("Last-Modified", entry.httpDates?.lastModified
-                        ?? HTTPDate.format(unixSeconds: Int(entry.updatedAt.timeIntervalSince1970)))
+        headers.add("Last-Modified", entry.lastModifiedHeader)
         headers.add("Age", String(max(0, Freshness.wholeSeconds(now.timeIntervalSince(entry.updatedAt), up: false))))
-        headers.add("Expires", entry.httpDates?.expires
-                        ?? HTTPDate.format(unixSeconds: Int(entry.expiresAt.timeIntervalSince1970)))
+        headers.add("Expires", entry.expiresHeader)
         headers.add("Vary", "Accept-Encoding")
         // Concatenated, not interpolated: one allocation a hit instead of two.
         switch freshness {

@@ -62,7 +62,7 @@ extension CacheAPI {
 
     private static func date(_ json: JSONValue, _ name: String) throws -> Date? {
         guard let value = json[name] else { return nil }
-        guard let date = value.stringValue.flatMap(Timestamp.parse) else {
+        guard let date = value.stringValue.flatMap(RFC3339.parse) else {
             throw HTTPError(400, "`\(name)` must be an RFC 3339 timestamp, e.g. 2026-11-29T12:00:00Z.")
         }
         return date

@@ -36,13 +36,13 @@ extension CacheAPI {
         if let seconds = Int(text), (0...253_402_300_799).contains(seconds) {
             return Date(timeIntervalSince1970: Double(seconds))
         }
-        guard let date = Timestamp.parse(text) else {
+        guard let date = RFC3339.parse(text) else {
             throw HTTPError(400, "\(name) must be an RFC 3339 time (2026-12-04T10:00:00Z) or seconds since the epoch.")
         }
         return date
     }
 
-    static func instant(_ seconds: Int) -> String { Timestamp.format(Date(timeIntervalSince1970: Double(seconds))) }
+    static func instant(_ seconds: Int) -> String { RFC3339.format(Date(timeIntervalSince1970: Double(seconds))) }
 
     static func json(_ point: StatsPoint) -> JSONValue {
         .object([

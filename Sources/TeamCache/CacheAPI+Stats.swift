@@ -70,7 +70,7 @@ extension CacheAPI {
                 ("key_path", .string(EntryKey(entry.key)?.pathSegment ?? "")),
                 ("model", entry.model.map(JSONValue.string) ?? .null),
                 ("hit_count", .int(entry.hitCount)),
-                ("last_accessed_at", .string(Timestamp.format(entry.lastAccessedAt))),
+                ("last_accessed_at", .string(RFC3339.format(entry.lastAccessedAt))),
             ]
             if detailed {
                 members += [("prompt_digest", entry.promptDigest.map(JSONValue.string) ?? .null),

@@ -139,7 +139,7 @@ public final class CacheAPI: Sendable {
             ("namespace", .string(write.namespace.name)), ("key", .string(write.key.display)),
             ("etag", .string(write.body.etag)), ("size", .int(write.body.identitySize)),
             ("stored_size", .int(write.body.bytes.count)), ("encoding", .string(write.body.encoding.rawValue)),
-            ("expires_at", .string(Timestamp.format(expiresAt))),
+            ("expires_at", .string(RFC3339.format(expiresAt))),
         ])
         var response = HTTPResponse.json(status, json.serialized)
         response.headers.add("ETag", write.body.etag)

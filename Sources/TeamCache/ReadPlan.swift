@@ -196,13 +196,10 @@ struct LoopReads: Sendable {
                 reply.offload { try api.perform(plan, request) }
             case .found(let entry) where entry.identitySize > Self.inlineEntryLimit:
                 reply.offload { try finish(entry, false).resolved() }
-            case .found(var entry):
-                if let near {
-                    entry.httpDates = (HTTPDate.format(unixSeconds: Int(entry.updatedAt.timeIntervalSince1970)),
-                                       HTTPDate.format(unixSeconds: Int(entry.expiresAt.timeIntervalSince1970)))
-                    near.admit(entry, since: nearSince)
-                }
-                follow(plan, request, reply, since: since, nearCache: nearCache) { [entry] in try finish(entry, mayPark) }
+            case .found(let read):
+                let entry = near == nil ? read : read.withHTTPDates()
+                near?.admit(entry, since: nearSince)
+                follow(plan, request, reply, since: since, nearCache: nearCache) { try finish(entry, mayPark) }
             case .absent:
                 follow(plan, request, reply, since: since, nearCache: nearCache) { try finish(nil, mayPark) }
             }

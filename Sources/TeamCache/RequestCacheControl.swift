@@ -159,7 +159,7 @@ extension AcceptEncoding {
             return nil
         }
         if bytes.count == 1 { return first == UInt8(ascii: "1") ? 1 : 0 }
-        guard bytes[1] == UInt8(ascii: ".") else { return nil }
+        guard bytes.count >= 2, bytes[1] == UInt8(ascii: ".") else { return nil }
         var thousandths = 0, scale = 100
         for byte in bytes.dropFirst(2) {
             guard byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") else { return nil }

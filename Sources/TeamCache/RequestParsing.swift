@@ -71,11 +71,3 @@ enum RequestParsing {
         HTTPError(400, "Tags: at most 64, each 1 to 128 bytes, without NUL.", title: "Invalid tags")
     }
 }
-
-/// RFC 3339 timestamps in responses (UTC, whole seconds) and requests.
-enum Timestamp {
-    static func format(_ date: Date) -> String { RFC3339.format(date) }
-
-    /// RFC 3339 only (one parser for requests, dumps and the command line).
-    static func parse(_ text: String) -> Date? { RFC3339.parse(text) }
-}
