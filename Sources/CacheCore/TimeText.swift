@@ -29,46 +29,79 @@ public enum RFC3339 {
     /// formatter's exactly (its leniencies, `24:00:00` or `02-30`, included): milliseconds,
     /// the fraction's further digits dropped, divided as ICU divides them.
     static func parseCommon(_ bytes: UnsafeBufferPointer<UInt8>) -> Date? {
-        func number(_ start: Int, _ count: Int) -> Int? {
-            var value = 0
-            for index in start..<start + count {
-                let digit = Int(bytes[index]) - 48
-                guard (0...9).contains(digit) else { return nil }
-                value = value * 10 + digit
-            }
-            return value
-        }
-        func at(_ index: Int, _ character: Unicode.Scalar) -> Bool { bytes[index] == UInt8(ascii: character) }
-        guard bytes.count >= 20, let year = number(0, 4), at(4, "-"), let month = number(5, 2), at(7, "-"),
-              let day = number(8, 2), at(10, "T"), let hour = number(11, 2), at(13, ":"),
-              let minute = number(14, 2), at(16, ":"), let second = number(17, 2),
-              (1583...9999).contains(year), (1...12).contains(month),
-              (1...CivilTime.daysIn(month: month, year: year)).contains(day),
-              hour < 24, minute < 60, second < 60 else { return nil }
-        var index = 19, millis = 0
-        if at(index, ".") {
-            let first = index + 1
-            index = first
-            while index < bytes.count, (48...57).contains(bytes[index]) { index += 1 }
-            guard (1...9).contains(index - first) else { return nil }
-            for position in first..<first + 3 {
-                millis = millis * 10 + (position < index ? Int(bytes[position]) - 48 : 0)
-            }
-        }
-        var offset = 0
-        if index == bytes.count - 1, at(index, "Z") {
-            offset = 0
-        } else if index == bytes.count - 6, at(index, "+") || at(index, "-"), at(index + 3, ":"),
-                  let hours = number(index + 1, 2), let minutes = number(index + 4, 2), hours < 24, minutes < 60 {
-            offset = (hours * 3600 + minutes * 60) * (at(index, "-") ? -1 : 1)
-        } else {
-            return nil
-        }
-        let days = CivilTime.days(year: year, month: month, day: day)
-        let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset
+        guard let time = CommonForm(bytes) else { return nil }
         // ICU's time is milliseconds as a double, divided into seconds, then moved to
         // Foundation's reference date.
-        return Date(timeIntervalSinceReferenceDate: Double(seconds * 1000 + millis) / 1000 - 978_307_200)
+        let millis = time.unixSeconds * 1000 + time.nanoseconds / 1_000_000
+        return Date(timeIntervalSinceReferenceDate: Double(millis) / 1000 - 978_307_200)
+    }
+
+    /// The instant PostgreSQL's `timestamptz` input gives `text`, as microseconds since
+    /// 2000-01-01 UTC (its binary form), when it can be said exactly: the common form with at
+    /// most six fractional digits, which PostgreSQL reads without rounding. nil otherwise
+    /// (more digits, which it rounds in floating point; an offset past 15:59, which it
+    /// refuses; a form only the formatter reads):
+    /// then the text itself must go to PostgreSQL. An import sends its times this way, not as
+    /// text for the server to parse (~1.2 ms a chunk of 500 entries).
+    public static func postgresMicroseconds(_ text: String) -> Int64? {
+        var text = text
+        // PostgreSQL refuses offsets past 15:59 (22009), which RFC 3339 allows: left to it.
+        guard let time = text.withUTF8({ CommonForm($0) }), time.fractionDigits <= 6,
+              abs(time.offsetSeconds) < 16 * 3600 else { return nil }
+        return Int64(time.unixSeconds - 946_684_800) * 1_000_000 + Int64(time.nanoseconds / 1000)
+    }
+
+    /// The common form's fields, checked: seconds since 1970 with the offset applied, and the
+    /// fraction as nanoseconds (digits past the ninth are refused, as the formatter refuses them).
+    private struct CommonForm {
+        let unixSeconds: Int
+        let nanoseconds: Int
+        let fractionDigits: Int
+        let offsetSeconds: Int
+
+        init?(_ bytes: UnsafeBufferPointer<UInt8>) {
+            func number(_ start: Int, _ count: Int) -> Int? {
+                var value = 0
+                for index in start..<start + count {
+                    let digit = Int(bytes[index]) - 48
+                    guard (0...9).contains(digit) else { return nil }
+                    value = value * 10 + digit
+                }
+                return value
+            }
+            func at(_ index: Int, _ character: Unicode.Scalar) -> Bool { bytes[index] == UInt8(ascii: character) }
+            guard bytes.count >= 20, let year = number(0, 4), at(4, "-"), let month = number(5, 2), at(7, "-"),
+                  let day = number(8, 2), at(10, "T"), let hour = number(11, 2), at(13, ":"),
+                  let minute = number(14, 2), at(16, ":"), let second = number(17, 2),
+                  (1583...9999).contains(year), (1...12).contains(month),
+                  (1...CivilTime.daysIn(month: month, year: year)).contains(day),
+                  hour < 24, minute < 60, second < 60 else { return nil }
+            var index = 19, nanoseconds = 0, digits = 0
+            if at(index, ".") {
+                let first = index + 1
+                index = first
+                while index < bytes.count, (48...57).contains(bytes[index]) { index += 1 }
+                digits = index - first
+                guard (1...9).contains(digits) else { return nil }
+                for position in first..<first + 9 {
+                    nanoseconds = nanoseconds * 10 + (position < index ? Int(bytes[position]) - 48 : 0)
+                }
+            }
+            var offset = 0
+            if index == bytes.count - 1, at(index, "Z") {
+                offset = 0
+            } else if index == bytes.count - 6, at(index, "+") || at(index, "-"), at(index + 3, ":"),
+                      let hours = number(index + 1, 2), let minutes = number(index + 4, 2), hours < 24, minutes < 60 {
+                offset = (hours * 3600 + minutes * 60) * (at(index, "-") ? -1 : 1)
+            } else {
+                return nil
+            }
+            let days = CivilTime.days(year: year, month: month, day: day)
+            unixSeconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset
+            self.nanoseconds = nanoseconds
+            fractionDigits = digits
+            offsetSeconds = offset
+        }
     }
 
     // Written from calendar arithmetic (`CivilTime`), not a formatter: a write's answer, every

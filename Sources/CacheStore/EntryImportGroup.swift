@@ -24,10 +24,10 @@ import Postgres
 ///
 /// Where the set cannot be exact it answers the entry as `retry`; the caller then rolls the
 /// statement back (a savepoint) and imports the whole chunk entry by entry, in key order:
-/// - a cap: the checks are running sums over the chunk in key order, the pending deltas
-///   (this transaction's own among them) counted as the function counts them. Entry by
-///   entry, a refused entry adds nothing and a later, smaller one may still fit; a running
-///   sum cannot say that, so when any entry would pass a cap the statement writes nothing;
+/// - a cap: when the chunk's growing writes together could pass one (the totals with the
+///   pending deltas, this transaction's own among them, as the function counts them). Entry
+///   by entry, a refused entry adds nothing and a later, smaller one may still fit; a set
+///   cannot say that, so near a cap the statement writes nothing;
 /// - a row another writer changed or inserted since the read.
 ///
 /// The keys of one chunk are distinct (the caller sends a chunk with a key twice entry by
@@ -39,17 +39,18 @@ enum EntryImportGroup {
                    b.model, b.version, b.prompt_digest,
                    CASE WHEN b.tags = '[]' THEN '{}'::text[] ELSE ARRAY(SELECT jsonb_array_elements_text(b.tags::jsonb)) END AS tags,
                    b.metadata::jsonb AS metadata, b.input_tokens, b.output_tokens,
-                   least(b.created_at::timestamptz, n.now) AS created_at,
-                   least(b.updated_at::timestamptz, n.now) AS updated_at,
-                   coalesce(b.expires_at::timestamptz,
+                   least(b.created_at, n.now) AS created_at,
+                   least(b.updated_at, n.now) AS updated_at,
+                   coalesce(b.expires_at,
                             n.now + make_interval(secs => coalesce(s.default_ttl_seconds, $19::int8)::float8)) AS expires_at,
                    b.stale_while_revalidate, b.hit_count,
-                   coalesce(least(b.last_accessed_at::timestamptz, n.now), n.now) AS last_accessed_at,
+                   coalesce(least(b.last_accessed_at, n.now), n.now) AS last_accessed_at,
                    s.max_bytes AS quota, n.now
             FROM (SELECT coalesce($18::timestamptz, now()) AS now) n
             CROSS JOIN unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[], $5::text[], $6::int8[], $7::text[],
                               $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int8[], $14::int8[],
-                              $15::text[], $16::text[], $17::text[], $22::int4[], $23::int8[], $24::text[])
+                              $15::timestamptz[], $16::timestamptz[], $17::timestamptz[], $22::int4[], $23::int8[],
+                              $24::timestamptz[])
                  WITH ORDINALITY AS b(namespace, key, body, encoding, content_type, identity_size, etag, model, version,
                                       prompt_digest, tags, metadata, input_tokens, output_tokens, created_at,
                                       updated_at, expires_at, stale_while_revalidate, hit_count, last_accessed_at,
@@ -83,20 +84,23 @@ enum EntryImportGroup {
                    (SELECT coalesce(sum(c.stored_bytes), 0) FROM namespace_counters c WHERE c.namespace = q.namespace)
                    + (SELECT coalesce(sum(d.stored_bytes), 0) FROM counter_deltas d WHERE d.namespace = q.namespace) AS total
             FROM (SELECT DISTINCT namespace FROM decided WHERE quota IS NOT NULL) q),
-        running AS (
-            SELECT d.verdict, d.growth, d.quota, d.namespace,
-                   sum(d.growth) FILTER (WHERE d.verdict = 'write') OVER (ORDER BY d.ordinal) AS store_growth,
-                   sum(d.growth) FILTER (WHERE d.verdict = 'write')
-                       OVER (PARTITION BY d.namespace ORDER BY d.ordinal) AS namespace_growth
-            FROM decided d),
         refusal AS (
-            -- One pass over the running sums (joined back to `decided` per row, the window was
-            -- sorted again for every entry: 130 ms a chunk of 500).
-            SELECT coalesce(bool_or(r.verdict = 'write' AND r.growth > 0
-                                    AND (($20::int8 > 0 AND p.store + r.store_growth > $20::int8)
-                                         OR (r.quota IS NOT NULL AND t.total + r.namespace_growth > r.quota * $25::float8))),
+            -- Refused when the chunk's growth could pass a cap: the sum of its growing writes
+            -- bounds every running sum in key order from above, so within the caps no entry can
+            -- pass one. Past them the chunk goes entry by entry, which decides each exactly
+            -- (a refused entry adds nothing, a later smaller one may fit): a bound, not the
+            -- running sums, spares two window sorts a chunk (~1.5 ms of 500 entries).
+            SELECT coalesce(bool_or(($20::int8 > 0 AND g.store_growth > 0 AND p.store + g.store_growth > $20::int8)
+                                    OR (n.quota IS NOT NULL AND n.growth > 0
+                                        AND t.total + n.growth > n.quota * $25::float8)),
                             false) AS refused
-            FROM running r CROSS JOIN pending p LEFT JOIN namespace_totals t ON t.namespace = r.namespace),
+            FROM (SELECT coalesce(sum(d.growth) FILTER (WHERE d.verdict = 'write' AND d.growth > 0), 0) AS store_growth
+                  FROM decided d) g
+            CROSS JOIN pending p
+            LEFT JOIN (SELECT d.namespace, max(d.quota) AS quota,
+                              coalesce(sum(d.growth) FILTER (WHERE d.verdict = 'write' AND d.growth > 0), 0) AS growth
+                       FROM decided d GROUP BY d.namespace) n ON true
+            LEFT JOIN namespace_totals t ON t.namespace = n.namespace),
         expected AS MATERIALIZED (
             -- The versions read of the rows to write over, keyed by namespace and key: looked up
             -- per conflict (a subquery over `decided` there would scan it for each).
@@ -153,9 +157,17 @@ enum EntryImportGroup {
     }
 
     /// Runs the statement over `entries` (distinct keys, in byte order); an outcome per entry,
-    /// in order, nil where the set could not be exact (the caller then rolls it back).
+    /// in order, nil where the set could not be exact (the caller then rolls it back). A chunk
+    /// with a time that cannot be sent exactly as PostgreSQL reads it (more than six
+    /// fractional digits, a form only the formatter takes) is not run at all: all nil, and the
+    /// function reads each entry's text as it always has.
     static func run(_ entries: [Stored], policy conflict: ImportConflictPolicy, store: EntryStore,
                     on connection: PostgresConnection) throws -> [ImportOutcome?] {
+        let unsent = [ImportOutcome?](repeating: nil, count: entries.count)
+        guard let created = Self.micros(entries.map(\.entry.createdAt)),
+              let updated = Self.micros(entries.map(\.entry.updatedAt)),
+              let expires = Self.micros(entries.map(\.entry.expiresAt)),
+              let accessed = Self.micros(entries.map(\.entry.lastAccessedAt)) else { return unsent }
         let parameters: [PostgresValue] = [
             .textArray(entries.map(\.entry.namespace)), .bytesArray(entries.map(\.entry.key)),
             .bytesArray(entries.map(\.body)), .textArray(entries.map(\.encoding)),
@@ -164,11 +176,11 @@ enum EntryImportGroup {
             .optionalTextArray(entries.map(\.entry.version)), .optionalTextArray(entries.map(\.promptDigest)),
             .textArray(entries.map { EntryGroupWrite.jsonArray($0.entry.tags) }), .optionalTextArray(entries.map(\.metadata)),
             .intArray(entries.map { Int64($0.entry.inputTokens) }), .intArray(entries.map { Int64($0.entry.outputTokens) }),
-            .textArray(entries.map(\.entry.createdAt)), .textArray(entries.map(\.entry.updatedAt)),
-            .optionalTextArray(entries.map(\.entry.expiresAt)), store.writeStamp, .int(store.policy.defaultTTL),
+            .optionalTimestampMicrosArray(created), .optionalTimestampMicrosArray(updated),
+            .optionalTimestampMicrosArray(expires), store.writeStamp, .int(store.policy.defaultTTL),
             .int(store.policy.storeHardCap), .text(conflict.rawValue),
             .intArray(entries.map { Int64($0.entry.staleWhileRevalidate) }), .intArray(entries.map { Int64($0.entry.hitCount) }),
-            .optionalTextArray(entries.map(\.entry.lastAccessedAt)), .double(store.policy.hardCapRatio),
+            .optionalTimestampMicrosArray(accessed), .double(store.policy.hardCapRatio),
         ]
         let result = try connection.query(statement, parameters)
         guard result.rowCount == entries.count else {
@@ -184,5 +196,17 @@ enum EntryImportGroup {
             }
             return outcome
         }
+    }
+
+    /// Each time as PostgreSQL's microseconds (nil stays NULL); nil when one cannot be exact.
+    private static func micros(_ texts: [String?]) -> [Int64?]? {
+        var values = [Int64?]()
+        values.reserveCapacity(texts.count)
+        for text in texts {
+            guard let text else { values.append(nil); continue }
+            guard let value = RFC3339.postgresMicroseconds(text) else { return nil }
+            values.append(value)
+        }
+        return values
     }
 }

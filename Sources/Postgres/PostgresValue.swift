@@ -19,6 +19,9 @@ public enum PostgresValue: Sendable {
     /// Arrays whose elements may be SQL NULL (one column of a batch of rows).
     case optionalTextArray([String?])
     case optionalIntArray([Int64?])
+    /// `timestamptz[]` given as PostgreSQL's own microseconds since 2000-01-01 UTC (exact,
+    /// where a `Date` is a double), elements possibly NULL.
+    case optionalTimestampMicrosArray([Int64?])
 
     public static func int(_ value: Int) -> PostgresValue { .int(Int64(value)) }
     public static func optionalText(_ value: String?) -> PostgresValue { value.map { .text($0) } ?? .null }
@@ -40,6 +43,7 @@ public enum PostgresValue: Sendable {
         case .timestampArray: PostgresType.timestamptzArray
         case .optionalTextArray: PostgresType.textArray
         case .optionalIntArray: PostgresType.int8Array
+        case .optionalTimestampMicrosArray: PostgresType.timestamptzArray
         }
     }
 
@@ -68,6 +72,10 @@ public enum PostgresValue: Sendable {
             return BinaryCoding.array(elementType: PostgresType.text, nullable: items) { $0.appendUTF8($1) }
         case .optionalIntArray(let items):
             return BinaryCoding.array(elementType: PostgresType.int8, nullable: items) {
+                BinaryCoding.append($1, to: &$0)
+            }
+        case .optionalTimestampMicrosArray(let items):
+            return BinaryCoding.array(elementType: PostgresType.timestamptz, nullable: items) {
                 BinaryCoding.append($1, to: &$0)
             }
         }
