@@ -8,6 +8,7 @@ public struct JSONParser {
     }
 
     public static let maxDepth = 64
+    static let namesCheckedInPlace = 16
 
     private let bytes: [UInt8]
     private var index = 0
@@ -29,7 +30,12 @@ public struct JSONParser {
     private func failure(_ message: String) -> Failure { Failure(message: message, offset: index) }
 
     private mutating func skipWhitespace() {
-        while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+            default: return
+            }
+        }
     }
 
     private mutating func parseValue() throws -> JSONValue {
@@ -53,18 +59,20 @@ public struct JSONParser {
     }
 
     private mutating func literal(_ word: String, _ value: JSONValue) throws -> JSONValue {
-        let expected = Array(word.utf8)
-        guard index + expected.count <= bytes.count, Array(bytes[index..<index + expected.count]) == expected else {
+        let count = word.utf8.count
+        guard index + count <= bytes.count, bytes[index..<index + count].elementsEqual(word.utf8) else {
             throw failure("Invalid literal")
         }
-        index += expected.count
+        index += count
         return value
     }
 
     private mutating func parseObject() throws -> JSONValue {
         index += 1
         var members: [(String, JSONValue)] = []
-        var names = Set<String>()
+        // Names are checked against the members read so far while there are few (most
+        // objects: a dump line has 20), in a set past that (no object costs O(n²)).
+        var names: Set<String>? = nil
         skipWhitespace()
         if index < bytes.count && bytes[index] == UInt8(ascii: "}") {
             index += 1
@@ -74,7 +82,12 @@ public struct JSONParser {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw failure("Expected a member name") }
             let name = try parseString()
-            guard names.insert(name).inserted else { throw failure("Duplicate member \"\(name)\"") }
+            if members.count < Self.namesCheckedInPlace {
+                guard !members.contains(where: { $0.0 == name }) else { throw failure("Duplicate member \"\(name)\"") }
+            } else {
+                if names == nil { names = Set(members.map(\.0)) }
+                guard names?.insert(name).inserted == true else { throw failure("Duplicate member \"\(name)\"") }
+            }
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw failure("Expected ':'") }
             index += 1
@@ -145,7 +158,26 @@ public struct JSONParser {
 
     private mutating func parseString() throws -> String {
         index += 1
-        var out: [UInt8] = []
+        // The common string, without escapes, is read in place up to its closing quote and
+        // made a String in one copy (ASCII needs no check): byte by byte into a buffer and
+        // then validated, it was the largest part of an import's parsing (perf).
+        let start = index
+        var ascii = true
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                let text = bytes[start..<index]
+                index += 1
+                if ascii { return String(decoding: text, as: UTF8.self) }
+                guard let text = String(validating: text, as: UTF8.self) else { throw failure("Invalid UTF-8") }
+                return text
+            }
+            if byte == UInt8(ascii: "\\") || byte < 0x20 { break }
+            if byte >= 0x80 { ascii = false }
+            index += 1
+        }
+        // An escape or a control character (refused below): the rest byte by byte.
+        var out = Array(bytes[start..<index])
         while index < bytes.count {
             let byte = bytes[index]
             switch byte {
