@@ -49,6 +49,8 @@ public final class EventLoop: @unchecked Sendable, Reactor {
     private let thread = Atomic<UInt>(0)
     /// Access log lines, handed to the log sink in chunks rather than a lock per line.
     private var accessLog = LogLine(capacity: 64 * 1024)
+    /// Each route's rendered `"method"` and `"route"` fields, by route id (`accessRoute`).
+    private var accessRoutes: [[(method: String, part: LogLine.Part)]] = []
 
     /// TCP_NODELAY from <netinet/tcp.h> (not in Glibc's module; the value is fixed by Linux's ABI).
     private static let tcpNoDelay: Int32 = 1
@@ -289,16 +291,31 @@ public final class EventLoop: @unchecked Sendable, Reactor {
                 requestID: String) {
         requestStats.observe(route: routeID, method: method, status: status, seconds: seconds)
         guard LogSink.shared.level <= .info else { return }
-        accessLog.begin(.info, component: "http", message: "request")
-        // Method and id are HTTP tokens and the route a template: nothing in them needs escaping.
-        accessLog.field("method", token: method)
-        accessLog.field("route", token: route)
-        accessLog.field("status", status)
-        accessLog.field("bytes", bytes)
-        accessLog.field("duration_us", Int(seconds * 1e6))
-        accessLog.field("request_id", token: requestID)
-        accessLog.end()
+        // What repeats is rendered once (the head, the keys, a route's method and template):
+        // field by field, the line was a sixth of a near-cache hit's instructions (callgrind).
+        let known = accessRoute(method: method, routeID: routeID, route: route)
+        // One access to the line for all of it: each mutating call on the loop's property was
+        // an exclusivity check of its own.
+        AccessLine.write(into: &accessLog, method: method, route: route, known: known, status: status,
+                         bytes: bytes, microseconds: Int(seconds * 1e6), requestID: requestID)
         if accessLog.count > 32 * 1024 { flushAccessLog() }
+    }
+
+    /// A matched route's `"method"` and `"route"` fields, rendered the first time each method
+    /// is answered there (its own, and HEAD for a GET route). Unmatched, where any token may
+    /// come as a method, and past four methods a route, they are written field by field: the
+    /// memory stays bounded whatever clients send.
+    private func accessRoute(method: String, routeID: Int, route: String) -> LogLine.Part? {
+        guard routeID >= 0 else { return nil }
+        if routeID >= accessRoutes.count {
+            guard routeID < 4096 else { return nil }
+            accessRoutes.append(contentsOf: repeatElement([], count: routeID + 1 - accessRoutes.count))
+        }
+        if let known = accessRoutes[routeID].first(where: { $0.method == method }) { return known.part }
+        guard accessRoutes[routeID].count < 4 else { return nil }
+        let part = LogLine.tokenFields(["method": method, "route": route])
+        accessRoutes[routeID].append((method, part))
+        return part
     }
 
     private func flushAccessLog() {
@@ -348,5 +365,31 @@ public final class EventLoop: @unchecked Sendable, Reactor {
 
     func remove(_ fd: Int32) {
         _ = epoll_ctl(epoll, EPOLL_CTL_DEL, fd, nil)
+    }
+}
+
+/// The access line's parts that never change, rendered once.
+enum AccessLine {
+    static let head = LogLine.head(.info, component: "http", message: "request")
+    static let status = LogLine.key("status")
+    static let bytes = LogLine.key("bytes")
+    static let duration = LogLine.key("duration_us")
+    static let requestID = LogLine.key("request_id")
+
+    static func write(into line: inout LogLine, method: String, route: String, known: LogLine.Part?, status: Int,
+                      bytes: Int, microseconds: Int, requestID: String) {
+        line.begin(head)
+        // Method and id are HTTP tokens and the route a template: nothing in them needs escaping.
+        if let known {
+            line.append(known)
+        } else {
+            line.field("method", token: method)
+            line.field("route", token: route)
+        }
+        line.field(Self.status, status)
+        line.field(Self.bytes, bytes)
+        line.field(duration, microseconds)
+        line.field(Self.requestID, token: requestID)
+        line.end()
     }
 }

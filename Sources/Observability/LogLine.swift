@@ -30,6 +30,19 @@ public struct LogLine: ~Copyable {
 
     /// Starts a line with the timestamp, level, component and message.
     public mutating func begin(_ level: LogLevel, component: String, message: String) {
+        stamp()
+        appendHead(level, component: component, message: message)
+    }
+
+    /// Starts a line with the timestamp and a head rendered once (`LogLine.head`): what
+    /// `begin(_:component:message:)` writes, without the per-line work of its three strings.
+    public mutating func begin(_ head: Part) {
+        stamp()
+        append(head)
+    }
+
+    /// The timestamp, to the millisecond, up to its closing `Z`.
+    private mutating func stamp() {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         if now.tv_sec != stampSecond {
@@ -41,6 +54,9 @@ public struct LogLine: ~Copyable {
         append(UInt8(ascii: "0") + UInt8(millis / 100))
         append(UInt8(ascii: "0") + UInt8(millis / 10 % 10))
         append(UInt8(ascii: "0") + UInt8(millis % 10))
+    }
+
+    private mutating func appendHead(_ level: LogLevel, component: String, message: String) {
         append("Z\",\"level\":\"")
         append(level.name)
         append("\",\"component\":")
@@ -65,6 +81,50 @@ public struct LogLine: ~Copyable {
     public mutating func field(_ key: String, _ value: Int) {
         appendKey(key)
         appendInteger(value)
+    }
+
+    /// A field whose key was rendered once (`LogLine.key`).
+    public mutating func field(_ key: Part, _ value: Int) {
+        append(key)
+        appendInteger(value)
+    }
+
+    /// A field whose key was rendered once, with a value that needs no escaping (an HTTP token).
+    public mutating func field(_ key: Part, token value: String) {
+        append(key)
+        append(UInt8(ascii: "\""))
+        append(value)
+        append(UInt8(ascii: "\""))
+    }
+
+    /// Bytes rendered once, by the same rules as `begin` and `field`, for a line that repeats
+    /// (each loop's access line, one a request): appending them is one copy, where a field
+    /// is a copy for each of its pieces and a check of the value.
+    public struct Part: Sendable {
+        public let bytes: [UInt8]
+    }
+
+    /// What `begin(_:component:message:)` writes after the timestamp.
+    public static func head(_ level: LogLevel, component: String, message: String) -> Part {
+        render { $0.appendHead(level, component: component, message: message) }
+    }
+
+    /// `,"key":`, for `field(_:_:)` with a `Part`.
+    public static func key(_ key: String) -> Part { render { $0.appendKey(key) } }
+
+    /// Fields as `field(_:token:)` writes them, one after the other.
+    public static func tokenFields(_ fields: KeyValuePairs<String, String>) -> Part {
+        render { line in for (key, value) in fields { line.field(key, token: value) } }
+    }
+
+    public mutating func append(_ part: Part) {
+        part.bytes.withUnsafeBytes { append($0) }
+    }
+
+    private static func render(_ write: (inout LogLine) -> Void) -> Part {
+        var line = LogLine(capacity: 64)
+        write(&line)
+        return Part(bytes: line.bytes)
     }
 
     public mutating func field(_ key: String, _ value: LogValue) {
@@ -101,20 +161,27 @@ public struct LogLine: ~Copyable {
     }
 
     private mutating func appendInteger(_ value: Int) {
-        if value < 0 { append(UInt8(ascii: "-")) }
-        var magnitude = value.magnitude
-        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
-            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var count = 0
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            repeat {
-                buffer[count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-                count += 1
-            } while magnitude > 0
-            for index in stride(from: count - 1, through: 0, by: -1) { append(buffer[index]) }
+        // Digits written straight into the line's memory, last first, after one reservation
+        // (an Int has at most 19 digits and a sign).
+        reserve(20)
+        if value < 0 {
+            storage[count] = UInt8(ascii: "-")
+            count += 1
         }
+        var magnitude = value.magnitude
+        var digits = 0
+        var rest = magnitude
+        repeat {
+            digits += 1
+            rest /= 10
+        } while rest > 0
+        var position = count + digits - 1
+        repeat {
+            storage[position] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+            magnitude /= 10
+            position -= 1
+        } while magnitude > 0
+        count += digits
     }
 
     /// A JSON string: raw UTF-8 when nothing needs escaping (the usual case).

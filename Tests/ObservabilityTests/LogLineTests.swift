@@ -49,4 +49,47 @@ import Testing
         log.end()
         #expect(try object(log.take())["msg"] as? String == "m")
     }
+
+    /// A line from parts rendered once (the access line's way) is byte for byte the line
+    /// written field by field, but for the millisecond it was stamped in.
+    @Test func partsRenderedOnceWriteTheSameLine() throws {
+        func afterStamp(_ bytes: [UInt8]) -> [UInt8] {
+            let quote = bytes.indices.first { bytes[$0] == UInt8(ascii: "Z") } ?? 0
+            return Array(bytes[quote...])
+        }
+        var fields = LogLine(capacity: 8)
+        fields.begin(.info, component: "http", message: "request")
+        fields.field("method", token: "GET")
+        fields.field("route", token: "/v1/caches/{namespace}/entries/{key}")
+        fields.field("status", 304)
+        fields.field("request_id", token: "abc-123")
+        fields.end()
+        var parts = LogLine(capacity: 8)
+        parts.begin(LogLine.head(.info, component: "http", message: "request"))
+        parts.append(LogLine.tokenFields(["method": "GET", "route": "/v1/caches/{namespace}/entries/{key}"]))
+        parts.field(LogLine.key("status"), 304)
+        parts.field(LogLine.key("request_id"), token: "abc-123")
+        parts.end()
+        #expect(afterStamp(parts.bytes) == afterStamp(fields.bytes))
+        #expect(try object(parts.bytes)["route"] as? String == "/v1/caches/{namespace}/entries/{key}")
+        let escaped = LogLine.head(.error, component: "a\"b", message: "line\nbreak")
+        var line = LogLine()
+        line.begin(escaped)
+        line.end()
+        #expect(try object(line.bytes)["component"] as? String == "a\"b")
+    }
+
+    /// Integers are written digit by digit into the line's memory: each reads back as itself.
+    @Test func integersReadBackAsThemselves() throws {
+        var values = [0, 1, -1, 9, 10, 99, 100, Int.max, Int.min, Int.max - 1, Int.min + 1]
+        for _ in 0..<2_000 { values.append(Int.random(in: Int.min...Int.max) >> Int.random(in: 0...63)) }
+        var line = LogLine(capacity: 1)
+        line.begin(.info, component: "c", message: "m")
+        for (index, value) in values.enumerated() { line.field("v\(index)", value) }
+        line.end()
+        let parsed = try object(line.bytes)
+        for (index, value) in values.enumerated() {
+            #expect((parsed["v\(index)"] as? NSNumber)?.stringValue == String(value), "\(value)")
+        }
+    }
 }
