@@ -46,9 +46,8 @@ extension Application {
 
     static func store(_ configuration: Configuration, _ pool: ConnectionPool, _ metrics: MetricsRegistry,
                       clock: any Clock, history: WALHistory?, keyring: Keyring) -> EntryStore {
-        // A quarter of the pool commits writes; the rest stays free for reads, flushes and eviction.
         EntryStore(pool: pool, policy: configuration.cache, clock: clock,
-                   concurrentWriteBatches: max(1, configuration.poolSize / 4),
+                   concurrentWriteBatches: configuration.writeBatches,
                    writeBatchSizes: metrics.histogram(MetricCatalogue.dbWriteBatchSize,
                                                       bounds: [1, 2, 4, 8, 16, 32, 64]),
                    tracksPositions: history != nil, keyring: keyring)

@@ -41,6 +41,11 @@ public struct Configuration: Sendable {
     public var logLevel = LogLevel.info
     public var authEnabled = true
     public var poolSize = 16
+    /// Write groups committed at once at most (`TEAMCACHE_WRITE_BATCHES`); nil: a quarter of
+    /// the pool (the rest stays free for reads, flushes and eviction). One runs at a time
+    /// while it keeps up (`EntryWriteBatcher`).
+    public var writeBatchesSetting: Int?
+    public var writeBatches: Int { writeBatchesSetting ?? max(1, poolSize / 4) }
     public var acquireTimeout: TimeInterval = 2
     /// Statement, lock and idle-transaction limits of every serving connection, and the name
     /// its sessions show in `pg_stat_activity`.
@@ -137,6 +142,9 @@ struct SettingReader {
         config.metricsRequireAuth = try flag("TEAMCACHE_METRICS_AUTH")
         config.poolSize = try integer("TEAMCACHE_DB_POOL_SIZE", 1...500)
         config.acquireTimeout = try duration("TEAMCACHE_DB_ACQUIRE_TIMEOUT", 0.01...60)
+        if !(values["TEAMCACHE_WRITE_BATCHES"]?.isEmpty ?? true) {
+            config.writeBatchesSetting = try integer("TEAMCACHE_WRITE_BATCHES", 1...64)
+        }
         config.readBatch = try integer("TEAMCACHE_READ_BATCH", 0...10_000)
         config.maxWaiters = try integer("TEAMCACHE_MAX_WAITERS", 0...1_000_000)
         config.readTimeout = try duration("TEAMCACHE_DB_READ_TIMEOUT", 0.01...60)

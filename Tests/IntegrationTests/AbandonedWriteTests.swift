@@ -17,7 +17,7 @@ import TestSupport
             $0.http.requestTimeout = 1
             $0.sessionLimits.lockTimeout = 3
             $0.sessionLimits.statementTimeout = 4
-            $0.poolSize = 4  // one write batch at a time
+            $0.writeBatchesSetting = 1  // one write group at a time, however long it is held
         }
         defer { service.stop() }
         #expect(try service.request("PUT", entryPath("abandon", "held"), body: Array("v1".utf8)).status == 201)
@@ -45,5 +45,42 @@ import TestSupport
         // The write that was committing went through; the one still queued at its deadline never started.
         #expect(try service.request("GET", entryPath("abandon", "held")).body == Array("v2".utf8))
         #expect(try service.request("GET", entryPath("abandon", "queued")).status == 404)
+    }
+
+    /// One group runs at a time while it keeps up; one held up by a row lock does not hold
+    /// up the writes that come after it: once it has been busy a while (20 ms), a later write
+    /// starts a group of its own beside it (up to TEAMCACHE_WRITE_BATCHES).
+    @Test func aGroupHeldByALockDoesNotHoldUpLaterWrites() throws {
+        let url = try DumpTests.databaseURL(prefix: "heldgroup")
+        let service = try TestService {
+            $0.databaseURL = url
+            $0.authEnabled = false
+            $0.sessionLimits.lockTimeout = 20
+            $0.sessionLimits.statementTimeout = 30
+            $0.writeBatchesSetting = 2
+        }
+        defer { service.stop() }
+        #expect(try service.request("PUT", entryPath("heldgroup", "held"), body: Array("v1".utf8)).status == 201)
+        let holder = try PostgresConnection(url: url, limits: .unbounded)
+        try holder.execute("BEGIN")
+        _ = try holder.query("SELECT id FROM entries WHERE namespace = 'heldgroup' AND key = 'held'::bytea FOR UPDATE")
+        let heldStatus = Locked<Int?>(nil)
+        let held = DispatchGroup()
+        held.enter()
+        DispatchQueue.global().async {
+            defer { held.leave() }
+            let status = (try? service.request("PUT", entryPath("heldgroup", "held"), body: Array("v2".utf8)))?.status
+            heldStatus.withLock { $0 = status ?? -1 }
+        }
+        Thread.sleep(forTimeInterval: 0.3)
+        let started = Date()
+        #expect(try service.request("PUT", entryPath("heldgroup", "free"), body: Array("v1".utf8)).status == 201)
+        let seconds = Date().timeIntervalSince(started)
+        #expect(seconds < 5, "a write beside a held group took \(seconds) s")
+        #expect(heldStatus.value == nil, "the held group waits for its lock meanwhile")
+        try holder.execute("COMMIT")
+        #expect(held.wait(timeout: .now() + 10) == .success)
+        #expect(heldStatus.value == 200)
+        #expect(try service.request("GET", entryPath("heldgroup", "held")).body == Array("v2".utf8))
     }
 }
