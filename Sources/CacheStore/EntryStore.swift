@@ -37,16 +37,20 @@ public final class EntryStore: EntryStorage {
     let sequencerGate = NSLock()
 
     /// `concurrentWriteBatches`: how many write transactions may run at once (each carries
-    /// every write that queued while the others ran).
+    /// every write that queued while the others ran); `writeGroupsBusyAfter`: how long the
+    /// running ones must have been busy before another starts (a test's seam; see
+    /// `EntryWriteBatcher`).
     public init(pool: ConnectionPool, policy: CachePolicy, clock: any Clock = SystemClock(),
                 concurrentWriteBatches: Int = 4, writeBatchSizes: HistogramFamily? = nil, tracksPositions: Bool = false,
-                keyring: Keyring = Keyring(master: nil)) {
+                keyring: Keyring = Keyring(master: nil),
+                writeGroupsBusyAfter: TimeInterval = 0.02) {
         self.pool = pool
         self.keyring = keyring
         self.tracksPositions = tracksPositions
         self.policy = policy
         self.clock = clock
-        writes = EntryWriteBatcher(concurrent: concurrentWriteBatches, maxBatch: 64, batchSizes: writeBatchSizes)
+        writes = EntryWriteBatcher(concurrent: concurrentWriteBatches, maxBatch: 64, batchSizes: writeBatchSizes,
+                                   busyAfter: writeGroupsBusyAfter)
     }
 
     /// The entry under `key`, whatever its freshness; nil when absent.

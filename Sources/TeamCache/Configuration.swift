@@ -45,7 +45,7 @@ public struct Configuration: Sendable {
     /// the pool (the rest stays free for reads, flushes and eviction). One runs at a time
     /// while it keeps up (`EntryWriteBatcher`).
     public var writeBatchesSetting: Int?
-    public var writeBatches: Int { writeBatchesSetting ?? max(1, poolSize / 4) }
+    public var writeBatches: Int { writeBatchesSetting ?? min(64, max(1, poolSize / 4)) }
     public var acquireTimeout: TimeInterval = 2
     /// Statement, lock and idle-transaction limits of every serving connection, and the name
     /// its sessions show in `pg_stat_activity`.
@@ -143,7 +143,8 @@ struct SettingReader {
         config.poolSize = try integer("TEAMCACHE_DB_POOL_SIZE", 1...500)
         config.acquireTimeout = try duration("TEAMCACHE_DB_ACQUIRE_TIMEOUT", 0.01...60)
         if !(values["TEAMCACHE_WRITE_BATCHES"]?.isEmpty ?? true) {
-            config.writeBatchesSetting = try integer("TEAMCACHE_WRITE_BATCHES", 1...64)
+            // Never every connection: reads, flushes and eviction must still find one.
+            config.writeBatchesSetting = try integer("TEAMCACHE_WRITE_BATCHES", 1...min(64, max(1, config.poolSize - 1)))
         }
         config.readBatch = try integer("TEAMCACHE_READ_BATCH", 0...10_000)
         config.maxWaiters = try integer("TEAMCACHE_MAX_WAITERS", 0...1_000_000)

@@ -85,6 +85,62 @@ import TestSupport
         #expect(metricSample(metrics.render(), "teamcache_db_write_batch_size_count") < 12, "no write was batched")
     }
 
+    /// A write queued right behind a group held by a row lock, with no write after it, is
+    /// looked at again once that group has been busy a while and gets a group of its own:
+    /// it does not wait for the lock (callers wait for their own commits, so often no later
+    /// write comes to start one). The busy time is 1 s here, so the write surely comes
+    /// within it; without the second look it would wait for the lock, past the 5 s allowed.
+    @Test func aWriteQueuedBehindAHeldGroupCommitsWithoutALaterWrite() throws {
+        let url = try DumpTests.databaseURL(prefix: "behind")
+        var configuration = ConnectionPool.Configuration(url: url, maxConnections: 4)
+        // Waits for locks far longer than the test: the held group never gives up meanwhile.
+        configuration.limits.lockTimeout = 30
+        configuration.limits.statementTimeout = 60
+        let pool = ConnectionPool(configuration)
+        defer { pool.closeIdle() }
+        let store = EntryStore(pool: pool, policy: CachePolicy(), concurrentWriteBatches: 2, writeGroupsBusyAfter: 1)
+        let namespace = try #require(Namespace("behind"))
+        @Sendable func write(_ key: String) -> EntryWrite {
+            EntryWrite(namespace: namespace, key: EntryKey(Array(key.utf8))!,
+                       body: StoredBody.fromIdentity(Array("v".utf8), contentType: "text/plain", policy: store.policy),
+                       contentType: "text/plain")
+        }
+        _ = try store.put(write("held"))
+        let holder = try PostgresConnection(url: url, limits: .unbounded)
+        try holder.execute("BEGIN")
+        _ = try holder.query("SELECT id FROM entries WHERE namespace = 'behind' AND key = 'held'::bytea FOR UPDATE")
+        let done = Locked<[String: Date]>([:])
+        let group = DispatchGroup()
+        func putAside(_ key: String) {
+            group.enter()
+            Thread {
+                if (try? store.put(write(key))) != nil { done.withLock { $0[key] = Date() } }
+                group.leave()
+            }.start()
+        }
+        putAside("held")
+        // Until the held group waits for its lock.
+        let watcher = try PostgresConnection(url: url, limits: .unbounded)
+        var waiting = false
+        for _ in 0..<500 where !waiting {
+            waiting = try watcher.query("""
+                SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+                """).first?.int("n") == 1
+            if !waiting { Thread.sleep(forTimeInterval: 0.01) }
+        }
+        try #require(waiting, "the held group never waited for its lock")
+        let queued = Date()
+        putAside("free")
+        for _ in 0..<500 where done.value["free"] == nil { Thread.sleep(forTimeInterval: 0.01) }
+        let freeAt = done.value["free"]
+        #expect(freeAt != nil, "the write behind the held group waited for its lock")
+        if let freeAt { #expect(freeAt.timeIntervalSince(queued) < 5) }
+        #expect(done.value["held"] == nil, "the held group still waits meanwhile")
+        try holder.execute("COMMIT")
+        #expect(group.wait(timeout: .now() + 10) == .success)
+        #expect(done.value["held"] != nil)
+    }
+
     /// A store on the shared pool committing one batch at a time, so writers that arrive
     /// together must share a batch; and the registry holding its batch sizes.
     private func oneCommitAtATime() -> (EntryStore, MetricsRegistry) {
