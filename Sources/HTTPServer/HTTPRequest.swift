@@ -7,30 +7,33 @@ public final class HTTPRequest: @unchecked Sendable {
     // The head is `let`: a `var` of a class is checked for exclusive access at run time on
     // every read from another module, and handlers read the headers many times a request
     // (callgrind: 70 checks a near-cache hit, ~13% of its instructions, with the others).
+    // What the server sets later is not checked either (`@exclusivity(unchecked)`): each is
+    // assigned whole, on the loop thread, before any handler sees the request, and only read
+    // after; no access to one ever spans a call that could reach it again.
     public let method: String
     /// The request target as sent, e.g. `/v1/caches/a/entries/k%2F1?ttl=5`.
     public let target: String
     public let version: HTTPVersion
     public let headers: HTTPHeaders
-    public internal(set) var body: [UInt8]
+    @exclusivity(unchecked) public internal(set) var body: [UInt8]
     /// Whether the connection stays open after this request (from version and `Connection`).
     public let keepAlive: Bool
 
     /// Set by the server: the request id, the matched route and its decoded path parameters.
-    public internal(set) var requestID: String = ""
+    @exclusivity(unchecked) public internal(set) var requestID: String = ""
     /// The client's address (IPv4 text; empty when unknown), for limits per client.
-    public internal(set) var remoteAddress: String = ""
+    @exclusivity(unchecked) public internal(set) var remoteAddress: String = ""
     /// The credential its connection presented last (nil outside a server: tests, the fuzzer).
-    public package(set) var connectionCredential: ConnectionCredential?
-    public internal(set) var routeTemplate: String = ""
+    @exclusivity(unchecked) public package(set) var connectionCredential: ConnectionCredential?
+    @exclusivity(unchecked) public internal(set) var routeTemplate: String = ""
     /// The matched route's id (a metrics key), or `Router.unmatchedID`.
-    var routeID = Router.unmatchedID
-    public internal(set) var pathParameters: PathParameters = [:]
+    @exclusivity(unchecked) var routeID = Router.unmatchedID
+    @exclusivity(unchecked) public internal(set) var pathParameters: PathParameters = [:]
     /// When the server gives the request up (monotonic nanoseconds; 0 until dispatched):
     /// work it starts must not begin past this (a write left queued past it is dropped).
-    public internal(set) var deadline: UInt64 = 0
+    @exclusivity(unchecked) public internal(set) var deadline: UInt64 = 0
     /// Its route may change state (`Route.mayChangeState`).
-    var mayChangeState = false
+    @exclusivity(unchecked) var mayChangeState = false
 
     public init(method: String, target: String, version: HTTPVersion, headers: HTTPHeaders, body: [UInt8] = [],
                 keepAlive: Bool = true) {
