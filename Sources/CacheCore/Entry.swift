@@ -24,6 +24,10 @@ public struct StoredEntry: Sendable {
     /// the near-cache: every hit sends both, and formatting them was two allocations a hit.
     /// nil: formatted when answered.
     public var httpDates: (lastModified: String, expires: String)?
+    /// The fields every hit on a near-cache copy answers with, in wire form, rendered once
+    /// when it is kept (`Content-Type`, `ETag`, `Last-Modified`, `Expires`, `Vary`); nil:
+    /// written field by field.
+    public var responseFields: [UInt8]?
 
     /// Every member (the store builds these from its rows).
     package init(id: Int64, namespace: String, key: [UInt8], body: [UInt8], encoding: BodyEncoding,

@@ -220,6 +220,7 @@ public final class NearCache: Sendable {
     /// unless its key was invalidated meanwhile, it is too large, or it is its first read.
     public func admit(_ entry: StoredEntry, since: UInt64) {
         let cost = entry.body.count + entry.key.count + entry.namespace.utf8.count + entry.contentType.utf8.count
+            + (entry.responseFields?.count ?? 0)
             + entry.etag.utf8.count + (entry.metadata?.utf8.count ?? 0) + (entry.model?.utf8.count ?? 0) + 160
         guard cost <= maxEntryBytes, cost <= budget else { return }
         let key = Key(namespace: entry.namespace, key: entry.key)

@@ -30,6 +30,19 @@ public struct HTTPHeaders: Sendable, Sequence {
 
     public func makeIterator() -> IndexingIterator<[(name: String, value: String)]> { fields.makeIterator() }
 
+    /// The fields as the serializer writes them, `Name: value\r\n` each (for
+    /// `HTTPResponse.renderedFields`).
+    public var wireForm: [UInt8] {
+        var bytes: [UInt8] = []
+        for (name, value) in fields {
+            bytes += name.utf8
+            bytes += ": ".utf8
+            bytes += value.utf8
+            bytes += "\r\n".utf8
+        }
+        return bytes
+    }
+
     /// ASCII case-insensitive comparison without allocating (header names are ASCII tokens).
     public static func same(_ lhs: String, _ rhs: String) -> Bool {
         guard lhs.utf8.count == rhs.utf8.count else { return false }

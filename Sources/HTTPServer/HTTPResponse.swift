@@ -7,6 +7,11 @@ public struct HTTPResponse: Sendable {
     public var status: Int
     public var headers: HTTPHeaders
     public var body: [UInt8]
+    /// Fields already in wire form (`Name: value\r\n` each), written before `headers`: what
+    /// a near-cache entry answers every hit with, rendered once when it was kept (building and
+    /// writing them field by field was a fifth of a hit's instructions). Not in `headers`, so
+    /// nothing reads them back: only for fields no one inspects on the way out.
+    public var renderedFields: [UInt8] = []
     /// Called once, on the loop, when this response can no longer reach its client (its
     /// request was given up at its deadline, or the connection closed): a handler that gave
     /// something away with it (a lease only this answer names) takes it back. It must not block.

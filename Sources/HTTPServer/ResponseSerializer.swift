@@ -25,7 +25,7 @@ enum ResponseSerializer {
         let status = statusLine(response.status)
         let connection: StaticString? = !keepAlive ? "Connection: close\r\n"
             : version == .http10 ? "Connection: keep-alive\r\n" : nil
-        var size = status.count + 6 + date.utf8.count + 10 + server.utf8.count + 2 + 2
+        var size = status.count + 6 + date.utf8.count + 10 + server.utf8.count + 2 + 2 + response.renderedFields.count
         for (name, value) in response.headers { size += name.utf8.count + value.utf8.count + 4 }
         if !requestID.isEmpty { size += 14 + requestID.utf8.count + 2 }
         if !response.forbidsBody { size += 16 + decimalLength(response.body.count) + 2 }
@@ -34,6 +34,7 @@ enum ResponseSerializer {
         let head = [UInt8](unsafeUninitializedCapacity: size) { buffer, initialized in
             var out = WireWriter(buffer)
             out.put(status)
+            out.put(response.renderedFields)
             for (name, value) in response.headers {
                 out.put(name)
                 out.put(": ")

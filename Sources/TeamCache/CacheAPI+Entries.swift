@@ -83,13 +83,10 @@ extension CacheAPI {
 
     fileprivate func hit(_ entry: StoredEntry, freshness: Freshness, now: Date, request: HTTPRequest,
                      collapsed: Bool) throws -> HTTPResponse {
-        var headers = HTTPHeaders(capacity: 10)
-        headers.add("Content-Type", entry.contentType)
-        headers.add("ETag", entry.etag)
-        headers.add("Last-Modified", entry.lastModifiedHeader)
+        // A near-cache copy's own fields were rendered when it was kept; the rest vary.
+        var headers = HTTPHeaders(capacity: entry.responseFields == nil ? 10 : 5)
+        if entry.responseFields == nil { entry.addOwnFields(to: &headers) }
         headers.add("Age", String(max(0, Freshness.wholeSeconds(now.timeIntervalSince(entry.updatedAt), up: false))))
-        headers.add("Expires", entry.expiresHeader)
-        headers.add("Vary", "Accept-Encoding")
         // Concatenated, not interpolated: one allocation a hit instead of two.
         switch freshness {
         case .fresh(let ttl):
@@ -98,14 +95,17 @@ extension CacheAPI {
             headers.add("Cache-Status", "teamcache; hit; ttl=-" + String(overdue) + (collapsed ? "; collapsed" : ""))
         case .expired: break
         }
+        var response: HTTPResponse
         if let condition = EntityTagList(request.headers, "If-None-Match"), condition.matchesWeakly(entry.etag) {
-            return HTTPResponse(status: 304, headers: headers)
-        }
-        if entry.encoding == .gzip && AcceptEncoding.allowsGzip(request.headers) {
+            response = HTTPResponse(status: 304, headers: headers)
+        } else if entry.encoding == .gzip && AcceptEncoding.allowsGzip(request.headers) {
             headers.add("Content-Encoding", "gzip")
-            return HTTPResponse(status: 200, headers: headers, body: entry.body)
+            response = HTTPResponse(status: 200, headers: headers, body: entry.body)
+        } else {
+            response = HTTPResponse(status: 200, headers: headers, body: try identityBody(entry))
         }
-        return HTTPResponse(status: 200, headers: headers, body: try identityBody(entry))
+        if let fields = entry.responseFields { response.renderedFields = fields }
+        return response
     }
 
     /// The identity bytes of an entry (inflating a gzip one).
