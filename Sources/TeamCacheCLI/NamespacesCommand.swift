@@ -106,22 +106,29 @@ enum NamespacesCommand {
         }
     }
 
-    /// Sessions older than `$1` (an xid) that hold this database's vacuum horizon back: a
-    /// snapshot from before it, or a transaction that began before it (between statements a
-    /// read-committed transaction shows no snapshot, but its own xid holds the horizon all the
-    /// same). They may still see row versions deleted before it. Not only client sessions
-    /// (PostgreSQL 15's ComputeXidHorizons): an autovacuum worker's ANALYZE of another table
-    /// holds a snapshot (its VACUUM is left out of the horizon), and a standby's walsender with
-    /// hot_standby_feedback has no database and holds every database's. An autovacuum VACUUM
-    /// without ANALYZE shows a snapshot but does not hold the horizon: not waited for (sealing
-    /// a namespace rewrites its rows, which often starts one on `entries` itself).
+    /// Whether anything older than `$1` (the sealing's end, an `xid8`) still holds the vacuum
+    /// horizon of this database back, so that VACUUM FULL would copy plain versions the sealing
+    /// replaced into the new files:
+    /// - a transaction with an xid from before it running anywhere in the cluster, in any
+    ///   database: every snapshot taken meanwhile, VACUUM FULL's own among them, counts it as
+    ///   running, and VACUUM FULL (unlike a plain VACUUM) counts its own snapshot in the
+    ///   horizon (PostgreSQL 15's ComputeXidHorizons and vacuum_rel). Read from the snapshot's
+    ///   xmin, which needs no privilege to see other roles' sessions. This was the flaky
+    ///   EncryptionResidueTests: another test's transaction in another database;
+    /// - a session of this database (or of none: a standby's walsender with
+    ///   hot_standby_feedback holds every database's) with a snapshot from before it, even
+    ///   without an xid (a repeatable-read reader). An autovacuum worker's ANALYZE of another
+    ///   table holds one; its VACUUM without ANALYZE shows one but does not hold the horizon:
+    ///   not waited for (sealing a namespace rewrites its rows, which often starts one on
+    ///   `entries` itself).
     static let olderSnapshots = """
-        SELECT count(*)::int8 AS n FROM pg_stat_activity
-        WHERE (datname = current_database() OR datname IS NULL) AND pid <> pg_backend_pid()
-          AND NOT (backend_type = 'autovacuum worker' AND query LIKE 'autovacuum: VACUUM %'
-                   AND query NOT LIKE '%ANALYZE%')
-          AND ((backend_xmin IS NOT NULL AND age(backend_xmin) > age($1::text::xid))
-               OR (backend_xid IS NOT NULL AND age(backend_xid) > age($1::text::xid)))
+        SELECT (pg_snapshot_xmin(pg_current_snapshot()) <= $1::text::xid8
+                OR EXISTS (SELECT 1 FROM pg_stat_activity
+                           WHERE (datname = current_database() OR datname IS NULL) AND pid <> pg_backend_pid()
+                             AND NOT (backend_type = 'autovacuum worker' AND query LIKE 'autovacuum: VACUUM %'
+                                      AND query NOT LIKE '%ANALYZE%')
+                             AND ((backend_xmin IS NOT NULL AND age(backend_xmin) > age(($1::text::xid8)::xid))
+                                  OR (backend_xid IS NOT NULL AND age(backend_xid) > age(($1::text::xid8)::xid))))) AS older
         """
 
     /// A VACUUM (FULL too) keeps every row version a running transaction may still see: while
@@ -130,18 +137,19 @@ enum NamespacesCommand {
     /// up to a minute, until no session of this database holds a snapshot from before now.
     private static func waitForOlderSnapshots(_ store: EntryStore) throws {
         let horizon = try store.pool.withConnection { connection in
-            try connection.query("SELECT (txid_current() % 4294967296)::text AS xid").first?.string("xid")
+            try connection.query("SELECT pg_current_xact_id()::text AS xid").first?.string("xid")
         }
         guard let horizon else { return }
         let deadline = Date().addingTimeInterval(60)
         while true {
             let older = try store.pool.withConnection { connection in
-                try connection.query(olderSnapshots, [.text(horizon)]).first?.int("n") ?? 0
+                try connection.query(olderSnapshots, [.text(horizon)]).first?.bool("older") ?? false
             }
-            if older == 0 { return }
+            if !older { return }
             guard Date() < deadline else {
-                printError("teamcache namespaces: \(older) transaction(s) older than the sealing still run; the "
-                    + "rewrite may keep plain versions they can see: run --rewrite again once they end")
+                printError("teamcache namespaces: a transaction older than the sealing still runs (in this database "
+                    + "or another of the cluster); the rewrite may keep plain versions it can see: run --rewrite "
+                    + "again once it ends")
                 return
             }
             Thread.sleep(forTimeInterval: 0.1)

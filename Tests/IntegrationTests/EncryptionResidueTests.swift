@@ -72,6 +72,15 @@ import TestSupport
         try rewrite(holdingASnapshotFor: 2, xidOnly: true)
     }
 
+    /// A transaction with an xid in another database of the cluster (another application's,
+    /// or under the test suite another test's): every snapshot, VACUUM FULL's own among them,
+    /// counts it as running, so VACUUM FULL would keep the plain versions: the rewrite waits
+    /// for it too. (The waits once looked only at this database's sessions: the test above
+    /// failed now and then under the whole suite, its files holding the marker.)
+    @Test func rewriteWaitsForATransactionInAnotherDatabase() throws {
+        try rewrite(holdingASnapshotFor: 2, xidOnly: true, elsewhere: true)
+    }
+
     /// A transaction that began before the sealing still runs when the rewrite starts (an
     /// access flush, a fold, a long read under load): VACUUM FULL would copy the plain versions
     /// it can still see into the new files. Held on purpose here for 2 s: the rewrite waits
@@ -80,7 +89,8 @@ import TestSupport
         try rewrite(holdingASnapshotFor: 2)
     }
 
-    private func rewrite(holdingASnapshotFor seconds: TimeInterval?, xidOnly: Bool = false) throws {
+    private func rewrite(holdingASnapshotFor seconds: TimeInterval?, xidOnly: Bool = false,
+                         elsewhere: Bool = false) throws {
         let (url, keys, service) = try EncryptionTests.serviceWithNewKey(prefix: "residue")
         defer { service.stop() }
         let marker = "body-marker-\(UUID().uuidString)"
@@ -106,7 +116,8 @@ import TestSupport
             }
         }
         #expect(!(try filesHolding(marker)).isEmpty, "the marker was written in clear first")
-        let reader = try PostgresConnection(url: url, limits: .unbounded)
+        let reader = try PostgresConnection(url: elsewhere ? try DumpTests.databaseURL(prefix: "elsewhere") : url,
+                                            limits: .unbounded)
         if let seconds, xidOnly {
             try reader.execute("BEGIN")
             // Simple protocol: no portal keeps a snapshot open after the statement.
