@@ -64,7 +64,7 @@ final class EntryWriteBatcher: Sendable {
         self.concurrent = max(1, concurrent)
         self.maxBatch = max(1, maxBatch)
         self.batchSizes = batchSizes
-        busyAfterNanoseconds = UInt64(max(0.001, min(busyAfter, 60)) * 1e9)
+        busyAfterNanoseconds = max(2_000_000, UInt64(max(0.002, min(busyAfter, 60)) * 1e9))
     }
 
     /// Writes queued at most, and their bodies' bytes at most: past either a write is refused
@@ -93,6 +93,7 @@ final class EntryWriteBatcher: Sendable {
     /// and its commit once), with a lower p99 (bench/results/2026-12-05-writes.md).
     static let defaultBusyAfter: TimeInterval = 0.02
     private let busyAfterNanoseconds: UInt64
+    private let recheckQueue = DispatchQueue(label: "teamcache.write-groups.recheck")
 
     /// What `submit` found when it queued its write.
     private enum Admission {
@@ -142,19 +143,21 @@ final class EntryWriteBatcher: Sendable {
     /// A look at the queue once the running groups may have been busy too long: a write
     /// queued behind a group held by a lock gets a group of its own even if no later write
     /// comes to start one (callers wait for their own commits, so often none does).
+    /// On a serial queue of its own: a look that finds the groups stuck commits the queue on
+    /// that one thread (its work blocks on the database), so looks never add more than one
+    /// thread to the callers' however many groups are held.
     private func recheck(after nanoseconds: UInt64, store: EntryStore) {
-        DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(nanoseconds))) { [self] in
+        recheckQueue.asyncAfter(deadline: .now() + .nanoseconds(Int(nanoseconds))) { [self] in
             let now = Self.monotonicNow()
-            let admission = pending.withLock { pending -> Admission in
+            let (admission, age) = pending.withLock { pending -> (Admission, UInt64) in
                 pending.recheckScheduled = false
-                guard !pending.queue.isEmpty else { return .queued }
-                return admit(&pending, now: now)
+                guard !pending.queue.isEmpty else { return (.queued, 0) }
+                return (admit(&pending, now: now), now &- pending.lastGroupStarted)
             }
             switch admission {
             case .commits: commitWhileQueued(store: store)
-            case .queuedBehind:
-                let age = pending.withLock { now &- $0.lastGroupStarted }
-                recheck(after: busyAfterNanoseconds - min(age, busyAfterNanoseconds - 1_000_000), store: store)
+            // The latest group is younger than the busy time: look again when it will not be.
+            case .queuedBehind: recheck(after: busyAfterNanoseconds - min(age, busyAfterNanoseconds - 1_000_000), store: store)
             case .queued, .refused: return
             }
         }

@@ -24,6 +24,11 @@ enum HTTPHeadParser {
         var method = "", target = "", version = HTTPVersion.http11
         while lineStart <= bytes.count {
             let newline = ByteSearch.firstIndex(of: 10, in: bytes, from: lineStart)
+            // Lines end in CRLF (the parser finds the head's end only so): a bare LF here is
+            // refused, never sliced into a reversed range.
+            if let newline, newline == lineStart || bytes[newline - 1] != 13 {
+                return .failure(.badRequest("A line of the head does not end in CRLF."))
+            }
             let line = newline.map { lineStart..<$0 - 1 } ?? lineStart..<bytes.count
             lineStart = (newline ?? bytes.count) + 1
             if !sawRequestLine {

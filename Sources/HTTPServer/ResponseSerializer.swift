@@ -138,7 +138,7 @@ extension ResponseSerializer {
     /// connection's close). Not on the hit path: built plainly.
     static func streamHead(_ response: HTTPResponse, framing: ResponseStream.Framing, version: HTTPVersion,
                            keepAlive: Bool, requestID: String, date: String, server: String) -> [UInt8] {
-        var head = statusLine(response.status)
+        var head = statusLine(response.status) + response.renderedFields
         var fields = ""
         for (name, value) in response.headers where !Self.framingFields.contains(name.lowercased()) {
             fields += name + ": " + value + "\r\n"

@@ -146,7 +146,7 @@ final class FeedPages: Sendable {
 
     /// A page's memory as counted: body, head fields, the question's namespace and the overhead.
     static func cost(_ question: Question, _ response: HTTPResponse) -> Int {
-        var head = 0
+        var head = response.renderedFields.count
         for (name, value) in response.headers { head += name.utf8.count + value.utf8.count + 32 }
         return response.body.count + head + question.namespace.utf8.count + pageOverhead
     }

@@ -39,7 +39,7 @@ public struct Setting: Sendable {
         Setting(variable: "TEAMCACHE_DB_POOL_SIZE", flag: nil, defaultValue: "16",
                 help: "Database connections per process (1-500)."),
         Setting(variable: "TEAMCACHE_WRITE_BATCHES", flag: nil, defaultValue: "(a quarter of the pool)",
-                help: "Write groups committed at once at most (1-64, and below the pool size). One runs at a time while it keeps up; another starts when 64 writes wait or the running ones have been busy 20 ms."),
+                help: "Write groups committed at once at most (1-64, and below the pool size unless it is 1). One runs at a time while it keeps up; another starts when 64 writes wait or the running ones have been busy 20 ms."),
         Setting(variable: "TEAMCACHE_DB_ACQUIRE_TIMEOUT", flag: nil, defaultValue: "2s",
                 help: "Longest wait for a database connection before answering 503."),
         Setting(variable: "TEAMCACHE_DB_READ_TIMEOUT", flag: nil, defaultValue: "2s",

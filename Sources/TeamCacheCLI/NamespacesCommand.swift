@@ -134,23 +134,25 @@ enum NamespacesCommand {
     /// A VACUUM (FULL too) keeps every row version a running transaction may still see: while
     /// one that began before the sealing runs (an access flush, a counter fold, a long read),
     /// the plain versions the sealing replaced would be copied into the rewritten files. Waits,
-    /// up to a minute, until no session of this database holds a snapshot from before now.
-    private static func waitForOlderSnapshots(_ store: EntryStore) throws {
+    /// up to a minute, until nothing from before now holds the horizon (`olderSnapshots`).
+    /// Whether none was left when it returned (false: it gave up after a minute, and said so).
+    @discardableResult
+    private static func waitForOlderSnapshots(_ store: EntryStore) throws -> Bool {
         let horizon = try store.pool.withConnection { connection in
             try connection.query("SELECT pg_current_xact_id()::text AS xid").first?.string("xid")
         }
-        guard let horizon else { return }
+        guard let horizon else { return true }
         let deadline = Date().addingTimeInterval(60)
         while true {
             let older = try store.pool.withConnection { connection in
                 try connection.query(olderSnapshots, [.text(horizon)]).first?.bool("older") ?? false
             }
-            if !older { return }
+            if !older { return true }
             guard Date() < deadline else {
                 printError("teamcache namespaces: a transaction older than the sealing still runs (in this database "
                     + "or another of the cluster); the rewrite may keep plain versions it can see: run --rewrite "
                     + "again once it ends")
-                return
+                return false
             }
             Thread.sleep(forTimeInterval: 0.1)
         }
@@ -168,9 +170,12 @@ enum NamespacesCommand {
             + " (\(report.unchanged) already sealed or rewritten meanwhile, \(report.broken) did not open)")
         guard report.rewritten > 0 else { return }
         // VACUUM cannot run inside a transaction: a statement of its own on a pooled session.
-        if rewrite { try waitForOlderSnapshots(store) }
+        let waited = rewrite ? try waitForOlderSnapshots(store) : true
         try vacuum(store, full: rewrite)
-        if rewrite {
+        if rewrite && !waited {
+            printError("teamcache namespaces: rewrote the entries table (VACUUM FULL), but with an older transaction "
+                + "still running it may have kept plain versions: run --rewrite again once it ends")
+        } else if rewrite {
             printError("teamcache namespaces: rewrote the entries table (VACUUM FULL): its files hold no plain body now")
         } else {
             printError("teamcache namespaces: vacuumed the entries table; freed space in its pages may still hold old "
