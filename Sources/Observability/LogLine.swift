@@ -73,9 +73,7 @@ public struct LogLine: ~Copyable {
     /// A value known to need no JSON escaping (an HTTP token, a route template).
     public mutating func field(_ key: String, token value: String) {
         appendKey(key)
-        append(UInt8(ascii: "\""))
-        append(value)
-        append(UInt8(ascii: "\""))
+        appendToken(value)
     }
 
     public mutating func field(_ key: String, _ value: Int) {
@@ -92,6 +90,11 @@ public struct LogLine: ~Copyable {
     /// A field whose key was rendered once, with a value that needs no escaping (an HTTP token).
     public mutating func field(_ key: Part, token value: String) {
         append(key)
+        appendToken(value)
+    }
+
+    /// A string quoted as it is (the caller knows it needs no escaping).
+    private mutating func appendToken(_ value: String) {
         append(UInt8(ascii: "\""))
         append(value)
         append(UInt8(ascii: "\""))

@@ -10,15 +10,8 @@ import TestSupport
 /// "not applied, retry"; one still queued then never starts.
 @Suite(.serialized) struct AbandonedWriteTests {
     @Test func aWritePastItsDeadlineIsOutcomeUnknownAndAQueuedOneNeverStarts() throws {
-        let url = try DumpTests.databaseURL(prefix: "abandon")
-        let service = try TestService {
-            $0.databaseURL = url
-            $0.authEnabled = false
-            $0.http.requestTimeout = 1
-            $0.sessionLimits.lockTimeout = 3
-            $0.sessionLimits.statementTimeout = 4
-            $0.writeBatchesSetting = 1  // one write group at a time, however long it is held
-        }
+        // One write group at a time, however long it is held.
+        let (service, url) = try Self.service("abandon", lockTimeout: 3, writeGroups: 1) { $0.http.requestTimeout = 1 }
         defer { service.stop() }
         #expect(try service.request("PUT", entryPath("abandon", "held"), body: Array("v1".utf8)).status == 201)
         let holder = try PostgresConnection(url: url, limits: .unbounded)
@@ -51,14 +44,7 @@ import TestSupport
     /// up the writes that come after it: once it has been busy a while (20 ms), a later write
     /// starts a group of its own beside it (up to TEAMCACHE_WRITE_BATCHES).
     @Test func aGroupHeldByALockDoesNotHoldUpLaterWrites() throws {
-        let url = try DumpTests.databaseURL(prefix: "heldgroup")
-        let service = try TestService {
-            $0.databaseURL = url
-            $0.authEnabled = false
-            $0.sessionLimits.lockTimeout = 20
-            $0.sessionLimits.statementTimeout = 30
-            $0.writeBatchesSetting = 2
-        }
+        let (service, url) = try Self.service("heldgroup", lockTimeout: 20, writeGroups: 2)
         defer { service.stop() }
         #expect(try service.request("PUT", entryPath("heldgroup", "held"), body: Array("v1".utf8)).status == 201)
         let holder = try PostgresConnection(url: url, limits: .unbounded)
@@ -82,5 +68,20 @@ import TestSupport
         #expect(held.wait(timeout: .now() + 10) == .success)
         #expect(heldStatus.value == 200)
         #expect(try service.request("GET", entryPath("heldgroup", "held")).body == Array("v2".utf8))
+    }
+
+    /// A service on a database of its own, auth off, with these lock waits and write groups.
+    private static func service(_ prefix: String, lockTimeout: TimeInterval, writeGroups: Int,
+                                _ tune: (inout Configuration) -> Void = { _ in }) throws -> (TestService, String) {
+        let url = try DumpTests.databaseURL(prefix: prefix)
+        let service = try TestService {
+            $0.databaseURL = url
+            $0.authEnabled = false
+            $0.sessionLimits.lockTimeout = lockTimeout
+            $0.sessionLimits.statementTimeout = lockTimeout + 1
+            $0.writeBatchesSetting = writeGroups
+            tune(&$0)
+        }
+        return (service, url)
     }
 }
