@@ -20,10 +20,6 @@ public struct StoredEntry: Sendable {
     /// Seconds after `expiresAt` for which the entry is still served, while one caller
     /// refreshes it (RFC 5861 `stale-while-revalidate`); 0: no such window.
     public var staleWhileRevalidate = 0
-    /// `Last-Modified` and `Expires` as HTTP dates, written once when the entry is kept in
-    /// the near-cache: every hit sends both, and formatting them was two allocations a hit.
-    /// nil: formatted when answered.
-    public var httpDates: (lastModified: String, expires: String)?
     /// The fields every hit on a near-cache copy answers with, in wire form, rendered once
     /// when it is kept (`Content-Type`, `ETag`, `Last-Modified`, `Expires`, `Vary`); nil:
     /// written field by field.

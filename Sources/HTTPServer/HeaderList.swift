@@ -54,14 +54,20 @@ public enum HeaderList {
 
     /// A `q` weight (RFC 9110 §12.4.2): `0`, `0.5`, `1.000`; nil when it is not a qvalue.
     public static func quality(_ text: String) -> Double? {
-        let bytes = Array(text.utf8)
+        var text = text
+        return text.withUTF8 { quality(bytes: $0) }
+    }
+
+    /// The same over bytes read in place (`Accept-Encoding` on the hit path).
+    public static func quality(bytes: UnsafeBufferPointer<UInt8>) -> Double? {
         guard let first = bytes.first, first == zero || first == one, bytes.count <= 5 else { return nil }
         if bytes.count == 1 { return first == one ? 1 : 0 }
-        guard bytes.count >= 2, bytes[1] == UInt8(ascii: ".") else { return nil }
-        var thousandths = 0
-        for (position, byte) in bytes.dropFirst(2).enumerated() {
+        guard bytes[1] == UInt8(ascii: ".") else { return nil }
+        var thousandths = 0, scale = 100
+        for byte in bytes.dropFirst(2) {
             guard byte >= zero && byte <= nine else { return nil }
-            thousandths += Int(byte - zero) * [100, 10, 1][min(position, 2)]
+            thousandths += Int(byte - zero) * scale
+            scale /= 10
         }
         if first == one { return thousandths == 0 ? 1 : nil }
         return Double(thousandths) / 1000

@@ -197,7 +197,7 @@ struct LoopReads: Sendable {
             case .found(let entry) where entry.identitySize > Self.inlineEntryLimit:
                 reply.offload { try finish(entry, false).resolved() }
             case .found(let read):
-                let entry = near == nil ? read : read.withHTTPDates()
+                let entry = near == nil ? read : read.withResponseFields()
                 near?.admit(entry, since: nearSince)
                 follow(plan, request, reply, since: since, nearCache: nearCache) { try finish(entry, mayPark) }
             case .absent:

@@ -111,7 +111,7 @@ extension AcceptEncoding {
         }
         let quality: Double
         if let weight {
-            guard let read = Self.quality(weight) else { return }
+            guard let read = HeaderList.quality(bytes: weight) else { return }
             quality = read
         } else {
             quality = 1
@@ -151,22 +151,5 @@ extension AcceptEncoding {
             guard byte == expected || (byte >= 0x41 && byte <= 0x5A && byte | 0x20 == expected) else { return false }
         }
         return true
-    }
-
-    /// `HeaderList.quality` over bytes: `0`, `0.5`, `1.000`; nil when it is not a qvalue.
-    private static func quality(_ bytes: UnsafeBufferPointer<UInt8>) -> Double? {
-        guard let first = bytes.first, first == UInt8(ascii: "0") || first == UInt8(ascii: "1"), bytes.count <= 5 else {
-            return nil
-        }
-        if bytes.count == 1 { return first == UInt8(ascii: "1") ? 1 : 0 }
-        guard bytes.count >= 2, bytes[1] == UInt8(ascii: ".") else { return nil }
-        var thousandths = 0, scale = 100
-        for byte in bytes.dropFirst(2) {
-            guard byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") else { return nil }
-            thousandths += Int(byte - UInt8(ascii: "0")) * scale
-            scale /= 10
-        }
-        if first == UInt8(ascii: "1") { return thousandths == 0 ? 1 : nil }
-        return Double(thousandths) / 1000
     }
 }
