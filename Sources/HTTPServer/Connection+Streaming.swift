@@ -32,7 +32,9 @@ extension Connection {
 
     /// One part of the body, framed, queued and written as far as the socket takes it.
     func streamPart(_ part: [UInt8], of stream: ResponseStream) {
-        guard !isClosed, let current = streaming, current.stream === stream else { return }
+        guard !isClosed, let current = streaming, current.stream === stream else {
+            return stream.notePartQueued(part.count, queued: nil)
+        }
         switch stream.framing {
         case .chunked:
             enqueue(Array((String(part.count, radix: 16) + "\r\n").utf8))
@@ -46,6 +48,7 @@ extension Connection {
             // Nothing goes out (HEAD): the part counts as read at once, and as a sign of life.
             break
         }
+        stream.notePartQueued(part.count, queued: output.bytes)
         // The idle deadline runs from the last part.
         phaseStart = loop.now
         afterStreamOutput()

@@ -69,10 +69,10 @@ public final class ResponseStream: Sendable {
             return true
         }
         guard accepted else { return }
-        onLoop { connection in
-            self.state.withLock { $0.inTransit -= part.count }
-            connection.streamPart(part, of: self)
-        }
+        // The loop moves the part from `inTransit` to `queued` itself, in one update
+        // (`notePartQueued`): a part counted in neither for a moment would let a racing
+        // producer send past the buffer.
+        onLoop { connection in connection.streamPart(part, of: self) }
     }
 
     /// Ends the body: the response is complete, and the connection goes on to the next request.
@@ -125,11 +125,28 @@ public final class ResponseStream: Sendable {
     func noteQueued(_ bytes: Int) {
         let wake = state.withLock { state -> [@Sendable () -> Void] in
             state.queued = bytes
-            guard !state.writable.isEmpty, state.inTransit + state.queued <= bufferBytes / 2 else { return [] }
-            defer { state.writable = [] }
-            return state.writable
+            return drained(&state)
         }
         for resume in wake { resume() }
+    }
+
+    /// A part from `send` reached the loop (on the loop): it leaves `inTransit` as it joins
+    /// the connection's output (`queued`, the output's size with it), or nothing at all if the
+    /// stream has ended and the part was dropped.
+    func notePartQueued(_ part: Int, queued bytes: Int?) {
+        let wake = state.withLock { state -> [@Sendable () -> Void] in
+            state.inTransit -= part
+            if let bytes { state.queued = bytes }
+            return drained(&state)
+        }
+        for resume in wake { resume() }
+    }
+
+    /// The paused producers to wake, taken from the state, once half the buffer has drained.
+    private func drained(_ state: inout State) -> [@Sendable () -> Void] {
+        guard !state.writable.isEmpty, state.inTransit + state.queued <= bufferBytes / 2 else { return [] }
+        defer { state.writable = [] }
+        return state.writable
     }
 
     /// The connection closed before the body was finished (on the loop).
