@@ -34,4 +34,46 @@ import Testing
             #expect(parsed as? String == text, "\(json)")
         }
     }
+
+    /// The escaper as first written, a scalar at a time: the byte-wise one must write exactly
+    /// this (keys are hashed over it), into a `String` and into bytes alike.
+    static func reference(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\u{08}": out += "\\b"
+            case "\u{0C}": out += "\\f"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20:
+                out += scalar.value < 0x10 ? "\\u000" : "\\u00"
+                out += String(scalar.value, radix: 16)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+
+    @Test func bytesAndTextAreWrittenAsTheScalarEscaperWroteThem() {
+        var generator = SystemRandomNumberGenerator()
+        let alphabet: [Unicode.Scalar] = (0..<0x80).compactMap(Unicode.Scalar.init)
+            + ["é", "\u{2028}", "\u{FEFF}", "😀", "\u{10FFFF}", "中"]
+        for _ in 0..<20000 {
+            var text = ""
+            for _ in 0..<Int.random(in: 0..<40, using: &generator) {
+                text.unicodeScalars.append(alphabet.randomElement(using: &generator)!)
+            }
+            var bytes: [UInt8] = [0x41]  // appended after what is there
+            JSONText.appendString(text, to: &bytes)
+            let expected = Self.reference(text)
+            #expect(Self.escaped(text) == expected)
+            #expect(bytes == [0x41] + Array(expected.utf8), "\(expected)")
+        }
+        // A bridged or otherwise non-native string is read the same.
+        let bridged = NSString(string: "a\"b\u{01}é") as String
+        #expect(Self.escaped(bridged) == Self.reference(bridged))
+    }
 }
