@@ -142,6 +142,23 @@ public enum RFC3339 {
         return text(seconds, fraction: (micros, 6))
     }
 
+    /// PostgreSQL's microseconds (since 2000-01-01 UTC, as a binary `timestamptz` carries
+    /// them) in the form `to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')` writes,
+    /// which is what dumps have always carried; nil outside years 1 to 9999, where that form
+    /// is not four digits of a year in the common era (the caller asks PostgreSQL then).
+    /// Reading times as binary and writing them here spares the export five `to_char` calls
+    /// a row (~35 ms of PostgreSQL's time for 20,000 entries).
+    public static func formatPostgresMicroseconds(_ micros: Int64) -> String? {
+        let (quotient, remainder) = micros.quotientAndRemainder(dividingBy: 1_000_000)
+        let (whole, fraction) = remainder < 0 ? (quotient - 1, remainder + 1_000_000) : (quotient, remainder)
+        let seconds = Int(whole) + 946_684_800
+        guard postgresFourDigitYears.contains(seconds) else { return nil }
+        return text(seconds, fraction: (Int(fraction), 6))
+    }
+
+    /// 0001-01-01T00:00:00Z through 9999-12-31T23:59:59Z, in Unix seconds.
+    static let postgresFourDigitYears = -62_135_596_800...CivilTime.fourDigitYears.upperBound
+
     /// `YYYY-MM-DDTHH:MM:SS[.fraction]Z` for a second within four-digit years.
     private static func text(_ seconds: Int, fraction: (value: Int, digits: Int)?) -> String {
         let time = CivilTime(unixSeconds: seconds)

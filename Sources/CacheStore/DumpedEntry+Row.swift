@@ -3,20 +3,30 @@ import Foundation
 import Postgres
 
 extension DumpedEntry {
-    /// The columns `init(row:)` reads, timestamps already in the dump's form.
+    /// The columns `init(row:)` reads. Times come as binary `timestamptz` and are written
+    /// in the dump's form here (`RFC3339.formatPostgresMicroseconds`), not by `to_char`.
     static let columns = """
         e.namespace, e.key, e.body, e.encoding, e.content_type, e.identity_size, e.etag, e.model, e.version,
         e.prompt_digest, e.tags, e.metadata::text AS metadata, e.input_tokens, e.output_tokens,
-        \(timestamp("e.created_at")) AS created_at, \(timestamp("e.updated_at")) AS updated_at,
-        \(timestamp("e.expires_at")) AS expires_at,
-        \(timestamp("e.expires_at + make_interval(secs => e.stale_while_revalidate::float8)")) AS stale_until,
-        e.stale_while_revalidate, coalesce(a.hit_count, 0) AS hit_count,
-        \(timestamp("a.last_accessed_at")) AS last_accessed_at
+        e.created_at, e.updated_at, e.expires_at,
+        e.expires_at + make_interval(secs => e.stale_while_revalidate::float8) AS stale_until,
+        e.stale_while_revalidate, coalesce(a.hit_count, 0) AS hit_count, a.last_accessed_at
         """
 
-    private static func timestamp(_ column: String) -> String {
-        "to_char((\(column)) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+    /// A time column in the dump's form: `to_char((t) AT TIME ZONE 'UTC',
+    /// 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`, written here for years 1 to 9999 and asked of
+    /// PostgreSQL for any other (an imported time can be any it accepts).
+    static func dumpTime(_ row: PostgresRow, _ name: String, pool: ConnectionPool) throws -> String? {
+        guard let micros = try row.postgresMicroseconds(name) else { return nil }
+        if let text = RFC3339.formatPostgresMicroseconds(micros) { return text }
+        return try pool.withConnection { connection in
+            try connection.query(rareDumpTime, [.optionalTimestampMicrosArray([micros])]).rows.first?.string("text")
+        }
     }
+
+    static let rareDumpTime = """
+        SELECT to_char(($1::timestamptz[])[1] AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS text
+        """
 
     /// An export row (`columns`), opened if sealed: a dump holds what the entry answers, and
     /// an import seals it again under the target namespace's key. nil when a sealed entry
@@ -25,8 +35,9 @@ extension DumpedEntry {
         guard let namespace = try row.string("namespace"), let key = try row.bytes("key"),
               let stored = try row.bytes("body"), let storedEncoding = try row.string("encoding"),
               let contentType = try row.string("content_type"), let identitySize = try row.int("identity_size"),
-              let etag = try row.string("etag"), let createdAt = try row.string("created_at"),
-              let updatedAt = try row.string("updated_at"), let expiresAt = try row.string("expires_at") else {
+              let etag = try row.string("etag"), let createdAt = try Self.dumpTime(row, "created_at", pool: pool),
+              let updatedAt = try Self.dumpTime(row, "updated_at", pool: pool),
+              let expiresAt = try Self.dumpTime(row, "expires_at", pool: pool) else {
             throw PostgresError(.decoding, serverMessage: "entry row has unexpected NULLs")
         }
         guard case .plain(let body, let encoding, let metadata) = try keyring.open(
@@ -39,7 +50,7 @@ extension DumpedEntry {
                   inputTokens: try row.int("input_tokens") ?? 0, outputTokens: try row.int("output_tokens") ?? 0,
                   createdAt: createdAt, updatedAt: updatedAt, expiresAt: expiresAt,
                   staleWhileRevalidate: max(0, try row.int("stale_while_revalidate") ?? 0),
-                  hitCount: max(0, try row.int("hit_count") ?? 0), lastAccessedAt: try row.string("last_accessed_at"),
-                  staleUntil: try row.string("stale_until"))
+                  hitCount: max(0, try row.int("hit_count") ?? 0), lastAccessedAt: try Self.dumpTime(row, "last_accessed_at", pool: pool),
+                  staleUntil: try Self.dumpTime(row, "stale_until", pool: pool))
     }
 }

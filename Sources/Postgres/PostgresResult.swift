@@ -129,6 +129,15 @@ public struct PostgresRow {
         }
     }
 
+    /// A `timestamptz` as PostgreSQL keeps it: microseconds since 2000-01-01 UTC, exact (a
+    /// `Date` is a `Double` of seconds, and need not round-trip every microsecond).
+    public func postgresMicroseconds(_ name: String) throws -> Int64? {
+        let column = try column(name)
+        if result.isNull(index, column) { return nil }
+        guard result.type(column) == PostgresType.timestamptz else { throw mismatch(name, "timestamptz") }
+        return result.withValue(index, column) { BinaryCoding.readInt($0, at: 0, size: 8) }
+    }
+
     /// A one-dimensional `text[]` (NULL elements are skipped).
     public func stringArray(_ name: String) throws -> [String]? {
         let column = try column(name)

@@ -49,4 +49,35 @@ import TestSupport
         let shown = try differing.rows.prefix(5).map { try $0.string("text") ?? "" }
         #expect(differing.rowCount == 0, "\(shown)")
     }
+
+    /// An export writes its times from PostgreSQL's binary microseconds
+    /// (`RFC3339.formatPostgresMicroseconds`): every one must read as `to_char` wrote it
+    /// before (a dump's bytes must not change), over years 1 to 9999, before and after 1970
+    /// and 2000, and at the ends of seconds and years; outside those years it gives nil.
+    @Test func timesWrittenInDumpsAreToCharsOwn() throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "dumptimes")
+        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
+                                        overrides: TestDatabase.shared.overrides(database: database), maxConnections: 1))
+        defer { pool.closeIdle() }
+        var generator = SystemRandomNumberGenerator()
+        let first: Int64 = -63_082_281_600_000_000  // 0001-01-01T00:00:00Z, in microseconds since 2000
+        let last: Int64 = 252_455_615_999_999_999  // 9999-12-31T23:59:59.999999Z
+        var micros: [Int64] = [first, last, 0, -1, 1, -946_684_800_000_000, -946_684_800_000_001, 999_999, -999_999,
+                               31_535_999_999_999, 68_169_600_000_000 - 1, 86_400_000_000]
+        for _ in 0..<5_000 { micros.append(Int64.random(in: first...last, using: &generator)) }
+        for _ in 0..<2_000 { micros.append(Int64.random(in: -2_000_000_000_000_000...2_000_000_000_000_000, using: &generator)) }
+        let ours = micros.map { RFC3339.formatPostgresMicroseconds($0) }
+        #expect(ours.allSatisfy { $0 != nil }, "every time of years 1 to 9999 is written here")
+        let differing = try pool.withConnection { connection in
+            try connection.query("""
+                SELECT t.text, to_char(t.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS theirs
+                FROM unnest($1::text[], $2::timestamptz[]) AS t(text, at)
+                WHERE t.text IS DISTINCT FROM to_char(t.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+                """, [.textArray(ours.map { $0 ?? "" }), .optionalTimestampMicrosArray(micros)])
+        }
+        let shown = try differing.rows.prefix(5).map { "\(try $0.string("text") ?? "") ≠ \(try $0.string("theirs") ?? "")" }
+        #expect(differing.rowCount == 0, "\(shown)")
+        #expect(RFC3339.formatPostgresMicroseconds(first - 1) == nil && RFC3339.formatPostgresMicroseconds(last + 1) == nil)
+        #expect(RFC3339.formatPostgresMicroseconds(.max) == nil && RFC3339.formatPostgresMicroseconds(.min) == nil)
+    }
 }

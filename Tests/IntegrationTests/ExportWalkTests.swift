@@ -38,4 +38,30 @@ import TestSupport
             #expect(keys == expected, "\(namespace?.name ?? "every namespace"): \(keys.count) keys")
         }
     }
+
+    /// Times are read as binary and written here for years 1 to 9999; any other time PostgreSQL
+    /// holds (an import or a long TTL can put one there) is still written as `to_char` writes
+    /// it, and a missing access time stays missing.
+    @Test func timesOutsideFourDigitYearsAreWrittenAsPostgresWritesThem() throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "exptimes")
+        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
+                                        overrides: TestDatabase.shared.overrides(database: database), maxConnections: 2))
+        let store = EntryStore(pool: pool, policy: CachePolicy(), clock: SystemClock())
+        _ = try pool.withConnection { connection in
+            try connection.query("""
+                INSERT INTO entries (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
+                                     created_at, updated_at, expires_at, stale_while_revalidate)
+                VALUES ('times', 'k', '\\x00', 'identity', 't', 1, 1, 'e', '0001-01-01 00:00:00.5+00',
+                        '2026-12-05 10:11:12.000001+00', '12000-06-01 00:00:00+00', 30)
+                """)
+        }
+        var entries: [DumpedEntry] = []
+        try store.export(namespace: Namespace("times"), since: nil) { entries.append($0) }
+        try #require(entries.count == 1)
+        #expect(entries[0].createdAt == "0001-01-01T00:00:00.500000Z")
+        #expect(entries[0].updatedAt == "2026-12-05T10:11:12.000001Z")
+        #expect(entries[0].expiresAt == "12000-06-01T00:00:00.000000Z")
+        #expect(String(decoding: entries[0].line(), as: UTF8.self).contains("\"stale_until\":\"12000-06-01T00:00:30.000000Z\""))
+        #expect(entries[0].lastAccessedAt == nil)
+    }
 }
