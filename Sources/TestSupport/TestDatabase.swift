@@ -50,6 +50,12 @@ public final class TestDatabase: Sendable {
         try runner.apply(on: try connect(database: name))
         return name
     }
+
+    /// A pool of up to `maxConnections` on a new migrated database.
+    public func migratedPool(prefix: String = "m", maxConnections: Int) throws -> ConnectionPool {
+        let database = try migratedDatabase(prefix: prefix)
+        return ConnectionPool(.init(url: url, overrides: overrides(database: database), maxConnections: maxConnections))
+    }
 }
 
 /// Stops and deletes the throwaway cluster when the test process exits.

@@ -15,9 +15,7 @@ import TestSupport
     /// instant PostgreSQL reads, and every one it refuses is left to PostgreSQL (nil) —
     /// none is read where PostgreSQL would refuse it (that would fail the whole query).
     @Test func timesSentAsMicrosecondsArePostgresOwnReading() throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "times")
-        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
-                                        overrides: TestDatabase.shared.overrides(database: database), maxConnections: 1))
+        let pool = try TestDatabase.shared.migratedPool(prefix: "times", maxConnections: 1)
         defer { pool.closeIdle() }
         var generator = SystemRandomNumberGenerator()
         func two(_ range: ClosedRange<Int>) -> String {
@@ -55,9 +53,7 @@ import TestSupport
     /// before (a dump's bytes must not change), over years 1 to 9999, before and after 1970
     /// and 2000, and at the ends of seconds and years; outside those years it gives nil.
     @Test func timesWrittenInDumpsAreToCharsOwn() throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "dumptimes")
-        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
-                                        overrides: TestDatabase.shared.overrides(database: database), maxConnections: 1))
+        let pool = try TestDatabase.shared.migratedPool(prefix: "dumptimes", maxConnections: 1)
         defer { pool.closeIdle() }
         var generator = SystemRandomNumberGenerator()
         let first: Int64 = -63_082_281_600_000_000  // 0001-01-01T00:00:00Z, in microseconds since 2000

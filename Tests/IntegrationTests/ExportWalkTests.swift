@@ -10,9 +10,7 @@ import TestSupport
 /// and by bytes (16 MiB of bodies).
 @Suite struct ExportWalkTests {
     @Test func everyEntryOnceInOrderAcrossPageCuts() throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "expwalk")
-        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
-                                        overrides: TestDatabase.shared.overrides(database: database), maxConnections: 4))
+        let pool = try TestDatabase.shared.migratedPool(prefix: "expwalk", maxConnections: 4)
         let store = EntryStore(pool: pool, policy: CachePolicy(), clock: SystemClock())
         _ = try pool.withConnection { connection in
             // 1,200 bodies of 40 KB first (pages cut by bytes), then 1,300 small (cut by count),
@@ -43,9 +41,7 @@ import TestSupport
     /// holds (an import or a long TTL can put one there) is still written as `to_char` writes
     /// it, and a missing access time stays missing.
     @Test func timesOutsideFourDigitYearsAreWrittenAsPostgresWritesThem() throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "exptimes")
-        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
-                                        overrides: TestDatabase.shared.overrides(database: database), maxConnections: 2))
+        let pool = try TestDatabase.shared.migratedPool(prefix: "exptimes", maxConnections: 2)
         let store = EntryStore(pool: pool, policy: CachePolicy(), clock: SystemClock())
         _ = try pool.withConnection { connection in
             try connection.query("""
