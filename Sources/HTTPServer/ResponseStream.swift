@@ -23,7 +23,8 @@ public final class ResponseStream: Sendable {
     }
 
     struct State {
-        /// Bytes handed to `send` and not yet in the connection's output queue.
+        /// Bytes handed to `send` and not yet in the connection's output queue, counted as
+        /// they will be queued (`wireSize`), so a part joining the queue moves the total by nothing.
         var inTransit = 0
         /// The connection's unwritten output, as the loop last saw it.
         var queued = 0
@@ -65,7 +66,7 @@ public final class ResponseStream: Sendable {
         guard !part.isEmpty else { return }
         let accepted = state.withLock { state -> Bool in
             guard !state.closed && !state.finished else { return false }
-            state.inTransit += part.count
+            state.inTransit += wireSize(of: part.count)
             return true
         }
         guard accepted else { return }
@@ -73,6 +74,16 @@ public final class ResponseStream: Sendable {
         // (`notePartQueued`): a part counted in neither for a moment would let a racing
         // producer send past the buffer.
         onLoop { connection in connection.streamPart(part, of: self) }
+    }
+
+    /// What a part of `count` bytes adds to the connection's output: its chunk framing with it
+    /// (`4000\r\n` … `\r\n` for 16 KiB), nothing for a body that is not sent.
+    func wireSize(of count: Int) -> Int {
+        switch framing {
+        case .chunked: count + String(count, radix: 16).utf8.count + 4
+        case .closeDelimited: count
+        case .none: 0
+        }
     }
 
     /// Ends the body: the response is complete, and the connection goes on to the next request.
@@ -135,7 +146,7 @@ public final class ResponseStream: Sendable {
     /// stream has ended and the part was dropped.
     func notePartQueued(_ part: Int, queued bytes: Int?) {
         let wake = state.withLock { state -> [@Sendable () -> Void] in
-            state.inTransit -= part
+            state.inTransit -= wireSize(of: part)
             if let bytes { state.queued = bytes }
             return drained(&state)
         }
