@@ -163,6 +163,16 @@ cpu_ticks() {
   echo "$user $system"
 }
 
+# postgres_ticks → "USER SYSTEM" of the embedded cluster: the postmaster with what its exited
+# children ran, and its live backends (whose titles do not name the folder).
+postgres_ticks() {
+  local postmaster; postmaster=$(head -n 1 "$WORK/data/postgres/postmaster.pid")
+  local -a own live
+  read -r -a own <<<"$(cpu_ticks --children "$postmaster")"
+  read -r -a live <<<"$(cpu_ticks $(pgrep -d ' ' -P "$postmaster") 2>/dev/null || echo 0 0)"
+  echo "$((own[0] + live[0])) $((own[1] + live[1]))"
+}
+
 # cpu_per_request BEFORE AFTER REQUESTS → "USER_US SYSTEM_US": microseconds of CPU each
 # request cost, from two cpu_ticks readings.
 cpu_per_request() {

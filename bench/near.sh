@@ -16,15 +16,6 @@ transactions() {
   psql -h "$(pg_socket)" -U postgres -d teamcache -tAc \
     "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'teamcache'"
 }
-# postgres_ticks → "USER SYSTEM" of the embedded cluster: the postmaster with what its exited
-# children ran, and its live backends (whose titles do not name the folder).
-postgres_ticks() {
-  local postmaster; postmaster=$(head -n 1 "$WORK/data/postgres/postmaster.pid")
-  local -a own live
-  read -r -a own <<<"$(cpu_ticks --children "$postmaster")"
-  read -r -a live <<<"$(cpu_ticks $(pgrep -d ' ' -P "$postmaster") 2>/dev/null || echo 0 0)"
-  echo "$((own[0] + live[0])) $((own[1] + live[1]))"
-}
 # hits GZIP → "RPS P50 P99 TRANSACTIONS_PER_HIT USER_US SYSTEM_US DATABASE_US" (CPU per hit)
 hits() {
   local before after out cpu0 cpu1 db0 db1

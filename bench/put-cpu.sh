@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Where a PUT's CPU goes: the service's (user and kernel) and PostgreSQL's (the embedded
+# cluster's processes, exited backends included), per PUT answered, over ROUNDS runs of
+# wrk -c64 of bench/lua/put.lua (~2 KB JSON over 100,000 keys); then the same for the plain
+# per-call upsert anchor (pgbench -c16), per upsert. Noisy: read the rounds' spread first.
+#   ROUNDS=3 BENCH_DURATION=8
+source "$(dirname "$0")/lib.sh"
+need_tools
+build_release
+start_server
+python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >/dev/null
+python3 "$BENCH_DIR/pgbench_sql.py" "$WORK"
+psql -h "$(pg_socket)" -U postgres teamcache -qf "$WORK/plain_table.sql"
+wrk_run 64 "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/put.lua" >/dev/null  # warm-up
+echo "| round | PUT/s | p99 ms | service user µs | service kernel µs | PostgreSQL µs |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for round in $(seq 1 "${ROUNDS:-3}"); do
+  service0=$(cpu_ticks "$SERVER_PID") db0=$(postgres_ticks)
+  out=$(wrk -t2 -c64 -d"${DURATION}s" --latency -s "$BENCH_DIR/lua/put.lua" "http://127.0.0.1:$PORT")
+  service1=$(cpu_ticks "$SERVER_PID") db1=$(postgres_ticks)
+  puts=$(echo "$out" | awk '/requests in/ {print $1}')
+  read -r user kernel <<<"$(cpu_per_request "$service0" "$service1" "$puts")"
+  read -r dbu dbs <<<"$(cpu_per_request "$db0" "$db1" "$puts")"
+  echo "| $round | $(echo "$out" | awk '/Requests\/sec/ {print $2}') | $(to_ms "$(echo "$out" | awk '/ 99%/ {print $2}')") |" \
+       "$user | $kernel | $(awk -v a="$dbu" -v b="$dbs" 'BEGIN { printf "%.1f", a + b }') |"
+done
+db0=$(postgres_ticks)
+out=$(cd "$WORK" && pgbench -n -M prepared -c 16 -j 2 -T "$DURATION" -f "$WORK/plain_upsert.sql" \
+      -h "$(pg_socket)" -U postgres teamcache 2>&1)
+db1=$(postgres_ticks)
+upserts=$(echo "$out" | awk '/number of transactions actually processed/ {split($NF, a, "/"); print a[1]}')
+read -r dbu dbs <<<"$(cpu_per_request "$db0" "$db1" "$upserts")"
+echo
+echo "plain per-call upsert (pgbench -c16): $(echo "$out" | awk '/^tps/ {print $3; exit}') TPS," \
+     "PostgreSQL $(awk -v a="$dbu" -v b="$dbs" 'BEGIN { printf "%.1f", a + b }') µs an upsert (pgbench's own CPU not counted)"
+stop_server
