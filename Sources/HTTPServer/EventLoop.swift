@@ -26,7 +26,9 @@ public final class EventLoop: @unchecked Sendable, Reactor {
     private let epoll: Int32
     private let wakeFD: Int32
     private var listener: Int32
-    private var connections: [Int32: Connection] = [:]
+    // Unchecked at run time, as `Connection.parser` is: read on every event and request, on
+    // the loop's thread only, and never accessed from inside another access to itself.
+    @exclusivity(unchecked) private var connections: [Int32: Connection] = [:]
     private var watchers: [Int32: () -> Void] = [:]
     private var iterationHooks: [() -> Void] = []
     private let pendingLock = NSLock()
@@ -48,9 +50,9 @@ public final class EventLoop: @unchecked Sendable, Reactor {
     /// The loop's thread (`pthread_self`), once it runs; 0 before.
     private let thread = Atomic<UInt>(0)
     /// Access log lines, handed to the log sink in chunks rather than a lock per line.
-    private var accessLog = LogLine(capacity: 64 * 1024)
+    @exclusivity(unchecked) private var accessLog = LogLine(capacity: 64 * 1024)
     /// Each route's rendered `"method"` and `"route"` fields, by route id (`accessRoute`).
-    private var accessRoutes: [[(method: String, part: LogLine.Part)]] = []
+    @exclusivity(unchecked) private var accessRoutes: [[(method: String, part: LogLine.Part)]] = []
 
     /// TCP_NODELAY from <netinet/tcp.h> (not in Glibc's module; the value is fixed by Linux's ABI).
     private static let tcpNoDelay: Int32 = 1
