@@ -34,6 +34,9 @@ public final class HTTPRequest: @unchecked Sendable {
     @exclusivity(unchecked) public internal(set) var deadline: UInt64 = 0
     /// Its route may change state (`Route.mayChangeState`).
     @exclusivity(unchecked) var mayChangeState = false
+    /// Where the target's query begins (its `?`), found once by `memchr`: a generic walk of
+    /// the target's UTF-8 view cost ~1,000 instructions each time `path` or `queryItems` asked.
+    private let queryMark: String.Index?
 
     public init(method: String, target: String, version: HTTPVersion, headers: HTTPHeaders, body: [UInt8] = [],
                 keepAlive: Bool = true) {
@@ -43,11 +46,20 @@ public final class HTTPRequest: @unchecked Sendable {
         self.headers = headers
         self.body = body
         self.keepAlive = keepAlive
+        queryMark = Self.queryMark(in: target)
+    }
+
+    private static func queryMark(in target: String) -> String.Index? {
+        let utf8 = target.utf8
+        if let offset = utf8.withContiguousStorageIfAvailable({ ByteSearch.firstIndex(of: UInt8(ascii: "?"), in: $0, from: 0) }) {
+            return offset.map { utf8.index(utf8.startIndex, offsetBy: $0) }
+        }
+        return utf8.firstIndex(of: UInt8(ascii: "?"))
     }
 
     /// The target's path, before `?`.
     public var path: Substring {
-        guard let mark = target.utf8.firstIndex(of: UInt8(ascii: "?")) else { return Substring(target) }
+        guard let mark = queryMark else { return Substring(target) }
         return target[..<mark]
     }
 
@@ -55,7 +67,7 @@ public final class HTTPRequest: @unchecked Sendable {
     public var queryItems: [String: String]? {
         // Split by bytes, not Characters (grapheme breaking was a visible share of a hit), and
         // most targets have no query at all.
-        guard let mark = target.utf8.firstIndex(of: UInt8(ascii: "?")) else { return [:] }
+        guard let mark = queryMark else { return [:] }
         let query = target.utf8[target.utf8.index(after: mark)...]
         var items: [String: String] = [:]
         for pair in query.split(separator: UInt8(ascii: "&")) {

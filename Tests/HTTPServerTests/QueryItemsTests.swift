@@ -21,4 +21,22 @@ import Testing
         #expect(items("/a?a==b") == ["a": "=b"])
         #expect(items("/a?&&&") == [:])
     }
+
+    /// The `?` is found once, by `memchr` in a long target and by a walk in a short one (a
+    /// short string has no contiguous storage to lend): the path is everything before the
+    /// first `?`, whatever the target's length or bytes.
+    @Test func thePathEndsAtTheFirstQuestionMark() {
+        var generator = SystemRandomNumberGenerator()
+        let alphabet: [Character] = ["a", "/", "?", "=", "&", "%", "é", "😀"]
+        for _ in 0..<3000 {
+            let target = "/" + String((0..<Int.random(in: 0..<40, using: &generator)).map { _ in
+                alphabet.randomElement(using: &generator)!
+            })
+            let request = HTTPRequest(method: "GET", target: target, version: .http11, headers: HTTPHeaders())
+            let expected = target.utf8.firstIndex(of: UInt8(ascii: "?")).map { target[..<$0] } ?? Substring(target)
+            #expect(request.path == expected, "\(target)")
+        }
+        #expect(HTTPRequest(method: "GET", target: "/x?y", version: .http11, headers: HTTPHeaders()).path == "/x")
+        #expect(items("/a-long-enough-target-to-be-stored-apart?k=v") == ["k": "v"])
+    }
 }
