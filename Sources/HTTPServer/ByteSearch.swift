@@ -2,7 +2,7 @@ import Glibc
 
 /// Byte searches through `memchr`: the parser looks for line ends and colons in every
 /// request head, and a generic index walk over an array costs several times as much.
-enum ByteSearch {
+public enum ByteSearch {
     /// The first index at or after `from` holding `byte`; nil if none, or if `from` is not
     /// an index of `bytes`.
     static func firstIndex(of byte: UInt8, in bytes: UnsafeBufferPointer<UInt8>, from: Int) -> Int? {
@@ -16,5 +16,16 @@ enum ByteSearch {
         slice.withUnsafeBufferPointer { buffer in
             firstIndex(of: byte, in: buffer, from: from - slice.startIndex).map { $0 + slice.startIndex }
         }
+    }
+
+    /// The first index of `byte` in `text`'s UTF-8: `memchr` over its storage (a generic walk
+    /// of the UTF-8 view costs ~250 instructions before it reads a byte); a short string,
+    /// which lends no storage, is walked.
+    public static func firstIndex(of byte: UInt8, in text: String) -> String.Index? {
+        let utf8 = text.utf8
+        if let offset = utf8.withContiguousStorageIfAvailable({ firstIndex(of: byte, in: $0, from: 0) }) {
+            return offset.map { utf8.index(utf8.startIndex, offsetBy: $0) }
+        }
+        return utf8.firstIndex(of: byte)
     }
 }

@@ -46,15 +46,7 @@ public final class HTTPRequest: @unchecked Sendable {
         self.headers = headers
         self.body = body
         self.keepAlive = keepAlive
-        queryMark = Self.queryMark(in: target)
-    }
-
-    private static func queryMark(in target: String) -> String.Index? {
-        let utf8 = target.utf8
-        if let offset = utf8.withContiguousStorageIfAvailable({ ByteSearch.firstIndex(of: UInt8(ascii: "?"), in: $0, from: 0) }) {
-            return offset.map { utf8.index(utf8.startIndex, offsetBy: $0) }
-        }
-        return utf8.firstIndex(of: UInt8(ascii: "?"))
+        queryMark = ByteSearch.firstIndex(of: UInt8(ascii: "?"), in: target)
     }
 
     /// The target's path, before `?`.

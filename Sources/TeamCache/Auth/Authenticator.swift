@@ -225,7 +225,7 @@ public final class Authenticator: Sendable {
             throw Self.unauthorized("A bearer token is required.", error: nil)
         }
         // Sliced, not split: this runs on every request, and slices allocate nothing.
-        guard let space = header.utf8.firstIndex(of: UInt8(ascii: " ")),
+        guard let space = ByteSearch.firstIndex(of: UInt8(ascii: " "), in: header),
               Self.isBearer(header.utf8[..<space]),
               case let secret = header[header.utf8.index(after: space)...], !secret.isEmpty, secret.utf8.count <= 256
         else {
