@@ -18,6 +18,7 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
   service0=$(cpu_ticks "$SERVER_PID") db0=$(postgres_ticks)
   out=$(wrk -t2 -c64 -d"${DURATION}s" --latency -s "$BENCH_DIR/lua/put.lua" "http://127.0.0.1:$PORT")
   service1=$(cpu_ticks "$SERVER_PID") db1=$(postgres_ticks)
+  echo "$out" | grep -q "Non-2xx" && { echo "$out"; echo "some PUTs failed: not counted as PUTs" >&2; exit 1; }
   puts=$(echo "$out" | awk '/requests in/ {print $1}')
   read -r user kernel <<<"$(cpu_per_request "$service0" "$service1" "$puts")"
   read -r dbu dbs <<<"$(cpu_per_request "$db0" "$db1" "$puts")"

@@ -1119,6 +1119,12 @@ CREATE INDEX entries_tags ON public.entries USING gin (tags);
 CREATE INDEX entries_version ON public.entries USING btree (namespace, version) WHERE (version IS NOT NULL);
 
 --
+-- Name: entry_access_idle; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX entry_access_idle ON public.entry_access USING btree (last_accessed_at);
+
+--
 -- Name: entry_access_lru; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -1129,6 +1135,12 @@ CREATE INDEX entry_access_lru ON public.entry_access USING btree (namespace, las
 --
 
 CREATE INDEX entry_access_top ON public.entry_access USING btree (namespace, hit_count DESC);
+
+--
+-- Name: entry_access_top_global; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX entry_access_top_global ON public.entry_access USING btree (hit_count DESC);
 
 --
 -- Name: entry_changes_age; Type: INDEX; Schema: public; Owner: -

@@ -82,7 +82,7 @@ enum EntryGroupWrite {
                       e.xmax = 0 AS inserted),
         accessed AS (
             -- A write counts as an access (LRU), to the minute: an access row touched within
-            -- the last minute is left as it is, which spares a new version of it and of its three
+            -- the last minute is left as it is, which spares a new version of it and of its five
             -- index entries for most rewrites of a busy key. The access row is the entry's own:
             -- only a flush (which never waits) or a delete holding the entry row could hold it.
             INSERT INTO entry_access AS a (entry_id, namespace, hit_count, last_accessed_at)

@@ -30,17 +30,10 @@ extension EntryStore {
         FROM entry_access a JOIN entries e ON e.id = a.entry_id
         WHERE a.namespace = $1 ORDER BY a.hit_count DESC LIMIT $2
         """
-    /// The whole store's most hit, merged from each namespace's first `$1` (`AccessNamespaces`).
     static let selectTopGlobal = """
-        WITH RECURSIVE \(AccessNamespaces.cte)
-        SELECT e.namespace, e.key, e.prompt_digest, e.model, t.hit_count, t.last_accessed_at, e.writer_token_id
-        FROM (SELECT m.* FROM access_namespaces n
-              CROSS JOIN LATERAL (SELECT a.entry_id, a.hit_count, a.last_accessed_at FROM entry_access a
-                                  WHERE a.namespace = n.namespace ORDER BY a.hit_count DESC LIMIT $1) m
-              WHERE n.namespace IS NOT NULL
-              ORDER BY m.hit_count DESC LIMIT $1) t
-        JOIN entries e ON e.id = t.entry_id
-        ORDER BY t.hit_count DESC
+        SELECT e.namespace, e.key, e.prompt_digest, e.model, a.hit_count, a.last_accessed_at, e.writer_token_id
+        FROM entry_access a JOIN entries e ON e.id = a.entry_id
+        ORDER BY a.hit_count DESC LIMIT $1
         """
     static let selectAllCounters = """
         SELECT namespace, sum(entries)::bigint AS entries, sum(identity_bytes)::bigint AS identity_bytes,

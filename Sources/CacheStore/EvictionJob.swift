@@ -64,19 +64,10 @@ public final class EvictionJob: Sendable {
     /// Idle: neither read (its access row) nor written (`updated_at`, rechecked on the row
     /// deleted) since the cutoff (`$1`; `$3` is now, when the evictions are counted). A write moves the access row only to the minute, so the
     /// entry's own write time is what makes a just-rewritten entry not idle.
-    /// A batch is any `$2` idle entries, namespace by namespace (`AccessNamespaces`): every
-    /// idle entry goes by the end of the drain, so which go first does not matter.
     static let deleteIdle = """
-        WITH RECURSIVE \(AccessNamespaces.cte),
-        idle AS (
-            SELECT i.entry_id FROM access_namespaces n
-            CROSS JOIN LATERAL (SELECT a.entry_id FROM entry_access a
-                                WHERE a.namespace = n.namespace AND a.last_accessed_at < $1
-                                ORDER BY a.last_accessed_at LIMIT $2) i
-            WHERE n.namespace IS NOT NULL
-            LIMIT $2),
-        gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
-            SELECT e.id FROM entries e WHERE e.id = ANY(ARRAY(SELECT entry_id FROM idle))
+        WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
+            SELECT e.id FROM entries e WHERE e.id = ANY(ARRAY(
+                SELECT entry_id FROM entry_access WHERE last_accessed_at < $1 ORDER BY last_accessed_at LIMIT $2))
             FOR UPDATE SKIP LOCKED))
             AND updated_at < $1
             RETURNING namespace, stored_size),
@@ -87,25 +78,13 @@ public final class EvictionJob: Sendable {
     /// The least recently used entries of a namespace ('' = the whole store) until `excess`
     /// bytes are covered: each row is taken while the bytes before it are still short of it.
     /// An entry written after the cycle began (`$4`) is the most recent of all: it stays.
-    /// The whole store's are merged from each namespace's first `$3` (`AccessNamespaces`):
-    /// the global first `$3` are among them.
     static let deleteLeastRecent = """
-        WITH RECURSIVE \(AccessNamespaces.cte),
-        chosen AS (
-            SELECT namespace FROM access_namespaces WHERE $1 = '' AND namespace IS NOT NULL
-            UNION ALL
-            SELECT $1 WHERE $1 <> ''),
-        oldest AS (
-            SELECT o.entry_id, o.last_accessed_at FROM chosen c
-            CROSS JOIN LATERAL (SELECT a.entry_id, a.last_accessed_at FROM entry_access a
-                                WHERE a.namespace = c.namespace
-                                ORDER BY a.last_accessed_at, a.entry_id LIMIT $3) o),
-        ranked AS (
+        WITH ranked AS (
             SELECT e.id, e.stored_size,
-                   sum(e.stored_size) OVER (ORDER BY o.last_accessed_at, e.id) - e.stored_size AS before
-            FROM (SELECT * FROM oldest ORDER BY last_accessed_at, entry_id LIMIT $3) o
-            JOIN entries e ON e.id = o.entry_id
-            ORDER BY o.last_accessed_at, e.id LIMIT $3),
+                   sum(e.stored_size) OVER (ORDER BY a.last_accessed_at, e.id) - e.stored_size AS before
+            FROM entry_access a JOIN entries e ON e.id = a.entry_id
+            WHERE ($1 = '' OR a.namespace = $1)
+            ORDER BY a.last_accessed_at, e.id LIMIT $3),
         gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
                      SELECT l.id FROM entries l WHERE l.id IN (SELECT id FROM ranked WHERE before < $2)
                      FOR UPDATE SKIP LOCKED))

@@ -19,8 +19,8 @@ public enum ByteSearch {
     }
 
     /// The first index of `byte` in `text`'s UTF-8: `memchr` over its storage (a generic walk
-    /// of the UTF-8 view costs ~250 instructions before it reads a byte); a short string,
-    /// which lends no storage, is walked.
+    /// of the UTF-8 view costs ~250 instructions before it reads a byte); a string that lends
+    /// no UTF-8 storage (a bridged one) is walked.
     public static func firstIndex(of byte: UInt8, in text: String) -> String.Index? {
         let utf8 = text.utf8
         if let offset = utf8.withContiguousStorageIfAvailable({ firstIndex(of: byte, in: $0, from: 0) }) {

@@ -76,14 +76,21 @@ public final class ResponseStream: Sendable {
         onLoop { connection in connection.streamPart(part, of: self) }
     }
 
-    /// What a part of `count` bytes adds to the connection's output: its chunk framing with it
-    /// (`4000\r\n` … `\r\n` for 16 KiB), nothing for a body that is not sent.
+    /// What a part of `count` bytes counts for while in transit: what it will add to the
+    /// connection's output, its chunk framing with it (`4000\r\n` … `\r\n` for 16 KiB). A part
+    /// of a body that is not sent (HEAD) still counts until the loop drops it: it is held meanwhile.
     func wireSize(of count: Int) -> Int {
         switch framing {
-        case .chunked: count + String(count, radix: 16).utf8.count + 4
-        case .closeDelimited: count
-        case .none: 0
+        case .chunked: count + Self.hexDigits(count) + 4
+        case .closeDelimited, .none: count
         }
+    }
+
+    /// How many hex digits `String(count, radix: 16)` writes.
+    static func hexDigits(_ count: Int) -> Int {
+        var digits = 1, rest = count >> 4
+        while rest > 0 { (digits, rest) = (digits + 1, rest >> 4) }
+        return digits
     }
 
     /// Ends the body: the response is complete, and the connection goes on to the next request.

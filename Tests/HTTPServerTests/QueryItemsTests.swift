@@ -22,9 +22,9 @@ import Testing
         #expect(items("/a?&&&") == [:])
     }
 
-    /// The `?` is found once, by `memchr` in a long target and by a walk in a short one (a
-    /// short string has no contiguous storage to lend): the path is everything before the
-    /// first `?`, whatever the target's length or bytes.
+    /// The `?` is found once, by `memchr` over the target's UTF-8 (a short string's through a
+    /// copy on the stack): the path is everything before the first `?`, whatever the target's
+    /// length or bytes.
     @Test func thePathEndsAtTheFirstQuestionMark() {
         var generator = SystemRandomNumberGenerator()
         let alphabet: [Character] = ["a", "/", "?", "=", "&", "%", "é", "😀"]

@@ -6,8 +6,9 @@ import Testing
 import TestSupport
 
 /// The whole store's orderings of access rows (store-wide LRU, idle entries, the most hit)
-/// are merged namespace by namespace (migration 0018 dropped their whole-store indexes): each
-/// must still be the whole store's, across namespaces and across the cycle's batches of 1,000.
+/// across namespaces and across the cycle's batches of 1,000: what `entry_access_idle` and
+/// `entry_access_top_global` serve (a merge of per-namespace ranges was measured in their
+/// place and not kept: bench/results/2026-12-05-put-path-2.md).
 @Suite struct AccessOrderTests {
     /// Five namespaces of 700 one-byte entries, their access times interleaved across
     /// namespaces (entry i of namespace n was used i * 5 + n seconds ago, n in 0..<5).
