@@ -61,7 +61,7 @@ public enum HeaderList {
     /// The same over bytes read in place (`Accept-Encoding` on the hit path).
     public static func quality(bytes: UnsafeBufferPointer<UInt8>) -> Double? {
         guard let first = bytes.first, first == zero || first == one, bytes.count <= 5 else { return nil }
-        if bytes.count == 1 { return first == one ? 1 : 0 }
+        guard bytes.count > 1 else { return first == one ? 1 : 0 }
         guard bytes[1] == UInt8(ascii: ".") else { return nil }
         var thousandths = 0, scale = 100
         for byte in bytes.dropFirst(2) {

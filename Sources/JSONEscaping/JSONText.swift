@@ -33,7 +33,8 @@ public enum JSONText {
         text.utf8.contains(where: mustEscape)
     }
 
-    private static func mustEscape(_ byte: UInt8) -> Bool {
+    /// Whether `byte` of a string's UTF-8 is escaped (`"`, `\\`, below U+0020).
+    public static func mustEscape(_ byte: UInt8) -> Bool {
         byte < 0x20 || byte == 0x22 || byte == 0x5C
     }
 

@@ -189,20 +189,20 @@ public struct LogLine: ~Copyable {
 
     /// A JSON string: raw UTF-8 when nothing needs escaping (the usual case).
     private mutating func appendEscaped(_ text: String) {
-        append(UInt8(ascii: "\""))
         // Checked and copied over the bytes in place (walking `utf8` cost tens of
         // instructions a byte, on every access line).
         let copied = text.withUTF8Bytes { bytes -> Bool in
-            guard !bytes.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }) else { return false }
+            guard !bytes.contains(where: JSONText.mustEscape) else { return false }
+            append(UInt8(ascii: "\""))
             append(bytes)
+            append(UInt8(ascii: "\""))
             return true
         }
         if !copied {
-            var escaped = ""
-            JSONText.appendString(text, to: &escaped)
-            Array(escaped.utf8.dropFirst().dropLast()).withUnsafeBytes { append($0) }
+            var quoted: [UInt8] = []
+            JSONText.appendString(text, to: &quoted)  // quotes included
+            quoted.withUnsafeBytes { append($0) }
         }
-        append(UInt8(ascii: "\""))
     }
 
     // MARK: Appending
