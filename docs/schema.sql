@@ -18,6 +18,30 @@ SET client_min_messages = warning;
 SET row_security = off;
 
 --
+-- Name: tc_access_rows_deleted(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_access_rows_deleted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DELETE FROM entry_access WHERE entry_id = ANY (ARRAY(SELECT id FROM old_rows));
+    RETURN NULL;
+END $$;
+
+--
+-- Name: tc_access_rows_truncated(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tc_access_rows_truncated() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    TRUNCATE entry_access;
+    RETURN NULL;
+END $$;
+
+--
 -- Name: tc_change_time(timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1173,6 +1197,18 @@ CREATE INDEX leases_expires_at ON public.leases USING btree (expires_at);
 CREATE INDEX stats_history_age ON public.stats_history USING btree (step, t);
 
 --
+-- Name: entries entries_access_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_access_delete AFTER DELETE ON public.entries REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.tc_access_rows_deleted();
+
+--
+-- Name: entries entries_access_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER entries_access_truncate AFTER TRUNCATE ON public.entries FOR EACH STATEMENT EXECUTE FUNCTION public.tc_access_rows_truncated();
+
+--
 -- Name: entries entries_count_delete; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1261,13 +1297,6 @@ CREATE TRIGGER entries_sealed_update AFTER UPDATE ON public.entries REFERENCING 
 --
 
 CREATE TRIGGER leases_notify_delete AFTER DELETE ON public.leases REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.tc_notify_old_rows();
-
---
--- Name: entry_access entry_access_entry_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.entry_access
-    ADD CONSTRAINT entry_access_entry_id_fkey FOREIGN KEY (entry_id) REFERENCES public.entries(id) ON DELETE CASCADE;
 
 --
 -- PostgreSQL database dump complete

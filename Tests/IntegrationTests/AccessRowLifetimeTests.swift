@@ -1,0 +1,59 @@
+import CacheCore
+import CacheStore
+import Foundation
+import Postgres
+import Testing
+import TestSupport
+
+/// An entry's access row goes with the entry, whichever way it goes: a DELETE of one key, an
+/// eviction by predicate, the eviction cycle, a DELETE by hand and a TRUNCATE (migration 0018's
+/// triggers, which replaced the foreign key's cascade). An access row left behind would be
+/// counted by the LRU and idle passes and the `top` lists, and hold its id forever.
+@Suite struct AccessRowLifetimeTests {
+    /// (access rows, access rows without an entry, entries).
+    static func counts(_ pool: ConnectionPool) throws -> (access: Int, orphans: Int, entries: Int) {
+        try pool.withConnection { connection in
+            let row = try connection.query("""
+                SELECT (SELECT count(*) FROM entry_access) AS access,
+                       (SELECT count(*) FROM entry_access a
+                        WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.id = a.entry_id)) AS orphans,
+                       (SELECT count(*) FROM entries) AS entries
+                """).first
+            return (try row?.int("access") ?? -1, try row?.int("orphans") ?? -1, try row?.int("entries") ?? -1)
+        }
+    }
+
+    static func expectPaired(_ pool: ConnectionPool, entries: Int, _ step: String) throws {
+        let counts = try Self.counts(pool)
+        #expect(counts.orphans == 0 && counts.access == entries && counts.entries == entries, "\(step): \(counts)")
+    }
+
+    @Test func accessRowsGoWithTheirEntriesEveryWay() throws {
+        var policy = CachePolicy()
+        policy.idleTTL = 3000  // ages 3001...3499 are idle: 499 entries, across the five namespaces
+        let (store, pool, _) = try AccessOrderTests.store(policy, prefix: "accessgone")
+        try Self.expectPaired(pool, entries: 3500, "filled")
+
+        let ns0 = try #require(Namespace("ns0")), ns1 = try #require(Namespace("ns1"))
+        #expect(try store.delete(ns0, try #require(EntryKey(Array("0000".utf8)))))
+        try Self.expectPaired(pool, entries: 3499, "one key deleted")
+
+        var predicate = EvictionPredicate()
+        predicate.keys = (1...100).map { Array(String(format: "%04d", $0).utf8) }
+        #expect(try store.evict(ns1, predicate).entries == 100)
+        try Self.expectPaired(pool, entries: 3399, "evicted by key list")
+
+        let report = try #require(EvictionJob(store: store).runCycle())
+        let idle = try #require(report.entries[.idle])
+        #expect(idle > 0)
+        try Self.expectPaired(pool, entries: 3399 - idle, "the eviction cycle's idle pass")
+
+        let left = try Self.counts(pool).entries
+        let byHand = try pool.withConnection { try $0.query("DELETE FROM entries WHERE namespace = 'ns4'").affectedRows }
+        #expect(byHand > 0)
+        try Self.expectPaired(pool, entries: left - byHand, "a DELETE by hand")
+
+        try pool.withConnection { try $0.execute("TRUNCATE entries") }
+        try Self.expectPaired(pool, entries: 0, "TRUNCATE")
+    }
+}
