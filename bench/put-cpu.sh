@@ -4,10 +4,21 @@
 # wrk -c64 of bench/lua/put.lua (~2 KB JSON over 100,000 keys); then the same for the plain
 # per-call upsert anchor (pgbench -c16), per upsert. Noisy: read the rounds' spread first.
 #   ROUNDS=3 BENCH_DURATION=8
+#   PIN_DATABASE=1: PostgreSQL on core 0, the service and the load generators (wrk, pgbench)
+#   on core 1, as a deployment gives the database machine its own cores: the anchor's
+#   client and TeamCache's service then no longer take their CPU from the database's.
 source "$(dirname "$0")/lib.sh"
 need_tools
 build_release
 start_server
+LOAD=()
+if [ "${PIN_DATABASE:-0}" = 1 ]; then
+  postmaster=$(head -n 1 "$WORK/data/postgres/postmaster.pid")
+  # Backends fork from the postmaster later and inherit its core.
+  for pid in "$postmaster" $(pgrep -P "$postmaster"); do taskset -a -p -c 0 "$pid" >/dev/null; done
+  taskset -a -p -c 1 "$SERVER_PID" >/dev/null
+  LOAD=(taskset -c 1)
+fi
 python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >/dev/null
 python3 "$BENCH_DIR/pgbench_sql.py" "$WORK"
 psql -h "$(pg_socket)" -U postgres teamcache -qf "$WORK/plain_table.sql"
@@ -16,7 +27,7 @@ echo "| round | PUT/s | p99 ms | service user µs | service kernel µs | Postgre
 echo "| --- | --- | --- | --- | --- | --- |"
 for round in $(seq 1 "${ROUNDS:-3}"); do
   service0=$(cpu_ticks "$SERVER_PID") db0=$(postgres_ticks)
-  out=$(wrk -t2 -c64 -d"${DURATION}s" --latency -s "$BENCH_DIR/lua/put.lua" "http://127.0.0.1:$PORT")
+  out=$("${LOAD[@]}" wrk -t2 -c64 -d"${DURATION}s" --latency -s "$BENCH_DIR/lua/put.lua" "http://127.0.0.1:$PORT")
   service1=$(cpu_ticks "$SERVER_PID") db1=$(postgres_ticks)
   echo "$out" | grep -q "Non-2xx" && { echo "$out"; echo "some PUTs failed: not counted as PUTs" >&2; exit 1; }
   puts=$(echo "$out" | awk '/requests in/ {print $1}')
@@ -26,7 +37,7 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
        "$user | $kernel | $(awk -v a="$dbu" -v b="$dbs" 'BEGIN { printf "%.1f", a + b }') |"
 done
 db0=$(postgres_ticks)
-out=$(cd "$WORK" && pgbench -n -M prepared -c 16 -j 2 -T "$DURATION" -f "$WORK/plain_upsert.sql" \
+out=$(cd "$WORK" && "${LOAD[@]}" pgbench -n -M prepared -c 16 -j 2 -T "$DURATION" -f "$WORK/plain_upsert.sql" \
       -h "$(pg_socket)" -U postgres teamcache 2>&1)
 # pgbench's backends have just exited: their CPU is counted once the postmaster has reaped
 # them (read before, it was in neither reading: 1.3 µs an upsert instead of ~20).
