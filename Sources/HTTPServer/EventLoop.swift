@@ -272,19 +272,22 @@ public final class EventLoop: @unchecked Sendable, Reactor {
     static func requestID(prefix: String, counter: UInt64) -> String {
         var digits = 1
         while digits < 16 && counter >> (4 * digits) != 0 { digits += 1 }
-        let prefixLength = prefix.utf8.count
-        return String(unsafeUninitializedCapacity: prefixLength + digits) { buffer in
-            var index = 0
-            for byte in prefix.utf8 {
-                buffer[index] = byte
-                index += 1
+        var prefix = prefix
+        // The prefix copied whole from its contiguous UTF-8: a walk of its UTF-8 view cost ~30
+        // instructions a byte, every request.
+        return prefix.withUTF8 { prefixBytes in
+            String(unsafeUninitializedCapacity: prefixBytes.count + digits) { buffer in
+                if let base = buffer.baseAddress, let source = prefixBytes.baseAddress {
+                    base.update(from: source, count: prefixBytes.count)
+                }
+                var index = prefixBytes.count
+                for position in 0..<digits {
+                    let nibble = UInt8(truncatingIfNeeded: counter >> (4 * (digits - 1 - position))) & 0xF
+                    buffer[index] = nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
+                    index += 1
+                }
+                return index
             }
-            for position in 0..<digits {
-                let nibble = UInt8(truncatingIfNeeded: counter >> (4 * (digits - 1 - position))) & 0xF
-                buffer[index] = nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
-                index += 1
-            }
-            return index
         }
     }
 
