@@ -37,7 +37,7 @@ CREATE FUNCTION public.tc_access_rows_truncated() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    TRUNCATE entry_access;
+    DELETE FROM entry_access;
     RETURN NULL;
 END $$;
 

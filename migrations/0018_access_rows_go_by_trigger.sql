@@ -11,16 +11,29 @@
 -- transaction can see, let alone delete, it; the access flush only updates. What the key did
 -- that mattered was the cascade, and its cascade deleted the access rows one statement per
 -- entry. Now one statement per DELETE removes them all (by the primary key: an array probe,
--- whatever the number of rows), and a TRUNCATE of `entries` truncates `entry_access` too.
+-- whatever the number of rows), and a TRUNCATE of `entries` empties `entry_access` too.
 --
 -- Locks: the access rows are deleted at the end of the deleting statement, as the cascade's
--- per-row triggers did, by the transaction that holds their entry rows; no other path waits
--- for an access row (the flush and the writers' updates of them skip locked rows).
+-- per-row triggers did, by the transaction that holds their entry rows. Their other holders
+-- are the access flush (which never waits: SKIP LOCKED) and a writer's upsert of its own
+-- entry's access row, which holds the entry row first (docs/consistency.md). A hand-run
+-- DELETE of more than ~100 million entries in one statement passes the array's 1 GB limit:
+-- delete in batches.
+--
+-- A TRUNCATE of `entries` empties `entry_access` by DELETE, not TRUNCATE: `TRUNCATE entries,
+-- entry_access` (the form the key forced) still has both tables open when its triggers run,
+-- and a nested TRUNCATE would refuse; and a DELETE's lock does not conflict with the readers
+-- of `entry_access` that then read `entries` (the `top` lists, the LRU pass), which a
+-- TRUNCATE holding `entries` would deadlock with. (0012's truncate trigger deletes too.) A
+-- TRUNCATE is an operator's act; a DELETE of every access row is its price.
 --
 -- Compatible: older builds insert access rows with their entries and delete only entries;
--- these triggers remove the access rows for them as the cascade did. Table locks: dropping
--- the key and creating the triggers lock `entries` and `entry_access` for a moment each
--- (no rewrite, no scan).
+-- these triggers remove the access rows for them as the cascade did. Table locks: both
+-- tables, for a moment (no rewrite, no scan), taken first and in the order writers take
+-- them (`entries`, then `entry_access`): dropping the key needs both, and taking
+-- `entry_access` first could deadlock with a write between its entry row and its access row.
+
+LOCK TABLE entries, entry_access IN ACCESS EXCLUSIVE MODE;
 
 ALTER TABLE entry_access DROP CONSTRAINT entry_access_entry_id_fkey;
 
@@ -35,7 +48,7 @@ CREATE TRIGGER entries_access_delete AFTER DELETE ON entries
 
 CREATE FUNCTION tc_access_rows_truncated() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    TRUNCATE entry_access;
+    DELETE FROM entry_access;
     RETURN NULL;
 END $$;
 

@@ -70,7 +70,7 @@ enum EntryImportGroup {
                    octet_length(i.body) - coalesce(f.stored_size, 0) AS growth
             -- What the statement's snapshot holds, without a lock; `xmin` names the version. One
             -- index probe per entry, joined where it is probed: a separate CTE joined back on the
-            -- ordinal was planned as a nested loop over both (500 × 500 comparisons a chunk, 20 of
+            -- ordinal was planned as a nested loop over both (500 × 500 comparisons a chunk, 22 of
             -- a re-import's 24 ms), its row count being unknown to the planner.
             FROM input i
             LEFT JOIN LATERAL (SELECT e.id, e.stored_size, e.etag, e.updated_at, e.expires_at, e.xmin FROM entries e

@@ -278,7 +278,7 @@ public final class EventLoop: @unchecked Sendable, Reactor {
         return prefix.withUTF8 { prefixBytes in
             String(unsafeUninitializedCapacity: prefixBytes.count + digits) { buffer in
                 if let base = buffer.baseAddress, let source = prefixBytes.baseAddress {
-                    base.update(from: source, count: prefixBytes.count)
+                    base.initialize(from: source, count: prefixBytes.count)
                 }
                 var index = prefixBytes.count
                 for position in 0..<digits {

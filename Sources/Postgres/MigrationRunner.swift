@@ -100,7 +100,8 @@ public struct MigrationRunner: Sendable {
     }
 
     /// One migration and its row in a transaction, under `lockTimeout`: a try that times out
-    /// waiting for a lock rolls back whole and is made again, up to `lockTries` times.
+    /// waiting for a lock, or is ended by a deadlock, rolls back whole and is made again, up to
+    /// `lockTries` times.
     private func applyWithRetries(_ migration: Migration, on connection: PostgresConnection) throws {
         var attempt = 1
         while true {
@@ -114,7 +115,12 @@ public struct MigrationRunner: Sendable {
                     ])
                 }
                 return
-            } catch let error as PostgresError where error.sqlState == .lockNotAvailable && attempt < lockTries {
+            } catch let error as PostgresError
+                        where (error.sqlState == .lockNotAvailable || error.sqlState == .deadlockDetected)
+                        && attempt < lockTries {
+                // A deadlock too: a step that takes two tables' locks in another order than a
+                // transaction in flight is chosen as the victim (or makes that transaction one);
+                // rolled back whole, it is as safe to try again as a lock timeout.
                 onLockRetry?(migration, attempt)
                 attempt += 1
                 Thread.sleep(forTimeInterval: retryPause)

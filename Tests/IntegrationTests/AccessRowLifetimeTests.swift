@@ -56,4 +56,16 @@ import TestSupport
         try pool.withConnection { try $0.execute("TRUNCATE entries") }
         try Self.expectPaired(pool, entries: 0, "TRUNCATE")
     }
+
+    /// Every way to truncate empties both tables: the trigger deletes the access rows, since a
+    /// nested TRUNCATE refused `TRUNCATE entries, entry_access` (both tables still open).
+    @Test(arguments: ["TRUNCATE entries", "TRUNCATE entries CASCADE", "TRUNCATE entries, entry_access",
+                      "TRUNCATE entry_access, entries"])
+    func everyTruncateEmptiesBoth(_ statement: String) throws {
+        let prefix = "accesstrunc" + String(statement.hashValue.magnitude % 1_000_000)
+        let (_, pool, _) = try AccessOrderTests.store(CachePolicy(), prefix: prefix)
+        try Self.expectPaired(pool, entries: 3500, "filled")
+        try pool.withConnection { try $0.execute(statement) }
+        try Self.expectPaired(pool, entries: 0, statement)
+    }
 }

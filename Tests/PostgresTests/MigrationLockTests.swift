@@ -62,4 +62,44 @@ import TestSupport
         #expect(retries.value >= 1)
         #expect(try runner.pending(on: connection).isEmpty)
     }
+
+    /// A migration ended by a deadlock (it locks two tables in another order than a transaction
+    /// in flight, and PostgreSQL chooses it as the victim) rolls back whole and is tried again,
+    /// as one that timed out waiting: it goes through once the other transaction is done.
+    @Test func aMigrationEndedByADeadlockIsTriedAgain() throws {
+        let name = try TestDatabase.shared.freshDatabase(prefix: "mdeadlock")
+        let connection = try TestDatabase.shared.connect(database: name)
+        try connection.execute("CREATE TABLE lock_a (x int); CREATE TABLE lock_b (x int)")
+        // Takes b, then (after the holder has asked for b) a: the cycle is complete when the
+        // migration waits, and its short deadlock_timeout makes it the one that finds it.
+        let crossed = Migration(version: 1, name: "crossed", sql: """
+            SET LOCAL deadlock_timeout = '50ms';
+            LOCK TABLE lock_b IN ACCESS EXCLUSIVE MODE;
+            SELECT pg_sleep(0.5);
+            LOCK TABLE lock_a IN ACCESS EXCLUSIVE MODE;
+            """)
+        var runner = MigrationRunner(migrations: [crossed])
+        runner.lockTimeout = 5
+        runner.retryPause = 0.2
+        let retries = Locked(0)
+        runner.onLockRetry = { _, _ in retries.withLock { $0 += 1 } }
+        let holder = try TestDatabase.shared.connect(database: name)
+        try holder.execute("BEGIN; SET LOCAL deadlock_timeout = '10s'; LOCK TABLE lock_a IN ROW EXCLUSIVE MODE")
+        let done = DispatchSemaphore(value: 0)
+        let failure = Locked<String?>(nil)
+        let migrating = try TestDatabase.shared.connect(database: name)
+        let configured = runner
+        Thread.detachNewThread {
+            do { try configured.apply(on: migrating) } catch { failure.withLock { $0 = "\(error)" } }
+            done.signal()
+        }
+        Thread.sleep(forTimeInterval: 0.2)
+        // Waits for b until the migration, the deadlock's victim, rolls back.
+        try holder.execute("LOCK TABLE lock_b IN ROW EXCLUSIVE MODE")
+        try holder.execute("COMMIT")
+        #expect(done.wait(timeout: .now() + 20) == .success)
+        #expect(failure.value == nil, "\(failure.value ?? "")")
+        #expect(retries.value >= 1)
+        #expect(try runner.pending(on: connection).isEmpty)
+    }
 }
