@@ -9,6 +9,24 @@ import TestSupport
 @Suite struct MigrationLockTests {
     static let shipped = (try? Migration.load(from: TestPaths.migrations)) ?? []
 
+    /// Applies `runner`'s migrations to `database` on a thread of its own, over a connection of
+    /// its own: the tries it made again, a signal when it is done, and its error's text if any.
+    static func applying(_ runner: MigrationRunner, database: String) throws
+        -> (retries: Locked<Int>, done: DispatchSemaphore, failure: Locked<String?>) {
+        var runner = runner
+        let retries = Locked(0)
+        runner.onLockRetry = { _, _ in retries.withLock { $0 += 1 } }
+        let done = DispatchSemaphore(value: 0)
+        let failure = Locked<String?>(nil)
+        let migrating = try TestDatabase.shared.connect(database: database)
+        let configured = runner
+        Thread.detachNewThread {
+            do { try configured.apply(on: migrating) } catch { failure.withLock { $0 = "\(error)" } }
+            done.signal()
+        }
+        return (retries, done, failure)
+    }
+
     /// From migration 14 on (earlier files cannot change: they are applied), a file with a
     /// statement that locks a table says so on a line of its own.
     @Test func migrationsThatLockTablesSaySo() throws {
@@ -36,16 +54,7 @@ import TestSupport
         runner.lockTimeout = 0.3
         runner.retryPause = 0.2
         runner.lockTries = 100
-        let retries = Locked(0)
-        runner.onLockRetry = { _, _ in retries.withLock { $0 += 1 } }
-        let done = DispatchSemaphore(value: 0)
-        let failure = Locked<String?>(nil)
-        let migrating = try TestDatabase.shared.connect(database: name)
-        let configured = runner
-        Thread.detachNewThread {
-            do { try configured.apply(on: migrating) } catch { failure.withLock { $0 = "\(error)" } }
-            done.signal()
-        }
+        let (retries, done, failure) = try Self.applying(runner, database: name)
         Thread.sleep(forTimeInterval: 0.5)
         // A writer arriving now queues behind the migration's lock request, at most its timeout.
         let writer = try TestDatabase.shared.connect(database: name)
@@ -81,18 +90,9 @@ import TestSupport
         var runner = MigrationRunner(migrations: [crossed])
         runner.lockTimeout = 5
         runner.retryPause = 0.2
-        let retries = Locked(0)
-        runner.onLockRetry = { _, _ in retries.withLock { $0 += 1 } }
         let holder = try TestDatabase.shared.connect(database: name)
         try holder.execute("BEGIN; SET LOCAL deadlock_timeout = '10s'; LOCK TABLE lock_a IN ROW EXCLUSIVE MODE")
-        let done = DispatchSemaphore(value: 0)
-        let failure = Locked<String?>(nil)
-        let migrating = try TestDatabase.shared.connect(database: name)
-        let configured = runner
-        Thread.detachNewThread {
-            do { try configured.apply(on: migrating) } catch { failure.withLock { $0 = "\(error)" } }
-            done.signal()
-        }
+        let (retries, done, failure) = try Self.applying(runner, database: name)
         Thread.sleep(forTimeInterval: 0.2)
         // Waits for b until the migration, the deadlock's victim, rolls back.
         try holder.execute("LOCK TABLE lock_b IN ROW EXCLUSIVE MODE")
