@@ -5,7 +5,8 @@ import Foundation
 /// Its members live in one immutable object: a hit copies its entry out of the near cache
 /// (under the cache's lock) and into the read plan, and a struct of sixteen members copied
 /// sixteen references each time (ten string and array retains, ~1,000 instructions a hit with
-/// their releases); the object is one. The two settable members replace the object.
+/// their releases); the object is one. `responseFields`, set once when a near-cache copy is
+/// kept, stays beside it.
 public struct StoredEntry: Sendable {
     private final class Members: Sendable {
         let id: Int64
@@ -23,11 +24,10 @@ public struct StoredEntry: Sendable {
         let updatedAt: Date
         let expiresAt: Date
         let staleWhileRevalidate: Int
-        let responseFields: [UInt8]?
 
         init(id: Int64, namespace: String, key: [UInt8], body: [UInt8], encoding: BodyEncoding, contentType: String,
              identitySize: Int, etag: String, model: String?, metadata: String?, inputTokens: Int, outputTokens: Int,
-             updatedAt: Date, expiresAt: Date, staleWhileRevalidate: Int, responseFields: [UInt8]?) {
+             updatedAt: Date, expiresAt: Date, staleWhileRevalidate: Int) {
             self.id = id
             self.namespace = namespace
             self.key = key
@@ -43,19 +43,10 @@ public struct StoredEntry: Sendable {
             self.updatedAt = updatedAt
             self.expiresAt = expiresAt
             self.staleWhileRevalidate = staleWhileRevalidate
-            self.responseFields = responseFields
-        }
-
-        /// These members with the two settable ones given.
-        func with(staleWhileRevalidate: Int, responseFields: [UInt8]?) -> Members {
-            Members(id: id, namespace: namespace, key: key, body: body, encoding: encoding, contentType: contentType,
-                    identitySize: identitySize, etag: etag, model: model, metadata: metadata, inputTokens: inputTokens,
-                    outputTokens: outputTokens, updatedAt: updatedAt, expiresAt: expiresAt,
-                    staleWhileRevalidate: staleWhileRevalidate, responseFields: responseFields)
         }
     }
 
-    private var members: Members
+    private let members: Members
 
     public var id: Int64 { members.id }
     public var namespace: String { members.namespace }
@@ -74,17 +65,11 @@ public struct StoredEntry: Sendable {
     public var expiresAt: Date { members.expiresAt }
     /// Seconds after `expiresAt` for which the entry is still served, while one caller
     /// refreshes it (RFC 5861 `stale-while-revalidate`); 0: no such window.
-    public var staleWhileRevalidate: Int {
-        get { members.staleWhileRevalidate }
-        set { members = members.with(staleWhileRevalidate: newValue, responseFields: members.responseFields) }
-    }
+    public var staleWhileRevalidate: Int { members.staleWhileRevalidate }
     /// The fields every hit on a near-cache copy answers with, in wire form, rendered once
     /// when it is kept (`Content-Type`, `ETag`, `Last-Modified`, `Expires`, `Vary`); nil:
     /// written field by field.
-    public var responseFields: [UInt8]? {
-        get { members.responseFields }
-        set { members = members.with(staleWhileRevalidate: members.staleWhileRevalidate, responseFields: newValue) }
-    }
+    public var responseFields: [UInt8]?
 
     /// Every member (the store builds these from its rows).
     package init(id: Int64, namespace: String, key: [UInt8], body: [UInt8], encoding: BodyEncoding,
@@ -94,7 +79,7 @@ public struct StoredEntry: Sendable {
         members = Members(id: id, namespace: namespace, key: key, body: body, encoding: encoding,
                           contentType: contentType, identitySize: identitySize, etag: etag, model: model,
                           metadata: metadata, inputTokens: inputTokens, outputTokens: outputTokens, updatedAt: updatedAt,
-                          expiresAt: expiresAt, staleWhileRevalidate: staleWhileRevalidate, responseFields: nil)
+                          expiresAt: expiresAt, staleWhileRevalidate: staleWhileRevalidate)
     }
 }
 

@@ -3,10 +3,10 @@ import Foundation
 import Testing
 
 @Suite struct FreshnessTests {
-    func entry(expiresIn seconds: TimeInterval, now: Date) -> StoredEntry {
+    func entry(expiresIn seconds: TimeInterval, now: Date, window: Int = 0) -> StoredEntry {
         StoredEntry(id: 1, namespace: "n", key: [1], body: [], encoding: .identity, contentType: "t", identitySize: 0,
                     etag: "e", model: nil, metadata: nil, inputTokens: 0, outputTokens: 0, updatedAt: now,
-                    expiresAt: now.addingTimeInterval(seconds))
+                    expiresAt: now.addingTimeInterval(seconds), staleWhileRevalidate: window)
     }
 
     @Test func wholeSecondsTolerateMicrosecondNoise() {
@@ -39,9 +39,7 @@ import Testing
     @Test func theRevalidateWindowComesBeforeMaxStale() {
         let now = Date(timeIntervalSince1970: 1_780_000_000.5)
         func windowed(_ seconds: TimeInterval, _ window: Int) -> StoredEntry {
-            var stored = entry(expiresIn: seconds, now: now)
-            stored.staleWhileRevalidate = window
-            return stored
+            entry(expiresIn: seconds, now: now, window: window)
         }
         #expect(Freshness.of(windowed(5, 10), now: now, maxStale: nil) == .fresh(ttl: 5))
         #expect(Freshness.of(windowed(-0.2, 10), now: now, maxStale: nil) == .revalidate(by: 1))

@@ -62,8 +62,7 @@ import TestSupport
     @Test(arguments: ["TRUNCATE entries", "TRUNCATE entries CASCADE", "TRUNCATE entries, entry_access",
                       "TRUNCATE entry_access, entries"])
     func everyTruncateEmptiesBoth(_ statement: String) throws {
-        let prefix = "accesstrunc" + String(statement.hashValue.magnitude % 1_000_000)
-        let (_, pool, _) = try AccessOrderTests.store(CachePolicy(), prefix: prefix)
+        let (_, pool, _) = try AccessOrderTests.store(CachePolicy(), prefix: "accesstrunc")
         try Self.expectPaired(pool, entries: 3500, "filled")
         try pool.withConnection { try $0.execute(statement) }
         try Self.expectPaired(pool, entries: 0, statement)
