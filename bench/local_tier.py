@@ -12,6 +12,7 @@ import functools
 import os
 import statistics
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -62,6 +63,33 @@ def wait_live(tier: LocalTier, namespace: str) -> None:
         if time.monotonic() > deadline:
             raise SystemExit("the follower never caught up")
         time.sleep(0.05)
+
+
+def local_under_writes(local: TeamCache, tier: LocalTier, writer: TeamCache, namespace: str,
+                       where: str, writers: int, seconds: float = 5.0) -> tuple[float, int, float]:
+    """The share of reads of a fresh copy answered locally while `writers` threads put to `where`."""
+    local.get(namespace, "raw")
+    stop = threading.Event()
+    written = [0]
+
+    def write() -> None:
+        while not stop.is_set():
+            writer.put(where, f"busy-{written[0] % 100}", b"x" * 2000, ttl=3600)
+            written[0] += 1
+
+    threads = [threading.Thread(target=write) for _ in range(writers)]
+    for thread in threads:
+        thread.start()
+    reads = from_local = 0
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        reads += 1
+        from_local += local.get(namespace, "raw").from_local
+        time.sleep(0.001)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    return from_local / reads, reads, written[0] / seconds
 
 
 def main() -> None:
@@ -124,6 +152,18 @@ def main() -> None:
           "| p50 | p99 | max |")
     print("| --- | --- | --- | --- |")
     print(f"| ms | {p(0.5):.1f} | {p(0.99):.1f} | {lags[-1]:.1f} |")
+    print()
+
+    # Local answers while others write: a fresh copy answers locally only while the follower
+    # is live, so writes elsewhere (other keys, other namespaces) must not take it out of live.
+    print("| a fresh copy read for 5 s while another client writes | reads | answered locally | writes a second |")
+    print("| --- | --- | --- | --- |")
+    for writers in (1, 8):
+        for where in (namespace, "bench-elsewhere"):
+            local_share, reads, rate = local_under_writes(local, tier, writer, namespace, where, writers)
+            print(f"| {writers} writer{'s' if writers > 1 else ''} to "
+                  f"{'other keys of the same namespace' if where == namespace else 'another namespace'} "
+                  f"| {reads} | {local_share:.1%} | {rate:.0f} |")
     print()
 
     # Cost: the same writes to other keys, with the tier following and without it.
