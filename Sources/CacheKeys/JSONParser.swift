@@ -8,7 +8,7 @@ public struct JSONParser {
     }
 
     public static let maxDepth = 64
-    static let namesCheckedInPlace = 16
+    static let namesCheckedInPlace = 32
 
     private let bytes: [UInt8]
     private var index = 0
@@ -71,7 +71,8 @@ public struct JSONParser {
         index += 1
         var members: [(String, JSONValue)] = []
         // Names are checked against the members read so far while there are few (most
-        // objects: a dump line has 20), in a set past that (no object costs O(n²)).
+        // objects: a dump line has 21; hashing them all into a set cost more than comparing
+        // small strings), in a set past that (no object costs O(n²)).
         var names: Set<String>? = nil
         skipWhitespace()
         if index < bytes.count && bytes[index] == UInt8(ascii: "}") {

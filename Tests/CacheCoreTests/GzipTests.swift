@@ -14,6 +14,35 @@ import Testing
         #expect(throws: Gzip.Failure.malformed) { try Gzip.decompress(packed + [0], limit: 1 << 20) }
     }
 
+    /// The trailer's length is only a hint for the first allocation: one that lies (larger,
+    /// smaller, past the limit) never changes what is inflated or refused, and the output
+    /// grows past a wrong hint; sizes around the first allocation and the limit round-trip.
+    @Test func theTrailersLengthIsOnlyAHint() throws {
+        var generator = SystemRandomNumberGenerator()
+        for size in [0, 1, 17, 18, 1000, 2082, 65_536, 65_537, 300_000] {
+            let body = (0..<size).map { _ in UInt8.random(in: 97...100, using: &generator) }
+            let packed = try #require(Gzip.compress(body, level: 6))
+            #expect(try Gzip.decompress(packed, limit: size) == body, "\(size)")
+            #expect(try Gzip.decompress(packed, limit: size + 1) == body, "\(size)")
+            if size > 0 {
+                #expect(throws: Gzip.Failure.tooLarge, "\(size)") { try Gzip.decompress(packed, limit: size - 1) }
+            }
+            for lie: UInt32 in [0, 1, UInt32(size) / 2, UInt32(size) * 2 + 1, .max] where lie != UInt32(size) {
+                let lying = Array(packed.dropLast(4)) + withUnsafeBytes(of: lie.littleEndian, Array.init)
+                // zlib checks the length too: a lying trailer is a malformed stream, found
+                // only at its end (so the whole body was inflated into a buffer that grew).
+                #expect(throws: Gzip.Failure.malformed, "\(size), \(lie)") {
+                    try Gzip.decompress(lying, limit: 1 << 20)
+                }
+            }
+        }
+        // A bomb whose trailer says it is small still stops at the limit.
+        let bomb = try #require(Gzip.compress([UInt8](repeating: 0, count: 4 << 20), level: 9))
+        let quiet = Array(bomb.dropLast(4)) + [1, 0, 0, 0]
+        #expect(throws: Gzip.Failure.tooLarge) { try Gzip.decompress(quiet, limit: 1 << 20) }
+        #expect(throws: Gzip.Failure.tooLarge) { try Gzip.decompress(bomb, limit: 1 << 20) }
+    }
+
     /// Kept deflate streams (reset between bodies) give what a new one gives, whatever the
     /// bodies before, and are safe to take from many threads at once.
     @Test func reusedStreamsCompressAsNewOnesDo() throws {
