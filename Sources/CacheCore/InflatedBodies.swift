@@ -4,14 +4,16 @@ import Locking
 /// The identity bytes of recently served gzip entries, so clients that do not accept gzip
 /// do not pay an inflate for every hit on a hot entry (perf put zlib at an eighth of a hit).
 ///
-/// Keyed by row id and strong ETag: the tag is the identity bytes' hash, so a replaced body
-/// gets a new key and a cached body is never served for another row. The database is still
+/// Keyed by row id, and served only while the row's strong ETag is the one kept with the
+/// body: the tag is the identity bytes' hash, so a replaced body (same row, new tag) is never
+/// served from the old copy; it is inflated and kept in its place. (The id alone is hashed:
+/// hashing the 34-byte tag too cost ~500 instructions a near-cache hit.) The database is still
 /// read on every request (freshness, deletes and replaces are seen at once); only the
 /// decompression is remembered. Bounded by bytes, oldest out first.
 public final class InflatedBodies: Sendable {
-    private struct Key: Hashable {
-        let id: Int64
+    private struct Body {
         let etag: String
+        let bytes: [UInt8]
     }
 
     public let budget: Int
@@ -21,18 +23,22 @@ public final class InflatedBodies: Sendable {
 
     /// The bodies kept, in arrival order for eviction (oldest first).
     private struct Kept {
-        var bodies: [Key: [UInt8]] = [:]
-        var arrivals: [Key?] = []
+        var bodies: [Int64: Body] = [:]
+        var arrivals: [Int64?] = []
         var oldest = 0
         var bytes = 0
 
-        mutating func keep(_ body: [UInt8], under key: Key, budget: Int) {
-            guard bodies.updateValue(body, forKey: key) == nil else { return }
-            bytes += body.count
-            arrivals.append(key)
+        /// Keeps `body` for row `id`; a row's replaced body takes its place (and its arrival).
+        mutating func keep(_ body: Body, for id: Int64, budget: Int) {
+            if let replaced = bodies.updateValue(body, forKey: id) {
+                bytes += body.bytes.count - replaced.bytes.count
+            } else {
+                bytes += body.bytes.count
+                arrivals.append(id)
+            }
             while bytes > budget, oldest < arrivals.count {
                 if let evicted = arrivals[oldest], let gone = bodies.removeValue(forKey: evicted) {
-                    bytes -= gone.count
+                    bytes -= gone.bytes.count
                 }
                 arrivals[oldest] = nil
                 oldest += 1
@@ -55,14 +61,18 @@ public final class InflatedBodies: Sendable {
 
     /// The entry's identity bytes, inflated now (and kept) or earlier.
     public func identity(of entry: StoredEntry) throws -> [UInt8] {
-        let key = Key(id: entry.id, etag: entry.etag)
-        if budget > 0, let body = kept.withLock({ $0.bodies[key] }) { return body }
+        if budget > 0, let body = kept.withLock({ kept -> [UInt8]? in
+            guard let held = kept.bodies[entry.id], held.etag == entry.etag else { return nil }
+            return held.bytes
+        }) {
+            return body
+        }
         let body = try Gzip.decompress(entry.body, limit: max(entry.identitySize, 1))
-        if budget > 0 && body.count <= maxBodyBytes { keep(body, under: key) }
+        if budget > 0 && body.count <= maxBodyBytes { keep(Body(etag: entry.etag, bytes: body), for: entry.id) }
         return body
     }
 
-    private func keep(_ body: [UInt8], under key: Key) {
-        kept.withLock { $0.keep(body, under: key, budget: budget) }
+    private func keep(_ body: Body, for id: Int64) {
+        kept.withLock { $0.keep(body, for: id, budget: budget) }
     }
 }

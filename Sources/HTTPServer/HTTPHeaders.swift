@@ -3,9 +3,15 @@ import Foundation
 /// Header fields in arrival order, looked up case-insensitively.
 public struct HTTPHeaders: Sendable, Sequence {
     public private(set) var fields: [(name: String, value: String)] = []
+    /// A bit for every field's name (`bit(for:)`): a lookup whose name's bit is clear answers
+    /// at once, comparing nothing. Most lookups on a hit ask for fields a request does not
+    /// send (Cache-Control, Pragma, If-None-Match, X-Request-Id…), and comparing each with
+    /// every field was ~1,500 instructions a near-cache hit.
+    private var names: UInt64 = 0
 
     public init(_ fields: [(String, String)] = []) {
         self.fields = fields.map { (name: $0.0, value: $0.1) }
+        for field in fields { names |= Self.bit(for: field.0) }
     }
 
     /// Room for `capacity` fields, so building a request or response does not regrow the array.
@@ -13,11 +19,26 @@ public struct HTTPHeaders: Sendable, Sequence {
 
     public mutating func add(_ name: String, _ value: String) {
         fields.append((name: name, value: value))
+        names |= Self.bit(for: name)
     }
 
     /// The first value of `name`.
     public subscript(name: String) -> String? {
-        fields.first(where: { Self.same($0.name, name) })?.value
+        guard mayHave(name) else { return nil }
+        return fields.first(where: { Self.same($0.name, name) })?.value
+    }
+
+    /// False when no field is named `name`; true when one may be.
+    public func mayHave(_ name: String) -> Bool { names & Self.bit(for: name) != 0 }
+
+    /// One of 64 bits, from a name's length and its first byte with ASCII case folded: names
+    /// that are `same` get the same bit (they are equally long, and their first bytes are equal
+    /// or differ in a letter's case, which `| 0x20` folds).
+    static func bit(for name: String) -> UInt64 {
+        // An iterator, not `utf8.first`: that went through the view's generic index (~7 times dearer).
+        var bytes = name.utf8.makeIterator()
+        let first = UInt64(bytes.next() ?? 0) | 0x20
+        return 1 << ((UInt64(truncatingIfNeeded: name.utf8.count) &* 7 &+ first) & 63)
     }
 
     /// Every value of `name`, as list elements (RFC 9110 §5.6.1; see `HeaderList`).
@@ -26,7 +47,10 @@ public struct HTTPHeaders: Sendable, Sequence {
     public func contains(_ name: String) -> Bool { self[name] != nil }
 
     /// How many fields named `name` there are.
-    public func count(of name: String) -> Int { fields.reduce(0) { $0 + (Self.same($1.name, name) ? 1 : 0) } }
+    public func count(of name: String) -> Int {
+        guard mayHave(name) else { return 0 }
+        return fields.reduce(0) { $0 + (Self.same($1.name, name) ? 1 : 0) }
+    }
 
     public func makeIterator() -> IndexingIterator<[(name: String, value: String)]> { fields.makeIterator() }
 

@@ -27,6 +27,7 @@ public enum HeaderList {
     /// The elements of every field named `name`, in order.
     public static func split(_ headers: HTTPHeaders, _ name: String) -> [String] {
         var elements: [String] = []
+        guard headers.mayHave(name) else { return elements }
         for field in headers.fields where HTTPHeaders.same(field.name, name) { elements += split(field.value) }
         return elements
     }

@@ -103,4 +103,37 @@ import Testing
         }
         #expect(count == alphabet.count * alphabet.count * alphabet.count)
     }
+
+    /// A lookup skips the comparisons when no field's name can match; it must never skip one
+    /// that does: every name found in any casing, by every lookup (a subscript, a count, a
+    /// list, `contains`), whether the fields came at init or one by one, and absent names not.
+    @Test func lookupsFindEveryCasingAndNothingElse() {
+        var generator = SystemRandomNumberGenerator()
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_!#$%&'*+.^`|~@[]")
+        func recased(_ name: String) -> String {
+            String(name.map { Bool.random(using: &generator) ? Character($0.uppercased()) : Character($0.lowercased()) })
+        }
+        let known = ["Authorization", "Cache-Control", "Pragma", "If-None-Match", "Accept-Encoding", "X-Request-Id",
+                     "Content-Length", "Host", "TeamCache-Min-Position", "Connection", "a", "A", "@", "`"]
+        for _ in 0..<2_000 {
+            let random = (0..<Int.random(in: 1...3, using: &generator)).map { _ in
+                String((0..<Int.random(in: 1...24, using: &generator)).map { _ in alphabet.randomElement(using: &generator)! })
+            }
+            let names = random + known.shuffled(using: &generator).prefix(Int.random(in: 0...4, using: &generator))
+            var added = HTTPHeaders()
+            for name in names { added.add(recased(name), "v") }
+            let given = HTTPHeaders(names.map { (recased($0), "v") })
+            for headers in [added, given] {
+                for name in names {
+                    let asked = recased(name)
+                    #expect(headers[asked] == "v" && headers.contains(asked), "\(asked) in \(names)")
+                    #expect(headers.count(of: asked) == names.filter { HTTPHeaders.same($0, asked) }.count)
+                    #expect(headers.list(asked).count == headers.count(of: asked))
+                }
+                for name in known + random.map({ $0 + "x" }) where !names.contains(where: { HTTPHeaders.same($0, name) }) {
+                    #expect(headers[name] == nil && headers.count(of: name) == 0 && headers.list(name).isEmpty)
+                }
+            }
+        }
+    }
 }
