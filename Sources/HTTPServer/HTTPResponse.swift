@@ -12,6 +12,9 @@ public struct HTTPResponse: Sendable {
     /// writing them field by field was a fifth of a hit's instructions). Not in `headers`, so
     /// nothing reads them back: only for fields no one inspects on the way out.
     public var renderedFields: [UInt8] = []
+    /// Fields of fixed text and at most one number (`StaticField`), written after `headers`;
+    /// like `renderedFields` not in `headers`, so nothing reads them back.
+    public private(set) var staticFields = StaticFields()
     /// Called once, on the loop, when this response can no longer reach its client (its
     /// request was given up at its deadline, or the connection closed): a handler that gave
     /// something away with it (a lease only this answer names) takes it back. It must not block.
@@ -30,6 +33,13 @@ public struct HTTPResponse: Sendable {
 
     public static func json(_ status: Int, _ json: String) -> HTTPResponse {
         text(status, json, contentType: "application/json")
+    }
+
+    /// Adds a field of fixed text and at most one number, written straight into the head (a
+    /// hit's `Age` and `Cache-Status` were two strings, two number formattings and the header
+    /// array that held them). Past `StaticFields.capacity` the field goes to `headers`.
+    public mutating func addStatic(_ field: StaticField) {
+        if !staticFields.add(field) { headers.add(field.name, field.value) }
     }
 
     /// Statuses that never carry a body (RFC 9110 §6.4.1).
@@ -126,5 +136,66 @@ public enum HTTPStatus {
 
     static func slug(_ status: Int) -> String {
         reason(status).lowercased().split(separator: " ").joined(separator: "-")
+    }
+}
+
+/// A header field made of compile-time text and at most one number: `head` is the field's
+/// name, `: ` and the value's start (`"Cache-Status: teamcache; hit; ttl="`), then `number`
+/// in decimal (when given; a negative one is written as 0), then `tail`. Nothing in it is a
+/// client's: the text is the program's own, so it needs no checking.
+public struct StaticField: Sendable {
+    public let head: StaticString
+    public let number: Int?
+    public let tail: StaticString
+
+    public init(_ head: StaticString, _ number: Int? = nil, _ tail: StaticString = "") {
+        self.head = head
+        self.number = number.map { max(0, $0) }
+        self.tail = tail
+    }
+
+    /// The name (before the first `:`), for a field that goes to `headers` after all.
+    var name: String {
+        let text = head.description
+        return String(text.prefix { $0 != ":" })
+    }
+
+    /// The value as text, as `headers` holds it.
+    var value: String {
+        let text = head.description
+        var start = text.firstIndex(of: ":").map { text.index(after: $0) } ?? text.endIndex
+        while start < text.endIndex && text[start] == " " { start = text.index(after: start) }
+        return String(text[start...]) + (number.map { String($0) } ?? "") + tail.description
+    }
+
+    /// Bytes on the wire, with the line's CRLF.
+    var wireCount: Int {
+        head.utf8CodeUnitCount + (number.map(ResponseSerializer.decimalLength) ?? 0) + tail.utf8CodeUnitCount + 2
+    }
+}
+
+/// Up to `capacity` static fields, held inline (no allocation), in the order added.
+public struct StaticFields: Sendable {
+    public static let capacity = 3
+    private var first: StaticField?
+    private var second: StaticField?
+    private var third: StaticField?
+
+    /// False when full (the field is not kept).
+    mutating func add(_ field: StaticField) -> Bool {
+        if first == nil { first = field } else if second == nil { second = field } else if third == nil { third = field } else {
+            return false
+        }
+        return true
+    }
+
+    func forEach(_ body: (StaticField) -> Void) {
+        if let first { body(first) }
+        if let second { body(second) }
+        if let third { body(third) }
+    }
+
+    var wireCount: Int {
+        (first?.wireCount ?? 0) + (second?.wireCount ?? 0) + (third?.wireCount ?? 0)
     }
 }

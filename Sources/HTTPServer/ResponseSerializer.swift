@@ -26,6 +26,7 @@ enum ResponseSerializer {
         let connection: StaticString? = !keepAlive ? "Connection: close\r\n"
             : version == .http10 ? "Connection: keep-alive\r\n" : nil
         var size = status.count + 6 + date.utf8.count + 10 + server.utf8.count + 2 + 2 + response.renderedFields.count
+            + response.staticFields.wireCount
         for (name, value) in response.headers { size += name.utf8.count + value.utf8.count + 4 }
         if !requestID.isEmpty { size += 14 + requestID.utf8.count + 2 }
         if !response.forbidsBody { size += 16 + decimalLength(response.body.count) + 2 }
@@ -41,6 +42,7 @@ enum ResponseSerializer {
                 out.put(value)
                 out.put("\r\n")
             }
+            response.staticFields.forEach { out.put($0) }
             if !requestID.isEmpty {
                 // Written here rather than added to `response.headers`, which would copy the array.
                 out.put("X-Request-Id: ")
@@ -113,6 +115,13 @@ struct WireWriter {
 
     mutating func put(_ bytes: [UInt8]) { bytes.withUnsafeBytes { put($0) } }
 
+    mutating func put(_ field: StaticField) {
+        put(field.head)
+        if let number = field.number { putDecimal(number) }
+        put(field.tail)
+        put("\r\n")
+    }
+
     mutating func put(_ text: String) {
         // Not `initialize(from: text.utf8)`: that traps when the room is short, and checking
         // the room first cost more than this route saves.
@@ -143,6 +152,7 @@ extension ResponseSerializer {
         for (name, value) in response.headers where !Self.framingFields.contains(name.lowercased()) {
             fields += name + ": " + value + "\r\n"
         }
+        response.staticFields.forEach { fields += $0.name + ": " + $0.value + "\r\n" }
         if !requestID.isEmpty { fields += "X-Request-Id: " + requestID + "\r\n" }
         fields += "Date: " + date + "\r\nServer: " + server + "\r\n"
         if framing == .chunked { fields += "Transfer-Encoding: chunked\r\n" }

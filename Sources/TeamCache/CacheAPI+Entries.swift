@@ -83,27 +83,29 @@ extension CacheAPI {
 
     fileprivate func hit(_ entry: StoredEntry, freshness: Freshness, now: Date, request: HTTPRequest,
                      collapsed: Bool) throws -> HTTPResponse {
-        // A near-cache copy's own fields were rendered when it was kept; the rest vary.
-        var headers = HTTPHeaders(capacity: entry.responseFields == nil ? 10 : 5)
+        // A near-cache copy's own fields were rendered when it was kept; the rest vary, and
+        // are static fields (no strings, no header array: an identity hit on a near-cache
+        // copy allocates nothing for its head here).
+        var headers = entry.responseFields == nil ? HTTPHeaders(capacity: 8) : HTTPHeaders()
         if entry.responseFields == nil { entry.addOwnFields(to: &headers) }
-        headers.add("Age", String(max(0, Freshness.wholeSeconds(now.timeIntervalSince(entry.updatedAt), up: false))))
-        // Concatenated, not interpolated: one allocation a hit instead of two.
-        switch freshness {
-        case .fresh(let ttl):
-            headers.add("Cache-Status", "teamcache; hit; ttl=" + String(ttl) + (collapsed ? "; collapsed" : ""))
+        let age = StaticField("Age: ", Freshness.wholeSeconds(now.timeIntervalSince(entry.updatedAt), up: false))
+        let status: StaticField? = switch freshness {
+        case .fresh(let ttl): StaticField("Cache-Status: teamcache; hit; ttl=", ttl, collapsed ? "; collapsed" : "")
         case .stale(let overdue), .revalidate(let overdue):
-            headers.add("Cache-Status", "teamcache; hit; ttl=-" + String(overdue) + (collapsed ? "; collapsed" : ""))
-        case .expired: break
+            StaticField("Cache-Status: teamcache; hit; ttl=-", overdue, collapsed ? "; collapsed" : "")
+        case .expired: nil
         }
         var response: HTTPResponse
         if let condition = EntityTagList(request.headers, "If-None-Match"), condition.matchesWeakly(entry.etag) {
             response = HTTPResponse(status: 304, headers: headers)
         } else if entry.encoding == .gzip && AcceptEncoding.allowsGzip(request.headers) {
-            headers.add("Content-Encoding", "gzip")
             response = HTTPResponse(status: 200, headers: headers, body: entry.body)
+            response.addStatic(StaticField("Content-Encoding: gzip"))
         } else {
             response = HTTPResponse(status: 200, headers: headers, body: try identityBody(entry))
         }
+        response.addStatic(age)
+        if let status { response.addStatic(status) }
         if let fields = entry.responseFields { response.renderedFields = fields }
         return response
     }

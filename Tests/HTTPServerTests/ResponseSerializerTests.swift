@@ -27,6 +27,32 @@ import Testing
             + "Content-Length: 7\r\n\r\n{\"a\":1}")
     }
 
+    /// Static fields (fixed text and a number, written straight into the head) come after the
+    /// headers, in the order added; numbers of every length are measured as written, a
+    /// negative one is 0, and past the inline capacity a field goes to `headers` with the
+    /// same text. A streamed head carries them too.
+    @Test func staticFieldsAreWrittenAfterTheHeadersAsTheirText() {
+        for number in [-5, 0, 7, 10, 99, 12_345, Int.max] {
+            var response = HTTPResponse(status: 200, headers: HTTPHeaders([("ETag", "\"e\"")]), body: [0x61])
+            response.addStatic(StaticField("Age: ", number))
+            response.addStatic(StaticField("Cache-Status: teamcache; hit; ttl=", number, "; collapsed"))
+            response.addStatic(StaticField("Content-Encoding: gzip"))
+            let shown = String(max(0, number))
+            let fields = "Age: \(shown)\r\nCache-Status: teamcache; hit; ttl=\(shown); collapsed\r\n"
+                + "Content-Encoding: gzip\r\n"
+            #expect(wire(response) == "HTTP/1.1 200 OK\r\nETag: \"e\"\r\n" + fields + date + "Content-Length: 1\r\n\r\na")
+            // A fourth is a header: written before the static ones, with the same text.
+            response.addStatic(StaticField("X-Count: n=", number, ";"))
+            #expect(response.headers["X-Count"] == "n=\(shown);")
+            #expect(wire(response) == "HTTP/1.1 200 OK\r\nETag: \"e\"\r\nX-Count: n=\(shown);\r\n" + fields + date
+                + "Content-Length: 1\r\n\r\na")
+            let streamed = String(decoding: ResponseSerializer.streamHead(response, framing: .chunked, version: .http11,
+                                                                          keepAlive: true, requestID: "", date: "D",
+                                                                          server: "S"), as: UTF8.self)
+            #expect(streamed.contains("\r\n" + fields) && streamed.contains("X-Count: n=\(shown);\r\n"))
+        }
+    }
+
     @Test func headNotModifiedCloseAndHTTP10() {
         let ok = HTTPResponse(status: 200, headers: HTTPHeaders(), body: Array(repeating: 0x61, count: 12345))
         #expect(wire(ok, method: "HEAD") == "HTTP/1.1 200 OK\r\n" + date + "Content-Length: 12345\r\n\r\n")
