@@ -89,7 +89,9 @@ public final class Route: Sendable {
 }
 
 /// A route's decoded path parameters, by name. Routes have one or two, so a short array
-/// beats a dictionary: no hashing and one allocation per request.
+/// beats a dictionary: no hashing and one allocation per request. (Held inline instead, the
+/// pairs saved that allocation but cost more: every read of `request.pathParameters` copies
+/// the struct, retaining each name and value rather than one array.)
 public struct PathParameters: Sendable, ExpressibleByDictionaryLiteral {
     private var pairs: [(name: String, value: [UInt8])] = []
 
@@ -161,7 +163,15 @@ public struct Router: Sendable {
                 return .found(route, [:])
             }
         }
-        guard let segments = PathSegments(bytes) else { return .badPath }
+        // Every segment starts at a `/`; their ranges live on the stack for the match.
+        let count = bytes.reduce(0) { $0 + ($1 == UInt8(ascii: "/") ? 1 : 0) }
+        return withUnsafeTemporaryAllocation(of: Range<Int>.self, capacity: count) { ranges in
+            guard let segments = PathSegments(bytes, ranges: ranges) else { return .badPath }
+            return match(method: method, segments)
+        }
+    }
+
+    private func match(method: String, _ segments: PathSegments) -> Match {
         var allowed: [String] = []
         var fallback: Route?
         for route in routes where segments.fit(route.segments) {
@@ -178,29 +188,30 @@ public struct Router: Sendable {
 
 /// A request path split on `/` into byte ranges (bytes, not characters: splitting the
 /// string would walk grapheme clusters). Only segments holding a `%` are decoded; the rest
-/// compare as they are. Valid only while the path's bytes are.
+/// compare as they are. Valid only while the path's bytes and the ranges' memory are.
 private struct PathSegments {
     let bytes: UnsafeBufferPointer<UInt8>
-    let ranges: [Range<Int>]
+    /// One per `/` of the path (it starts with one), filled by `init`.
+    let ranges: UnsafeMutableBufferPointer<Range<Int>>
     /// Decoded segments by position; empty when no segment has an escape.
     private var decoded: [[UInt8]?] = []
 
-    /// Nil when a segment has a malformed escape.
-    init?(_ bytes: UnsafeBufferPointer<UInt8>) {
+    /// Nil when a segment has a malformed escape. `ranges` has room for one range per `/`.
+    init?(_ bytes: UnsafeBufferPointer<UInt8>, ranges: UnsafeMutableBufferPointer<Range<Int>>) {
         self.bytes = bytes
-        var ranges: [Range<Int>] = []
-        ranges.reserveCapacity(8)
+        self.ranges = ranges
+        var filled = 0
         var start = 1  // after the leading slash
         var escaped = false
         for index in 1..<bytes.count + 1 where index == bytes.count || bytes[index] == UInt8(ascii: "/") {
-            ranges.append(start..<index)
+            ranges.initializeElement(at: filled, to: start..<index)
+            filled += 1
             start = index + 1
         }
         for index in 1..<bytes.count where bytes[index] == UInt8(ascii: "%") {
             escaped = true
             break
         }
-        self.ranges = ranges
         guard escaped else { return }
         decoded = Array(repeating: nil, count: ranges.count)
         for (position, range) in ranges.enumerated() where bytes[range].contains(UInt8(ascii: "%")) {

@@ -68,4 +68,22 @@ import Testing
             return
         }
     }
+
+    /// The segments' ranges live in memory sized by the path's slashes (on the stack when
+    /// small): paths of one slash, only slashes, thousands of segments (past any stack
+    /// buffer) and a long rest all match as the templates say.
+    @Test func pathsOfAnyNumberOfSegmentsMatch() throws {
+        for path in ["/", "////////", "/v1//", "/healthz/"] {
+            guard case .notFound = router.match(method: "GET", path: Substring(path)) else {
+                Issue.record("\(path) is no route")
+                continue
+            }
+        }
+        let many = "/v1/caches/a/gateway/openai/" + Array(repeating: "s", count: 5_000).joined(separator: "/")
+        #expect(found("POST", many)?.1["path"] == Array(Array(repeating: "s", count: 5_000).joined(separator: "/").utf8))
+        if case .found = router.match(method: "GET", path: Substring(many)) { Issue.record("no GET route has 5,005 segments") }
+        let (template, parameters) = try #require(found("GET", "/v1/caches/\(String(repeating: "n", count: 64))/entries/k"))
+        #expect(template == "/v1/caches/{ns}/entries/{key}" && parameters["key"] == [UInt8(ascii: "k")])
+        #expect(found("GET", "/healthz")?.0 == "/healthz")
+    }
 }
