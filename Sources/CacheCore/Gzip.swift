@@ -78,12 +78,13 @@ public enum Gzip {
     }
 
     /// The length a gzip stream's trailer gives (mod 2^32), at most what deflate's largest
-    /// ratio (1032:1) allows from its size: a hint for the output's first allocation.
+    /// ratio (1032:1) allows from its size and at most 4 MiB: a hint for the output's first
+    /// allocation (the client writes it; a larger body grows there by doubling).
     static func declaredSize(_ bytes: [UInt8]) -> Int {
         guard bytes.count >= 18 else { return 0 }
         let end = bytes.count
         let size = Int(bytes[end - 4]) | Int(bytes[end - 3]) << 8 | Int(bytes[end - 2]) << 16 | Int(bytes[end - 1]) << 24
-        return min(size, bytes.count * 1032)
+        return min(size, bytes.count * 1032, 4 << 20)
     }
 
     /// Uninitialized output memory that grows by doubling (up to a cap).
@@ -106,7 +107,7 @@ public enum Gzip {
         mutating func grow(upTo cap: Int) {
             let grown = max(min(capacity * 2, cap), capacity + 1)
             let larger = UnsafeMutablePointer<UInt8>.allocate(capacity: grown)
-            larger.update(from: start, count: count)
+            larger.initialize(from: start, count: count)
             start.deallocate()
             (start, capacity) = (larger, grown)
         }

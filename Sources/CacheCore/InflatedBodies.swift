@@ -6,13 +6,16 @@ import Locking
 ///
 /// Keyed by row id, and served only while the row's strong ETag is the one kept with the
 /// body: the tag is the identity bytes' hash, so a replaced body (same row, new tag) is never
-/// served from the old copy; it is inflated and kept in its place. (The id alone is hashed:
+/// served from the old copy; it is inflated and kept in its place, and an older version read
+/// after it (a read standby behind) is inflated and served but not kept, so two versions of a
+/// row do not push each other out on every hit. (The id alone is hashed:
 /// hashing the 34-byte tag too cost ~500 instructions a near-cache hit.) The database is still
 /// read on every request (freshness, deletes and replaces are seen at once); only the
 /// decompression is remembered. Bounded by bytes, oldest out first.
 public final class InflatedBodies: Sendable {
     private struct Body {
         let etag: String
+        let updatedAt: Date
         let bytes: [UInt8]
     }
 
@@ -28,8 +31,10 @@ public final class InflatedBodies: Sendable {
         var oldest = 0
         var bytes = 0
 
-        /// Keeps `body` for row `id`; a row's replaced body takes its place (and its arrival).
+        /// Keeps `body` for row `id`; a row's newer body takes an older one's place (and its
+        /// arrival); an older one than held is not kept.
         mutating func keep(_ body: Body, for id: Int64, budget: Int) {
+            if let held = bodies[id], held.updatedAt > body.updatedAt { return }
             if let replaced = bodies.updateValue(body, forKey: id) {
                 bytes += body.bytes.count - replaced.bytes.count
             } else {
@@ -68,7 +73,7 @@ public final class InflatedBodies: Sendable {
             return body
         }
         let body = try Gzip.decompress(entry.body, limit: max(entry.identitySize, 1))
-        if budget > 0 && body.count <= maxBodyBytes { keep(Body(etag: entry.etag, bytes: body), for: entry.id) }
+        if budget > 0 && body.count <= maxBodyBytes { keep(Body(etag: entry.etag, updatedAt: entry.updatedAt, bytes: body), for: entry.id) }
         return body
     }
 

@@ -69,9 +69,9 @@ public struct HTTPHeaders: Sendable, Sequence {
 
     /// ASCII case-insensitive comparison without allocating (header names are ASCII tokens).
     public static func same(_ lhs: String, _ rhs: String) -> Bool {
+        // Bytes only, never `==`: String equality holds for canonically equivalent Unicode
+        // spellings (U+F900 and U+8C48), which differ in bytes and in `bit(for:)`.
         guard lhs.utf8.count == rhs.utf8.count else { return false }
-        // Clients mostly spell names as we do: short strings then compare in one step.
-        if lhs == rhs { return true }
         var right = rhs.utf8.makeIterator()
         for a in lhs.utf8 {
             guard let b = right.next() else { return false }

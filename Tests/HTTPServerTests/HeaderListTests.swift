@@ -113,6 +113,11 @@ import Testing
         func recased(_ name: String) -> String {
             String(name.map { Bool.random(using: &generator) ? Character($0.uppercased()) : Character($0.lowercased()) })
         }
+        // Canonically equivalent spellings are different bytes: not the same name (String's
+        // `==` says they are equal), so every lookup agrees with `same` on them.
+        #expect(!HTTPHeaders.same("\u{F900}", "\u{8C48}") && HTTPHeaders.same("\u{F900}", "\u{F900}"))
+        let unicode = HTTPHeaders([("\u{8C48}", "v")])
+        #expect(unicode["\u{F900}"] == nil && unicode.count(of: "\u{F900}") == 0 && unicode["\u{8C48}"] == "v")
         let known = ["Authorization", "Cache-Control", "Pragma", "If-None-Match", "Accept-Encoding", "X-Request-Id",
                      "Content-Length", "Host", "TeamCache-Min-Position", "Connection", "a", "A", "@", "`"]
         for _ in 0..<2_000 {

@@ -50,21 +50,25 @@ import TestSupport
     /// new one's (not both), and the budget still holds as replaced rows grow.
     @Test func aRowsNewBodyTakesItsOldOnesPlace() throws {
         let bodies = InflatedBodies(budget: 10_000, maxBodyBytes: 64 * 1024)
-        func entry(_ id: Int64, _ identity: [UInt8]) -> StoredEntry {
+        let start = Date()
+        func entry(_ id: Int64, _ identity: [UInt8], written seconds: Double = 0) -> StoredEntry {
             let stored = StoredBody.fromIdentity(identity, contentType: "text/plain", policy: CachePolicy())
             return StoredEntry(id: id, namespace: "n", key: [1], body: stored.bytes, encoding: stored.encoding,
                                contentType: "text/plain", identitySize: stored.identitySize, etag: stored.etag,
-                               model: nil, metadata: nil, inputTokens: 0, outputTokens: 0, updatedAt: Date(),
-                               expiresAt: Date())
+                               model: nil, metadata: nil, inputTokens: 0, outputTokens: 0,
+                               updatedAt: start.addingTimeInterval(seconds), expiresAt: start)
         }
         let old = [UInt8](repeating: 1, count: 3_000), new = [UInt8](repeating: 2, count: 2_000)
         #expect(try bodies.identity(of: entry(7, old)) == old)
         #expect(bodies.heldBytes == 3_000)
-        #expect(try bodies.identity(of: entry(7, new)) == new)
-        #expect(try bodies.identity(of: entry(7, new)) == new)
+        #expect(try bodies.identity(of: entry(7, new, written: 1)) == new)
+        #expect(try bodies.identity(of: entry(7, new, written: 1)) == new)
         #expect(bodies.heldBytes == 2_000)
-        // The old version asked for again (a read standby behind) is its own bytes, never the new.
+        // The old version asked for again (a read standby behind) is its own bytes, never the
+        // new, and does not push the newer one out.
         #expect(try bodies.identity(of: entry(7, old)) == old)
+        #expect(bodies.heldBytes == 2_000)
+        #expect(try bodies.identity(of: entry(7, new, written: 1)) == new)
         for size in stride(from: 1_000, through: 9_000, by: 1_000) {
             let grown = [UInt8](repeating: UInt8(size / 1_000), count: size)
             #expect(try bodies.identity(of: entry(8, grown)) == grown)
