@@ -83,7 +83,8 @@ public enum Gzip {
     static func declaredSize(_ bytes: [UInt8]) -> Int {
         guard bytes.count >= 18 else { return 0 }
         let end = bytes.count
-        let size = Int(bytes[end - 4]) | Int(bytes[end - 3]) << 8 | Int(bytes[end - 2]) << 16 | Int(bytes[end - 1]) << 24
+        let size = Int(bytes[end - 4]) | Int(bytes[end - 3]) << 8 | Int(bytes[end - 2]) << 16
+            | Int(bytes[end - 1]) << 24
         return min(size, bytes.count * 1032, 4 << 20)
     }
 

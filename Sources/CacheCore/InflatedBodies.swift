@@ -73,7 +73,9 @@ public final class InflatedBodies: Sendable {
             return body
         }
         let body = try Gzip.decompress(entry.body, limit: max(entry.identitySize, 1))
-        if budget > 0 && body.count <= maxBodyBytes { keep(Body(etag: entry.etag, updatedAt: entry.updatedAt, bytes: body), for: entry.id) }
+        if budget > 0 && body.count <= maxBodyBytes {
+            keep(Body(etag: entry.etag, updatedAt: entry.updatedAt, bytes: body), for: entry.id)
+        }
         return body
     }
 

@@ -183,7 +183,13 @@ public struct StaticFields: Sendable {
 
     /// False when full (the field is not kept).
     mutating func add(_ field: StaticField) -> Bool {
-        if first == nil { first = field } else if second == nil { second = field } else if third == nil { third = field } else {
+        if first == nil {
+            first = field
+        } else if second == nil {
+            second = field
+        } else if third == nil {
+            third = field
+        } else {
             return false
         }
         return true

@@ -111,7 +111,9 @@ import Testing
         var generator = SystemRandomNumberGenerator()
         let alphabet = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_!#$%&'*+.^`|~@[]")
         func recased(_ name: String) -> String {
-            String(name.map { Bool.random(using: &generator) ? Character($0.uppercased()) : Character($0.lowercased()) })
+            String(name.map {
+                Bool.random(using: &generator) ? Character($0.uppercased()) : Character($0.lowercased())
+            })
         }
         // Canonically equivalent spellings are different bytes: not the same name (String's
         // `==` says they are equal), so every lookup agrees with `same` on them.
@@ -122,7 +124,8 @@ import Testing
                      "Content-Length", "Host", "TeamCache-Min-Position", "Connection", "a", "A", "@", "`"]
         for _ in 0..<2_000 {
             let random = (0..<Int.random(in: 1...3, using: &generator)).map { _ in
-                String((0..<Int.random(in: 1...24, using: &generator)).map { _ in alphabet.randomElement(using: &generator)! })
+                let length = Int.random(in: 1...24, using: &generator)
+                return String((0..<length).map { _ in alphabet.randomElement(using: &generator)! })
             }
             let names = random + known.shuffled(using: &generator).prefix(Int.random(in: 0...4, using: &generator))
             var added = HTTPHeaders()
@@ -135,7 +138,10 @@ import Testing
                     #expect(headers.count(of: asked) == names.filter { HTTPHeaders.same($0, asked) }.count)
                     #expect(headers.list(asked).count == headers.count(of: asked))
                 }
-                for name in known + random.map({ $0 + "x" }) where !names.contains(where: { HTTPHeaders.same($0, name) }) {
+                let absent = (known + random.map { $0 + "x" }).filter { name in
+                    !names.contains { HTTPHeaders.same($0, name) }
+                }
+                for name in absent {
                     #expect(headers[name] == nil && headers.count(of: name) == 0 && headers.list(name).isEmpty)
                 }
             }

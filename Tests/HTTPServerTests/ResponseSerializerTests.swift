@@ -40,7 +40,8 @@ import Testing
             let shown = String(max(0, number))
             let fields = "Age: \(shown)\r\nCache-Status: teamcache; hit; ttl=\(shown); collapsed\r\n"
                 + "Content-Encoding: gzip\r\n"
-            #expect(wire(response) == "HTTP/1.1 200 OK\r\nETag: \"e\"\r\n" + fields + date + "Content-Length: 1\r\n\r\na")
+            #expect(wire(response)
+                == "HTTP/1.1 200 OK\r\nETag: \"e\"\r\n" + fields + date + "Content-Length: 1\r\n\r\na")
             // A fourth is a header: written before the static ones, with the same text.
             response.addStatic(StaticField("X-Count: n=", number, ";"))
             #expect(response.headers["X-Count"] == "n=\(shown);")

@@ -80,9 +80,13 @@ import Testing
             }
         }
         let many = "/v1/caches/a/gateway/openai/" + Array(repeating: "s", count: 5_000).joined(separator: "/")
-        #expect(found("POST", many)?.1["path"] == Array(Array(repeating: "s", count: 5_000).joined(separator: "/").utf8))
-        if case .found = router.match(method: "GET", path: Substring(many)) { Issue.record("no GET route has 5,005 segments") }
-        let (template, parameters) = try #require(found("GET", "/v1/caches/\(String(repeating: "n", count: 64))/entries/k"))
+        let rest = Array(repeating: "s", count: 5_000).joined(separator: "/")
+        #expect(found("POST", many)?.1["path"] == Array(rest.utf8))
+        if case .found = router.match(method: "GET", path: Substring(many)) {
+            Issue.record("no GET route has 5,005 segments")
+        }
+        let longest = "/v1/caches/\(String(repeating: "n", count: 64))/entries/k"
+        let (template, parameters) = try #require(found("GET", longest))
         #expect(template == "/v1/caches/{ns}/entries/{key}" && parameters["key"] == [UInt8(ascii: "k")])
         #expect(found("GET", "/healthz")?.0 == "/healthz")
     }

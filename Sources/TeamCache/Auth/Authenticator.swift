@@ -34,7 +34,9 @@ public final class Authenticator: Sendable {
         /// hashing on every request; equality still compares all of it.
         func hash(into hasher: inout Hasher) {
             digest.withUnsafeBytes { bytes in
-                if bytes.count >= 8 { hasher.combine(bytes.loadUnaligned(as: UInt64.self)) } else { hasher.combine(bytes: bytes) }
+                // Always 32 bytes; the fallback only keeps a shorter one (none is made) total.
+                guard bytes.count >= 8 else { return hasher.combine(bytes: bytes) }
+                hasher.combine(bytes.loadUnaligned(as: UInt64.self))
             }
         }
     }
