@@ -8,7 +8,8 @@ import Foundation
 /// their releases); the object is one. `responseFields`, set once when a near-cache copy is
 /// kept, stays beside it.
 public struct StoredEntry: Sendable {
-    private final class Members: Sendable {
+    /// The members, with the initializer Swift writes for a struct; held in one `Box`.
+    private struct Members {
         let id: Int64
         let namespace: String
         let key: [UInt8]
@@ -24,29 +25,15 @@ public struct StoredEntry: Sendable {
         let updatedAt: Date
         let expiresAt: Date
         let staleWhileRevalidate: Int
-
-        init(id: Int64, namespace: String, key: [UInt8], body: [UInt8], encoding: BodyEncoding, contentType: String,
-             identitySize: Int, etag: String, model: String?, metadata: String?, inputTokens: Int, outputTokens: Int,
-             updatedAt: Date, expiresAt: Date, staleWhileRevalidate: Int) {
-            self.id = id
-            self.namespace = namespace
-            self.key = key
-            self.body = body
-            self.encoding = encoding
-            self.contentType = contentType
-            self.identitySize = identitySize
-            self.etag = etag
-            self.model = model
-            self.metadata = metadata
-            self.inputTokens = inputTokens
-            self.outputTokens = outputTokens
-            self.updatedAt = updatedAt
-            self.expiresAt = expiresAt
-            self.staleWhileRevalidate = staleWhileRevalidate
-        }
     }
 
-    private let members: Members
+    private final class Box: Sendable {
+        let members: Members
+        init(_ members: Members) { self.members = members }
+    }
+
+    private let box: Box
+    private var members: Members { box.members }
 
     public var id: Int64 { members.id }
     public var namespace: String { members.namespace }
@@ -76,10 +63,11 @@ public struct StoredEntry: Sendable {
                  contentType: String, identitySize: Int, etag: String, model: String?, metadata: String?,
                  inputTokens: Int, outputTokens: Int, updatedAt: Date, expiresAt: Date,
                  staleWhileRevalidate: Int = 0) {
-        members = Members(id: id, namespace: namespace, key: key, body: body, encoding: encoding,
-                          contentType: contentType, identitySize: identitySize, etag: etag, model: model,
-                          metadata: metadata, inputTokens: inputTokens, outputTokens: outputTokens, updatedAt: updatedAt,
-                          expiresAt: expiresAt, staleWhileRevalidate: staleWhileRevalidate)
+        box = Box(Members(id: id, namespace: namespace, key: key, body: body, encoding: encoding,
+                              contentType: contentType, identitySize: identitySize, etag: etag, model: model,
+                              metadata: metadata, inputTokens: inputTokens, outputTokens: outputTokens,
+                              updatedAt: updatedAt, expiresAt: expiresAt,
+                              staleWhileRevalidate: staleWhileRevalidate))
     }
 }
 
