@@ -28,4 +28,23 @@ public enum ByteSearch {
         }
         return utf8.firstIndex(of: byte)
     }
+
+    /// How many bytes of `bytes` are `byte`.
+    static func count(of byte: UInt8, in bytes: UnsafeBufferPointer<UInt8>) -> Int {
+        var count = 0
+        var from = 0
+        while let index = firstIndex(of: byte, in: bytes, from: from) {
+            count += 1
+            from = index + 1
+        }
+        return count
+    }
+
+    /// Whether `array` holds exactly the bytes of `bytes`: one `memcmp` (the generic
+    /// `elementsEqual` walked both a byte at a time, ~400 instructions a near-cache hit).
+    static func equal(_ array: [UInt8], _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard array.count == bytes.count else { return false }
+        guard let base = bytes.baseAddress else { return true }  // both empty
+        return array.withUnsafeBufferPointer { memcmp($0.baseAddress!, base, bytes.count) == 0 }
+    }
 }

@@ -145,7 +145,9 @@ enum HTTPHeadParser {
         var hasExpect = false
 
         init(_ headers: HTTPHeaders) {
-            for (name, value) in headers {
+            // The stored fields, not the headers' `(name, value)` pairs: no copy of each.
+            for field in headers.fields {
+                let name = field.name, value = field.value
                 // Dispatch on length first: most fields are none of these and cost one compare.
                 switch name.utf8.count {
                 case 4 where HTTPHeaders.same(name, "Host"): hosts += 1

@@ -27,7 +27,7 @@ enum ResponseSerializer {
             : version == .http10 ? "Connection: keep-alive\r\n" : nil
         var size = status.count + 6 + date.utf8.count + 10 + server.utf8.count + 2 + 2 + response.renderedFields.count
             + response.staticFields.wireCount
-        for (name, value) in response.headers { size += name.utf8.count + value.utf8.count + 4 }
+        for field in response.headers.fields { size += field.name.utf8.count + field.value.utf8.count + 4 }
         if !requestID.isEmpty { size += 14 + requestID.utf8.count + 2 }
         if !response.forbidsBody { size += 16 + decimalLength(response.body.count) + 2 }
         if let connection { size += connection.utf8CodeUnitCount }
@@ -36,10 +36,10 @@ enum ResponseSerializer {
             var out = WireWriter(buffer)
             out.put(status)
             out.put(response.renderedFields)
-            for (name, value) in response.headers {
-                out.put(name)
+            for field in response.headers.fields {
+                out.put(field.name)
                 out.put(": ")
-                out.put(value)
+                out.put(field.value)
                 out.put("\r\n")
             }
             response.staticFields.forEach { out.put($0) }

@@ -15,4 +15,21 @@ import Testing
             }
         }
     }
+
+    /// Counting and whole-buffer equality against the standard library's, on random bytes
+    /// (few distinct values, so equal and nearly equal buffers are common).
+    @Test func countAndEqualityAgreeWithTheStandardLibrary() {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 {
+            let bytes = (0..<Int.random(in: 0...40, using: &generator)).map { _ in UInt8.random(in: 46...48, using: &generator) }
+            let other = (0..<Int.random(in: 0...3, using: &generator)).map { _ in UInt8.random(in: 46...48, using: &generator) }
+            bytes.withUnsafeBufferPointer { buffer in
+                #expect(ByteSearch.count(of: 47, in: buffer) == bytes.filter { $0 == 47 }.count)
+                #expect(ByteSearch.equal(bytes, buffer))
+                #expect(ByteSearch.equal(other, buffer) == (other == bytes), "\(other) \(bytes)")
+            }
+        }
+        #expect(ByteSearch.equal([], UnsafeBufferPointer(start: nil, count: 0)))
+        #expect(!ByteSearch.equal([1], UnsafeBufferPointer(start: nil, count: 0)))
+    }
 }

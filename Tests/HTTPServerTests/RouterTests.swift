@@ -90,4 +90,27 @@ import Testing
         #expect(template == "/v1/caches/{ns}/entries/{key}" && parameters["key"] == [UInt8(ascii: "k")])
         #expect(found("GET", "/healthz")?.0 == "/healthz")
     }
+
+    /// Random namespaces and keys (empty, escaped, slashes escaped or not) against a split
+    /// made here: a path of exactly the template's segments matches with its decoded values.
+    @Test func randomPathsMatchAsASplitByHandSays() {
+        var generator = SystemRandomNumberGenerator()
+        let pieces = ["a", "k", "/", "%2F", "%25", "%41", "-", "e", "entries"]
+        func segment() -> String {
+            (0..<Int.random(in: 0...4, using: &generator)).map { _ in pieces.randomElement(using: &generator)! }.joined()
+        }
+        for _ in 0..<3_000 {
+            let namespace = segment(), key = segment()
+            let path = "/v1/caches/\(namespace)/entries/\(key)"
+            let parts = path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+            let match = found("GET", path)
+            if parts.count == 5 {
+                #expect(match?.0 == "/v1/caches/{ns}/entries/{key}", "\(path)")
+                #expect(match?.1["ns"] == PercentDecoding.decode(namespace), "\(path)")
+                #expect(match?.1["key"] == PercentDecoding.decode(key), "\(path)")
+            } else {
+                #expect(match == nil, "\(path)")
+            }
+        }
+    }
 }

@@ -35,9 +35,23 @@ import Testing
     }
 
     @Test func theBearerSchemeInAnyCaseAndNothingElse() {
-        for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] { #expect(Authenticator.isBearer(Substring(scheme).utf8)) }
+        func isBearer(_ scheme: String) -> Bool { Array(scheme.utf8).withUnsafeBufferPointer(Authenticator.isBearer) }
+        for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] { #expect(isBearer(scheme)) }
         for scheme in ["", "Beare", "Bearers", "Basic", "Bearer\u{0}", "B\u{2}arer", "bearer ".dropLast() + "!"] {
-            #expect(!Authenticator.isBearer(Substring(scheme).utf8), "\(scheme)")
+            #expect(!isBearer(String(scheme)), "\(scheme)")
+        }
+    }
+
+    /// The secret is everything after the first space of `Bearer <secret>`, 1 to 256 bytes.
+    @Test func theSecretAfterTheScheme() {
+        func start(_ value: String) -> Int? { Array(value.utf8).withUnsafeBufferPointer(Authenticator.bearerSecretStart) }
+        #expect(start("Bearer tc_abc") == 7)
+        #expect(start("bEARER x") == 7)
+        #expect(start("Bearer  two-spaces") == 7)  // the secret " two-spaces" is kept as sent
+        #expect(start("Bearer " + String(repeating: "a", count: 256)) == 7)
+        for value in ["Bearer", "Bearer ", "Basic abc", " Bearer abc", "Bearerabc", "",
+                      "Bearer " + String(repeating: "a", count: 257), "Béarer abc"] {
+            #expect(start(value) == nil, "\(value)")
         }
     }
 }
