@@ -31,12 +31,9 @@ public enum ByteSearch {
 
     /// How many bytes of `bytes` are `byte`.
     static func count(of byte: UInt8, in bytes: UnsafeBufferPointer<UInt8>) -> Int {
+        // A plain loop the compiler vectorizes: a `memchr` per hit cost ~40 instructions each.
         var count = 0
-        var from = 0
-        while let index = firstIndex(of: byte, in: bytes, from: from) {
-            count += 1
-            from = index + 1
-        }
+        for candidate in bytes where candidate == byte { count &+= 1 }
         return count
     }
 

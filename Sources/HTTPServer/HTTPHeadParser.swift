@@ -51,12 +51,9 @@ enum HTTPHeadParser {
 
     /// The first index of `byte` in `range` of `bytes`, or nil.
     private static func firstIndex(of byte: UInt8, in bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> Int? {
-        var index = range.lowerBound
-        while index < range.upperBound {
-            if bytes[index] == byte { return index }
-            index += 1
-        }
-        return nil
+        // `memchr`: a loop over each byte cost ~5 instructions a byte.
+        ByteSearch.firstIndex(of: byte, in: UnsafeBufferPointer(rebasing: bytes[range]), from: 0)
+            .map { $0 + range.lowerBound }
     }
 
     private static func allSatisfy(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>,
@@ -96,7 +93,7 @@ enum HTTPHeadParser {
         guard !method.isEmpty, !target.isEmpty, allSatisfy(bytes, method, isTokenByte) else {
             return .failure(.badRequest("Malformed request line."))
         }
-        guard allSatisfy(bytes, target, { $0 > 32 && $0 < 127 }) else {
+        guard ByteClasses.isTarget(bytes, target) else {
             return .failure(.badRequest("The request target has a forbidden byte."))
         }
         let version: HTTPVersion
@@ -125,7 +122,7 @@ enum HTTPHeadParser {
         }
         var value = colon + 1..<line.upperBound
         // NUL, bare CR and other controls (except HTAB) in a value are smuggling vectors.
-        if !allSatisfy(bytes, value, { !(($0 < 32 && $0 != 9) || $0 == 127) }) {
+        if !ByteClasses.isFieldValue(bytes, value) {
             return .failure(.badRequest("Forbidden byte in a header value."))
         }
         while let index = value.first, bytes[index] == 32 || bytes[index] == 9 { value = index + 1..<value.upperBound }
