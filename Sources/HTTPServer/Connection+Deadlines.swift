@@ -66,10 +66,10 @@ extension Connection {
         closeAfterFlush = true
         let seconds = Double(loop.now - phaseStart) / 1e9
         let bytes = respond(error.response(requestID: request.requestID), method: request.method,
-                            version: request.version, keepAlive: false, requestID: request.requestID)
+                            version: request.version, keepAlive: false, requestID: request.id)
         loop.record(method: request.method, routeID: request.routeID,
                     route: request.routeTemplate.isEmpty ? "unmatched" : request.routeTemplate,
-                    status: error.status, bytes: bytes, seconds: seconds, requestID: request.requestID)
+                    status: error.status, bytes: bytes, seconds: seconds, requestID: request.id)
         loop.context.metrics?.deadlineExceeded.inc()
         accountBodyBytes()
         flush()

@@ -22,7 +22,7 @@ extension Connection {
         // What a parked read asked to hear of its client leaving does not apply to the stream.
         onClientGone = nil
         enqueue(ResponseSerializer.streamHead(head, framing: framing, version: request.version, keepAlive: keepAlive,
-                                              requestID: request.requestID, date: loop.date,
+                                              requestID: request.id, date: loop.date,
                                               server: configuration.serverName))
         phase = .streaming
         phaseStart = loop.now
@@ -72,7 +72,7 @@ extension Connection {
         let seconds = Double(monotonicNanoseconds() - finished.started) / 1e9
         loop.record(method: request.method, routeID: request.routeID,
                     route: request.routeTemplate.isEmpty ? "unmatched" : request.routeTemplate,
-                    status: finished.status, bytes: finished.bodyBytes, seconds: seconds, requestID: request.requestID)
+                    status: finished.status, bytes: finished.bodyBytes, seconds: seconds, requestID: request.id)
         processBuffered()
     }
 

@@ -213,7 +213,7 @@ final class Connection {
     /// Why a request with a body is refused on its head alone (no route, a precheck such as
     /// a missing or known-bad token), or nil to read the body.
     func refusal(beforeBody request: HTTPRequest) -> HTTPResponse? {
-        request.requestID = loop.requestID(for: request)
+        request.id = loop.requestID(for: request)
         request.remoteAddress = peer
         request.connectionCredential = credential
         let error: HTTPError
@@ -250,10 +250,10 @@ final class Connection {
         parser = HTTPParser(limits: loop.context.configuration.limits)
         accountBodyBytes()
         let bytes = respond(response, method: request.method, version: request.version, keepAlive: false,
-                            requestID: request.requestID)
+                            requestID: request.id)
         loop.record(method: request.method, routeID: request.routeID,
                     route: request.routeTemplate.isEmpty ? "unmatched" : request.routeTemplate,
-                    status: response.status, bytes: bytes, seconds: 0, requestID: request.requestID)
+                    status: response.status, bytes: bytes, seconds: 0, requestID: request.id)
     }
 
     /// Keeps the server-wide count of body bytes being received up to date; past the
@@ -280,7 +280,7 @@ final class Connection {
     }
 
     private func dispatch(_ request: HTTPRequest) {
-        if request.requestID.isEmpty { request.requestID = loop.requestID(for: request) }
+        if request.id.isEmpty { request.id = loop.requestID(for: request) }
         request.remoteAddress = peer
         // Every request, not only those with a body (set before their body is read): a GET
         // hit without it paid a SHA-256 of its token each time (callgrind: 10% of a hit).
@@ -354,21 +354,21 @@ final class Connection {
         let keepAlive = request.keepAlive && !loop.isDraining && (limit == 0 || served < limit)
         if !keepAlive { closeAfterFlush = true }
         let bytes = respond(response, method: request.method, version: request.version, keepAlive: keepAlive,
-                            requestID: request.requestID)
+                            requestID: request.id)
         if request.body.count >= MemoryReturn.largeBody || response.body.count >= MemoryReturn.largeBody {
             MemoryReturn.noteLargeBody()
         }
         let seconds = Double(monotonicNanoseconds() - started) / 1e9
         loop.record(method: request.method, routeID: request.routeID,
                     route: request.routeTemplate.isEmpty ? "unmatched" : request.routeTemplate,
-                    status: response.status, bytes: bytes, seconds: seconds, requestID: request.requestID)
+                    status: response.status, bytes: bytes, seconds: seconds, requestID: request.id)
         processBuffered()
     }
 
     /// Serialises a response into the output queue; returns the body bytes sent.
     @discardableResult
     func respond(_ response: HTTPResponse, method: String, version: HTTPVersion, keepAlive: Bool,
-                         requestID: String = "") -> Int {
+                         requestID: RequestID = .none) -> Int {
         let wire = ResponseSerializer.serialize(response, sendsBody: method != "HEAD", version: version,
                                                 keepAlive: keepAlive, requestID: requestID, date: loop.date,
                                                 server: loop.context.configuration.serverName)

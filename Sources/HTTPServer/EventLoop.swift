@@ -258,42 +258,34 @@ public final class EventLoop: @unchecked Sendable, Reactor {
     var isDraining: Bool { draining }
 
     /// A request id: the client's `X-Request-Id` when it is short and plain, else a new one.
-    func requestID(for request: HTTPRequest) -> String {
+    func requestID(for request: HTTPRequest) -> RequestID {
         if let given = request.headers["X-Request-Id"], (1...128).contains(given.utf8.count),
            given.utf8.allSatisfy({ HTTPHeadParser.isTokenByte($0) || $0 == UInt8(ascii: ":") }) {
-            return given
+            return RequestID(given)
         }
         requestCounter &+= 1
-        return Self.requestID(prefix: requestIDPrefix, counter: requestCounter)
+        return RequestID(prefix: requestIDPrefix, number: requestCounter)
     }
 
     /// `prefix` and `counter` in lowercase hex, written into one string (every request
     /// without an id of its own gets one; interpolation made three strings of it).
     static func requestID(prefix: String, counter: UInt64) -> String {
-        var digits = 1
-        while digits < 16 && counter >> (4 * digits) != 0 { digits += 1 }
+        let digits = Hex.digits(counter)
         var prefix = prefix
         // The prefix copied whole from its contiguous UTF-8: a walk of its UTF-8 view cost ~30
         // instructions a byte, every request.
         return prefix.withUTF8 { prefixBytes in
             String(unsafeUninitializedCapacity: prefixBytes.count + digits) { buffer in
-                if let base = buffer.baseAddress, let source = prefixBytes.baseAddress {
-                    base.initialize(from: source, count: prefixBytes.count)
-                }
-                var index = prefixBytes.count
-                for position in 0..<digits {
-                    let nibble = UInt8(truncatingIfNeeded: counter >> (4 * (digits - 1 - position))) & 0xF
-                    buffer[index] = nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
-                    index += 1
-                }
-                return index
+                guard let base = buffer.baseAddress else { return 0 }
+                if let source = prefixBytes.baseAddress { base.initialize(from: source, count: prefixBytes.count) }
+                return prefixBytes.count + Hex.write(counter, to: base + prefixBytes.count)
             }
         }
     }
 
     /// The access log line and the metrics of a finished request.
     func record(method: String, routeID: Int, route: String, status: Int, bytes: Int, seconds: Double,
-                requestID: String) {
+                requestID: RequestID) {
         requestStats.observe(route: routeID, method: method, status: status, seconds: seconds)
         guard LogSink.shared.level <= .info else { return }
         // What repeats is rendered once (the head, the keys, a route's method and template):
@@ -382,7 +374,7 @@ enum AccessLine {
     static let requestID = LogLine.key("request_id")
 
     static func write(into line: inout LogLine, method: String, route: String, known: LogLine.Part?, status: Int,
-                      bytes: Int, microseconds: Int, requestID: String) {
+                      bytes: Int, microseconds: Int, requestID: RequestID) {
         line.begin(head)
         // Method and id are HTTP tokens and the route a template: nothing in them needs escaping.
         if let known {
@@ -394,7 +386,7 @@ enum AccessLine {
         line.field(Self.status, status)
         line.field(Self.bytes, bytes)
         line.field(duration, microseconds)
-        line.field(Self.requestID, token: requestID)
+        line.field(Self.requestID, token: requestID.head, hex: requestID.number)
         line.end()
     }
 }

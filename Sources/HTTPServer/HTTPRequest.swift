@@ -20,7 +20,9 @@ public final class HTTPRequest: @unchecked Sendable {
     public let keepAlive: Bool
 
     /// Set by the server: the request id, the matched route and its decoded path parameters.
-    @exclusivity(unchecked) public internal(set) var requestID: String = ""
+    @exclusivity(unchecked) public internal(set) var id = RequestID.none
+    /// The request id as text (made when asked: see `RequestID`).
+    public var requestID: String { id.text }
     /// The client's address (IPv4 text; empty when unknown), for limits per client.
     @exclusivity(unchecked) public internal(set) var remoteAddress: String = ""
     /// The credential its connection presented last (nil outside a server: tests, the fuzzer).

@@ -19,7 +19,7 @@ enum ResponseSerializer {
     /// The head is measured first and written into one buffer of exactly that size: every
     /// response pays for this, and growing an array part by part cost more than the copies.
     static func serialize(_ response: HTTPResponse, sendsBody requested: Bool, version: HTTPVersion, keepAlive: Bool,
-                          requestID: String, date: String, server: String) -> Wire {
+                          requestID: RequestID, date: String, server: String) -> Wire {
         let sendsBody = requested && !response.forbidsBody && !response.body.isEmpty
         let inlineBody = sendsBody && response.body.count <= inlineBodyLimit
         let status = statusLine(response.status)
@@ -28,7 +28,7 @@ enum ResponseSerializer {
         var size = status.count + 6 + date.utf8.count + 10 + server.utf8.count + 2 + 2 + response.renderedFields.count
             + response.staticFields.wireCount
         for field in response.headers.fields { size += field.name.utf8.count + field.value.utf8.count + 4 }
-        if !requestID.isEmpty { size += 14 + requestID.utf8.count + 2 }
+        if !requestID.isEmpty { size += 14 + requestID.byteCount + 2 }
         if !response.forbidsBody { size += 16 + decimalLength(response.body.count) + 2 }
         if let connection { size += connection.utf8CodeUnitCount }
         if inlineBody { size += response.body.count }
@@ -128,6 +128,14 @@ struct WireWriter {
         text.withUTF8Bytes { put($0) }
     }
 
+    /// A request id's text: its head, then its number's hex digits (`RequestID`).
+    mutating func put(_ id: RequestID) {
+        put(id.head)
+        guard let number = id.number, Hex.digits(number) <= buffer.count - count,
+              let target = buffer.baseAddress else { return }
+        count += Hex.write(number, to: target + count)
+    }
+
     /// A non-negative count in decimal (`ResponseSerializer.decimalLength` digits).
     mutating func putDecimal(_ value: Int) {
         let length = ResponseSerializer.decimalLength(value)
@@ -146,14 +154,14 @@ extension ResponseSerializer {
     /// place of a Content-Length (`Transfer-Encoding: chunked`, or none, the end marked by the
     /// connection's close). Not on the hit path: built plainly.
     static func streamHead(_ response: HTTPResponse, framing: ResponseStream.Framing, version: HTTPVersion,
-                           keepAlive: Bool, requestID: String, date: String, server: String) -> [UInt8] {
+                           keepAlive: Bool, requestID: RequestID, date: String, server: String) -> [UInt8] {
         var head = statusLine(response.status) + response.renderedFields
         var fields = ""
         for (name, value) in response.headers where !Self.framingFields.contains(name.lowercased()) {
             fields += name + ": " + value + "\r\n"
         }
         response.staticFields.forEach { fields += $0.name + ": " + $0.value + "\r\n" }
-        if !requestID.isEmpty { fields += "X-Request-Id: " + requestID + "\r\n" }
+        if !requestID.isEmpty { fields += "X-Request-Id: " + requestID.text + "\r\n" }
         fields += "Date: " + date + "\r\nServer: " + server + "\r\n"
         if framing == .chunked { fields += "Transfer-Encoding: chunked\r\n" }
         if !keepAlive {

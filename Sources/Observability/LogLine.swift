@@ -93,6 +93,18 @@ public struct LogLine: ~Copyable {
         appendToken(value)
     }
 
+    /// A field whose key was rendered once, with a value that needs no escaping followed by
+    /// `hex` in lowercase hex digits (a request id numbered under its loop's prefix).
+    public mutating func field(_ key: Part, token value: String, hex: UInt64?) {
+        guard let hex else { return field(key, token: value) }
+        append(key)
+        append(UInt8(ascii: "\""))
+        append(value)
+        reserve(16)
+        count += Hex.write(hex, to: storage + count)
+        append(UInt8(ascii: "\""))
+    }
+
     /// A string quoted as it is (the caller knows it needs no escaping).
     private mutating func appendToken(_ value: String) {
         append(UInt8(ascii: "\""))

@@ -6,7 +6,7 @@ import Testing
 /// disagrees with what is written (a cut field, stray bytes) shows.
 @Suite struct ResponseSerializerTests {
     private func wire(_ response: HTTPResponse, method: String = "GET", version: HTTPVersion = .http11,
-                      keepAlive: Bool = true, requestID: String = "") -> String {
+                      keepAlive: Bool = true, requestID: RequestID = "") -> String {
         let wire = ResponseSerializer.serialize(response, sendsBody: method != "HEAD", version: version,
                                                 keepAlive: keepAlive, requestID: requestID,
                                                 date: "Tue, 01 Dec 2026 23:00:00 GMT", server: "teamcache")
@@ -108,5 +108,22 @@ import Testing
             #expect(storage[size...].allSatisfy { $0 == 0 }, "wrote past a \(size)-byte window")
             #expect(Array(storage.prefix(written)) == Array((Array("ab".utf8) + Array(long.utf8)).prefix(size)))
         }
+    }
+
+    /// A numbered id is written as its prefix and hex digits, exactly the text it stands for,
+    /// and the head's measured size holds it (any number of digits).
+    @Test func numberedRequestIDsAreWrittenAsTheirText() {
+        let response = HTTPResponse(status: 204)
+        for number in [UInt64(0), 9, 10, 0xF, 0x10, 0xFFFF, 0x10000, 0xdead_beef, UInt64.max, 1 << 63] {
+            let id = RequestID(prefix: "9f2c-1-", number: number)
+            #expect(id.text == "9f2c-1-" + String(number, radix: 16))
+            #expect(id.byteCount == id.text.utf8.count)
+            #expect(wire(response, requestID: id) == "HTTP/1.1 204 No Content\r\nX-Request-Id: \(id.text)\r\n" + date + "\r\n")
+            let streamed = ResponseSerializer.streamHead(response, framing: .chunked, version: .http11, keepAlive: true,
+                                                         requestID: id, date: "D", server: "S")
+            #expect(String(decoding: streamed, as: UTF8.self).contains("X-Request-Id: \(id.text)\r\n"))
+        }
+        #expect(RequestID("given-1").text == "given-1" && !RequestID("given-1").isEmpty && RequestID("").isEmpty)
+        #expect(!RequestID(prefix: "", number: 0).isEmpty && RequestID(prefix: "", number: 0).text == "0")
     }
 }

@@ -27,10 +27,17 @@ import TestSupport
             ("BREW", "/no/such/route", "unmatched"), ("GET", "/no/such/route", "unmatched"),
             ("POST", "/healthz", "unmatched"), ("BREW", "/no/such/route", "unmatched"), ("GET", "/readyz", "/readyz"),
         ]
-        var statuses: [Int] = []
-        for request in asked {
+        var statuses: [Int] = [], ids: [String?] = [], problemIDs: [String?] = []
+        for (index, request) in asked.enumerated() {
             let body: [UInt8] = request.method == "PUT" ? Array("{}".utf8) : []
-            statuses.append(try client.request(request.method, request.path, body: body).status)
+            // One request names its own id; the others get numbered ones.
+            let headers = index == 2 ? [("X-Request-Id", "client:id-7")] : []
+            let response = try client.request(request.method, request.path, headers: headers, body: body)
+            statuses.append(response.status)
+            ids.append(response.header("X-Request-Id"))
+            let problem = response.status >= 400 && request.method != "HEAD"
+                ? try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any] : nil
+            problemIDs.append(problem?["request_id"] as? String)
         }
         server.stop(SIGTERM)
         try output.close()
@@ -42,8 +49,16 @@ import TestSupport
             #expect(line["method"] as? String == asked[index].method, "line \(index): \(line)")
             #expect(line["route"] as? String == asked[index].route, "line \(index): \(line)")
             #expect(line["status"] as? Int == statuses[index], "line \(index): \(line)")
-            #expect(line["level"] as? String == "info" && line["request_id"] is String && line["bytes"] is Int
+            #expect(line["level"] as? String == "info" && line["bytes"] is Int
                     && line["duration_us"] is Int, "line \(index): \(line)")
+            // The id written into the response's head, into a problem's body and into the line
+            // is one (a numbered id is written from its number in each place).
+            let id = try #require(line["request_id"] as? String, "line \(index): \(line)")
+            #expect(ids[index] == id, "line \(index): \(line)")
+            if let problemID = problemIDs[index] { #expect(problemID == id, "line \(index): \(line)") }
         }
+        #expect(ids[2] == "client:id-7")
+        #expect(Set(ids).count == asked.count, "\(ids)")
+        #expect(problemIDs.compactMap { $0 }.count >= 3, "\(problemIDs)")
     }
 }

@@ -92,4 +92,26 @@ import Testing
             #expect((parsed["v\(index)"] as? NSNumber)?.stringValue == String(value), "\(value)")
         }
     }
+
+    /// A token followed by a number's hex digits (a numbered request id) reads back as the
+    /// token and `String(number, radix: 16)`, from a line that must grow for it.
+    @Test func tokensWithHexNumbersReadBackAsTheirText() throws {
+        var numbers: [UInt64] = [0, 1, 9, 10, 15, 16, 255, 256, 0xFFFF, 0x10000, UInt64.max, 1 << 63]
+        for _ in 0..<2_000 { numbers.append(UInt64.random(in: 0...UInt64.max) >> UInt64.random(in: 0...63)) }
+        var line = LogLine(capacity: 1)
+        line.begin(.info, component: "c", message: "m")
+        for (index, number) in numbers.enumerated() { line.field(LogLine.key("v\(index)"), token: "p-1-", hex: number) }
+        line.field(LogLine.key("given"), token: "given-id", hex: nil)
+        line.end()
+        let parsed = try object(line.bytes)
+        for (index, number) in numbers.enumerated() {
+            #expect(parsed["v\(index)"] as? String == "p-1-" + String(number, radix: 16), "\(number)")
+        }
+        #expect(parsed["given"] as? String == "given-id")
+        var digits = [UInt8](repeating: 0, count: 16)
+        for number in numbers {
+            let count = digits.withUnsafeMutableBufferPointer { Hex.write(number, to: $0.baseAddress!) }
+            #expect(count == Hex.digits(number) && String(decoding: digits[..<count], as: UTF8.self) == String(number, radix: 16))
+        }
+    }
 }
