@@ -353,8 +353,8 @@ final class Connection {
         // connection closes once the parser has none left (processBuffered).
         let keepAlive = request.keepAlive && !loop.isDraining && (limit == 0 || served < limit)
         if !keepAlive { closeAfterFlush = true }
-        let bytes = respond(response, method: request.method, version: request.version, keepAlive: keepAlive,
-                            requestID: request.id)
+        let bytes = respondNow(response, method: request.method, version: request.version, keepAlive: keepAlive,
+                               requestID: request.id)
         if request.body.count >= MemoryReturn.largeBody || response.body.count >= MemoryReturn.largeBody {
             MemoryReturn.noteLargeBody()
         }

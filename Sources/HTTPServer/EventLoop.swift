@@ -177,6 +177,9 @@ public final class EventLoop: @unchecked Sendable, Reactor {
             }
             var one: Int32 = 1
             setsockopt(fd, Int32(IPPROTO_TCP), Self.tcpNoDelay, &one, socklen_t(MemoryLayout<Int32>.size))
+            if var bytes = Int32(exactly: context.configuration.socketSendBuffer), bytes > 0 {
+                setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, socklen_t(MemoryLayout<Int32>.size))
+            }
             let connection = Connection(fd: fd, loop: self, peer: peer)
             do {
                 try register(fd, tag: UInt64(fd), events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue)

@@ -59,6 +59,9 @@ public struct HTTPServerConfiguration: Sendable {
     /// (TeamCache's: `https://teamcache.dev/problems/`); empty: `about:blank`, or the base
     /// another server of the process named (see `ProblemTypes`).
     public var problemTypeBase = ""
+    /// Each accepted socket's send buffer in bytes (`SO_SNDBUF`, which the kernel doubles and
+    /// then stops tuning); 0 leaves the kernel's own. Tests make it small to see a full socket.
+    public var socketSendBuffer = 0
 
     public init() {}
 }

@@ -20,19 +20,58 @@ enum ResponseSerializer {
     /// response pays for this, and growing an array part by part cost more than the copies.
     static func serialize(_ response: HTTPResponse, sendsBody requested: Bool, version: HTTPVersion, keepAlive: Bool,
                           requestID: RequestID, date: String, server: String) -> Wire {
-        let sendsBody = requested && !response.forbidsBody && !response.body.isEmpty
-        let inlineBody = sendsBody && response.body.count <= inlineBodyLimit
-        let status = statusLine(response.status)
-        let connection: StaticString? = !keepAlive ? "Connection: close\r\n"
-            : version == .http10 ? "Connection: keep-alive\r\n" : nil
-        var size = status.count + 6 + date.utf8.count + 10 + server.utf8.count + 2 + 2 + response.renderedFields.count
-            + response.staticFields.wireCount
-        for field in response.headers.fields { size += field.name.utf8.count + field.value.utf8.count + 4 }
-        if !requestID.isEmpty { size += 14 + requestID.byteCount + 2 }
-        if !response.forbidsBody { size += 16 + decimalLength(response.body.count) + 2 }
-        if let connection { size += connection.utf8CodeUnitCount }
-        if inlineBody { size += response.body.count }
-        let head = [UInt8](unsafeUninitializedCapacity: size) { buffer, initialized in
+        let layout = Layout(response, sendsBody: requested, version: version, keepAlive: keepAlive,
+                            requestID: requestID, date: date, server: server)
+        let head = [UInt8](unsafeUninitializedCapacity: layout.size) { buffer, initialized in
+            initialized = layout.write(response, requestID: requestID, date: date, server: server, into: buffer)
+        }
+        guard layout.sendsBody else { return Wire(head: head, separateBody: nil, bodyBytes: 0) }
+        if layout.inlineBody { return Wire(head: head, separateBody: nil, bodyBytes: response.body.count) }
+        return Wire(head: head, separateBody: response.body, bodyBytes: response.body.count)
+    }
+
+    /// The same bytes written into `memory` (the loop's scratch: no allocation), when the whole
+    /// answer is one buffer that fits; nil otherwise. Returns the bytes written and the body
+    /// bytes among them.
+    static func serialize(_ response: HTTPResponse, sendsBody requested: Bool, version: HTTPVersion, keepAlive: Bool,
+                          requestID: RequestID, date: String, server: String,
+                          into memory: UnsafeMutableRawBufferPointer) -> (count: Int, bodyBytes: Int)? {
+        let layout = Layout(response, sendsBody: requested, version: version, keepAlive: keepAlive,
+                            requestID: requestID, date: date, server: server)
+        guard layout.size <= memory.count, !layout.sendsBody || layout.inlineBody,
+              let base = memory.baseAddress else { return nil }
+        let buffer = UnsafeMutableBufferPointer(start: base.assumingMemoryBound(to: UInt8.self), count: layout.size)
+        let count = layout.write(response, requestID: requestID, date: date, server: server, into: buffer)
+        return (count, layout.sendsBody ? response.body.count : 0)
+    }
+
+    /// A response's head measured: what it holds and its size in bytes.
+    private struct Layout {
+        let sendsBody: Bool
+        let inlineBody: Bool
+        let status: StatusLine
+        let connection: StaticString?
+        let size: Int
+
+        init(_ response: HTTPResponse, sendsBody requested: Bool, version: HTTPVersion, keepAlive: Bool,
+             requestID: RequestID, date: String, server: String) {
+            sendsBody = requested && !response.forbidsBody && !response.body.isEmpty
+            inlineBody = sendsBody && response.body.count <= inlineBodyLimit
+            status = StatusLine(response.status)
+            connection = !keepAlive ? "Connection: close\r\n" : version == .http10 ? "Connection: keep-alive\r\n" : nil
+            var size = status.count + 6 + date.utf8.count + 10 + server.utf8.count + 2 + 2
+                + response.renderedFields.count + response.staticFields.wireCount
+            for field in response.headers.fields { size += field.name.utf8.count + field.value.utf8.count + 4 }
+            if !requestID.isEmpty { size += 14 + requestID.byteCount + 2 }
+            if !response.forbidsBody { size += 16 + decimalLength(response.body.count) + 2 }
+            if let connection { size += connection.utf8CodeUnitCount }
+            if inlineBody { size += response.body.count }
+            self.size = size
+        }
+
+        /// Writes the head (and an inline body) into `buffer`, `size` bytes long; returns the count.
+        func write(_ response: HTTPResponse, requestID: RequestID, date: String, server: String,
+                   into buffer: UnsafeMutableBufferPointer<UInt8>) -> Int {
             var out = WireWriter(buffer)
             out.put(status)
             out.put(response.renderedFields)
@@ -65,11 +104,8 @@ enum ResponseSerializer {
             // Measured and written from the same parts: a disagreement is a bug here, and a
             // cut head would go out malformed, so debug builds (the tests) stop on it.
             assert(out.count == size, "response head measured \(size) bytes, wrote \(out.count)")
-            initialized = out.count
+            return out.count
         }
-        guard sendsBody else { return Wire(head: head, separateBody: nil, bodyBytes: 0) }
-        if inlineBody { return Wire(head: head, separateBody: nil, bodyBytes: response.body.count) }
-        return Wire(head: head, separateBody: response.body, bodyBytes: response.body.count)
     }
 
     /// Digits of a non-negative count in decimal.
@@ -83,13 +119,33 @@ enum ResponseSerializer {
         return length
     }
 
-    private static let commonStatusLines: [Int: [UInt8]] = Dictionary(uniqueKeysWithValues:
-        [200, 201, 204, 304, 400, 401, 403, 404, 412, 413, 422, 429, 500, 503, 504].map {
-            ($0, Array("HTTP/1.1 \($0) \(HTTPStatus.reason($0))\r\n".utf8))
-        })
-
     static func statusLine(_ status: Int) -> [UInt8] {
-        commonStatusLines[status] ?? Array("HTTP/1.1 \(status) \(HTTPStatus.reason(status))\r\n".utf8)
+        Array("HTTP/1.1 \(status) \(HTTPStatus.reason(status))\r\n".utf8)
+    }
+}
+
+/// A status line: the usual ones compiled in (a dictionary of them cost a hash and a retain
+/// every response), any other made when needed.
+enum StatusLine {
+    case common(StaticString)
+    case other([UInt8])
+
+    init(_ status: Int) {
+        switch status {
+        case 200: self = .common("HTTP/1.1 200 OK\r\n")
+        case 201: self = .common("HTTP/1.1 201 Created\r\n")
+        case 204: self = .common("HTTP/1.1 204 No Content\r\n")
+        case 304: self = .common("HTTP/1.1 304 Not Modified\r\n")
+        case 404: self = .common("HTTP/1.1 404 Not Found\r\n")
+        default: self = .other(ResponseSerializer.statusLine(status))
+        }
+    }
+
+    var count: Int {
+        switch self {
+        case .common(let text): text.utf8CodeUnitCount
+        case .other(let bytes): bytes.count
+        }
     }
 }
 
@@ -114,6 +170,13 @@ struct WireWriter {
     }
 
     mutating func put(_ bytes: [UInt8]) { bytes.withUnsafeBytes { put($0) } }
+
+    mutating func put(_ status: StatusLine) {
+        switch status {
+        case .common(let text): put(text)
+        case .other(let bytes): put(bytes)
+        }
+    }
 
     mutating func put(_ field: StaticField) {
         put(field.head)

@@ -28,21 +28,26 @@ public final class RawClient {
 
     /// `from`: a loopback source address (127.x.y.z) to connect from, so one test can act as
     /// many clients.
-    public init(port: Int, timeout: TimeInterval = 5, from source: String? = nil) throws {
+    /// `receiveBuffer`: the socket's receive buffer in bytes (set before connecting, so the
+    /// window is small from the start), for a client that reads slowly.
+    public init(port: Int, timeout: TimeInterval = 5, from source: String? = nil, receiveBuffer: Int? = nil) throws {
         // The socket is made and connected before `fd` is set: a throw then leaves no object
         // whose deinit would close the number again. (It did: a failed connect closed its fd,
         // then deinit closed the same number once more, by then reused by another thread's
         // socket, often the in-process server's side of a new connection, which its client
         // saw closed before any answer. Under load, about one request in 12,000.)
-        fd = try Self.connected(port: port, from: source)
+        fd = try Self.connected(port: port, from: source, receiveBuffer: receiveBuffer)
         setTimeout(timeout)
     }
 
-    private static func connected(port: Int, from source: String?) throws -> Int32 {
+    private static func connected(port: Int, from source: String?, receiveBuffer: Int?) throws -> Int32 {
         // Close-on-exec: a test that spawns a process (pg_ctl starting a cluster) would otherwise
         // hand it this socket, and the connection would outlive its client, still counted.
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw Failure.connect(errno) }
+        if var bytes = receiveBuffer.map(Int32.init) {
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, socklen_t(MemoryLayout<Int32>.size))
+        }
         if let source {
             var local = sockaddr_in()
             local.sin_family = sa_family_t(AF_INET)

@@ -21,6 +21,11 @@ final class TestServer {
                 response.headers.add("X-Name", String(decoding: request.pathParameters["name"] ?? [], as: UTF8.self))
                 return response
             },
+            Route("PUT", "/inline-echo/{name}", .inline) { request in
+                var response = HTTPResponse(status: 200, body: request.body)
+                response.headers.add("X-Name", String(decoding: request.pathParameters["name"] ?? [], as: UTF8.self))
+                return response
+            },
             Route("GET", "/slow") { _ in
                 Thread.sleep(forTimeInterval: 1)
                 return .text(200, "slow\n")
@@ -59,6 +64,30 @@ final class TestServer {
         let third = try client.readResponse()
         #expect([first.text, second.text, third.text] == ["1", "slow\n", "3"])
         #expect(third.header("X-Name") == "c")
+    }
+
+    /// Answers written at once (nothing queued, nothing pipelined) to a client that does not
+    /// read: once its socket is full the rest of an answer is queued, later answers queue
+    /// behind it, and the client reads every answer whole and in order when it starts.
+    @Test func answersToAClientThatDoesNotReadQueueInOrder() throws {
+        // Small socket buffers on both ends: a few answers fill them.
+        let server = try TestServer { $0.socketSendBuffer = 1 }  // the kernel's least
+        let client = try RawClient(port: server.port, timeout: 20, receiveBuffer: 1)
+        let count = 80
+        func body(_ index: Int) -> String { String(repeating: String(index % 10), count: 3_000 + index % 7) }
+        for index in 0..<count {
+            let path = index % 25 == 7 ? "/echo" : "/inline-echo"  // a few answered on a worker
+            try client.send("PUT \(path)/n\(index) HTTP/1.1\r\nHost: t\r\nContent-Length: \(body(index).utf8.count)\r\n\r\n"
+                + body(index))
+            // Apart, so most arrive alone (their answers written at once, not after a batch).
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+        for index in 0..<count {
+            let response = try client.readResponse()
+            #expect(response.status == 200 && response.header("X-Name") == "n\(index)", "answer \(index)")
+            let whole = response.text == body(index)  // (a Bool: a failure's message stays short)
+            #expect(whole, "answer \(index): \(response.body.count) bytes")
+        }
     }
 
     @Test func chunkedUploadAndEncodedSlashInPathSegment() throws {
@@ -180,6 +209,11 @@ final class TestServer {
         var configuration = HTTPServerConfiguration()
         configuration.port = 0
         let server = HTTPServer(configuration: configuration, routes: [
+            Route("PUT", "/inline-echo/{name}", .inline) { request in
+                var response = HTTPResponse(status: 200, body: request.body)
+                response.headers.add("X-Name", String(decoding: request.pathParameters["name"] ?? [], as: UTF8.self))
+                return response
+            },
             Route("GET", "/slow") { _ in
                 Thread.sleep(forTimeInterval: 0.5)
                 return .text(200, "done")

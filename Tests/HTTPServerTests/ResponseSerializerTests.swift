@@ -10,6 +10,24 @@ import Testing
         let wire = ResponseSerializer.serialize(response, sendsBody: method != "HEAD", version: version,
                                                 keepAlive: keepAlive, requestID: requestID,
                                                 date: "Tue, 01 Dec 2026 23:00:00 GMT", server: "teamcache")
+        // Every answer written into scratch memory instead is the same bytes (or refused, when
+        // its body travels apart or the memory is too small for it).
+        let memory = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+        defer { memory.deallocate() }
+        let scratch = ResponseSerializer.serialize(response, sendsBody: method != "HEAD", version: version,
+                                                   keepAlive: keepAlive, requestID: requestID,
+                                                   date: "Tue, 01 Dec 2026 23:00:00 GMT", server: "teamcache",
+                                                   into: memory)
+        if wire.separateBody == nil {
+            #expect(scratch.map { Array(memory[..<$0.count]) } == wire.head)
+            #expect(scratch?.bodyBytes == wire.bodyBytes)
+            let short = UnsafeMutableRawBufferPointer(rebasing: memory[..<(wire.head.count - 1)])
+            #expect(ResponseSerializer.serialize(response, sendsBody: method != "HEAD", version: version,
+                                                 keepAlive: keepAlive, requestID: requestID, date: "Tue, 01 Dec 2026 23:00:00 GMT",
+                                                 server: "teamcache", into: short) == nil)
+        } else {
+            #expect(scratch == nil)
+        }
         return String(decoding: wire.head + (wire.separateBody ?? []), as: UTF8.self)
     }
 
@@ -66,7 +84,22 @@ import Testing
         #expect(wire(HTTPResponse(status: 299, headers: HTTPHeaders([("X-É", "ü")]))).hasPrefix("HTTP/1.1 299 "))
     }
 
+    /// The status lines compiled in are the ones made from the status and its reason.
+    @Test func compiledStatusLinesAreTheMadeOnes() {
+        for status in 100...599 {
+            let line = StatusLine(status)
+            let bytes: [UInt8] = switch line {
+            case .common(let text): Array(UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+            case .other(let made): made
+            }
+            #expect(bytes == ResponseSerializer.statusLine(status) && line.count == bytes.count, "\(status)")
+        }
+    }
+
     @Test func aLargeBodyTravelsAsItsOwnBuffer() {
+        #expect(wire(HTTPResponse(status: 200, headers: HTTPHeaders(),
+                                  body: Array(repeating: UInt8(0x62), count: ResponseSerializer.inlineBodyLimit + 1)))
+                .hasSuffix("\r\n\r\n" + String(repeating: "b", count: ResponseSerializer.inlineBodyLimit + 1)))
         let body = Array(repeating: UInt8(0x62), count: ResponseSerializer.inlineBodyLimit + 1)
         let serialized = ResponseSerializer.serialize(HTTPResponse(status: 200, headers: HTTPHeaders(), body: body),
                                                       sendsBody: true, version: .http11, keepAlive: true,
