@@ -66,7 +66,9 @@ public final class EntryReadBatcher: @unchecked Sendable {
     /// Reading from a standby: the primary's history the replay position is judged by.
     private let primary: WALHistory?
     private var lastProbe: UInt64 = 0
-    private weak var reactor: (any Reactor)?
+    /// Weakly, through its handle (`ReactorHandle`).
+    private weak var reactorHandle: ReactorHandle?
+    private var reactor: (any Reactor)? { reactorHandle?.reactor }
     private var reactorNow: UInt64 { reactor?.nanoseconds ?? 0 }
     /// What this connection's standby had replayed as of the last probe (nil: unknown, or
     /// the server is no standby). Any statement sent after that probe sees at least that much.
@@ -120,7 +122,7 @@ public final class EntryReadBatcher: @unchecked Sendable {
 
     /// Starts connecting and hooks the batch sender into the loop. Call on the loop's thread.
     public func attach(to reactor: any Reactor) {
-        self.reactor = reactor
+        reactorHandle = reactor.handle
         connection.attach(to: reactor)
         reactor.onEachIteration { [unowned self] in sendWaiting() }
     }

@@ -70,7 +70,13 @@ public final class EventLoop: @unchecked Sendable, Reactor {
         try register(listener, tag: Self.listenerTag, events: EPOLLIN.rawValue)
         try register(wakeFD, tag: Self.wakeTag, events: EPOLLIN.rawValue)
         refreshDate()
+        ownHandle = ReactorHandle(self)
     }
+
+    /// Held by this loop alone (clients hold it weakly: see `ReactorHandle`); made at the end
+    /// of `init`, which cannot hand out `self` before.
+    private var ownHandle: ReactorHandle?
+    public var handle: ReactorHandle { ownHandle! }
 
     deinit {
         scratch.deallocate()

@@ -55,7 +55,10 @@ public final class LoopConnection {
     public var onNotification: ((String, String) -> Void)?
     /// Called on the reactor's thread when the connection opens (true) or is dropped (false).
     public var onOpenChange: ((Bool) -> Void)?
-    private weak var reactor: (any Reactor)?
+    /// Weakly, through its handle (`ReactorHandle`: the loop itself held weakly would make
+    /// every retain of it slow).
+    private weak var reactorHandle: ReactorHandle?
+    private var reactor: (any Reactor)? { reactorHandle?.reactor }
     private var state = State.closed(retryAt: 0)
     private var statement: Statement?
     private var flushing = false
@@ -71,7 +74,7 @@ public final class LoopConnection {
 
     /// Binds the connection to `reactor` and starts connecting. Call on the reactor's thread.
     public func attach(to reactor: any Reactor) {
-        self.reactor = reactor
+        reactorHandle = reactor.handle
         connectIfDue()
     }
 
