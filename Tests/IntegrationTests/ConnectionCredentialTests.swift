@@ -88,4 +88,21 @@ import TestSupport
         #expect(ConnectionCredential.equalInConstantTime(Array("abc".utf8), "abc"[...].utf8))
         #expect(!ConnectionCredential.equalInConstantTime(Array("abc".utf8), "abd"[...].utf8))
     }
+
+    /// The word-at-a-time comparison against `==`: every length to 40, a difference at every
+    /// position (in a word or in the tail), and equal bytes.
+    @Test func constantTimeComparisonAgreesWithEquality() {
+        let letters = Array("abcdefghijklmnopqrstuvwxyz0123456789_".utf8)
+        for length in 0...40 {
+            let known = (0..<length).map { _ in letters.randomElement()! }
+            #expect(ConnectionCredential.equalInConstantTime(known, Substring(String(decoding: known, as: UTF8.self)).utf8))
+            for position in 0..<length {
+                var other = known
+                other[position] = other[position] == UInt8(ascii: "a") ? UInt8(ascii: "b") : UInt8(ascii: "a")
+                let given = Substring(String(decoding: other, as: UTF8.self)).utf8
+                #expect(!ConnectionCredential.equalInConstantTime(known, given), "length \(length), position \(position)")
+            }
+            #expect(!ConnectionCredential.equalInConstantTime(known, Substring(String(decoding: known + [97], as: UTF8.self)).utf8))
+        }
+    }
 }
