@@ -1,4 +1,4 @@
-import HTTPServer
+@testable import HTTPServer
 import Testing
 
 /// What the parser produced for one input, in a comparable form.
@@ -206,5 +206,30 @@ func run(_ pieces: [[UInt8]], limits: HTTPParserLimits) -> [Outcome] {
         #expect(PercentDecoding.decode("a%2Fb%FF%fe%01") == [97, 47, 98, 255, 254, 1])
         #expect(PercentDecoding.decode("bad%2") == nil)
         #expect(PercentDecoding.decode("bad%zz") == nil)
+    }
+
+    /// A drained parser keeps a small buffer for the next request (no allocation a request)
+    /// and releases a large one; a request read into kept memory is its own, not the last's.
+    @Test func aDrainedBufferIsKeptWhenSmallAndReleasedWhenLarge() throws {
+        var parser = HTTPParser(limits: HTTPParserLimits())
+        func next(_ text: String) throws -> HTTPRequest {
+            parser.feed(Array(text.utf8))
+            while let event = parser.next() {
+                if case .request(let request) = event { return request }
+            }
+            throw CancellationError()
+        }
+        var seen: [HTTPRequest] = []
+        for index in 0..<50 {
+            seen.append(try next("GET /k\(index) HTTP/1.1\r\nHost: h\r\nX-N: \(index)\r\n\r\n"))
+            #expect(parser.bufferCapacity > 0 && parser.bufferCapacity <= HTTPParser.keptCapacity)
+        }
+        for (index, request) in seen.enumerated() {
+            #expect(request.target == "/k\(index)" && request.headers["X-N"] == "\(index)")
+        }
+        let body = String(repeating: "b", count: 10_000)
+        let large = try next("PUT /big HTTP/1.1\r\nHost: h\r\nContent-Length: 10000\r\n\r\n" + body)
+        #expect(large.body.count == 10_000 && parser.bufferCapacity == 0)
+        #expect(try next("GET /after HTTP/1.1\r\nHost: h\r\n\r\n").target == "/after")
     }
 }
