@@ -20,7 +20,10 @@ public enum Scope: String, Sendable, CaseIterable {
 }
 
 /// A stored API token (never its secret).
-public struct APIToken: Sendable, Equatable {
+///
+/// Immutable, and a class: a request's principal and context carry it, and are copied a few
+/// times a request; as a struct each copy retained its name, pattern and scopes apart.
+public final class APIToken: Sendable, Equatable {
     public let id: Int64
     public let name: String
     /// A namespace glob where `*` matches any run of characters, e.g. `team-a*`.
@@ -44,6 +47,13 @@ public struct APIToken: Sendable, Equatable {
     }
 
     private func has(_ scope: Scope) -> Bool { scopeBits & scope.bit != 0 }
+
+    /// Equal when every stored field is (what the struct's synthesized `==` compared).
+    public static func == (lhs: APIToken, rhs: APIToken) -> Bool {
+        lhs.id == rhs.id && lhs.name == rhs.name && lhs.namespacePattern == rhs.namespacePattern
+            && lhs.scopes == rhs.scopes && lhs.createdAt == rhs.createdAt && lhs.expiresAt == rhs.expiresAt
+            && lhs.revokedAt == rhs.revokedAt
+    }
 
     /// Secrets are `tc_` followed by 32 random bytes in hex: recognisable in a leak scan.
     public static let secretPrefix = "tc_"
