@@ -41,7 +41,7 @@ public enum ByteSearch {
     /// `elementsEqual` walked both a byte at a time, ~400 instructions a near-cache hit).
     static func equal(_ array: [UInt8], _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         guard array.count == bytes.count else { return false }
-        guard let base = bytes.baseAddress else { return true }  // both empty
+        guard !bytes.isEmpty, let base = bytes.baseAddress else { return true }  // both empty
         return array.withUnsafeBufferPointer { memcmp($0.baseAddress!, base, bytes.count) == 0 }
     }
 }

@@ -16,7 +16,7 @@ extension Connection {
     /// flushes after (as after `respond`): that closes a connection whose answer was its last.
     func respondNow(_ response: HTTPResponse, method: String, version: HTTPVersion, keepAlive: Bool,
                     requestID: RequestID) -> Int {
-        guard output.isEmpty, parser.bufferedBytes == 0,
+        guard output.isEmpty, parser.bufferedBytes == 0, response.body.count <= ResponseSerializer.inlineBodyLimit,
               let (count, bodyBytes) = ResponseSerializer.serialize(
                   response, sendsBody: method != "HEAD", version: version, keepAlive: keepAlive, requestID: requestID,
                   date: loop.date, server: loop.context.configuration.serverName, into: loop.scratch),

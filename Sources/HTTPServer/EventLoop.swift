@@ -73,10 +73,14 @@ public final class EventLoop: @unchecked Sendable, Reactor {
         ownHandle = ReactorHandle(self)
     }
 
-    /// Held by this loop alone (clients hold it weakly: see `ReactorHandle`); made at the end
-    /// of `init`, which cannot hand out `self` before.
+    /// Held by this loop alone, from the end of `init` (which cannot hand out `self` before)
+    /// until it stops running or never will (`releaseHandle`); clients hold it weakly (see
+    /// `ReactorHandle`). Loop-confined, like `attach`, the only reader.
     private var ownHandle: ReactorHandle?
-    public var handle: ReactorHandle { ownHandle! }
+    public var handle: ReactorHandle? { ownHandle }
+
+    /// Lets the handle go (it holds the loop): when `run` returns, or for a loop never run.
+    func releaseHandle() { ownHandle = nil }
 
     deinit {
         scratch.deallocate()
@@ -119,6 +123,7 @@ public final class EventLoop: @unchecked Sendable, Reactor {
             for hook in iterationHooks { hook() }
         }
         flushAccessLog()
+        releaseHandle()
         finished.signal()
     }
 

@@ -47,10 +47,16 @@ public final class HTTPServer: Sendable {
         ListeningSocket.raiseFileLimit()
         var port = try ListeningSocket.claim(host: configuration.host, port: configuration.port)
         var loops: [EventLoop] = []
-        for index in 0..<eventLoopCount {
-            let (fd, bound) = try ListeningSocket.open(host: configuration.host, port: port)
-            port = bound
-            loops.append(try EventLoop(index: index, listener: fd, context: context))
+        do {
+            for index in 0..<eventLoopCount {
+                let (fd, bound) = try ListeningSocket.open(host: configuration.host, port: port)
+                port = bound
+                loops.append(try EventLoop(index: index, listener: fd, context: context))
+            }
+        } catch {
+            // Never run: their handles (which hold them) are let go here instead.
+            for loop in loops { loop.releaseHandle() }
+            throw error
         }
         started.withLock { $0 = (loops, port) }
         for loop in loops {

@@ -7,7 +7,7 @@ import Observability
 /// the access line write its digits straight into their bytes. As a `String` it was made for
 /// every request and was ~500 instructions and an allocation of a near-cache hit; only errors
 /// and logs ask for the text.
-public struct RequestID: Sendable, Equatable, ExpressibleByStringLiteral {
+public struct RequestID: Sendable, ExpressibleByStringLiteral {
     /// The whole id when given, the loop's prefix when numbered.
     let head: String
     /// The number after the prefix; nil for an id given whole.

@@ -136,7 +136,17 @@ enum StatusLine {
         case 201: self = .common("HTTP/1.1 201 Created\r\n")
         case 204: self = .common("HTTP/1.1 204 No Content\r\n")
         case 304: self = .common("HTTP/1.1 304 Not Modified\r\n")
+        case 400: self = .common("HTTP/1.1 400 Bad Request\r\n")
+        case 401: self = .common("HTTP/1.1 401 Unauthorized\r\n")
+        case 403: self = .common("HTTP/1.1 403 Forbidden\r\n")
         case 404: self = .common("HTTP/1.1 404 Not Found\r\n")
+        case 412: self = .common("HTTP/1.1 412 Precondition Failed\r\n")
+        case 413: self = .common("HTTP/1.1 413 Content Too Large\r\n")
+        case 422: self = .common("HTTP/1.1 422 Unprocessable Content\r\n")
+        case 429: self = .common("HTTP/1.1 429 Too Many Requests\r\n")
+        case 500: self = .common("HTTP/1.1 500 Internal Server Error\r\n")
+        case 503: self = .common("HTTP/1.1 503 Service Unavailable\r\n")
+        case 504: self = .common("HTTP/1.1 504 Gateway Timeout\r\n")
         default: self = .other(ResponseSerializer.statusLine(status))
         }
     }

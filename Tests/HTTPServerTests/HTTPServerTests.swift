@@ -1,5 +1,6 @@
 import Foundation
-import HTTPServer
+@testable import HTTPServer
+import Locking
 import Observability
 import Testing
 import TestSupport
@@ -88,6 +89,34 @@ final class TestServer {
             let whole = response.text == body(index)  // (a Bool: a failure's message stays short)
             #expect(whole, "answer \(index): \(response.body.count) bytes")
         }
+    }
+
+    /// A loop's handle (what its clients hold weakly) holds the loop while it runs and is let
+    /// go when it stops: a client then finds nil, and the loop itself is freed (no cycle left).
+    @Test func aStoppedLoopLetsItsHandleAndItselfGo() throws {
+        final class Seen: @unchecked Sendable {
+            weak var handle: ReactorHandle?
+            weak var loop: EventLoop?
+            let attached = DispatchSemaphore(value: 0)
+        }
+        let seen = Seen()
+        do {
+            var configuration = HTTPServerConfiguration()
+            configuration.port = 0
+            configuration.eventLoops = 1
+            let server = HTTPServer(configuration: configuration, routes: [], onLoopStart: { loop in
+                seen.handle = loop.handle
+                seen.loop = loop
+                seen.attached.signal()
+            })
+            try server.start()
+            #expect(seen.attached.wait(timeout: .now() + 10) == .success)
+            #expect(seen.handle != nil && seen.handle?.reactor === seen.loop)
+            server.shutdown()
+        }
+        // The loop's thread lets go of it just after signalling that it finished.
+        for _ in 0..<200 where seen.loop != nil { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(seen.handle == nil && seen.loop == nil)
     }
 
     @Test func chunkedUploadAndEncodedSlashInPathSegment() throws {
