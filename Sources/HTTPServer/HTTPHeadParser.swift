@@ -21,6 +21,9 @@ enum HTTPHeadParser {
         var lineStart = 0
         var sawRequestLine = false
         var headers = HTTPHeaders(capacity: 8)
+        // Gathered as each field is parsed: a pass over the headers afterwards copied every
+        // name and value out of the array (two retains and releases a field).
+        var framingFields = FramingFields()
         var method = "", target = "", version = HTTPVersion.http11
         while lineStart <= bytes.count {
             let newline = ByteSearch.firstIndex(of: 10, in: bytes, from: lineStart)
@@ -43,10 +46,12 @@ enum HTTPHeadParser {
             if headers.fields.count >= limits.maxHeaderCount { return .failure(.headersTooLarge) }
             switch parseField(bytes, line) {
             case .failure(let error): return .failure(error)
-            case .success(let (name, value)): headers.add(name, value)
+            case .success(let (name, value)):
+                framingFields.note(name, value)
+                headers.add(name, value)
             }
         }
-        return decideFraming(method: method, target: target, version: version, headers: headers)
+        return decideFraming(method: method, target: target, version: version, headers: headers, fields: framingFields)
     }
 
     /// The first index of `byte` in `range` of `bytes`, or nil.
@@ -141,25 +146,21 @@ enum HTTPHeadParser {
         var expect: [String] = []
         var hasExpect = false
 
-        init(_ headers: HTTPHeaders) {
-            // The stored fields, not the headers' `(name, value)` pairs: no copy of each.
-            for field in headers.fields {
-                let name = field.name, value = field.value
-                // Dispatch on length first: most fields are none of these and cost one compare.
-                switch name.utf8.count {
-                case 4 where HTTPHeaders.same(name, "Host"): hosts += 1
-                case 6 where HTTPHeaders.same(name, "Expect"):
-                    hasExpect = true
-                    expect += Self.elements(value)
-                case 10 where HTTPHeaders.same(name, "Connection"): connection += Self.elements(value)
-                case 14 where HTTPHeaders.same(name, "Content-Length"):
-                    hasContentLength = true
-                    contentLength += Self.elements(value)
-                case 17 where HTTPHeaders.same(name, "Transfer-Encoding"):
-                    hasTransferEncoding = true
-                    transferEncoding += Self.elements(value)
-                default: break
-                }
+        mutating func note(_ name: String, _ value: String) {
+            // Dispatch on length first: most fields are none of these and cost one compare.
+            switch name.utf8.count {
+            case 4 where HTTPHeaders.same(name, "Host"): hosts += 1
+            case 6 where HTTPHeaders.same(name, "Expect"):
+                hasExpect = true
+                expect += Self.elements(value)
+            case 10 where HTTPHeaders.same(name, "Connection"): connection += Self.elements(value)
+            case 14 where HTTPHeaders.same(name, "Content-Length"):
+                hasContentLength = true
+                contentLength += Self.elements(value)
+            case 17 where HTTPHeaders.same(name, "Transfer-Encoding"):
+                hasTransferEncoding = true
+                transferEncoding += Self.elements(value)
+            default: break
             }
         }
 
@@ -168,9 +169,8 @@ enum HTTPHeadParser {
         }
     }
 
-    private static func decideFraming(method: String, target: String, version: HTTPVersion, headers: HTTPHeaders)
-        -> Result<Head, HTTPParseError> {
-        let fields = FramingFields(headers)
+    private static func decideFraming(method: String, target: String, version: HTTPVersion, headers: HTTPHeaders,
+                                      fields: FramingFields) -> Result<Head, HTTPParseError> {
         if version == .http11 && fields.hosts != 1 { return .failure(.badRequest("HTTP/1.1 needs exactly one Host.")) }
         if fields.hosts > 1 { return .failure(.badRequest("More than one Host header.")) }
         let keepAlive = version == .http11 ? !fields.connection.contains("close") : fields.connection.contains("keep-alive")
