@@ -1,4 +1,4 @@
-import HTTPServer
+@testable import HTTPServer
 import Testing
 
 /// List headers (RFC 9110 §5.6): elements, parameters, quoted strings, q values, entity
@@ -146,5 +146,18 @@ import Testing
                 }
             }
         }
+    }
+
+    /// The name filter keeps apart the fields clients commonly send and those a hit asks for
+    /// that requests mostly lack: a lookup of one of these in a request of those compares
+    /// nothing. (Not a correctness property, a cost one: a shared bit only costs compares.)
+    @Test func commonFieldsAndAskedForAbsentOnesHaveBitsApart() {
+        let sent = ["Host", "Authorization", "User-Agent", "Accept", "Accept-Encoding", "Connection", "Content-Type",
+                    "Content-Length", "Transfer-Encoding", "TeamCache-Authorization", "Expect"]
+        let asked = ["If-None-Match", "Cache-Control", "Pragma", "X-Request-Id", "TeamCache-Min-Position", "If-Match"]
+        let sentBits = sent.reduce(UInt64(0)) { $0 | HTTPHeaders.bit(for: $1) }
+        for name in asked { #expect(sentBits & HTTPHeaders.bit(for: name) == 0, "\(name)") }
+        let headers = HTTPHeaders(sent.map { ($0, "v") })
+        for name in asked { #expect(!headers.mayHave(name) && headers[name] == nil, "\(name)") }
     }
 }
