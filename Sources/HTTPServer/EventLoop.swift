@@ -360,12 +360,16 @@ public final class EventLoop: @unchecked Sendable, Reactor {
     /// Stops accepting, closes idle connections and lets busy ones finish their request.
     func beginDraining() {
         draining = true
-        if listener >= 0 {
-            _ = epoll_ctl(epoll, EPOLL_CTL_DEL, listener, nil)
-            close(listener)
-            listener = -1
-        }
+        closeListener()
         for connection in Array(connections.values) { connection.drain() }
+    }
+
+    /// Stops accepting: the listening socket is closed (once).
+    func closeListener() {
+        guard listener >= 0 else { return }
+        _ = epoll_ctl(epoll, EPOLL_CTL_DEL, listener, nil)
+        close(listener)
+        listener = -1
     }
 
     /// Closes every connection now (the grace period is over).

@@ -51,11 +51,20 @@ public final class HTTPServer: Sendable {
             for index in 0..<eventLoopCount {
                 let (fd, bound) = try ListeningSocket.open(host: configuration.host, port: port)
                 port = bound
-                loops.append(try EventLoop(index: index, listener: fd, context: context))
+                do {
+                    loops.append(try EventLoop(index: index, listener: fd, context: context))
+                } catch {
+                    close(fd)
+                    throw error
+                }
             }
         } catch {
-            // Never run: their handles (which hold them) are let go here instead.
-            for loop in loops { loop.releaseHandle() }
+            // Never run: their listeners are closed (a port's other sockets would otherwise keep
+            // being handed connections nobody accepts) and their handles (which hold them) let go.
+            for loop in loops {
+                loop.closeListener()
+                loop.releaseHandle()
+            }
             throw error
         }
         started.withLock { $0 = (loops, port) }

@@ -88,7 +88,9 @@ final class Waiters: Sendable {
         let heap = WaiterTimers()
         let bound = LoopBound(heap, on: loop)
         state.withLock { $0.timers[loop.index] = bound }
-        loop.onEachIteration { [weak self] in self?.fireDue(heap, now: loop.nanoseconds) }
+        // The loop unowned: the hook is stored in the loop, and a strong capture kept every
+        // loop alive for ever (a cycle), after its server and application had gone.
+        loop.onEachIteration { [weak self, unowned loop] in self?.fireDue(heap, now: loop.nanoseconds) }
     }
 
     var listenerUp: Bool { state.withLock { $0.listenerIsUp } }
