@@ -22,11 +22,12 @@ enum ByteClasses {
     @inline(__always) static func hasHighByte(in word: UInt64) -> Bool { word & highs != 0 }
 
     /// Whether every byte of `range` passes `test`; `wordMayFail` is true for every word
-    /// holding a byte that fails it (and may be true for others).
+    /// holding a byte that fails it (and may be true for others). A range reaching outside
+    /// `bytes` does not pass (the parser never asks one; nothing is read out of bounds).
     @inline(__always) static func allSatisfy(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>,
                                              wordMayFail: (UInt64) -> Bool, _ test: (UInt8) -> Bool) -> Bool {
+        guard range.lowerBound >= 0, range.upperBound <= bytes.count else { return false }
         guard let base = bytes.baseAddress, !range.isEmpty else { return true }
-        precondition(range.lowerBound >= 0 && range.upperBound <= bytes.count)
         var index = range.lowerBound
         while index + 8 <= range.upperBound {
             let word = UInt64(littleEndian: UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self))

@@ -281,22 +281,6 @@ public final class EventLoop: @unchecked Sendable, Reactor {
         return RequestID(prefix: requestIDPrefix, number: requestCounter)
     }
 
-    /// `prefix` and `counter` in lowercase hex, written into one string (every request
-    /// without an id of its own gets one; interpolation made three strings of it).
-    static func requestID(prefix: String, counter: UInt64) -> String {
-        let digits = Hex.digits(counter)
-        var prefix = prefix
-        // The prefix copied whole from its contiguous UTF-8: a walk of its UTF-8 view cost ~30
-        // instructions a byte, every request.
-        return prefix.withUTF8 { prefixBytes in
-            String(unsafeUninitializedCapacity: prefixBytes.count + digits) { buffer in
-                guard let base = buffer.baseAddress else { return 0 }
-                if let source = prefixBytes.baseAddress { base.initialize(from: source, count: prefixBytes.count) }
-                return prefixBytes.count + Hex.write(counter, to: base + prefixBytes.count)
-            }
-        }
-    }
-
     /// The access log line and the metrics of a finished request.
     func record(method: String, routeID: Int, route: String, status: Int, bytes: Int, seconds: Double,
                 requestID: RequestID) {

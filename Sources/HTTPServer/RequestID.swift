@@ -30,8 +30,19 @@ public struct RequestID: Sendable, ExpressibleByStringLiteral {
 
     public var isEmpty: Bool { number == nil && head.isEmpty }
 
-    /// The id as text.
-    public var text: String { number.map { EventLoop.requestID(prefix: head, counter: $0) } ?? head }
+    /// The id as text: the head, then the number's digits, written into one string (asked for
+    /// by errors and logs only).
+    public var text: String {
+        guard let number else { return head }
+        var head = head
+        return head.withUTF8 { prefix in
+            String(unsafeUninitializedCapacity: prefix.count + Hex.digits(number)) { buffer in
+                guard let base = buffer.baseAddress else { return 0 }
+                if let source = prefix.baseAddress { base.initialize(from: source, count: prefix.count) }
+                return prefix.count + Hex.write(number, to: base + prefix.count)
+            }
+        }
+    }
 
     /// How many bytes its text has.
     var byteCount: Int { head.utf8.count + (number.map(Hex.digits) ?? 0) }

@@ -48,4 +48,18 @@ import Testing
             }
         }
     }
+
+    /// A range reaching outside the bytes is refused, never read: past the end, before the
+    /// start, over an empty buffer.
+    @Test func rangesOutsideTheBytesDoNotPass() {
+        let bytes = Array("abcdefghijklmnop".utf8)
+        bytes.withUnsafeBufferPointer { buffer in
+            for range in [0..<17, 10..<40, -1..<4, 16..<17, -8..<0] {
+                #expect(!ByteClasses.isFieldValue(buffer, range) && !ByteClasses.isTarget(buffer, range), "\(range)")
+            }
+            #expect(ByteClasses.isFieldValue(buffer, 0..<16) && ByteClasses.isTarget(buffer, 16..<16))
+        }
+        let empty = UnsafeBufferPointer<UInt8>(start: nil, count: 0)
+        #expect(ByteClasses.isFieldValue(empty, 0..<0) && !ByteClasses.isFieldValue(empty, 0..<1))
+    }
 }

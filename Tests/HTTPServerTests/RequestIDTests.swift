@@ -5,8 +5,8 @@ import Testing
     @Test func generatedIDsAreThePrefixAndTheCounterInHex() {
         for (counter, hex) in [(UInt64(0), "0"), (1, "1"), (15, "f"), (16, "10"), (0xabc, "abc"),
                                (UInt64.max, "ffffffffffffffff"), (1 << 60, "1000000000000000")] {
-            #expect(EventLoop.requestID(prefix: "9f-1-", counter: counter) == "9f-1-" + hex)
-            #expect(EventLoop.requestID(prefix: "", counter: counter) == String(counter, radix: 16))
+            #expect(RequestID(prefix: "9f-1-", number: counter).text == "9f-1-" + hex)
+            #expect(RequestID(prefix: "", number: counter).text == String(counter, radix: 16))
         }
     }
 }
