@@ -57,6 +57,17 @@ public struct StoredEntry: Sendable {
     /// when it is kept (`Content-Type`, `ETag`, `Last-Modified`, `Expires`, `Vary`); nil:
     /// written field by field.
     public var responseFields: [UInt8]?
+    /// A near-cache copy's identity bytes, when its body is stored gzip: attached on its first
+    /// answer to a client that does not take gzip (`NearCache.attach`), so later ones are served
+    /// from the copy itself, not looked up in `InflatedBodies` (a second hash probe and a
+    /// comparison of two ETags, each in memory no other part of the hit touches). nil: not
+    /// attached, or not gzip.
+    public var inflatedBody: [UInt8]?
+
+    /// Whether both are copies of the same read (not merely equal members): a near-cache
+    /// node's entry is replaced by another read when the row is, and an attachment made for
+    /// the old one must not land on the new.
+    package func isSameRead(as other: StoredEntry) -> Bool { box === other.box }
 
     /// Every member (the store builds these from its rows).
     package init(id: Int64, namespace: String, key: [UInt8], body: [UInt8], encoding: BodyEncoding,

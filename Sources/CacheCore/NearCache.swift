@@ -250,6 +250,23 @@ public final class NearCache: Sendable {
         }
     }
 
+    /// Keeps `inflated`, the identity bytes of `entry`'s gzip body, with its node, if the
+    /// node still holds that very read (a write may have dropped or replaced it since the hit
+    /// began): the bytes count toward the budget as the node's own. Nothing happens otherwise,
+    /// or when the node already has them.
+    public func attach(inflated: [UInt8], to entry: StoredEntry) {
+        let budget = self.budget
+        state.withLock { state in
+            guard let node = state.nodes[Key(namespace: entry.namespace, key: entry.key)],
+                  node.entry.isSameRead(as: entry), node.entry.inflatedBody == nil,
+                  node.cost + inflated.count <= budget else { return }
+            node.entry.inflatedBody = inflated
+            node.cost += inflated.count
+            state.bytes += inflated.count
+            state.evict(over: budget)
+        }
+    }
+
     /// Whether a database read of (namespace, key) would be kept (it was read once before).
     /// Reads from a standby are never kept (see `LoopReads`), so such a read goes to the primary.
     public func wouldKeep(_ namespace: String, _ key: [UInt8]) -> Bool {

@@ -113,8 +113,12 @@ extension CacheAPI {
     /// The identity bytes of an entry (inflating a gzip one).
     func identityBody(_ entry: StoredEntry) throws -> [UInt8] {
         guard entry.encoding == .gzip else { return entry.body }
+        if let body = entry.inflatedBody { return body }
         do {
-            return try inflated.identity(of: entry)
+            let body = try inflated.identity(of: entry)
+            // Only a near-cache copy has its fields rendered: another read has no node to keep them.
+            if entry.responseFields != nil { near?.attach(inflated: body, to: entry) }
+            return body
         } catch {
             logger.error("stored gzip body failed to inflate", [("namespace", .string(entry.namespace))])
             throw HTTPError(500, "A stored body is corrupt.")

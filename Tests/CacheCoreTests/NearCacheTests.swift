@@ -89,4 +89,47 @@ import Testing
         near.confirmLive(for: 60)
         #expect(near.count == 0, "after a silence it starts empty")
     }
+
+    /// Identity bytes attach only to the very read a node holds, count toward the budget, and
+    /// go with the node when a write replaces or drops it.
+    @Test func inflatedBytesAttachToTheReadKeptAndCountTowardTheBudget() throws {
+        let near = NearCache(budget: 1 << 20, maxEntryBytes: 1 << 16)
+        near.confirmLive(for: 60)
+        admitted(near, entry(1))
+        let kept = try #require(near.entry("n", [1]))
+        let before = near.heldBytes
+        near.attach(inflated: [UInt8](repeating: 7, count: 500), to: entry(1))
+        #expect(near.heldBytes == before, "another read of the same row, equal member for member, is not the node's")
+        near.attach(inflated: [UInt8](repeating: 7, count: 500), to: kept)
+        #expect(near.heldBytes == before + 500)
+        #expect(near.entry("n", [1])?.inflatedBody == [UInt8](repeating: 7, count: 500))
+        near.attach(inflated: [UInt8](repeating: 8, count: 900), to: kept)
+        #expect(near.heldBytes == before + 500 && near.entry("n", [1])?.inflatedBody?.first == 7, "attached once")
+        // A write replaces the row: the next read is kept without the old bytes, and the old
+        // hit's attachment, arriving late, does not land on it.
+        near.invalidate("n", [1])
+        #expect(near.heldBytes == 0)
+        admitted(near, entry(1, etag: "f"))
+        near.attach(inflated: [UInt8](repeating: 7, count: 500), to: kept)
+        let replaced = try #require(near.entry("n", [1]))
+        #expect(replaced.etag == "f" && replaced.inflatedBody == nil && near.heldBytes == before)
+        // Replaced by a re-read (admit of a kept key): its cost is the new read's, not the sum.
+        near.attach(inflated: [UInt8](repeating: 9, count: 300), to: replaced)
+        admitted(near, entry(1, etag: "g"))
+        #expect(near.heldBytes == before && near.entry("n", [1])?.inflatedBody == nil)
+    }
+
+    @Test func attachedBytesThatWouldPassTheBudgetAreNotKeptAndOthersMakeRoom() throws {
+        let near = NearCache(budget: 1000, maxEntryBytes: 1 << 16)
+        near.confirmLive(for: 60)
+        admitted(near, entry(1))
+        admitted(near, entry(2))
+        let one = try #require(near.entry("n", [1]))
+        near.attach(inflated: [UInt8](repeating: 1, count: 1000), to: one)
+        #expect(near.entry("n", [1])?.inflatedBody == nil, "more than the whole budget: not kept")
+        near.attach(inflated: [UInt8](repeating: 1, count: 600), to: one)
+        #expect(near.heldBytes <= 1000, "within the budget: \(near.heldBytes)")
+        #expect(near.entry("n", [1])?.inflatedBody?.count == 600 && near.entry("n", [2]) == nil,
+                "the other, least recently used, made room")
+    }
 }

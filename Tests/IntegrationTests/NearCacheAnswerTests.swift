@@ -1,3 +1,4 @@
+import CacheCore
 import Foundation
 import Testing
 import TestSupport
@@ -49,5 +50,43 @@ import TestSupport
         // The copies answered: not a comparison of two database reads.
         let hits = metricSample(try near.metrics(), "teamcache_near_cache_hits_total")
         #expect(hits >= Double(asks.count), "near-cache hits \(hits)")
+    }
+
+    /// An identity client's hit on a gzip copy keeps the inflated bytes with the copy (counted
+    /// in its bytes); a write that replaces the body is answered with the new bytes at once,
+    /// and gzip clients still get the stored gzip.
+    @Test func identityBytesKeptWithACopyGoWithItsWrite() throws {
+        let near = try TestService { $0.nearCacheBytes = 64 << 20 }
+        defer { near.stop() }
+        let namespace = TestService.namespace("nearinflated")
+        let token = try near.token([.read, .write], namespaces: "*")
+        let path = "/v1/caches/\(namespace)/entries/k"
+        func put(_ text: String) throws -> [UInt8] {
+            let body = Array(String(repeating: "{\"answer\": \"\(text)\"} ", count: 80).utf8)
+            let put = try near.request("PUT", path, token: token, headers: [("Content-Type", "application/json")],
+                                       body: body)
+            #expect(put.status == 200 || put.status == 201)
+            return body
+        }
+        func heldBytes() throws -> Double { metricSample(try near.metrics(), "teamcache_near_cache_bytes") }
+        let first = try put("first")
+        for _ in 0..<3 { #expect(try near.request("GET", path, token: token).body == first) }
+        let withIdentity = try heldBytes()
+        #expect(try near.request("GET", path, token: token, headers: [("Accept-Encoding", "gzip")]).header(
+            "Content-Encoding") == "gzip")
+        #expect(withIdentity >= Double(first.count), "the identity bytes count toward the near-cache: \(withIdentity)")
+        let second = try put("second")
+        for _ in 0..<3 {
+            let read = try near.request("GET", path, token: token)
+            #expect(read.body == second, "a replaced body is never answered from the old copy's bytes")
+        }
+        let gzip = try near.request("GET", path, token: token, headers: [("Accept-Encoding", "gzip")])
+        #expect(gzip.header("Content-Encoding") == "gzip")
+        #expect(try Gzip.decompress(gzip.body, limit: 1 << 20) == second)
+        let held = try heldBytes()
+        #expect(held >= Double(second.count) && held < withIdentity + Double(second.count),
+                "one copy with its identity bytes, the old one's gone: \(held) (was \(withIdentity))")
+        let hits = metricSample(try near.metrics(), "teamcache_near_cache_hits_total")
+        #expect(hits >= 4, "answered from the copy: \(hits)")
     }
 }
