@@ -28,10 +28,15 @@ public final class EmbeddedPostgres: Sendable {
         public var name = "embedded"
         public var database: String { name }
         public var port = 5432
+        /// The service's pools, listeners and loop readers fit in 200 with room to spare; a
+        /// test process runs dozens of services on one cluster at once (the whole suite
+        /// reached 200 and tests failed to connect).
+        public var maxConnections = 200
 
-        public init(durable: Bool = true, name: String = "embedded") {
+        public init(durable: Bool = true, name: String = "embedded", maxConnections: Int = 200) {
             self.durable = durable
             self.name = name
+            self.maxConnections = maxConnections
         }
     }
 
@@ -180,7 +185,7 @@ public final class EmbeddedPostgres: Sendable {
             "unix_socket_directories = '\(socketDirectory.path.replacingOccurrences(of: "'", with: "''"))'",
             "unix_socket_permissions = 0700",
             "hba_file = '\(hbaFile.path.replacingOccurrences(of: "'", with: "''"))'",
-            "max_connections = 200",
+            "max_connections = \(options.maxConnections)",
             "shared_buffers = '256MB'",
         ]
         if !options.durable {

@@ -22,7 +22,10 @@ public final class TestDatabase: Sendable {
         }
         let root = URL(fileURLWithPath: NSTemporaryDirectory())
             .appendingPathComponent("teamcache-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
-        let embedded = EmbeddedPostgres(root: root, options: .init(durable: false, name: Configuration.applicationName))
+        // The suite runs dozens of services at once, each with its pool, listener and loop
+        // readers: at 200 connections it reached the ceiling and tests failed to connect.
+        let embedded = EmbeddedPostgres(root: root, options: .init(durable: false, name: Configuration.applicationName,
+                                                                   maxConnections: 600))
         TestDatabaseCleanup.register(embedded)
         url = try embedded.start()
         cluster = embedded
