@@ -68,7 +68,7 @@ let package = Package(
 
         // One test target per module, lowest first.
         .testTarget(name: "LockingTests", dependencies: ["Locking"]),
-        .testTarget(name: "ObservabilityTests", dependencies: ["Observability"]),
+        .testTarget(name: "ObservabilityTests", dependencies: ["Locking", "Observability"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "Locking", "TestSupport"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "Locking", "Observability", "TestSupport"]),
         .testTarget(name: "HTTPClientTests", dependencies: ["HTTPClient", "HTTPServer", "Locking", "TestSupport"]),

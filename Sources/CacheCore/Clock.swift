@@ -33,3 +33,17 @@ public final class ManualClock: Clock, Sendable {
         current.withLock { $0 = $0.addingTimeInterval(seconds) }
     }
 }
+
+/// Seconds since boot, from the clock the kernel last ticked (`CLOCK_MONOTONIC_COARSE`: at
+/// most one tick, 1-10 ms, behind the precise one), for timeouts counted in seconds on the
+/// hit path. It is read without the time-stamp counter: a few nanoseconds where
+/// `ProcessInfo.systemUptime` (the precise clock, through Foundation) cost ~40 a read, and a
+/// near-cache hit read it twice (perf, `bench/near.sh`). Only ever compare it with itself:
+/// a precise reading may be a tick ahead.
+public enum Uptime {
+    public static var coarse: TimeInterval {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &now)
+        return TimeInterval(now.tv_sec) + TimeInterval(now.tv_nsec) / 1e9
+    }
+}

@@ -191,7 +191,7 @@ public final class NearCache: Sendable {
         state.withLock { $0.removeAll() }
     }
 
-    private static var now: TimeInterval { ProcessInfo.processInfo.systemUptime }
+    private static var now: TimeInterval { Uptime.coarse }
 
     public var heldBytes: Int { state.withLock { $0.bytes } }
     public var count: Int { state.withLock { $0.nodes.count } }

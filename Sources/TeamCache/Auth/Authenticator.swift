@@ -178,7 +178,8 @@ public final class Authenticator: Sendable {
     /// the answer is not cached.
     private func lookup(_ hash: [UInt8], cachedOnly: Bool, client: String, lapsedIsKnown: Bool = false) throws
         -> APIToken?? {
-        let now = ProcessInfo.processInfo.systemUptime
+        // Coarse: the cache's TTL and the unknown-token allowance count seconds (`Uptime`).
+        let now = Uptime.coarse
         // `wasKnown`: a token this replica has verified before (its entry may have expired):
         // refreshing it is never limited, so a neighbour behind the same address sending
         // made-up tokens cannot lock the team's real ones out.

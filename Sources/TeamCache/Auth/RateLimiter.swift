@@ -1,3 +1,4 @@
+import CacheCore
 import Foundation
 import Locking
 
@@ -19,7 +20,7 @@ final class RateLimiter: Sendable {
     }
 
     /// nil when allowed; otherwise the seconds to wait before a request would be.
-    func admit(_ tokenID: Int64, now: TimeInterval = ProcessInfo.processInfo.systemUptime) -> Int? {
+    func admit(_ tokenID: Int64, now: TimeInterval = Uptime.coarse) -> Int? {
         buckets.withLock { buckets in
             var bucket = buckets[tokenID] ?? Bucket(tokens: burst, updated: now)
             bucket.tokens = min(burst, bucket.tokens + (now - bucket.updated) * rate)

@@ -1,0 +1,55 @@
+import Foundation
+import Locking
+@testable import Observability
+import Testing
+
+/// The sink's writer: every line arrives whole and in order, to a regular file (written in
+/// one piece a batch) and to a pipe (in pieces the pipe has room for).
+@Suite struct LogSinkTests {
+    /// 6,000 numbered lines, ~300 KB: several batches, each past a pipe's 4 KiB pieces.
+    private func lines() -> [[UInt8]] {
+        (0..<6000).map { Array("{\"line\":\($0),\"pad\":\"\(String(repeating: "x", count: 30 + $0 % 40))\"}\n".utf8) }
+    }
+
+    @Test func aRegularFileGetsEveryLineInOrder() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("sink-\(UUID().uuidString)").path
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        try #require(fd >= 0)
+        defer { close(fd); unlink(path) }
+        #expect(LogSink.isRegularFile(fd))
+        let sink = LogSink()
+        sink.configure(level: .info, fd: fd)
+        let sent = lines()
+        for (index, line) in sent.enumerated() { sink.write(line, urgent: index % 1000 == 999) }
+        sink.flush()
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == Data(sent.joined()))
+        #expect(sink.droppedLines == 0)
+    }
+
+    @Test func aPipeGetsEveryLineInOrder() throws {
+        var ends: [Int32] = [0, 0]
+        try #require(pipe(&ends) == 0)
+        defer { close(ends[0]); close(ends[1]) }
+        #expect(!LogSink.isRegularFile(ends[1]))
+        let received = Locked<[UInt8]>([])
+        let readEnd = ends[0]
+        let reader = Thread {
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let count = read(readEnd, &buffer, buffer.count)
+                if count <= 0 { return }
+                received.withLock { $0.append(contentsOf: buffer[..<count]) }
+            }
+        }
+        reader.start()
+        let sink = LogSink()
+        sink.configure(level: .info, fd: ends[1])
+        let sent = lines()
+        for line in sent { sink.write(line) }
+        sink.flush(timeout: 10)
+        let expected = Array(sent.joined())
+        let deadline = Date().addingTimeInterval(10)
+        while received.withLock({ $0.count }) < expected.count && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(received.withLock { $0 } == expected)
+    }
+}

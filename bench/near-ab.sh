@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Two builds of the service side by side on near-cache hits, pinned as `BENCH_PIN=1
+# bench/near.sh` is (each server alone on core 0 with one event loop, wrk -t1 on core 1):
+# rounds alternate A, B, then B, A…, so the machine's drift (this one's speed moves ±10% over
+# minutes) falls on both. A step on the hit path is kept when B beats A here, not when one
+# near.sh run beats an older one.
+#   BIN_A=path BIN_B=path (default B: this tree's release build)  ROUNDS=4  BENCH_DURATION=10
+#   GZIP=0|1 (default: both)
+BENCH_PIN=1
+source "$(dirname "$0")/lib.sh"
+need_tools
+[ -n "${BIN_A:-}" ] || { echo "BIN_A (the build to compare against) is required" >&2; exit 2; }
+if [ -z "${BIN_B:-}" ]; then build_release >/dev/null; BIN_B=$BIN; fi
+ROUNDS=${ROUNDS:-4}
+declare -A PIDS PORTS TOKENS
+
+# start SIDE BINARY PORT: a server with its own cluster under $WORK/SIDE, filled and warmed.
+start() {
+  local side=$1 binary=$2 port=$3
+  mkdir -p "$WORK/$side"
+  "${PIN_SERVER[@]}" env TEAMCACHE_MAX_CONNECTIONS_PER_CLIENT=100000 "${SERVER_LOOPS[@]}" TEAMCACHE_LOG_LEVEL=info \
+    "$binary" serve --listen "127.0.0.1:$port" --data-dir "$WORK/$side/data" \
+    </dev/null >"$WORK/$side/serve.out" 2>"$WORK/$side/serve.log" &
+  PIDS[$side]=$! PORTS[$side]=$port
+  for _ in $(seq 1 240); do
+    grep -q "listening on" "$WORK/$side/serve.out" 2>/dev/null && break
+    kill -0 "${PIDS[$side]}" 2>/dev/null || { tail -n 20 "$WORK/$side/serve.log" >&2; exit 1; }
+    sleep 0.25
+  done
+  TOKENS[$side]=$("$binary" tokens create --name bench --namespaces '*' --scopes read,write,admin \
+                  --data-dir "$WORK/$side/data" | tail -n 1)
+  TOKEN=${TOKENS[$side]} python3 "$BENCH_DIR/populate.py" --port "$port" --count 10000 >&2
+  TOKEN=${TOKENS[$side]} DURATION=5 KEYS=10000 wrk_run 64 "http://127.0.0.1:$port" -s "$BENCH_DIR/lua/get.lua" >/dev/null
+}
+
+# run SIDE GZIP → "RPS USER_US SYSTEM_US", after BENCH_SETTLE seconds (2): the last run's
+# access counts are flushed to PostgreSQL after it ends, and PostgreSQL is not pinned; its
+# tail would otherwise fall on whichever side runs next.
+run() {
+  local side=$1 cpu0 cpu1 out rps
+  sleep "${BENCH_SETTLE:-2}"
+  cpu0=$(cpu_ticks "${PIDS[$side]}")
+  out=$(TOKEN=${TOKENS[$side]} GZIP=$2 KEYS=10000 wrk_run 64 "http://127.0.0.1:${PORTS[$side]}" -s "$BENCH_DIR/lua/get.lua")
+  cpu1=$(cpu_ticks "${PIDS[$side]}")
+  rps=${out%% *}
+  echo "$rps $(cpu_per_request "$cpu0" "$cpu1" "$(awk -v r="$rps" -v d="$DURATION" 'BEGIN { printf "%d", r * d }')")"
+}
+
+stop_both() { for side in a b; do kill -TERM "${PIDS[$side]}" 2>/dev/null && wait "${PIDS[$side]}" 2>/dev/null; done; true; }
+trap 'stop_both; bench_cleanup' EXIT
+
+start a "$BIN_A" "$PORT"
+start b "$BIN_B" "$((PORT + 2))"
+echo "A: $BIN_A"
+echo "B: $BIN_B"
+echo
+echo "| clients | round | A req/s | B req/s | B/A | A user µs | B user µs | A kernel µs | B kernel µs |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+for gz in ${GZIP:-0 1}; do
+  label=$([ "$gz" = 1 ] && echo gzip || echo identity)
+  ratios=()
+  for round in $(seq 1 "$ROUNDS"); do
+    # Which side goes first alternates too: a run right after the other side's may differ.
+    if [ $((round % 2)) = 1 ]; then
+      read -r ra ua sa <<<"$(run a "$gz")"; read -r rb ub sb <<<"$(run b "$gz")"
+    else
+      read -r rb ub sb <<<"$(run b "$gz")"; read -r ra ua sa <<<"$(run a "$gz")"
+    fi
+    ratios+=("$(ratio "$rb" "$ra")")
+    echo "| $label | $round | $ra | $rb | ${ratios[-1]} | $ua | $ub | $sa | $sb |"
+  done
+  echo "| $label | median B/A | | | $(printf '%s\n' "${ratios[@]}" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}') | | | | |"
+done
