@@ -16,9 +16,14 @@ transactions() {
   psql -h "$(pg_socket)" -U postgres -d teamcache -tAc \
     "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'teamcache'"
 }
+# Before each measured run: the last TeamCache run's access counts are flushed to PostgreSQL
+# (~0.1 s of its CPU, unpinned) in the second after it ends, which fell on the nginx run
+# that followed.
+settle() { sleep "${BENCH_SETTLE:-2}"; }
 # hits GZIP → "RPS P50 P99 TRANSACTIONS_PER_HIT USER_US SYSTEM_US DATABASE_US" (CPU per hit)
 hits() {
   local before after out cpu0 cpu1 db0 db1
+  settle
   before=$(transactions)
   cpu0=$(cpu_ticks "$SERVER_PID") db0=$(postgres_ticks)
   out=$(GZIP=$1 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua")
@@ -34,6 +39,7 @@ hits() {
 # nginx_hits GZIP → "RPS P50 P99 USER_US SYSTEM_US" (CPU per request of its workers)
 nginx_hits() {
   local out cpu0 cpu1 workers
+  settle
   workers=$(pgrep -d ' ' -P "$NGINX_PID") || { echo "nginx has no workers" >&2; return 1; }
   cpu0=$(cpu_ticks $workers)
   out=$(GZIP=$1 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$NGINX_PORT" -s "$BENCH_DIR/lua/get.lua")
