@@ -27,6 +27,7 @@ start() {
     kill -0 "${PIDS[$side]}" 2>/dev/null || { tail -n 20 "$WORK/$side/serve.log" >&2; exit 1; }
     sleep 0.25
   done
+  grep -q "listening on" "$WORK/$side/serve.out" || { echo "$side did not start listening" >&2; exit 1; }
   TOKENS[$side]=$("$binary" tokens create --name bench --namespaces '*' --scopes read,write,admin \
                   --data-dir "$WORK/$side/data" | tail -n 1)
   TOKEN=${TOKENS[$side]} python3 "$BENCH_DIR/populate.py" --port "$port" --count 10000 >&2
@@ -43,10 +44,13 @@ run() {
   out=$(TOKEN=${TOKENS[$side]} GZIP=$2 KEYS=10000 wrk_run 64 "http://127.0.0.1:${PORTS[$side]}" -s "$BENCH_DIR/lua/get.lua")
   cpu1=$(cpu_ticks "${PIDS[$side]}")
   rps=${out%% *}
+  # Errors are not hits: a run with any is not counted (the caller stops on empty fields).
+  [ -z "$(echo "$out" | awk '{print $4}')" ] || { echo "$side answered errors: $out" >&2; return; }
   echo "$rps $(cpu_per_request "$cpu0" "$cpu1" "$(awk -v r="$rps" -v d="$DURATION" 'BEGIN { printf "%d", r * d }')")"
 }
 
-stop_both() { for side in a b; do kill -TERM "${PIDS[$side]}" 2>/dev/null && wait "${PIDS[$side]}" 2>/dev/null; done; true; }
+# Only the sides started (a failed start must still reach bench_cleanup).
+stop_both() { for side in "${!PIDS[@]}"; do kill -TERM "${PIDS[$side]}" 2>/dev/null && wait "${PIDS[$side]}" 2>/dev/null; done; true; }
 trap 'stop_both; bench_cleanup' EXIT
 
 start a "$BIN_A" "$PORT"
@@ -66,6 +70,7 @@ for gz in ${GZIP:-0 1}; do
     else
       read -r rb ub sb <<<"$(run b "$gz")"; read -r ra ua sa <<<"$(run a "$gz")"
     fi
+    [ -n "${ra:-}" ] && [ -n "${rb:-}" ] && [ -n "${ub:-}" ] && [ -n "${ua:-}" ] || { echo "round $round failed" >&2; exit 1; }
     ratios+=("$(ratio "$rb" "$ra")")
     echo "| $label | $round | $ra | $rb | ${ratios[-1]} | $ua | $ub | $sa | $sb |"
   done

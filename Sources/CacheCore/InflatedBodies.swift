@@ -64,8 +64,9 @@ public final class InflatedBodies: Sendable {
     /// Bytes held right now.
     public var heldBytes: Int { kept.withLock { $0.bytes } }
 
-    /// The entry's identity bytes, inflated now (and kept) or earlier.
-    public func identity(of entry: StoredEntry) throws -> [UInt8] {
+    /// The entry's identity bytes, inflated now or earlier; inflated now, they are kept
+    /// unless `keep` is false (a near-cache copy that keeps its own: see `keep(_:of:)`).
+    public func identity(of entry: StoredEntry, keep: Bool = true) throws -> [UInt8] {
         if budget > 0, let body = kept.withLock({ kept -> [UInt8]? in
             guard let held = kept.bodies[entry.id], held.etag == entry.etag else { return nil }
             return held.bytes
@@ -73,13 +74,14 @@ public final class InflatedBodies: Sendable {
             return body
         }
         let body = try Gzip.decompress(entry.body, limit: max(entry.identitySize, 1))
-        if budget > 0 && body.count <= maxBodyBytes {
-            keep(Body(etag: entry.etag, updatedAt: entry.updatedAt, bytes: body), for: entry.id)
-        }
+        if keep { self.keep(body, of: entry) }
         return body
     }
 
-    private func keep(_ body: Body, for id: Int64) {
-        kept.withLock { $0.keep(body, for: id, budget: budget) }
+    /// Keeps `body`, the identity bytes of `entry`, within the budget.
+    public func keep(_ body: [UInt8], of entry: StoredEntry) {
+        guard budget > 0 && body.count <= maxBodyBytes else { return }
+        let held = Body(etag: entry.etag, updatedAt: entry.updatedAt, bytes: body)
+        kept.withLock { $0.keep(held, for: entry.id, budget: budget) }
     }
 }

@@ -220,7 +220,7 @@ public final class NearCache: Sendable {
     /// unless its key was invalidated meanwhile, it is too large, or it is its first read.
     public func admit(_ entry: StoredEntry, since: UInt64) {
         let cost = entry.body.count + entry.key.count + entry.namespace.utf8.count + entry.contentType.utf8.count
-            + (entry.responseFields?.count ?? 0)
+            + (entry.responseFields?.count ?? 0) + (entry.inflatedBody?.count ?? 0)
             + entry.etag.utf8.count + (entry.metadata?.utf8.count ?? 0) + (entry.model?.utf8.count ?? 0) + 160
         guard cost <= maxEntryBytes, cost <= budget else { return }
         let key = Key(namespace: entry.namespace, key: entry.key)
@@ -252,18 +252,22 @@ public final class NearCache: Sendable {
 
     /// Keeps `inflated`, the identity bytes of `entry`'s gzip body, with its node, if the
     /// node still holds that very read (a write may have dropped or replaced it since the hit
-    /// began): the bytes count toward the budget as the node's own. Nothing happens otherwise,
-    /// or when the node already has them.
-    public func attach(inflated: [UInt8], to entry: StoredEntry) {
-        let budget = self.budget
-        state.withLock { state in
+    /// began, or wiped its namespace: such a node is only dropped when next met) and the node
+    /// stays within the entry limit: the bytes count toward the budget as the node's own.
+    /// Whether they were kept (false when the node already has them).
+    @discardableResult
+    public func attach(inflated: [UInt8], to entry: StoredEntry) -> Bool {
+        let (budget, limit) = (self.budget, min(self.budget, maxEntryBytes))
+        return state.withLock { state in
             guard let node = state.nodes[Key(namespace: entry.namespace, key: entry.key)],
+                  node.generation == state.generations[entry.namespace, default: 0],
                   node.entry.isSameRead(as: entry), node.entry.inflatedBody == nil,
-                  node.cost + inflated.count <= budget else { return }
+                  node.cost + inflated.count <= limit else { return false }
             node.entry.inflatedBody = inflated
             node.cost += inflated.count
             state.bytes += inflated.count
             state.evict(over: budget)
+            return true
         }
     }
 

@@ -79,7 +79,7 @@ public final class LogSink: Sendable {
             state.writing ? nil : state.take()
         }
         guard let (bytes, target) = taken else { return }
-        Self.output(bytes, to: target, deadline: deadline)
+        output(bytes, to: target, deadline: deadline)
         state.change { $0.writing = false }
     }
 
@@ -93,7 +93,7 @@ public final class LogSink: Sendable {
                     return state.take()
                 }
                 // No deadline here: this thread may wait; callers do not wait for it.
-                Self.output(bytes, to: target, deadline: nil)
+                output(bytes, to: target, deadline: nil)
                 state.change { $0.writing = false }
             }
         }
@@ -103,12 +103,13 @@ public final class LogSink: Sendable {
 
     /// Writes `bytes` in pipe-sized pieces, each after the descriptor says it has room;
     /// with a deadline, what could not be written by then is dropped (and counted).
-    private static func output(_ bytes: [UInt8], to fd: Int32, deadline: Date?) {
+    private func output(_ bytes: [UInt8], to fd: Int32, deadline: Date?) {
+        guard !bytes.isEmpty else { return }  // the idle writer's every-100-ms batch
         var offset = 0
         // A regular file takes the batch in one write: it never reports "no room", so the
         // poll and the pipe-sized pieces were only syscalls (two per 4 KiB: ~8,000 a second
         // under a busy access log, on the loop's core when the service is pinned to one).
-        let piece = isRegularFile(fd) ? Int.max : Self.chunk
+        let piece = Self.isRegularFile(fd) ? Int.max : Self.chunk
         bytes.withUnsafeBytes { raw in
             while offset < raw.count {
                 if piece == Self.chunk {
@@ -130,7 +131,7 @@ public final class LogSink: Sendable {
         }
         if offset < bytes.count {
             let lost = bytes[offset...].reduce(0) { $0 + ($1 == 10 ? 1 : 0) }
-            LogSink.shared.dropped.add(max(lost, 1), ordering: .relaxed)
+            dropped.add(max(lost, 1), ordering: .relaxed)
         }
     }
 

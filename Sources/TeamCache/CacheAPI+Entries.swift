@@ -115,9 +115,11 @@ extension CacheAPI {
         guard entry.encoding == .gzip else { return entry.body }
         if let body = entry.inflatedBody { return body }
         do {
-            let body = try inflated.identity(of: entry)
-            // Only a near-cache copy has its fields rendered: another read has no node to keep them.
-            if entry.responseFields != nil { near?.attach(inflated: body, to: entry) }
+            // Only a near-cache copy has its fields rendered: another read has no node to keep
+            // them. Bytes the copy takes are not kept here too (counted in both budgets).
+            guard entry.responseFields != nil, let near else { return try inflated.identity(of: entry) }
+            let body = try inflated.identity(of: entry, keep: false)
+            if !near.attach(inflated: body, to: entry) { inflated.keep(body, of: entry) }
             return body
         } catch {
             logger.error("stored gzip body failed to inflate", [("namespace", .string(entry.namespace))])

@@ -119,6 +119,24 @@ import Testing
         #expect(near.heldBytes == before && near.entry("n", [1])?.inflatedBody == nil)
     }
 
+    /// A namespace wipe leaves its nodes to be dropped when next met: a hit in flight must not
+    /// attach bytes to one (they would count, and push live copies out, for a dead node).
+    @Test func noBytesAttachToACopyOfAWipedNamespaceOrPastTheEntryLimit() throws {
+        let near = NearCache(budget: 1 << 20, maxEntryBytes: 1000)
+        near.confirmLive(for: 60)
+        admitted(near, entry(1))
+        let kept = try #require(near.entry("n", [1]))
+        let before = near.heldBytes
+        near.invalidate("n", nil)
+        #expect(!near.attach(inflated: [UInt8](repeating: 7, count: 500), to: kept))
+        #expect(near.heldBytes == before, "nothing counted for the wiped copy")
+        admitted(near, entry(2))
+        let two = try #require(near.entry("n", [2]))
+        #expect(!near.attach(inflated: [UInt8](repeating: 7, count: 1000), to: two), "past the entry limit")
+        #expect(near.attach(inflated: [UInt8](repeating: 7, count: 600), to: two))
+        #expect(!near.attach(inflated: [UInt8](repeating: 7, count: 600), to: two), "attached once")
+    }
+
     @Test func attachedBytesThatWouldPassTheBudgetAreNotKeptAndOthersMakeRoom() throws {
         let near = NearCache(budget: 1000, maxEntryBytes: 1 << 16)
         near.confirmLive(for: 60)

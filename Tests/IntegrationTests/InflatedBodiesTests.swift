@@ -59,6 +59,12 @@ import TestSupport
                                updatedAt: start.addingTimeInterval(seconds), expiresAt: start)
         }
         let old = [UInt8](repeating: 1, count: 3_000), new = [UInt8](repeating: 2, count: 2_000)
+        // Inflated for a near-cache copy that keeps them: not kept here until asked to.
+        #expect(try bodies.identity(of: entry(7, old), keep: false) == old)
+        #expect(bodies.heldBytes == 0)
+        bodies.keep(old, of: entry(7, old))
+        #expect(bodies.heldBytes == 3_000)
+        #expect(try bodies.identity(of: entry(7, old), keep: false) == old, "held bytes are served whatever `keep` says")
         #expect(try bodies.identity(of: entry(7, old)) == old)
         #expect(bodies.heldBytes == 3_000)
         #expect(try bodies.identity(of: entry(7, new, written: 1)) == new)

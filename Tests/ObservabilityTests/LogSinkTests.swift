@@ -26,10 +26,33 @@ import Testing
         #expect(sink.droppedLines == 0)
     }
 
+    /// A descriptor that refuses every write (here: opened read-only): the lines are counted as
+    /// dropped, by the sink that dropped them.
+    @Test func linesAnOutputRefusesAreCountedAsDropped() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("sink-\(UUID().uuidString)").path
+        try #require(FileManager.default.createFile(atPath: path, contents: nil))
+        let fd = open(path, O_RDONLY)
+        try #require(fd >= 0)
+        defer { close(fd); unlink(path) }
+        let sink = LogSink()
+        sink.configure(level: .info, fd: fd)
+        for line in lines().prefix(3) { sink.write(line) }
+        sink.flush()
+        #expect(sink.droppedLines == 3)
+    }
+
     @Test func aPipeGetsEveryLineInOrder() throws {
         var ends: [Int32] = [0, 0]
         try #require(pipe(&ends) == 0)
-        defer { close(ends[0]); close(ends[1]) }
+        let finished = Locked(false)
+        defer {
+            // The write end first: the reader then meets the end of the pipe and stops before
+            // its descriptor is closed (and its number given to another test's file).
+            close(ends[1])
+            let deadline = Date().addingTimeInterval(10)
+            while !finished.withLock({ $0 }) && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+            close(ends[0])
+        }
         #expect(!LogSink.isRegularFile(ends[1]))
         let received = Locked<[UInt8]>([])
         let readEnd = ends[0]
@@ -37,7 +60,10 @@ import Testing
             var buffer = [UInt8](repeating: 0, count: 65536)
             while true {
                 let count = read(readEnd, &buffer, buffer.count)
-                if count <= 0 { return }
+                if count <= 0 {
+                    finished.withLock { $0 = true }
+                    return
+                }
                 received.withLock { $0.append(contentsOf: buffer[..<count]) }
             }
         }
