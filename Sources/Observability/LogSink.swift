@@ -101,8 +101,9 @@ public final class LogSink: Sendable {
         thread.start()
     }
 
-    /// Writes `bytes` in pipe-sized pieces, each after the descriptor says it has room;
-    /// with a deadline, what could not be written by then is dropped (and counted).
+    /// Writes `bytes`: to a regular file at once, to anything else (a pipe, a terminal) in
+    /// pipe-sized pieces, each after the descriptor says it has room; with a deadline, what
+    /// could not be written by then is dropped (and counted), as is what a write refuses.
     private func output(_ bytes: [UInt8], to fd: Int32, deadline: Date?) {
         guard !bytes.isEmpty else { return }  // the idle writer's every-100-ms batch
         var offset = 0
