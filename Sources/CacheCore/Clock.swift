@@ -37,7 +37,7 @@ public final class ManualClock: Clock, Sendable {
 /// Seconds since boot, from the clock the kernel last ticked (`CLOCK_MONOTONIC_COARSE`: at
 /// most one tick, 1-10 ms, behind the precise one), for timeouts counted in seconds on the
 /// hit path. It is read without the time-stamp counter: a few nanoseconds where
-/// `ProcessInfo.systemUptime` (the precise clock, through Foundation) cost ~40 ns a read, and a
+/// `ProcessInfo.systemUptime` (the precise clock, through Foundation) cost ~30 ns a read, and a
 /// near-cache hit read it twice (perf, `bench/near.sh`). Only ever compare it with itself:
 /// a precise reading may be a tick ahead.
 public enum Uptime {
