@@ -16,6 +16,18 @@ import TestSupport
         TeamCacheClient(.init(baseURL: URL(string: "http://127.0.0.1:\(service.port)")!, token: token))
     }
 
+    /// For the bursts that count model calls: the lease and wait protocol is what they test,
+    /// not the short deadline of a lookup that does not wait (0.5 s). In CI's parallel run one
+    /// first lookup of a new token (authorized through the database on a worker) passed it:
+    /// the caller called the model itself, as it must when the cache is slow, and the burst
+    /// counted two calls (`ClientFailOpenTests` tests that deadline).
+    func patientClient(_ token: String?) -> TeamCacheClient {
+        var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(service.port)")!,
+                                                          token: token)
+        configuration.lookupTimeout = 30
+        return TeamCacheClient(configuration)
+    }
+
     @Test func rawEntriesRoundTrip() async throws {
         let client = client(try writer(namespace))
         let body = Data(String(repeating: "{\"a\":1}", count: 300).utf8)
@@ -101,7 +113,7 @@ import TestSupport
     /// caller gets its answer. The token is new, so each lookup is authorized through the
     /// database on a worker first: such a lookup must still be able to wait.
     @Test func cachedMakesOneCallPerBurst() async throws {
-        let client = client(try writer(namespace))
+        let client = patientClient(try writer(namespace))
         let descriptor = Descriptor(model: "m", input: .prompt("burst \(UUID())"))
         let calls = Locked(0)
         let answers = try await withThrowingTaskGroup(of: String.self) { group in
@@ -123,7 +135,7 @@ import TestSupport
     /// The filler's call throws: it gives the lease back, one waiter is handed it and calls
     /// the model, and the rest are answered by that fill.
     @Test func aFillerThatFailsHandsTheLeaseOn() async throws {
-        let client = client(try writer(namespace))
+        let client = patientClient(try writer(namespace))
         let descriptor = Descriptor(model: "m", input: .prompt("fails once \(UUID())"))
         struct ModelDown: Error {}
         let calls = Locked(0)
