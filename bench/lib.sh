@@ -22,8 +22,11 @@ else
   PIN_SERVER=() PIN_LOAD=() WRK_THREADS=2 NGINX_WORKERS=2 SERVER_LOOPS=()
 fi
 
+LAUNCHED=()
 bench_cleanup() {
-  [ -n "$SERVER_PID" ] && kill -TERM "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
+  local pid
+  # SERVER_PID too: the callgrind benches start theirs by hand.
+  for pid in $SERVER_PID "${LAUNCHED[@]}"; do kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true; done
   [ -n "$NGINX_PID" ] && kill -QUIT "$NGINX_PID" 2>/dev/null || true
   sleep 0.3
   rm -rf "$WORK"
@@ -46,24 +49,44 @@ build_release() {
   (cd "$REPO" && swift build -c release --product teamcache 2>&1 | tail -n 1)
 }
 
-# start_server [extra env assignments...]: embedded PostgreSQL under $WORK/data, auth on.
+# launch_server BINARY DIR PORT [extra env assignments...]: a server with its own embedded
+# PostgreSQL under DIR/data, auth on, listening on PORT; sets LAUNCHED_PID and LAUNCHED_TOKEN.
+# The cleanup stops every server launched (started or not).
+launch_server() {
+  local binary=$1 dir=$2 port=$3
+  shift 3
+  rm -rf "$dir/data"
+  mkdir -p "$dir"
+  # Every bench client comes from 127.0.0.1 (http.sh holds 10,000 idle connections). The log
+  # level before the caller's settings, so a caller's own (gateway.sh: warn) wins.
+  "${PIN_SERVER[@]}" env TEAMCACHE_MAX_CONNECTIONS_PER_CLIENT=100000 "${SERVER_LOOPS[@]}" \
+    TEAMCACHE_LOG_LEVEL="${BENCH_LOG_LEVEL:-info}" "$@" "$binary" serve --listen "127.0.0.1:$port" \
+    --data-dir "$dir/data" </dev/null >"$dir/serve.out" 2>"$dir/serve.log" &
+  LAUNCHED_PID=$!
+  LAUNCHED+=("$LAUNCHED_PID")
+  wait_listening 240 "$dir" "$LAUNCHED_PID"
+  LAUNCHED_TOKEN=$("$binary" tokens create --name bench --namespaces '*' --scopes read,write,admin \
+                   --data-dir "$dir/data" | tail -n 1)
+}
+
+# start_server [extra env assignments...]: the bench's server ($BIN under $WORK on $PORT).
 start_server() {
-  rm -rf "$WORK/data"
-  # Every bench client comes from 127.0.0.1 (http.sh holds 10,000 idle connections).
-  "${PIN_SERVER[@]}" env TEAMCACHE_MAX_CONNECTIONS_PER_CLIENT=100000 "${SERVER_LOOPS[@]}" "$@" \
-    TEAMCACHE_LOG_LEVEL="${BENCH_LOG_LEVEL:-info}" "$BIN" serve --listen "127.0.0.1:$PORT" \
-    --data-dir "$WORK/data" </dev/null >"$WORK/serve.out" 2>"$WORK/serve.log" &
-  SERVER_PID=$!
-  wait_listening 240
-  TOKEN=$("$BIN" tokens create --name bench --namespaces '*' --scopes read,write,admin --data-dir "$WORK/data" | tail -n 1)
+  launch_server "$BIN" "$WORK" "$PORT" "$@"
+  SERVER_PID=$LAUNCHED_PID TOKEN=$LAUNCHED_TOKEN
   export TOKEN
 }
 
-# wait_listening TRIES: until the server started as $SERVER_PID says it listens (0.25 s a try).
+# Before each measured run of hits: a TeamCache run's access counts are flushed to PostgreSQL
+# (~0.1 s of its CPU, unpinned) in the second after it ends, which fell on the run after it.
+settle() { sleep "${BENCH_SETTLE:-2}"; }
+
+# wait_listening TRIES [DIR] [PID]: until the server started as PID ($SERVER_PID) with its
+# output in DIR ($WORK) says it listens (0.25 s a try).
 wait_listening() {
+  local dir=${2:-$WORK} pid=${3:-$SERVER_PID}
   for _ in $(seq 1 "$1"); do
-    grep -q "listening on" "$WORK/serve.out" 2>/dev/null && return 0
-    kill -0 "$SERVER_PID" 2>/dev/null || { tail -n 20 "$WORK/serve.log"; return 1; }
+    grep -q "listening on" "$dir/serve.out" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || { tail -n 20 "$dir/serve.log"; return 1; }
     sleep 0.25
   done
   echo "the server did not start listening" >&2

@@ -16,30 +16,17 @@ declare -A PIDS PORTS TOKENS
 
 # start SIDE BINARY PORT: a server with its own cluster under $WORK/SIDE, filled and warmed.
 start() {
-  local side=$1 binary=$2 port=$3
-  mkdir -p "$WORK/$side"
-  "${PIN_SERVER[@]}" env TEAMCACHE_MAX_CONNECTIONS_PER_CLIENT=100000 "${SERVER_LOOPS[@]}" TEAMCACHE_LOG_LEVEL=info \
-    "$binary" serve --listen "127.0.0.1:$port" --data-dir "$WORK/$side/data" \
-    </dev/null >"$WORK/$side/serve.out" 2>"$WORK/$side/serve.log" &
-  PIDS[$side]=$! PORTS[$side]=$port
-  for _ in $(seq 1 240); do
-    grep -q "listening on" "$WORK/$side/serve.out" 2>/dev/null && break
-    kill -0 "${PIDS[$side]}" 2>/dev/null || { tail -n 20 "$WORK/$side/serve.log" >&2; exit 1; }
-    sleep 0.25
-  done
-  grep -q "listening on" "$WORK/$side/serve.out" || { echo "$side did not start listening" >&2; exit 1; }
-  TOKENS[$side]=$("$binary" tokens create --name bench --namespaces '*' --scopes read,write,admin \
-                  --data-dir "$WORK/$side/data" | tail -n 1)
+  local side=$1 port=$3
+  launch_server "$2" "$WORK/$side" "$port"
+  PIDS[$side]=$LAUNCHED_PID PORTS[$side]=$port TOKENS[$side]=$LAUNCHED_TOKEN
   TOKEN=${TOKENS[$side]} python3 "$BENCH_DIR/populate.py" --port "$port" --count 10000 >&2
   TOKEN=${TOKENS[$side]} DURATION=5 KEYS=10000 wrk_run 64 "http://127.0.0.1:$port" -s "$BENCH_DIR/lua/get.lua" >/dev/null
 }
 
-# run SIDE GZIP → "RPS USER_US SYSTEM_US", after BENCH_SETTLE seconds (2): the last run's
-# access counts are flushed to PostgreSQL after it ends, and PostgreSQL is not pinned; its
-# tail would otherwise fall on whichever side runs next.
+# run SIDE GZIP → "RPS USER_US SYSTEM_US", after the last run's tail has settled.
 run() {
   local side=$1 cpu0 cpu1 out rps
-  sleep "${BENCH_SETTLE:-2}"
+  settle
   cpu0=$(cpu_ticks "${PIDS[$side]}")
   out=$(TOKEN=${TOKENS[$side]} GZIP=$2 KEYS=10000 wrk_run 64 "http://127.0.0.1:${PORTS[$side]}" -s "$BENCH_DIR/lua/get.lua")
   cpu1=$(cpu_ticks "${PIDS[$side]}")
@@ -49,9 +36,6 @@ run() {
   echo "$rps $(cpu_per_request "$cpu0" "$cpu1" "$(awk -v r="$rps" -v d="$DURATION" 'BEGIN { printf "%d", r * d }')")"
 }
 
-# Only the sides started (a failed start must still reach bench_cleanup).
-stop_both() { for side in "${!PIDS[@]}"; do kill -TERM "${PIDS[$side]}" 2>/dev/null && wait "${PIDS[$side]}" 2>/dev/null; done; true; }
-trap 'stop_both; bench_cleanup' EXIT
 
 start a "$BIN_A" "$PORT"
 start b "$BIN_B" "$((PORT + 2))"

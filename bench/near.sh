@@ -20,10 +20,6 @@ transactions() {
   psql -h "$(pg_socket)" -U postgres -d teamcache -tAc \
     "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'teamcache'"
 }
-# Before each measured run: the last TeamCache run's access counts are flushed to PostgreSQL
-# (~0.1 s of its CPU, unpinned) in the second after it ends, which fell on the nginx run
-# that followed.
-settle() { sleep "${BENCH_SETTLE:-2}"; }
 # hits GZIP → "RPS P50 P99 TRANSACTIONS_PER_HIT USER_US SYSTEM_US DATABASE_US" (CPU per hit)
 hits() {
   local before after out cpu0 cpu1 db0 db1

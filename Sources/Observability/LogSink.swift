@@ -21,7 +21,7 @@ public final class LogSink: Sendable {
     /// The buffer and who writes it out, only inside the monitor's lock.
     struct State {
         var buffer: [UInt8] = []
-        var fd: Int32 = 2
+        var target = Target(2)
         var writerStarted = false
         var wakeUp = false
         /// True while a thread writes a batch it took: only one writes at a time (lines from two
@@ -29,10 +29,10 @@ public final class LogSink: Sendable {
         var writing = false
 
         /// Takes the buffered bytes to write out (the caller writes them, then `finished`).
-        mutating func take() -> ([UInt8], Int32) {
+        mutating func take() -> ([UInt8], Target) {
             writing = true
             defer { buffer.removeAll(keepingCapacity: true) }
-            return (buffer, fd)
+            return (buffer, target)
         }
     }
 
@@ -49,7 +49,8 @@ public final class LogSink: Sendable {
     /// Sets the minimum level and the output descriptor (2 = standard error).
     public func configure(level: LogLevel, fd: Int32 = 2) {
         minimum.store(level.rawValue, ordering: .relaxed)
-        state.withLock { $0.fd = fd }
+        let target = Target(fd)
+        state.withLock { $0.target = target }
     }
 
     /// Appends complete lines (one or many, each ending in a newline); never blocks on I/O.
@@ -75,7 +76,7 @@ public final class LogSink: Sendable {
     /// (at shutdown: a stuck output must not hold the process).
     public func flush(timeout: TimeInterval = 2) {
         let deadline = Date().addingTimeInterval(timeout)
-        let taken = state.wait(until: deadline, while: { $0.writing }) { state, _ -> ([UInt8], Int32)? in
+        let taken = state.wait(until: deadline, while: { $0.writing }) { state, _ -> ([UInt8], Target)? in
             state.writing ? nil : state.take()
         }
         guard let (bytes, target) = taken else { return }
@@ -104,13 +105,13 @@ public final class LogSink: Sendable {
     /// Writes `bytes`: to a regular file at once, to anything else (a pipe, a terminal) in
     /// pipe-sized pieces, each after the descriptor says it has room; with a deadline, what
     /// could not be written by then is dropped (and counted), as is what a write refuses.
-    private func output(_ bytes: [UInt8], to fd: Int32, deadline: Date?) {
+    private func output(_ bytes: [UInt8], to target: Target, deadline: Date?) {
         guard !bytes.isEmpty else { return }  // the idle writer's every-100-ms batch
         var offset = 0
         // A regular file takes the batch in one write: it never reports "no room", so the
         // poll and the pipe-sized pieces were only syscalls (two per 4 KiB: ~8,000 a second
         // under a busy access log, on the loop's core when the service is pinned to one).
-        let piece = Self.isRegularFile(fd) ? Int.max : Self.chunk
+        let (fd, piece) = (target.fd, target.isRegularFile ? Int.max : Self.chunk)
         bytes.withUnsafeBytes { raw in
             while offset < raw.count {
                 if piece == Self.chunk {
@@ -136,8 +137,16 @@ public final class LogSink: Sendable {
         }
     }
 
-    static func isRegularFile(_ fd: Int32) -> Bool {
-        var status = stat()
-        return fstat(fd, &status) == 0 && (status.st_mode & S_IFMT) == S_IFREG
+    /// Where lines go: the descriptor, and whether it is a regular file (asked once, when
+    /// configured, not for every batch).
+    struct Target {
+        let fd: Int32
+        let isRegularFile: Bool
+
+        init(_ fd: Int32) {
+            var status = stat()
+            self.fd = fd
+            isRegularFile = fstat(fd, &status) == 0 && (status.st_mode & S_IFMT) == S_IFREG
+        }
     }
 }

@@ -16,7 +16,7 @@ import Testing
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
         try #require(fd >= 0)
         defer { close(fd); unlink(path) }
-        #expect(LogSink.isRegularFile(fd))
+        #expect(LogSink.Target(fd).isRegularFile)
         let sink = LogSink()
         sink.configure(level: .info, fd: fd)
         let sent = lines()
@@ -53,7 +53,7 @@ import Testing
             while !finished.withLock({ $0 }) && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
             close(ends[0])
         }
-        #expect(!LogSink.isRegularFile(ends[1]))
+        #expect(!LogSink.Target(ends[1]).isRegularFile)
         let received = Locked<[UInt8]>([])
         let readEnd = ends[0]
         let reader = Thread {
