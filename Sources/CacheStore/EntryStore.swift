@@ -77,7 +77,21 @@ public final class EntryStore: EntryStorage {
     /// namespace's key is read at most every few seconds); throws rather than store plain
     /// what should be sealed.
     func sealed(_ write: EntryWrite) throws -> EntryWrite {
-        guard let dataKey = try keyring.sealingKey(for: write.namespace.name, pool) else { return write }
+        try sealed(write, with: try keyring.sealingKey(for: write.namespace.name, pool))
+    }
+
+    /// `write` sealed with its namespace's remembered key; nil when that key (or its absence)
+    /// is not remembered and would have to be read (blocking).
+    func sealedWithoutBlocking(_ write: EntryWrite) throws -> EntryWrite? {
+        switch keyring.rememberedSealingKey(for: write.namespace.name) {
+        case .plain: write
+        case .sealed(let dataKey): try sealed(write, with: dataKey)
+        case .unknown: nil
+        }
+    }
+
+    private func sealed(_ write: EntryWrite, with dataKey: Keyring.DataKey?) throws -> EntryWrite {
+        guard let dataKey else { return write }
         var sealed = write
         // No prompt in clear beside a sealed body (migration 0014 clears it too, whoever writes).
         sealed.promptDigest = nil
@@ -92,7 +106,12 @@ public final class EntryStore: EntryStorage {
     /// after the commit when `tracksPositions` (nil otherwise, or when it could not be read).
     /// `committed` is told first, as soon as the outcome is known, before the position is read;
     /// `localChanges` before either, whatever the outcome (an unknown one may have committed).
+    ///
+    /// `offLoop`: the caller may not block (an event loop); what would (reading the
+    /// namespace's key, committing a group) is handed to it. A write it cannot take is
+    /// refused as a full queue would refuse it (nothing stored).
     public func submit(_ write: EntryWrite, committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)?,
+                       offLoop: BlockingWork?,
                        completion: @escaping @Sendable (Result<WriteOutcome, any Error>, String?) -> Void) {
         let changes = localChanges, keyring = keyring
         let known: @Sendable (Result<WriteOutcome, any Error>) -> Void = { result in
@@ -102,13 +121,28 @@ public final class EntryStore: EntryStorage {
         }
         let stored: EntryWrite
         do {
-            stored = try sealed(write)
+            if let offLoop {
+                guard let sealed = try sealedWithoutBlocking(write) else {
+                    // The namespace's key is read on a worker, and the write goes on from there.
+                    let handed = offLoop { [self] in submit(write, committed: committed, completion: completion) }
+                    if !handed {
+                        known(.failure(WriteQueueFull()))
+                        completion(.failure(WriteQueueFull()), nil)
+                    }
+                    return
+                }
+                stored = sealed
+            } else {
+                stored = try sealed(write)
+            }
         } catch {
             known(.failure(error))
             completion(.failure(error), nil)
             return
         }
-        writes.submit(stored, into: self, committed: known) { result, position in completion(result, position?.description) }
+        writes.submit(stored, into: self, committed: known, offLoop: offLoop) { result, position in
+            completion(result, position?.description)
+        }
     }
 
     /// This replica sealed with what it knew, and the namespace was encrypted since: it reads

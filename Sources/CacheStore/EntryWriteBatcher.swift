@@ -13,9 +13,10 @@ import Postgres
 ///
 /// No thread of its own, and no caller waits for another's batch: a caller that finds a
 /// free batch slot becomes a committer and runs batches from the queue until it is empty;
-/// every other caller only queues its write. One group runs at a time unless a full group
-/// waits or the running ones have been busy a while (`startsAnotherGroup`); at most
-/// `concurrent` run at once. Each
+/// every other caller only queues its write. A caller on an event loop hands the committing
+/// to a worker instead (`offLoop`): one hand-off a group, not one a write. One group runs at
+/// a time unless a full group waits or the running ones have been busy a while
+/// (`startsAnotherGroup`); at most `concurrent` run at once. Each
 /// write's completion is called once it is committed (or failed), on the committer's thread;
 /// `put` waits for it. So an HTTP write waiting for its commit holds no worker thread, and
 /// batches grow with the number of writes in flight, not with the number of threads.
@@ -103,9 +104,11 @@ final class EntryWriteBatcher: Sendable {
     }
 
     /// Queues `write`; `completion` gets its outcome once it is committed (alone or with
-    /// others). If a batch slot is free, this thread commits batches until the queue is empty.
+    /// others). If a batch slot is free, this thread commits batches until the queue is empty;
+    /// or, given `offLoop` (the caller may not block: an event loop), that thread does.
     func submit(_ write: EntryWrite, into store: EntryStore,
                 committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)? = nil,
+                offLoop: BlockingWork? = nil,
                 completion: @escaping @Sendable (Result<WriteOutcome, any Error>, WALPosition?) -> Void) {
         let size = write.body.bytes.count
         let slot = Slot(write: write, committed: committed, completion: completion)
@@ -122,7 +125,13 @@ final class EntryWriteBatcher: Sendable {
             completion(.failure(WriteQueueFull()), nil)
         case .queued: return
         case .queuedBehind: recheck(after: busyAfterNanoseconds, store: store)
-        case .commits: commitWhileQueued(store: store)
+        case .commits:
+            guard let offLoop else { return commitWhileQueued(store: store) }
+            // Counted as running already, so the group must be committed by someone: when the
+            // workers' queue is full, by the recheck queue's one thread (as a stuck group is).
+            if !offLoop({ [self] in commitWhileQueued(store: store) }) {
+                recheckQueue.async { [self] in commitWhileQueued(store: store) }
+            }
         }
     }
 

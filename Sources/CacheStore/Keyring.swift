@@ -168,6 +168,22 @@ public final class Keyring: Sendable {
         return key
     }
 
+    /// What is remembered of a namespace's sealing key.
+    public enum Remembered: Sendable {
+        case plain
+        case sealed(DataKey)
+        /// Not remembered, or remembered too long ago: `sealingKey` would read the database.
+        case unknown
+    }
+
+    /// `namespace`'s sealing key as remembered, without reading the database (for an event
+    /// loop, which must not block: on `.unknown` the write goes to a worker).
+    public func rememberedSealingKey(for namespace: String) -> Remembered {
+        let now = ProcessInfo.processInfo.systemUptime
+        guard let answer = known.withLock({ $0.current[namespace] }), answer.until > now else { return .unknown }
+        return answer.key.map { .sealed($0) } ?? .plain
+    }
+
     /// Namespaces whose sealing key (or its absence) is remembered now.
     var rememberedNamespaces: Int { known.withLock { $0.current.count } }
 

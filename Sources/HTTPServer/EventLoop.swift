@@ -96,6 +96,13 @@ public final class EventLoop: @unchecked Sendable, Reactor {
         thread.store(UInt(pthread_self()), ordering: .relaxed)
     }
 
+    /// Hands `job` (work that may block, started from this loop) to the server's worker
+    /// pool; false when its queue is full.
+    public var handOff: @Sendable (_ job: @escaping @Sendable () -> Void) -> Bool {
+        let workers = context.workers
+        return { job in workers.submit(job) }
+    }
+
     /// Runs `task` on the loop's thread.
     public func execute(_ task: @escaping @Sendable () -> Void) {
         let wasEmpty = pendingLock.withLock {

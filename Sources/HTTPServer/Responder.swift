@@ -96,10 +96,7 @@ public final class Responder {
         let context = loop.context, loop = self.loop, route = self.route, request = self.request
         let deadline = workDeadline
         let this = LoopBound(self, on: loop)
-        let answer: Answer = { make in
-            let response = context.run(route, request, make)
-            loop.execute { this.value.respond(response) }
-        }
+        let answer = laterAnswer()
         let accepted = context.workers.submit {
             guard monotonicNanoseconds() < deadline else { return }
             let immediate: HTTPResponse?
@@ -111,6 +108,30 @@ public final class Responder {
             if let immediate { loop.execute { this.value.respond(immediate) } }
         }
         if !accepted { respondOverloaded() }
+    }
+
+    /// As `offload(deferring:)`, with `start` run here, on the loop: it must not block, and
+    /// hands what would (a commit) to a worker through the loop's `handOff`.
+    public func start(deferring start: (_ answer: @escaping Answer) throws -> HTTPResponse?) {
+        let immediate: HTTPResponse?
+        do {
+            immediate = try start(laterAnswer())
+        } catch {
+            respond { throw error }
+            return
+        }
+        if let immediate { respond(immediate) }
+    }
+
+    /// An answer given later from any thread: built there (its errors become problem
+    /// responses), sent by this loop.
+    private func laterAnswer() -> Answer {
+        let context = loop.context, loop = self.loop, route = self.route, request = self.request
+        let this = LoopBound(self, on: loop)
+        return { make in
+            let response = context.run(route, request, make)
+            loop.execute { this.value.respond(response) }
+        }
     }
 
     /// Runs `work` on the worker pool, then `next` with its result back on this loop (a

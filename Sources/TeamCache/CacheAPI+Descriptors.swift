@@ -127,7 +127,7 @@ extension CacheAPI {
         try Self.applyMetadata(json["metadata"], to: &write)
         write.writerTokenID = context.holder
         let lease = try Self.leaseID(try Self.optionalString(json["lease"], name: "lease"), "lease")
-        commit(write, location: nil, lease: lease, request: request, answer: answer)
+        commit(write, location: nil, lease: lease, request: request, offLoop: context.offLoop, answer: answer)
         return nil
     }
 

@@ -144,7 +144,7 @@ extension CacheAPI {
         write.writerTokenID = context.holder
         let lease = try Self.leaseID(request.headers["TeamCache-Lease"], "TeamCache-Lease")
         commit(write, location: "/v1/caches/\(namespace.name)/entries/\(PercentDecoding.encode(key.bytes))",
-               lease: lease, request: request, answer: answer)
+               lease: lease, request: request, offLoop: context.offLoop, answer: answer)
         return nil
     }
 

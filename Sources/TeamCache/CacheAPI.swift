@@ -95,13 +95,14 @@ public final class CacheAPI: Sendable {
         }
     }
 
-    /// Hands `write` to the write batcher and answers when it is committed: the worker that
-    /// parsed the request is free at once, so writes waiting for a commit hold no thread and
-    /// share commits however many are in flight.
+    /// Hands `write` to the write batcher and answers when it is committed: the thread that
+    /// parsed the request (a loop, or a worker) is free at once, so writes waiting for a commit
+    /// hold no thread and share commits however many are in flight. From a loop (`offLoop`),
+    /// the commit itself runs on a worker.
     /// A `lease` the write carried is completed once the write is committed, before the
     /// answer (on the committing thread: one short statement, for one write of a burst).
     func commit(_ write: EntryWrite, location: String?, lease: String? = nil, request: HTTPRequest,
-                answer: @escaping Responder.Answer) {
+                offLoop: BlockingWork? = nil, answer: @escaping Responder.Answer) {
         // Past the request's deadline it is answered "outcome unknown": a write not started by
         // then never is (so what the deadline's answer says is at worst too cautious).
         var bounded = write
@@ -109,7 +110,7 @@ public final class CacheAPI: Sendable {
         // The store drops the key's kept copy before `committed`, whatever the outcome.
         store.submit(bounded, committed: { [self] result in
             completeLease(lease, write, outcome: result)
-        }) { [self] result, position in
+        }, offLoop: offLoop) { [self] result, position in
             answer {
                 try guarded(request) {
                     var response = try writeResponse(try result.get(), write, location: location)

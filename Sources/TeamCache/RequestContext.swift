@@ -8,6 +8,9 @@ import HTTPServer
 struct RequestContext: Sendable {
     let principal: Authenticator.Principal
     private let path: (namespace: Namespace?, key: EntryKey?)
+    /// Set when the handler runs on an event loop, which must not block: where work that
+    /// may (a commit, reading a key) goes. nil: the handler's thread may block.
+    var offLoop: BlockingWork? = nil
 
     /// The path's namespace, for authorizing against (nil on a store-wide route; a bad one: 400).
     static func namespace(of request: HTTPRequest) throws -> Namespace? {

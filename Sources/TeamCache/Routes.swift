@@ -24,19 +24,46 @@ extension Application {
         -> HTTPResponse?
 
     /// As `secured`, for a handler that may answer later through `answer` (returning nil):
-    /// it starts on a worker and frees it while it waits (writes waiting for their commit).
+    /// nothing waits for the commit. It starts on the request's loop when nothing before the
+    /// commit can block there: a token in the cache and a small identity body (deflating a
+    /// 2 KB PUT is ~15 µs of the loop; a hop to a worker cost more, its wake-up and switch,
+    /// bench/results/2026-12-06-writes-4.md). Otherwise it starts on a worker, which may read
+    /// the token and inflate a large or gzip body.
     static func securedDeferred(_ api: CacheAPI, _ auth: Authenticator, _ scope: Scope,
                                 _ handler: @escaping DeferredHandler) -> AsyncHTTPHandler {
         { request, responder in
-            responder.offload(deferring: { answer in
-                try api.guarded(request) {
-                    let namespace = try RequestContext.namespace(of: request)
-                    let principal = try auth.authorize(request, scope, namespace: namespace)
-                    return try handler(request, try RequestContext(request, namespace: namespace, principal: principal),
-                                       answer)
+            guard request.body.count <= LoopReads.inlineBodyLimit, !request.headers.contains("Content-Encoding") else {
+                return startOnWorker(api, auth, scope, handler, request, responder)
+            }
+            var context: RequestContext
+            do {
+                let namespace = try RequestContext.namespace(of: request)
+                guard let principal = try auth.authorizeWithoutBlocking(request, scope, namespace: namespace) else {
+                    return startOnWorker(api, auth, scope, handler, request, responder)
                 }
+                context = try RequestContext(request, namespace: namespace, principal: principal)
+            } catch {
+                responder.respond { throw error }
+                return
+            }
+            context.offLoop = responder.loop.handOff
+            responder.start(deferring: { [context] answer in
+                try api.guarded(request) { try handler(request, context, answer) }
             })
         }
+    }
+
+    private static func startOnWorker(_ api: CacheAPI, _ auth: Authenticator, _ scope: Scope,
+                                      _ handler: @escaping DeferredHandler, _ request: HTTPRequest,
+                                      _ responder: Responder) {
+        responder.offload(deferring: { answer in
+            try api.guarded(request) {
+                let namespace = try RequestContext.namespace(of: request)
+                let principal = try auth.authorize(request, scope, namespace: namespace)
+                return try handler(request, try RequestContext(request, namespace: namespace, principal: principal),
+                                   answer)
+            }
+        })
     }
 
     /// A deferred handler run to its answer on the calling thread.

@@ -1,6 +1,7 @@
 import CacheCore
 import CacheStore
 import Foundation
+import Glibc
 import Locking
 import Observability
 import Postgres
@@ -139,6 +140,76 @@ import TestSupport
         try holder.execute("COMMIT")
         #expect(group.wait(timeout: .now() + 10) == .success)
         #expect(done.value["held"] != nil)
+    }
+
+    /// Writes submitted from a thread that may not block, as an event loop submits a PUT:
+    /// every group is committed on a thread the hand-off gave, never the submitting one, and
+    /// the hand-off is asked once a group, not once a write.
+    @Test func writesSubmittedFromALoopAreCommittedOffIt() throws {
+        let (store, metrics) = oneCommitAtATime()
+        let namespace = try #require(Namespace(TestService.namespace("wloop")))
+        // Its (absent) sealing key is then remembered: nothing before the commit would block.
+        _ = try store.put(Self.write(namespace, "first", store.policy))
+        let handOffs = Locked(0)
+        let offLoop: BlockingWork = { work in
+            handOffs.withLock { $0 += 1 }
+            Thread { work() }.start()
+            return true
+        }
+        let outcomes = submitFromOneThread(store, (0..<40).map { Self.write(namespace, "k\($0)", store.policy) },
+                                           offLoop: offLoop)
+        #expect(outcomes.count == 40)
+        #expect(outcomes.allSatisfy { $0.outcome.map { if case .created = $0 { true } else { false } } == true })
+        #expect(outcomes.allSatisfy { !$0.onSubmitter }, "a group was committed on the submitting thread")
+        let groups = Int(metricSample(metrics.render(), "teamcache_db_write_batch_size_count")) - 1
+        #expect(handOffs.value >= 1 && handOffs.value <= groups, "\(handOffs.value) hand-offs for \(groups) groups")
+        for index in 0..<40 { #expect(try store.fetch(namespace, EntryKey(Array("k\(index)".utf8))!) != nil) }
+    }
+
+    /// A hand-off that cannot take work (the workers' queue full): a write whose namespace's
+    /// key must be read first is refused as a full queue refuses it, nothing stored; a write
+    /// that only needs its group committed still is, by the batcher's own recheck thread.
+    @Test func writesFromALoopWhoseHandOffIsRefused() throws {
+        let (store, _) = oneCommitAtATime()
+        let refusing: BlockingWork = { _ in false }
+        let unknown = try #require(Namespace(TestService.namespace("wrefused")))
+        let refused = submitFromOneThread(store, [Self.write(unknown, "k", store.policy)], offLoop: refusing)
+        #expect(refused.count == 1 && refused.first?.outcome == nil && refused.first?.queueFull == true)
+        #expect(try store.fetch(unknown, EntryKey(Array("k".utf8))!) == nil)
+
+        let known = try #require(Namespace(TestService.namespace("wrecheck")))
+        _ = try store.put(Self.write(known, "first", store.policy))
+        let outcomes = submitFromOneThread(store, (0..<10).map { Self.write(known, "k\($0)", store.policy) },
+                                           offLoop: refusing)
+        #expect(outcomes.count == 10 && outcomes.allSatisfy { $0.outcome != nil && !$0.onSubmitter })
+        for index in 0..<10 { #expect(try store.fetch(known, EntryKey(Array("k\(index)".utf8))!) != nil) }
+    }
+
+    private static func write(_ namespace: Namespace, _ key: String, _ policy: CachePolicy) -> EntryWrite {
+        EntryWrite(namespace: namespace, key: EntryKey(Array(key.utf8))!,
+                   body: StoredBody.fromIdentity(Array("value of \(key)".utf8), contentType: "text/plain", policy: policy),
+                   contentType: "text/plain")
+    }
+
+    /// Submits `writes` from this thread with `offLoop`, then waits for every completion: each
+    /// write's outcome (nil: failed), whether it failed as a full queue, and whether its
+    /// completion ran on this thread.
+    private func submitFromOneThread(_ store: EntryStore, _ writes: [EntryWrite], offLoop: @escaping BlockingWork)
+        -> [(outcome: WriteOutcome?, queueFull: Bool, onSubmitter: Bool)] {
+        let submitter = pthread_self()
+        let done = DispatchGroup()
+        let outcomes = Locked<[(outcome: WriteOutcome?, queueFull: Bool, onSubmitter: Bool)]>([])
+        for write in writes {
+            done.enter()
+            store.submit(write, committed: nil, offLoop: offLoop) { result, _ in
+                let onSubmitter = pthread_equal(pthread_self(), submitter) != 0
+                let queueFull = if case .failure(let error) = result { error is WriteQueueFull } else { false }
+                outcomes.withLock { $0.append(((try? result.get()), queueFull, onSubmitter)) }
+                done.leave()
+            }
+        }
+        _ = done.wait(timeout: .now() + 30)
+        return outcomes.value
     }
 
     /// A store on the shared pool committing one batch at a time, so writers that arrive

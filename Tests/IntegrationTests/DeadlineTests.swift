@@ -148,6 +148,61 @@ import TestSupport
         #expect(recovered != nil, "no recovery within 15 s of SIGCONT")
         #expect(try service.request("GET", "/healthz").status == 200)
     }
+
+    /// A PUT whose token is cached starts on its event loop (bench/results/2026-12-06-writes-4.md),
+    /// and its group's commit, which waits on the database, is handed to a worker. With the
+    /// database frozen and PUTs waiting for their commits, the one loop still answers at once;
+    /// the PUTs get their 503 within the deadline. Were a loop to commit a group itself, it
+    /// would wait for the database with them, and `/healthz` would not be answered.
+    @Test func putsStartedOnTheLoopNeverHoldItWhileTheDatabaseIsFrozen() throws {
+        let database = try PrivateCluster("tc-loop-put")
+        defer { database.remove() }
+        let service = try TestService {
+            Self.tune(&$0, url: database.url)
+            $0.tokenCacheTTL = 60
+            $0.http.eventLoops = 1
+        }
+        defer { service.stop() }
+        let token = try service.token([.read, .write], namespaces: "*")
+        // The token is then cached, and the namespace's (absent) key remembered: these PUTs
+        // start on the loop.
+        for index in 0..<3 {
+            #expect(try service.request("PUT", entryPath("loopput", "warm\(index)"), token: token, body: [1]).status == 201)
+        }
+        let frozen = try PostgresProcesses(database.cluster.clusterDirectory)
+        frozen.signal(SIGSTOP)
+        defer { frozen.signal(SIGCONT) }
+        let puts = Locked<[(status: Int, seconds: Double)]>([])
+        let writers = DispatchGroup()
+        for index in 0..<6 {
+            DispatchQueue.global().async(group: writers) {
+                let outcome = Self.timed(service, "PUT", entryPath("loopput", "k\(index)"), token: token, body: [2])
+                puts.withLock { $0.append(outcome) }
+            }
+        }
+        Thread.sleep(forTimeInterval: 0.3)
+        var slowestHealth = 0.0
+        for _ in 0..<10 {
+            let (status, seconds) = Self.timed(service, "GET", "/healthz", token: nil)
+            #expect(status == 200)
+            slowestHealth = max(slowestHealth, seconds)
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(slowestHealth < 0.5, "the loop was held \(slowestHealth) s while PUTs waited for a frozen database")
+        #expect(writers.wait(timeout: .now() + 8) == .success)
+        frozen.signal(SIGCONT)
+        for (status, seconds) in puts.value {
+            #expect(status == 503, "a PUT to a frozen database answered \(status)")
+            #expect(seconds < 3 + 1, "a PUT took \(seconds) s (deadline 3 s)")
+        }
+        var recovered = false
+        for _ in 0..<50 where !recovered {
+            recovered = [200, 201].contains(Self.timed(service, "PUT", entryPath("loopput", "after"), token: token,
+                                                       body: [3]).status)
+            if !recovered { Thread.sleep(forTimeInterval: 0.2) }
+        }
+        #expect(recovered, "no PUT succeeded within 10 s of SIGCONT")
+    }
 }
 
 /// The processes of one cluster (the postmaster and its children), to freeze and thaw them.

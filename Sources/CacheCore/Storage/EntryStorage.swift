@@ -7,7 +7,7 @@ import Locking
 /// fuzzer (the integration tests keep running on PostgreSQL: this seam does not replace them).
 ///
 /// Every method may block (a database round trip) and must not be called on an event loop,
-/// except `submit`, which only queues. Errors are the store's own (a database error, a full
+/// except `submit` given `offLoop`, which only queues. Errors are the store's own (a database error, a full
 /// write queue); the service maps them to problems.
 public protocol EntryStorage: AnyObject, Sendable {
     var policy: CachePolicy { get }
@@ -29,7 +29,9 @@ public protocol EntryStorage: AnyObject, Sendable {
     /// Stores `write` without waiting: `committed` is told the outcome as soon as it is known,
     /// then `completion` with the commit position when `tracksPositions` (nil otherwise, or
     /// when it could not be learned). Both run on the committing thread and must not block.
+    /// `offLoop`: the caller may not block (an event loop); what would is handed to it.
     func submit(_ write: EntryWrite, committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)?,
+                offLoop: BlockingWork?,
                 completion: @escaping @Sendable (Result<WriteOutcome, any Error>, _ position: String?) -> Void)
     /// Deletes one fresh entry; false when there was none (an expired entry is absent to writes).
     func delete(_ namespace: Namespace, _ key: EntryKey) throws -> Bool
@@ -108,5 +110,17 @@ public final class LocalChanges: Sendable {
     /// Tells every listener of a change to `key` of `namespace` (nil: the whole namespace).
     public func changed(_ namespace: String, _ key: [UInt8]?) {
         for listener in listeners.value { listener(namespace, key) }
+    }
+}
+
+/// Hands work that may block to another thread (from an event loop: to a worker); false when
+/// it cannot take it now (its queue is full).
+public typealias BlockingWork = @Sendable (_ work: @escaping @Sendable () -> Void) -> Bool
+
+extension EntryStorage {
+    /// `submit` from a thread that may block (it may commit the write's group itself).
+    public func submit(_ write: EntryWrite, committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)?,
+                       completion: @escaping @Sendable (Result<WriteOutcome, any Error>, _ position: String?) -> Void) {
+        submit(write, committed: committed, offLoop: nil, completion: completion)
     }
 }

@@ -46,7 +46,9 @@ public final class MemoryStore: EntryStorage {
         }
     }
 
+    /// Never blocks: `offLoop` is not needed.
     public func submit(_ write: EntryWrite, committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)?,
+                       offLoop: BlockingWork?,
                        completion: @escaping @Sendable (Result<WriteOutcome, any Error>, String?) -> Void) {
         let now = now()
         let outcome = state.withLock { $0.put(write, now: now, policy: policy, feedCapacity: feedCapacity) }

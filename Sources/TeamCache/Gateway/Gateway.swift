@@ -220,7 +220,7 @@ final class Gateway: Sendable {
             owner = reader
         }
         let exchange = GatewayExchange(gateway: self, call: call, broadcast: broadcast, lease: lease, liveName: liveName,
-                                       cached: cached, owner: owner)
+                                       cached: cached, owner: owner, loop: loop)
         // Only a cached call asks for what the caller did not (a stream's usage): the recorder
         // that takes it out again exists for cached calls alone.
         let request = ClientRequest(method: call.request.method, path: call.target, headers: call.headers,

@@ -29,8 +29,12 @@ final class GatewayExchange: HTTPCallDelegate {
     private var encoded = false
     private let started = DispatchTime.now().uptimeNanoseconds
 
+    /// Where the write of the answer hands what may block (its group's commit): the loop's workers.
+    private let handOff: BlockingWork
+
     init(gateway: Gateway, call: GatewayRequest, broadcast: Broadcast, lease: Lease?, liveName: String?, cached: Bool,
-         owner: GatewayReader?) {
+         owner: GatewayReader?, loop: EventLoop) {
+        handOff = loop.handOff
         self.gateway = gateway
         self.call = call
         self.broadcast = broadcast
@@ -150,6 +154,7 @@ final class GatewayExchange: HTTPCallDelegate {
         }
         let api = gateway.api, call = self.call, lease = self.lease, contentType = self.contentType
         let metrics = gateway.metrics, gateway = self.gateway
+        let large = transcript.count > 64 * 1024, handOff = self.handOff
         let write = { @Sendable in
             var entry = EntryWrite(namespace: call.namespace, key: key,
                                    body: StoredBody.fromIdentity(transcript, contentType: contentType, policy: api.policy),
@@ -163,6 +168,7 @@ final class GatewayExchange: HTTPCallDelegate {
             entry.staleWhileRevalidate = call.controls.staleWhileRevalidate
             entry.writerTokenID = call.holder
             let written = entry
+            // On the loop, the commit goes to a worker (never the loop: it waits on the database).
             api.store.submit(written, committed: { result in
                 let stored: Bool
                 switch result {
@@ -179,11 +185,11 @@ final class GatewayExchange: HTTPCallDelegate {
                 } else if let lease {
                     gateway.giveBack(lease, call)
                 }
-            }) { result, _ in
+            }, offLoop: large ? nil : handOff) { result, _ in
                 if case .failure = result { metrics?.countError(call.upstream.name, "store") }
             }
         }
         // Compressing a large answer would hold the loop: it goes to a utility thread.
-        if transcript.count > 64 * 1024 { DispatchQueue.global(qos: .utility).async(execute: write) } else { write() }
+        if large { DispatchQueue.global(qos: .utility).async(execute: write) } else { write() }
     }
 }
