@@ -94,6 +94,7 @@ public final class EventLoop: @unchecked Sendable, Reactor {
     /// Makes the calling thread the loop's: called once, first thing on the thread that runs it.
     func claimThread() {
         thread.store(UInt(pthread_self()), ordering: .relaxed)
+        LoopThreads.markCurrent()
     }
 
     /// Hands `job` (work that may block, started from this loop) to the server's worker

@@ -23,6 +23,7 @@ public final class HandOff<Value: Sendable>: Sendable {
 
     /// Waits for the value.
     public func take() -> Value {
+        LoopThreads.noteWait("HandOff<\(Value.self)>.take")
         ready.wait()
         ready.signal()  // a second take (there is none today) must not block forever
         return slot.withLock { $0! }
@@ -30,6 +31,7 @@ public final class HandOff<Value: Sendable>: Sendable {
 
     /// Waits for the value until `deadline`; nil when it passed first.
     public func take(before deadline: DispatchTime) -> Value? {
+        LoopThreads.noteWait("HandOff<\(Value.self)>.take(before:)")
         guard ready.wait(timeout: deadline) == .success else { return nil }
         ready.signal()
         return slot.withLock { $0 }

@@ -48,6 +48,7 @@ public final class Monitor<State>: @unchecked Sendable {
         defer { condition.unlock() }
         var timedOut = false
         while keepWaiting(state) {
+            LoopThreads.noteWait("Monitor<\(State.self)>.wait")
             if let deadline {
                 if !condition.wait(until: deadline) {
                     timedOut = keepWaiting(state)

@@ -1,5 +1,6 @@
 import CLibPQ
 import Foundation
+import Locking
 
 /// One libpq connection, owning its `PGconn` (finished in `deinit`, nowhere else).
 ///
@@ -41,6 +42,7 @@ public final class PostgresConnection: @unchecked Sendable {
         let keys = pairs.map { strdup($0.0) } + [nil]
         let values = pairs.map { strdup($0.1) } + [nil]
         defer { (keys + values).forEach { free($0) } }
+        LoopThreads.noteWait("a database connection")
         // The arrays above stay alive until PQconnectdbParams returns.
         let connection = keys.map { UnsafePointer($0) }.withUnsafeBufferPointer { keyBuffer in
             values.map { UnsafePointer($0) }.withUnsafeBufferPointer { valueBuffer in
@@ -237,6 +239,7 @@ public final class PostgresConnection: @unchecked Sendable {
     }
 
     private func waitForSocket(writable: Bool, until limit: TimeInterval?) throws {
+        LoopThreads.noteWait("a database round trip")
         var descriptor = pollfd(fd: PQsocket(handle), events: Int16(POLLIN) | (writable ? Int16(POLLOUT) : 0),
                                 revents: 0)
         guard descriptor.fd >= 0 else { throw PostgresError(.connectionLost, serverMessage: "socket closed") }

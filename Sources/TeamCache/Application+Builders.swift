@@ -3,6 +3,7 @@ import CacheStore
 import Foundation
 import HTTPClient
 import HTTPServer
+import Locking
 import Observability
 import Postgres
 
@@ -90,7 +91,7 @@ extension Application {
                                  dashboard: Dashboard.load(ResourceLocator.find("ui")))
     }
 
-    /// The process's own gauges: CPU and memory, the heap, dropped log lines.
+    /// The process's own gauges: CPU and memory, the heap, dropped log lines, waits on loops.
     static func exposeProcess(_ metrics: MetricsRegistry) {
         ProcessMetrics.register(in: metrics)
         let heapInUse = metrics.gauge(MetricCatalogue.heapInUseBytes)
@@ -102,6 +103,8 @@ extension Application {
         }
         let droppedLogLines = metrics.counter(MetricCatalogue.logLinesDroppedTotal)
         metrics.addCollector { droppedLogLines.replaceAll([[]: Double(LogSink.shared.droppedLines)]) }
+        let loopWaits = metrics.counter(MetricCatalogue.loopBlockingWaitsTotal)
+        metrics.addCollector { loopWaits.replaceAll([[]: Double(LoopThreads.blockingWaits)]) }
     }
 
     /// Read routes served from the loops: one read batcher per loop, and one standby reader
