@@ -104,6 +104,10 @@ public final class EventLoop: @unchecked Sendable, Reactor {
         return { job in workers.submit(job) }
     }
 
+    /// Whether the worker pool refuses work now: a request that would hand it work later
+    /// is better refused at once (503, nothing done).
+    public var workersAreFull: Bool { context.workers.isFull }
+
     /// Runs `task` on the loop's thread.
     public func execute(_ task: @escaping @Sendable () -> Void) {
         let wasEmpty = pendingLock.withLock {

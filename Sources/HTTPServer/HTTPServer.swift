@@ -34,6 +34,9 @@ public final class HTTPServer: Sendable {
         }
     }
 
+    /// The threads that run blocking handler work (a test fills them to see the server refuse).
+    public var workers: WorkerPool { context.workers }
+
     /// How many event loops `start` runs (their `index` is below this).
     public var eventLoopCount: Int { max(1, configuration.eventLoops) }
 

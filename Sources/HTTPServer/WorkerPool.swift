@@ -47,6 +47,9 @@ public final class WorkerPool: Sendable {
     /// Jobs waiting for a thread.
     public var queued: Int { queue.withLock { $0.waiting } }
 
+    /// Whether a job submitted now would be refused (the queue full, or the pool stopping).
+    public var isFull: Bool { queue.withLock { $0.stopping || $0.waiting >= maxQueued } }
+
     /// Queues `job`; false when the queue is full or the pool is stopping.
     public func submit(_ job: @escaping Job) -> Bool {
         // One waiter woken: the workers are the only ones waiting while the pool runs.

@@ -23,6 +23,7 @@ public final class HandOff<Value: Sendable>: Sendable {
 
     /// Waits for the value.
     public func take() -> Value {
+        // Noted whether or not the value is there yet: a take on a loop is wrong either way.
         LoopThreads.noteWait("HandOff<\(Value.self)>.take")
         ready.wait()
         ready.signal()  // a second take (there is none today) must not block forever

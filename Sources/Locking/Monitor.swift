@@ -47,8 +47,9 @@ public final class Monitor<State>: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         var timedOut = false
+        // Once a wait, not once a wake-up.
+        if keepWaiting(state) { LoopThreads.noteWait("Monitor<\(State.self)>.wait") }
         while keepWaiting(state) {
-            LoopThreads.noteWait("Monitor<\(State.self)>.wait")
             if let deadline {
                 if !condition.wait(until: deadline) {
                     timedOut = keepWaiting(state)

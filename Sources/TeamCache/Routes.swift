@@ -32,7 +32,10 @@ extension Application {
     static func securedDeferred(_ api: CacheAPI, _ auth: Authenticator, _ scope: Scope,
                                 _ handler: @escaping DeferredHandler) -> AsyncHTTPHandler {
         { request, responder in
-            guard request.body.count <= LoopReads.inlineBodyLimit, !request.headers.contains("Content-Encoding") else {
+            // A full worker queue: the worker path refuses it at once (503, nothing stored),
+            // where a write started here would be queued with no worker to commit it.
+            guard request.body.count <= inlineWriteBodyLimit, !request.headers.contains("Content-Encoding"),
+                  !responder.loop.workersAreFull else {
                 return startOnWorker(api, auth, scope, handler, request, responder)
             }
             var context: RequestContext
@@ -52,6 +55,9 @@ extension Application {
             })
         }
     }
+
+    /// Write bodies deflated on a loop at most (identity bytes); larger go to a worker.
+    static let inlineWriteBodyLimit = 16 * 1024
 
     private static func startOnWorker(_ api: CacheAPI, _ auth: Authenticator, _ scope: Scope,
                                       _ handler: @escaping DeferredHandler, _ request: HTTPRequest,

@@ -185,6 +185,26 @@ import TestSupport
         for index in 0..<10 { #expect(try store.fetch(known, EntryKey(Array("k\(index)".utf8))!) != nil) }
     }
 
+    /// A write whose namespace's sealing key is not remembered yet, from a loop: the whole
+    /// write goes on from the hand-off's thread (which reads the key), is stored, and is told
+    /// its outcome exactly once.
+    @Test func aWriteFromALoopWhoseKeyMustBeReadGoesOnFromAWorker() throws {
+        let (store, _) = oneCommitAtATime()
+        let namespace = try #require(Namespace(TestService.namespace("wunknown")))
+        let handOffs = Locked(0)
+        let offLoop: BlockingWork = { work in
+            handOffs.withLock { $0 += 1 }
+            Thread { work() }.start()
+            return true
+        }
+        let outcomes = submitFromOneThread(store, [Self.write(namespace, "k", store.policy)], offLoop: offLoop)
+        // Told once (a second completion would leave the helper's group unbalanced: a crash).
+        #expect(outcomes.count == 1)
+        #expect(outcomes.first.map { !$0.onSubmitter && $0.outcome.map { if case .created = $0 { true } else { false } } == true } == true)
+        #expect(handOffs.value == 1)
+        #expect(try store.fetch(namespace, EntryKey(Array("k".utf8))!) != nil)
+    }
+
     private static func write(_ namespace: Namespace, _ key: String, _ policy: CachePolicy) -> EntryWrite {
         EntryWrite(namespace: namespace, key: EntryKey(Array(key.utf8))!,
                    body: StoredBody.fromIdentity(Array("value of \(key)".utf8), contentType: "text/plain", policy: policy),

@@ -29,7 +29,8 @@ public protocol EntryStorage: AnyObject, Sendable {
     /// Stores `write` without waiting: `committed` is told the outcome as soon as it is known,
     /// then `completion` with the commit position when `tracksPositions` (nil otherwise, or
     /// when it could not be learned). Both run on the committing thread and must not block.
-    /// `offLoop`: the caller may not block (an event loop); what would is handed to it.
+    /// `offLoop`: the caller may not block (an event loop); what would is handed to it. A write
+    /// refused at once (a full queue) is told so on the calling thread.
     func submit(_ write: EntryWrite, committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)?,
                 offLoop: BlockingWork?,
                 completion: @escaping @Sendable (Result<WriteOutcome, any Error>, _ position: String?) -> Void)
