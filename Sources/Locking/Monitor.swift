@@ -46,10 +46,13 @@ public final class Monitor<State>: @unchecked Sendable {
                              then body: (inout State, _ timedOut: Bool) throws -> Result) rethrows -> Result {
         condition.lock()
         defer { condition.unlock() }
-        var timedOut = false
-        // Once a wait, not once a wake-up.
-        if keepWaiting(state) { LoopThreads.noteWait("Monitor<\(State.self)>.wait") }
+        var timedOut = false, noted = false
         while keepWaiting(state) {
+            // Once a wait, not once a wake-up.
+            if !noted {
+                noted = true
+                LoopThreads.noteWait("Monitor<\(State.self)>.wait")
+            }
             if let deadline {
                 if !condition.wait(until: deadline) {
                     timedOut = keepWaiting(state)

@@ -67,7 +67,7 @@ public enum MetricCatalogue {
     public static let logLinesDroppedTotal = MetricDefinition(.counter, "teamcache_log_lines_dropped_total",
         "Log lines dropped because the log output did not drain.")
     public static let loopBlockingWaitsTotal = MetricDefinition(.counter, "teamcache_loop_blocking_waits_total",
-        "Waits that could sleep (a database round trip, a lock's wait) made on an event loop thread: a bug; alert above 0.")
+        "Waits that could sleep (the database, a lock) made on an event loop thread: a bug; alert above 0.")
     public static let dbReadsTotal = MetricDefinition(.counter, "teamcache_db_reads_total",
         "Batched entry reads by the database that answered them.",
         labels: ["database"],

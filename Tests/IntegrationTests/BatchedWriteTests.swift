@@ -200,14 +200,17 @@ import TestSupport
         let outcomes = submitFromOneThread(store, [Self.write(namespace, "k", store.policy)], offLoop: offLoop)
         // Told once (a second completion would leave the helper's group unbalanced: a crash).
         #expect(outcomes.count == 1)
-        #expect(outcomes.first.map { !$0.onSubmitter && $0.outcome.map { if case .created = $0 { true } else { false } } == true } == true)
+        let outcome = try #require(outcomes.first)
+        #expect(!outcome.onSubmitter)
+        #expect(outcome.outcome.map { if case .created = $0 { true } else { false } } == true)
         #expect(handOffs.value == 1)
         #expect(try store.fetch(namespace, EntryKey(Array("k".utf8))!) != nil)
     }
 
     private static func write(_ namespace: Namespace, _ key: String, _ policy: CachePolicy) -> EntryWrite {
         EntryWrite(namespace: namespace, key: EntryKey(Array(key.utf8))!,
-                   body: StoredBody.fromIdentity(Array("value of \(key)".utf8), contentType: "text/plain", policy: policy),
+                   body: StoredBody.fromIdentity(Array("value of \(key)".utf8), contentType: "text/plain",
+                                                 policy: policy),
                    contentType: "text/plain")
     }
 

@@ -7,8 +7,8 @@ import Locking
 /// fuzzer (the integration tests keep running on PostgreSQL: this seam does not replace them).
 ///
 /// Every method may block (a database round trip) and must not be called on an event loop,
-/// except `submit` given `offLoop`, which only queues. Errors are the store's own (a database error, a full
-/// write queue); the service maps them to problems.
+/// except `submit` given `offLoop`, which only queues. Errors are the store's own (a database
+/// error, a full write queue); the service maps them to problems.
 public protocol EntryStorage: AnyObject, Sendable {
     var policy: CachePolicy { get }
     var clock: any Clock { get }
