@@ -3,6 +3,9 @@
 # cluster's processes, exited backends included), per PUT answered, over ROUNDS runs of
 # wrk -c64 of bench/lua/put.lua (~2 KB JSON over 100,000 keys); then the same for the plain
 # per-call upsert anchor (pgbench -c16), per upsert. Noisy: read the rounds' spread first.
+# Two more columns say what bounds a round: the writes a group statement carried (the service's
+# teamcache_db_write_batch_size), and the share of both cores left idle (/proc/stat): idle
+# cores with large groups mean the group statements, one at a time, are the bound, not CPU.
 #   ROUNDS=3 BENCH_DURATION=8
 #   PIN_DATABASE=1: PostgreSQL alone on core 0, the service and the load generators (wrk,
 #   pgbench) on core 1: neither side's client takes CPU from the database, which has one
@@ -23,18 +26,32 @@ python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >/dev/null
 python3 "$BENCH_DIR/pgbench_sql.py" "$WORK"
 psql -h "$(pg_socket)" -U postgres teamcache -qf "$WORK/plain_table.sql"
 wrk_run 64 "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/put.lua" >/dev/null  # warm-up
-echo "| round | PUT/s | p99 ms | service user µs | service kernel µs | PostgreSQL µs |"
-echo "| --- | --- | --- | --- | --- | --- |"
+# The group sizes' sum and count so far, from the service's metrics.
+groups() {
+  curl -s -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/metrics" |
+    awk '/^teamcache_db_write_batch_size_sum/ {s = $2} /^teamcache_db_write_batch_size_count/ {c = $2} END {print s + 0, c + 0}'
+}
+# The machine's idle and total ticks so far (all cores).
+machine_ticks() { awk '/^cpu / {t = 0; for (i = 2; i <= NF; i++) t += $i; print $5 + $6, t}' /proc/stat; }
+echo "| round | PUT/s | p99 ms | service user µs | service kernel µs | PostgreSQL µs | writes a group | idle % |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 for round in $(seq 1 "${ROUNDS:-3}"); do
+  read -r sum0 count0 <<<"$(groups)"
+  read -r idle0 total0 <<<"$(machine_ticks)"
   service0=$(cpu_ticks "$SERVER_PID") db0=$(postgres_ticks)
   out=$("${LOAD[@]}" wrk -t2 -c64 -d"${DURATION}s" --latency -s "$BENCH_DIR/lua/put.lua" "http://127.0.0.1:$PORT")
   service1=$(cpu_ticks "$SERVER_PID") db1=$(postgres_ticks)
+  read -r idle1 total1 <<<"$(machine_ticks)"
+  read -r sum1 count1 <<<"$(groups)"
   echo "$out" | grep -q "Non-2xx" && { echo "$out"; echo "some PUTs failed: not counted as PUTs" >&2; exit 1; }
   puts=$(echo "$out" | awk '/requests in/ {print $1}')
   read -r user kernel <<<"$(cpu_per_request "$service0" "$service1" "$puts")"
   read -r dbu dbs <<<"$(cpu_per_request "$db0" "$db1" "$puts")"
   echo "| $round | $(echo "$out" | awk '/Requests\/sec/ {print $2}') | $(to_ms "$(echo "$out" | awk '/ 99%/ {print $2}')") |" \
-       "$user | $kernel | $(awk -v a="$dbu" -v b="$dbs" 'BEGIN { printf "%.1f", a + b }') |"
+       "$user | $kernel | $(awk -v a="$dbu" -v b="$dbs" 'BEGIN { printf "%.1f", a + b }') |" \
+       "$(awk -v s0="$sum0" -v s1="$sum1" -v c0="$count0" -v c1="$count1" \
+           'BEGIN { if (c1 > c0) printf "%.1f", (s1 - s0) / (c1 - c0); else print "?" }') |" \
+       "$(awk -v i=$((idle1 - idle0)) -v t=$((total1 - total0)) 'BEGIN { if (t > 0) printf "%.0f", 100 * i / t; else print "?" }') |"
 done
 db0=$(postgres_ticks)
 out=$(cd "$WORK" && "${LOAD[@]}" pgbench -n -M prepared -c 16 -j 2 -T "$DURATION" -f "$WORK/plain_upsert.sql" \
