@@ -4,9 +4,6 @@
 # schemathesis against it (bounded examples; no 5xx, no response outside the schema).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The servers these tests start stop at a wait on an event loop (their standard error is not
-# checked): see Sources/Locking/LoopThreads.swift.
-export TEAMCACHE_LOOP_WAITS_FATAL=1
 examples=${SCHEMATHESIS_EXAMPLES:-25}
 port=${CONTRACT_PORT:-18480}
 data=$(mktemp -d /tmp/teamcache-contract.XXXXXX)

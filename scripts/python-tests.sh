@@ -6,9 +6,6 @@
 # newer of the release and debug builds (`swift test` leaves a debug one), else builds one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The servers these tests start stop at a wait on an event loop (their standard error is not
-# checked): see Sources/Locking/LoopThreads.swift.
-export TEAMCACHE_LOOP_WAITS_FATAL=1
 # A virtual environment inside this checkout (ignored by git): the machine's Python stays as
 # it was, and the editable `teamcache` it holds is this checkout's, whichever ran first.
 venv="$PWD/.venv"

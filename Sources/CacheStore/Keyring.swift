@@ -118,7 +118,7 @@ public final class Keyring: Sendable {
         }
         guard let id else { throw PostgresError(.decoding, serverMessage: "no data key id") }
         let key = DataKey(id: Int64(id), namespace: namespace, bytes: bytes)
-        let now = ProcessInfo.processInfo.systemUptime
+        let now = Uptime.coarse
         known.withLock { known in
             known.byID[key.id] = key
             known.remember(namespace, key, now: now)
@@ -147,7 +147,7 @@ public final class Keyring: Sendable {
     /// The key writes to `namespace` are sealed with; nil when it is not encrypted. Read
     /// from the database at most every `currentFor` seconds per namespace (blocking).
     public func sealingKey(for namespace: String, _ pool: ConnectionPool, fresh: Bool = false) throws -> DataKey? {
-        let now = ProcessInfo.processInfo.systemUptime
+        let now = Uptime.coarse
         if !fresh, let answer = known.withLock({ $0.current[namespace] }), answer.until > now { return answer.key }
         let row = try pool.withConnection { try $0.query(Self.selectCurrent, [.text(namespace)]).first }
         var key: DataKey?
@@ -179,7 +179,7 @@ public final class Keyring: Sendable {
     /// `namespace`'s sealing key as remembered, without reading the database (for an event
     /// loop, which must not block: on `.unknown` the write goes to a worker).
     public func rememberedSealingKey(for namespace: String) -> Remembered {
-        let now = ProcessInfo.processInfo.systemUptime
+        let now = Uptime.coarse
         guard let answer = known.withLock({ $0.current[namespace] }), answer.until > now else { return .unknown }
         return answer.key.map { .sealed($0) } ?? .plain
     }

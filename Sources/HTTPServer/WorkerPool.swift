@@ -16,6 +16,9 @@ public final class WorkerPool: Sendable {
 
         var waiting: Int { jobs.count - head }
 
+        /// Whether a job may be queued now: the pool runs and its queue has room.
+        func accepts(maxQueued: Int) -> Bool { !stopping && waiting < maxQueued }
+
         mutating func next() -> Job? {
             guard head < jobs.count else { return nil }
             let job = jobs[head]
@@ -48,13 +51,13 @@ public final class WorkerPool: Sendable {
     public var queued: Int { queue.withLock { $0.waiting } }
 
     /// Whether a job submitted now would be refused (the queue full, or the pool stopping).
-    public var isFull: Bool { queue.withLock { $0.stopping || $0.waiting >= maxQueued } }
+    public var isFull: Bool { queue.withLock { [maxQueued] in !$0.accepts(maxQueued: maxQueued) } }
 
     /// Queues `job`; false when the queue is full or the pool is stopping.
     public func submit(_ job: @escaping Job) -> Bool {
         // One waiter woken: the workers are the only ones waiting while the pool runs.
         queue.change(wakingAll: false) { queue in
-            guard !queue.stopping, queue.waiting < maxQueued else { return false }
+            guard queue.accepts(maxQueued: maxQueued) else { return false }
             queue.jobs.append(job)
             return true
         }

@@ -1,5 +1,5 @@
 import Foundation
-import Locking
+@testable import Locking
 import Testing
 
 /// A wait that can sleep is counted when, and only when, it runs on a thread marked as an
@@ -33,5 +33,12 @@ import Testing
         #expect(seen.value.marked)
         #expect(seen.value.counted == before + 2)
         #expect(!LoopThreads.isCurrent, "the mark stays on the thread that made it")
+    }
+
+    /// A process out of thread-specific keys gets none: nothing is marked or counted, and
+    /// nothing traps.
+    @Test func noKeyLeftMeansNoMarks() {
+        #expect(LoopThreads.makeKey { _ in EAGAIN } == nil)
+        #expect(LoopThreads.makeKey { pthread_key_create($0, nil) } != nil)
     }
 }
