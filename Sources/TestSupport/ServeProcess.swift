@@ -78,6 +78,16 @@ public final class ServeProcess {
         return false
     }
 
+    /// `waitUntilListening` for async tests: it sleeps with `Task.sleep`, so the cooperative
+    /// pool stays free for the client under test meanwhile (see `offThePool`).
+    public func listening(seconds: Int = 10) async -> Bool {
+        for _ in 0..<seconds * 10 {
+            if (try? RawClient(port: port, timeout: 1)) != nil { return true }
+            try? await Task.sleep(nanoseconds: 100_000_000)
+        }
+        return false
+    }
+
     public func kill(_ signal: Int32 = SIGKILL) {
         if process.isRunning { Glibc.kill(process.processIdentifier, signal) }
     }

@@ -105,9 +105,9 @@ import TestSupport
     }
 
     @Test func bAnswersFromItsTierWhileTheServiceIsStopped() async throws {
-        let replica = try ServeProcess(prefix: "swifttieroff")
+        let replica = try await offThePool { try ServeProcess(prefix: "swifttieroff") }
         defer { replica.stop(SIGKILL) }
-        #expect(replica.waitUntilListening())
+        #expect(await replica.listening())
         let tier = try LocalTier(feedWait: 2)
         var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(replica.port)")!,
                                                           token: nil)
@@ -137,15 +137,17 @@ import TestSupport
     }
 
     @Test func offlineWritesWaitInTheOutboxAndReachTheServiceWhenItAnswersAgain() async throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "swifttierbox")
-        let replica = try ServeProcess(database: database)
+        let database = try await offThePool { try TestDatabase.shared.migratedDatabase(prefix: "swifttierbox") }
+        let replica = try await offThePool { try ServeProcess(database: database) }
         defer { replica.stop(SIGKILL) }
-        #expect(replica.waitUntilListening())
+        #expect(await replica.listening())
         let url = URL(string: "http://127.0.0.1:\(replica.port)")!
         let tier = try LocalTier(feedWait: 2, reportInterval: 0.2)
         var configuration = TeamCacheClient.Configuration(baseURL: url, token: nil)
-        configuration.timeout = 0.5
-        configuration.lookupTimeout = 0.3
+        // Generous deadlines: a stopped service refuses at once, and the debug replica on a
+        // loaded machine once took over 0.5 s for the first PUT.
+        configuration.timeout = 5
+        configuration.lookupTimeout = 2
         configuration.breaker = CircuitBreaker(cooldown: 0.5)
         let b = TeamCacheClient(configuration, localTier: tier)
         try await following(tier, "box")
@@ -160,9 +162,10 @@ import TestSupport
         let own = try #require(try await b.get(namespace: "box", key: "k", maxStale: 0))
         #expect(own.fromLocal && String(decoding: own.body, as: UTF8.self) == "second")
         // Started again where B looks for it.
-        let restarted = try ServeProcess(database: database, port: replica.port)
+        let port = replica.port
+        let restarted = try await offThePool { try ServeProcess(database: database, port: port) }
         defer { restarted.stop(SIGKILL) }
-        #expect(restarted.waitUntilListening())
+        #expect(await restarted.listening())
         for _ in 0..<100 where tier.outboxCount > 0 {
             await tier.flush()
             try await Task.sleep(nanoseconds: 100_000_000)

@@ -93,7 +93,7 @@ import TestSupport
 
     @Test func staleOnErrorServesAnExpiredAnswerWhenTheModelFails() async throws {
         let clock = ManualClock()
-        let local = try TestService(clock: clock) { $0.authEnabled = false }
+        let local = try await offThePool { try TestService(clock: clock) { $0.authEnabled = false } }
         defer { local.stop() }
         let client = TeamCacheClient(.init(baseURL: URL(string: "http://127.0.0.1:\(local.port)")!, token: nil))
         let descriptor = Descriptor(model: "m", input: .prompt("offline"))
