@@ -25,25 +25,37 @@ count() { psql_ "SELECT count(*) FROM entries WHERE namespace = 'dump'"; }
 # dead until autovacuum runs, which it does at no fixed time.
 vacuum() { psql_ "VACUUM entries, entry_access, entry_changes"; }
 wipe() { psql_ "DELETE FROM entries WHERE namespace = 'dump'" >/dev/null; vacuum; }
-# timed NAME COMMAND...: runs it; sets NAME_s (seconds) and NAME_pg (PostgreSQL's CPU µs an entry).
+# Before each timed step: the statistics of what just changed, and the dirty pages written, so
+# that neither autoanalyze nor a checkpoint lands in the step measured.
+quiet() { psql_ "VACUUM (ANALYZE) entries, entry_access, entry_changes"; psql_ "CHECKPOINT"; }
+ticks_per_second=$(getconf CLK_TCK)
+failed=0
+# timed NAME COMMAND...: runs it; sets NAME_s (seconds) and NAME_pg (PostgreSQL's CPU µs an
+# entry). A step that fails is reported on standard output (bench/run keeps only that) and
+# fails the script at its end, after the rounds.
 timed() {
   local name=$1 start end before after
   shift
+  quiet
   before=$(postgres_ticks)
   start=$(now)
-  "$@"
+  if ! "$@"; then
+    echo "round $round: $name failed: $(tail -n 3 "$WORK/step.err" 2>/dev/null | tr '\n' ' ')"
+    failed=1
+  fi
   end=$(now)
   after=$(postgres_ticks)
   printf -v "${name}_s" '%s' "$(echo "$end - $start" | bc)"
-  printf -v "${name}_pg" '%s' "$(awk -v b="$before" -v a="$after" -v n="$COUNT" 'BEGIN {
-    split(b, x, " "); split(a, y, " "); printf "%.0f", ((y[1] + y[2]) - (x[1] + x[2])) * 1e6 / 100 / n }')"
+  printf -v "${name}_pg" '%s' "$(awk -v b="$before" -v a="$after" -v n="$COUNT" -v hz="$ticks_per_second" 'BEGIN {
+    split(b, x, " "); split(a, y, " "); printf "%.0f", ((y[1] + y[2]) - (x[1] + x[2])) * 1e6 / hz / n }')"
 }
-run_export() { "$BIN" export --namespace dump --database-url "$url" > "$WORK/dump.ndjson" 2>/dev/null; }
-run_pg_dump() { as_postgres sh -c "pg_dump -h '$(pg_socket)' -U postgres --data-only --table=entries teamcache > '$WORK/entries.sql'"; }
-run_import() { "$BIN" import --database-url "$url" < "$WORK/dump.ndjson" >/dev/null 2>&1; }
-run_copy() { as_postgres sh -c "psql -h '$(pg_socket)' -U postgres -d teamcache -q -v ON_ERROR_STOP=1 < '$WORK/entries.sql' >/dev/null"; }
+run_export() { "$BIN" export --namespace dump --database-url "$url" > "$WORK/dump.ndjson" 2>"$WORK/step.err"; }
+run_pg_dump() { as_postgres sh -c "pg_dump -h '$(pg_socket)' -U postgres --data-only --table=entries teamcache > '$WORK/entries.sql'" 2>"$WORK/step.err"; }
+run_import() { "$BIN" import --database-url "$url" < "$WORK/dump.ndjson" >/dev/null 2>"$WORK/step.err"; }
+run_copy() { as_postgres sh -c "psql -h '$(pg_socket)' -U postgres -d teamcache -q -v ON_ERROR_STOP=1 < '$WORK/entries.sql' >/dev/null" 2>"$WORK/step.err"; }
 ratio() { echo "scale=2; $2 / $1" | bc; }
-median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+[ "$ROUNDS" -ge 1 ] || { echo "BENCH_ROUNDS must be at least 1" >&2; exit 2; }
 export_rows=() import_rows=() reimport_rows=() export_ratios=() import_ratios=()
 for round in $(seq "$ROUNDS"); do
   timed export run_export
@@ -60,9 +72,14 @@ for round in $(seq "$ROUNDS"); do
   copied=$(count)
   # COPY of `entries` alone leaves its rows without access rows, which no writer does (and
   # which a predicate eviction never finds): the next round starts from an import's rows.
-  wipe
-  run_import
-  [ "$imported" = "$COUNT" ] && [ "$copied" = "$COUNT" ] || echo "round $round: $imported imported, $copied copied of $COUNT" >&2
+  if [ "$round" -lt "$ROUNDS" ]; then
+    wipe
+    run_import || { echo "round $round: the import between rounds failed"; failed=1; }
+  fi
+  if [ "$imported" != "$COUNT" ] || [ "$copied" != "$COUNT" ]; then
+    echo "round $round: $imported imported, $copied copied of $COUNT"
+    failed=1
+  fi
   export_ratios+=("$(ratio "$export_s" "$pgdump_s")") import_ratios+=("$(ratio "$import_s" "$copy_s")")
   export_rows+=("| export, round $round | $export_s | $(echo "$COUNT / $export_s" | bc) | $export_pg | pg_dump --data-only -t entries | $pgdump_s | $pgdump_pg | ${export_ratios[-1]} |")
   import_rows+=("| import, round $round | $import_s | $(echo "$COUNT / $import_s" | bc) | $import_pg | psql COPY of that dump | $copy_s | $copy_pg | ${import_ratios[-1]} |")
@@ -74,3 +91,4 @@ printf '%s\n' "${export_rows[@]}" "${import_rows[@]}" "${reimport_rows[@]}"
 echo
 echo "median ratio over $ROUNDS rounds: export $(median "${export_ratios[@]}"), import $(median "${import_ratios[@]}")"
 echo "dump size: $(du -h "$WORK/dump.ndjson" | cut -f1) (teamcache), $(du -h "$WORK/entries.sql" | cut -f1) (pg_dump)"
+exit "$failed"

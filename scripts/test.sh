@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: `swift test` (everything against a real PostgreSQL and real listening
-# servers), in three runs, then the Python client's tests against a real `teamcache serve`,
-# then the dashboard's in a real browser.
+# servers), with runs of their own for the suites that must not share the two cores, then the
+# Python client's tests against a real `teamcache serve`, then the dashboard's in a real browser.
 # Every stage runs even when one before it failed (a flaky Swift test must not hide the
 # Python results); the outcome of each is listed at the end, and the exit status is non-zero
 # when any failed.

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Locking
 
 /// `teamcache serve` as a child process on a database of its own under the suite's
 /// PostgreSQL: for tests that kill the process, or starve its standard error.
@@ -88,13 +89,19 @@ public final class ServeProcess {
         return false
     }
 
+    /// Set once `stop` reaped the child: its pid may then be another process's, so nothing is
+    /// sent to it again (Foundation's `isRunning` does not know of a `waitpid` of ours).
+    private let reaped = Locked(false)
+
     public func kill(_ signal: Int32 = SIGKILL) {
-        if process.isRunning { Glibc.kill(process.processIdentifier, signal) }
+        if !reaped.value && process.isRunning { Glibc.kill(process.processIdentifier, signal) }
     }
 
-    /// Sends `signal` and reaps the process. `waitpid`, not `Process.waitUntilExit`, which
-    /// was seen here never to return for a child killed off the main thread.
+    /// Sends `signal` and reaps the process; a second call does nothing. `waitpid`, not
+    /// `Process.waitUntilExit`, which was seen here never to return for a child killed off the
+    /// main thread.
     public func stop(_ signal: Int32) {
+        guard reaped.withLock({ done in defer { done = true }; return !done }) else { return }
         let pid = process.processIdentifier
         Glibc.kill(pid, signal)
         var status: Int32 = 0

@@ -154,9 +154,13 @@ import TestSupport
         let descriptor = Descriptor(model: "m", input: .prompt("made offline"))
         try await b.put(namespace: "box", key: "k", body: Data("base".utf8), ttl: 300)
         replica.stop(SIGKILL)  // stopped: every call is refused
+        let offline = ProcessInfo.processInfo.systemUptime
         let first = try await b.put(namespace: "box", key: "k", body: Data("first".utf8), ttl: 300)
         let second = try await b.put(namespace: "box", key: "k", body: Data("second".utf8), ttl: 300)
         let upserted = try await b.upsert(namespace: "box", descriptor, answer: ModelAnswer(response: "from B"))
+        // Queued on the refusal, not after a deadline (5 s each).
+        let queuing = ProcessInfo.processInfo.systemUptime - offline
+        #expect(queuing < 2.5, "three offline writes took \(queuing) s to queue")
         #expect(first.queued && second.queued && upserted.queued && tier.outboxCount == 2)
         // B reads its own write meanwhile (marked stale: the service could not be asked).
         let own = try #require(try await b.get(namespace: "box", key: "k", maxStale: 0))
@@ -171,7 +175,9 @@ import TestSupport
             try await Task.sleep(nanoseconds: 100_000_000)
         }
         #expect(tier.outboxCount == 0 && tier.conflicts.isEmpty, "\(tier.conflicts)")
-        let plain = TeamCacheClient(.init(baseURL: url, token: nil))
+        var patient = TeamCacheClient.Configuration(baseURL: url, token: nil)
+        patient.lookupTimeout = 5
+        let plain = TeamCacheClient(patient)
         let stored = try #require(try await plain.get(namespace: "box", key: "k"))
         #expect(String(decoding: stored.body, as: UTF8.self) == "second")
         guard case .hit(let answer, _, _, _) = try await plain.lookup(namespace: "box", descriptor) else {
