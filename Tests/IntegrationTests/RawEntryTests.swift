@@ -78,7 +78,15 @@ import TestSupport
 
     @Test func exactlyTheBodyLimitIsAcceptedAndOneMoreByteRefused() throws {
         let limit = 8 * 1024 * 1024
-        let fits = try service.request("PUT", entryPath(namespace, "max"), token: token, body: randomBytes(limit))
+        let body = randomBytes(limit)
+        // A 503 says "not stored, try again", as to any client: once, in CI, the 8 MiB write's
+        // statement passed the database's statement timeout among the whole suite's load. The
+        // limit is what is tested here; a 413 or any other answer still fails at once.
+        var fits = try service.request("PUT", entryPath(namespace, "max"), token: token, body: body)
+        for _ in 0..<2 where fits.status == 503 {
+            Thread.sleep(forTimeInterval: 1)
+            fits = try service.request("PUT", entryPath(namespace, "max"), token: token, body: body)
+        }
         #expect(fits.status == 201)
         let over = try service.request("PUT", entryPath(namespace, "over"), token: token, body: randomBytes(limit + 1))
         #expect(over.status == 413)
