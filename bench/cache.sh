@@ -10,7 +10,6 @@ build_release
 CONNECTIONS=${BENCH_CONNECTIONS:-64}
 PG_CLIENTS=${BENCH_PG_CLIENTS:-16}
 
-median() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
 
 cache_workloads() {
   python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >&2

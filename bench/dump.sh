@@ -28,7 +28,6 @@ wipe() { psql_ "DELETE FROM entries WHERE namespace = 'dump'" >/dev/null; vacuum
 # Before each timed step: the statistics of what just changed, and the dirty pages written, so
 # that neither autoanalyze nor a checkpoint lands in the step measured.
 quiet() { psql_ "VACUUM (ANALYZE) entries, entry_access, entry_changes"; psql_ "CHECKPOINT"; }
-ticks_per_second=$(getconf CLK_TCK)
 failed=0
 # timed NAME COMMAND...: runs it; sets NAME_s (seconds) and NAME_pg (PostgreSQL's CPU µs an
 # entry). A step that fails is reported on standard output (bench/run keeps only that) and
@@ -46,15 +45,12 @@ timed() {
   end=$(now)
   after=$(postgres_ticks)
   printf -v "${name}_s" '%s' "$(echo "$end - $start" | bc)"
-  printf -v "${name}_pg" '%s' "$(awk -v b="$before" -v a="$after" -v n="$COUNT" -v hz="$ticks_per_second" 'BEGIN {
-    split(b, x, " "); split(a, y, " "); printf "%.0f", ((y[1] + y[2]) - (x[1] + x[2])) * 1e6 / hz / n }')"
+  printf -v "${name}_pg" '%s' "$(cpu_per_request "$before" "$after" "$COUNT" | awk '{ printf "%.0f", $1 + $2 }')"
 }
 run_export() { "$BIN" export --namespace dump --database-url "$url" > "$WORK/dump.ndjson" 2>"$WORK/step.err"; }
 run_pg_dump() { as_postgres sh -c "pg_dump -h '$(pg_socket)' -U postgres --data-only --table=entries teamcache > '$WORK/entries.sql'" 2>"$WORK/step.err"; }
 run_import() { "$BIN" import --database-url "$url" < "$WORK/dump.ndjson" >/dev/null 2>"$WORK/step.err"; }
 run_copy() { as_postgres sh -c "psql -h '$(pg_socket)' -U postgres -d teamcache -q -v ON_ERROR_STOP=1 < '$WORK/entries.sql' >/dev/null" 2>"$WORK/step.err"; }
-ratio() { echo "scale=2; $2 / $1" | bc; }
-median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 [ "$ROUNDS" -ge 1 ] || { echo "BENCH_ROUNDS must be at least 1" >&2; exit 2; }
 export_rows=() import_rows=() reimport_rows=() export_ratios=() import_ratios=()
 for round in $(seq "$ROUNDS"); do
@@ -80,7 +76,7 @@ for round in $(seq "$ROUNDS"); do
     echo "round $round: $imported imported, $copied copied of $COUNT"
     failed=1
   fi
-  export_ratios+=("$(ratio "$export_s" "$pgdump_s")") import_ratios+=("$(ratio "$import_s" "$copy_s")")
+  export_ratios+=("$(ratio "$pgdump_s" "$export_s")") import_ratios+=("$(ratio "$copy_s" "$import_s")")
   export_rows+=("| export, round $round | $export_s | $(echo "$COUNT / $export_s" | bc) | $export_pg | pg_dump --data-only -t entries | $pgdump_s | $pgdump_pg | ${export_ratios[-1]} |")
   import_rows+=("| import, round $round | $import_s | $(echo "$COUNT / $import_s" | bc) | $import_pg | psql COPY of that dump | $copy_s | $copy_pg | ${import_ratios[-1]} |")
   reimport_rows+=("| re-import over itself (every entry unchanged), round $round | $reimport_s | $(echo "$COUNT / $reimport_s" | bc) | $reimport_pg | | | | |")

@@ -10,7 +10,6 @@ CONNECTIONS=${BENCH_CONNECTIONS:-64}
 PG_CLIENTS=${BENCH_PG_CLIENTS:-16}
 TRIGGERS="entries_feed_insert entries_feed_update entries_feed_delete"
 
-median() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
 sql() { psql -h "$(pg_socket)" -U postgres teamcache -qAtc "$1"; }
 feed() {
   local verb=$1 statement=""

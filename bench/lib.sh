@@ -166,6 +166,10 @@ pgbench_run() {
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }'; }
 
+# median VALUE... → the middle one in numeric order (the lower middle of an even count): the
+# rounds' figure the benches report, where one round alone is noise.
+median() { printf '%s\n' "$@" | sort -g | sed -n "$((($# + 1) / 2))p"; }
+
 server_rss_mb() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$SERVER_PID/status"; }
 
 # cpu_ticks [--children] PID... → "USER SYSTEM": clock ticks the processes (all their

@@ -20,14 +20,6 @@ stage() {
 # Python and dashboard tests start) appends a wait that ran on an event loop thread to this
 # file (Sources/Locking/LoopThreads.swift): the last stage fails when it is not empty.
 export TEAMCACHE_LOOP_WAITS_REPORT=${TEAMCACHE_LOOP_WAITS_REPORT:-$(mktemp /tmp/teamcache-loop-waits.XXXXXX)}
-no_loop_waits() {
-    # The reports are written from a utility thread: give a last one a moment.
-    sleep 1
-    if [ -s "$TEAMCACHE_LOOP_WAITS_REPORT" ]; then
-        cat "$TEAMCACHE_LOOP_WAITS_REPORT"
-        return 1
-    fi
-}
 # A stage names its suites exactly: `swift test --filter` matches a regular expression against
 # "Module.Suite/test", and a bare "ClientTests" also matched the HTTPClientTests module (whose
 # blocking suites then ran beside the Swift client's async ones, which this split exists to
@@ -66,7 +58,7 @@ stage "swift test: BudgetTests" swift test --filter "$budgets"
 stage "python client (pytest)" bash scripts/python-tests.sh
 # The dashboard in a real Chromium (Debian's), against a real `teamcache serve`.
 stage "dashboard (Chromium via Playwright)" bash scripts/dashboard-tests.sh
-stage "no wait ran on an event loop thread" no_loop_waits
+stage "no wait ran on an event loop thread" bash scripts/no-loop-waits.sh
 printf '\n=== test stages\n'
 printf '%s\n' "${outcomes[@]}"
 exit $failed

@@ -73,7 +73,7 @@ public final class ServeProcess {
     /// Waits until the server accepts connections (`seconds` at most).
     public func waitUntilListening(seconds: Int = 10) -> Bool {
         for _ in 0..<seconds * 10 {
-            if (try? RawClient(port: port, timeout: 1)) != nil { return true }
+            if acceptsConnections { return true }
             Thread.sleep(forTimeInterval: 0.1)
         }
         return false
@@ -83,11 +83,13 @@ public final class ServeProcess {
     /// pool stays free for the client under test meanwhile (see `offThePool`).
     public func listening(seconds: Int = 10) async -> Bool {
         for _ in 0..<seconds * 10 {
-            if (try? RawClient(port: port, timeout: 1)) != nil { return true }
+            if acceptsConnections { return true }
             try? await Task.sleep(nanoseconds: 100_000_000)
         }
         return false
     }
+
+    private var acceptsConnections: Bool { (try? RawClient(port: port, timeout: 1)) != nil }
 
     /// Set once `stop` reaped the child: its pid may then be another process's, so nothing is
     /// sent to it again (Foundation's `isRunning` does not know of a `waitpid` of ours).
