@@ -115,7 +115,10 @@ enum EntryImportGroup {
                    d.created_at, d.updated_at, d.expires_at, NULL, d.stale_while_revalidate
             FROM decided d, refusal r
             WHERE NOT r.refused AND d.verdict = 'write'
-            ORDER BY d.namespace COLLATE "C", d.key
+            -- Key order, the lock order: the arrays come sorted by (namespace, key) bytes (`run`
+            -- checks), so their ordinals are it. Sorting 500 integers rather than 500 wide rows
+            -- on text and bytea keys saves ~0.5 ms a chunk of a ~12 ms statement.
+            ORDER BY d.ordinal
             ON CONFLICT ON CONSTRAINT entries_namespace_key DO UPDATE
                SET \(EntryGroupWrite.replacedColumns), created_at = excluded.created_at, writer_token_id = NULL
                -- Only the version read (a key absent when read has none: not written over).
@@ -157,14 +160,16 @@ enum EntryImportGroup {
     }
 
     /// Runs the statement over `entries` (distinct keys, in byte order); an outcome per entry,
-    /// in order, nil where the set could not be exact (the caller then rolls it back). A chunk
+    /// in order, nil where the set could not be exact (the caller then rolls it back). Entries
+    /// not in that order are not run at all: all nil, and the caller goes entry by entry. A chunk
     /// with a time that cannot be sent exactly as PostgreSQL reads it (more than six
     /// fractional digits, a form only the formatter takes) is not run at all: all nil, and the
     /// function reads each entry's text as it always has.
     static func run(_ entries: [Stored], policy conflict: ImportConflictPolicy, store: EntryStore,
                     on connection: PostgresConnection) throws -> [ImportOutcome?] {
         let unsent = [ImportOutcome?](repeating: nil, count: entries.count)
-        guard let created = Self.micros(entries.map(\.entry.createdAt)),
+        // The statement writes in the arrays' order, which must be the lock order.
+        guard Self.inKeyOrder(entries), let created = Self.micros(entries.map(\.entry.createdAt)),
               let updated = Self.micros(entries.map(\.entry.updatedAt)),
               let expires = Self.micros(entries.map(\.entry.expiresAt)),
               let accessed = Self.micros(entries.map(\.entry.lastAccessedAt)) else { return unsent }
@@ -195,6 +200,13 @@ enum EntryImportGroup {
                 throw PostgresError(.decoding, serverMessage: "an import group gave outcome \(text)")
             }
             return outcome
+        }
+    }
+
+    /// Distinct keys in `KeyOrder`, the lock order.
+    static func inKeyOrder(_ entries: [Stored]) -> Bool {
+        zip(entries, entries.dropFirst()).allSatisfy { earlier, later in
+            KeyOrder.precedes(earlier.entry.namespace, earlier.entry.key, later.entry.namespace, later.entry.key)
         }
     }
 

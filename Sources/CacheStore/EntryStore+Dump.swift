@@ -136,8 +136,8 @@ extension EntryStore {
         // Ties (one key twice, as a --namespace merge makes) keep the input's order: the later line wins.
         let order = entries.indices.sorted { left, right in
             let (a, b) = (entries[left], entries[right])
-            if a.namespace != b.namespace { return a.namespace.utf8.lexicographicallyPrecedes(b.namespace.utf8) }
-            if a.key != b.key { return a.key.lexicographicallyPrecedes(b.key) }
+            if KeyOrder.precedes(a.namespace, a.key, b.namespace, b.key) { return true }
+            if KeyOrder.precedes(b.namespace, b.key, a.namespace, a.key) { return false }
             return left < right
         }
         // Sealed as every write to an encrypted namespace is (keys read before the transaction).
@@ -146,10 +146,9 @@ extension EntryStore {
             sealing[entry.namespace] = .some(try keyring.sealingKey(for: entry.namespace, pool))
         }
         let stored = try order.map { index in try sealed(entries[index], with: sealing[entries[index].namespace] ?? nil) }
-        // A key twice: one statement cannot write a row twice, so that chunk goes entry by entry.
-        let distinct = zip(stored, stored.dropFirst()).allSatisfy {
-            $0.entry.namespace != $1.entry.namespace || $0.entry.key != $1.entry.key
-        }
+        // A key twice: one statement cannot write a row twice, so that chunk goes entry by entry
+        // (sorted, its keys are distinct exactly when each comes strictly before the next).
+        let distinct = EntryImportGroup.inKeyOrder(stored)
         return try pool.withConnection { connection in
             try connection.transaction { connection in
                 // Imported rows carry the dump's write times: the history counts them now.

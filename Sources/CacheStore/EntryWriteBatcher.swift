@@ -311,11 +311,7 @@ final class EntryWriteBatcher: Sendable {
         // Sorted by key: two batches touching the same keys take their row locks in one order.
         let order = writes.indices.sorted { left, right in
             let (a, b) = (writes[left], writes[right])
-            // Bytes, as PostgreSQL orders `COLLATE "C"` text and bytea (see EntryGroupWrite).
-            if a.namespace.name != b.namespace.name {
-                return a.namespace.name.utf8.lexicographicallyPrecedes(b.namespace.name.utf8)
-            }
-            return a.key.bytes.lexicographicallyPrecedes(b.key.bytes)
+            return KeyOrder.precedes(a.namespace.name, a.key.bytes, b.namespace.name, b.key.bytes)
         }
         let sorted = order.map { writes[$0] }
         let conditions = sorted.map { EntryStore.condition($0.condition) }
