@@ -14,9 +14,17 @@ extension EntryStore {
     /// wait on each other in a cycle. (Skipping locked rows, as the scheduled cycle does,
     /// would be wrong here: a row held by a write that then fails its precondition would
     /// survive an eviction that was asked for it.)
+    ///
+    /// An entry without an access row is found too (a LEFT JOIN): no writer leaves one, but a
+    /// store restored by hand from a dump of `entries` alone is all such entries, and a wipe
+    /// asked for them must not report 0. Only an access-time condition (`idle_for`,
+    /// `accessed_before`) passes over them: their access time is unknown, so they are not known
+    /// to be idle. Reading it as their creation instead (`coalesce`) would cost that condition
+    /// its index: a custom plan turns this LEFT JOIN with a condition on `a` into the inner join
+    /// that reads `entry_access_idle`, and would scan the whole namespace instead.
     static let evictBatch = """
         WITH gone AS (DELETE FROM entries WHERE id = ANY(ARRAY(
-            SELECT e.id FROM entries e JOIN entry_access a ON a.entry_id = e.id
+            SELECT e.id FROM entries e LEFT JOIN entry_access a ON a.entry_id = e.id
             WHERE e.namespace = $1
               AND ($2::bytea[] IS NULL OR e.key = ANY($2::bytea[]))
               AND ($3::text IS NULL OR e.tags @> ARRAY[$3::text])

@@ -57,6 +57,29 @@ import TestSupport
         try Self.expectPaired(pool, entries: 0, "TRUNCATE")
     }
 
+    /// A store restored by hand from `entries` alone (a `pg_dump --table=entries`, say) has no
+    /// access rows. A predicate eviction still finds its entries (it joined `entry_access`, and
+    /// so evicted none of them); an idle one does not, their access time being unknown.
+    @Test func entriesWithoutAccessRowsAreStillEvictedByPredicate() throws {
+        let (store, pool, now) = try AccessOrderTests.store(CachePolicy(), prefix: "accessless")
+        let removed = try pool.withConnection {
+            try $0.query("DELETE FROM entry_access WHERE namespace IN ('ns2', 'ns3')").affectedRows
+        }
+        #expect(removed == 1400)
+        let ns2 = try #require(Namespace("ns2")), ns3 = try #require(Namespace("ns3"))
+        var all = EvictionPredicate()
+        all.all = true
+        #expect(try store.evict(ns2, all).entries == 700)
+        var old = EvictionPredicate()
+        old.createdBefore = now.addingTimeInterval(-86_400)
+        old.keys = (0..<100).map { Array(String(format: "%04d", $0).utf8) }
+        #expect(try store.evict(ns3, old).entries == 100)
+        var idle = EvictionPredicate()
+        idle.accessedBefore = now
+        #expect(try store.evict(ns3, idle).entries == 0, "not known to be idle")
+        #expect(try Self.counts(pool).entries == 2700, "the other namespaces untouched")
+    }
+
     /// Every way to truncate empties both tables: the trigger deletes the access rows, since a
     /// nested TRUNCATE refused `TRUNCATE entries, entry_access` (both tables still open).
     @Test(arguments: ["TRUNCATE entries", "TRUNCATE entries CASCADE", "TRUNCATE entries, entry_access",
