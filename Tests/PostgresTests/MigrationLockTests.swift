@@ -27,6 +27,29 @@ import TestSupport
         return (retries, done, failure)
     }
 
+    /// The markers count on a line of their own only: indented, with a CR (a file saved with
+    /// CRLF endings), first or last; not inside another comment, nor as part of a longer word.
+    @Test func markersAreRecognizedOnLinesOfTheirOwn() {
+        func flags(_ sql: String) -> (Bool, Bool) {
+            let migration = Migration(version: 1, name: "m", sql: sql)
+            return (migration.keepsOlderBuildsWorking, migration.declaresTableLocks)
+        }
+        let compatible = Migration.compatibleMarker, locks = Migration.tableLockMarker
+        #expect(flags("\(compatible)\n\(locks)\nSELECT 1;") == (true, true))
+        #expect(flags("SELECT 1;\r\n  \t\(compatible) \r\n\t\(locks)") == (true, true))
+        #expect(flags("SELECT 1; \(compatible)\n-- see \(locks)\n") == (false, false))
+        #expect(flags("\(compatible)s\n\(locks)-ish\n") == (false, false))
+        #expect(flags("") == (false, false))
+        #expect(flags("\n \n\t\n") == (false, false))
+        // The shipped files read as before: each marked exactly where the marker is a whole line.
+        func marked(_ marker: String) -> [Int] {
+            Self.shipped.filter { $0.sql.hasPrefix(marker + "\n") || $0.sql.contains("\n" + marker + "\n") }.map(\.version)
+        }
+        #expect(!Self.shipped.isEmpty)
+        #expect(Self.shipped.filter(\.keepsOlderBuildsWorking).map(\.version) == marked(compatible))
+        #expect(Self.shipped.filter(\.declaresTableLocks).map(\.version) == marked(locks))
+    }
+
     /// From migration 14 on (earlier files cannot change: they are applied), a file with a
     /// statement that locks a table says so on a line of its own.
     @Test func migrationsThatLockTablesSaySo() throws {
