@@ -7,8 +7,8 @@
 # Two anchors. The store's anchor dumps and restores what a dump line carries and an import
 # writes: `entries` and `entry_access` (an entry's hit count and last access). The older
 # anchor, `entries` alone, is kept beside it for comparison with earlier results; what it
-# restores is not a working store: no writer leaves an entry without its access row, and the
-# eviction (which reads `entry_access`) never finds such an entry.
+# restores is not a working store: no writer leaves an entry without its access row, and such
+# an entry has no hit count, is never found idle or least recently used, and counts no hits.
 #
 # BENCH_ROUNDS rounds (default 3), each import beside both COPYs, each export beside both
 # pg_dumps: one import of 20,000 entries is under a second, and a single pair moved between

@@ -116,8 +116,8 @@ enum EntryImportGroup {
             FROM decided d, refusal r
             WHERE NOT r.refused AND d.verdict = 'write'
             -- Key order, the lock order: the arrays come sorted by (namespace, key) bytes (`run`
-            -- checks), so their ordinals are it. Sorting 500 integers rather than 500 wide rows
-            -- on text and bytea keys saves ~0.5 ms a chunk of a ~12 ms statement.
+            -- checks), so their ordinals are it. The sort still moves the wide rows, but compares
+            -- integers, not text and bytea: ~0.5 ms less of a 500-entry chunk's ~12 ms statement.
             ORDER BY d.ordinal
             ON CONFLICT ON CONSTRAINT entries_namespace_key DO UPDATE
                SET \(EntryGroupWrite.replacedColumns), created_at = excluded.created_at, writer_token_id = NULL

@@ -1,4 +1,5 @@
 import CacheCore
+@testable import CacheStore
 import Foundation
 import Postgres
 import Testing
@@ -32,8 +33,30 @@ import TestSupport
         let postgresOrder = try byPostgres.rows.map { row in try #require(try row.int("ordinal")) - 1 }
         // Equal rows may stand in either order in `sorted`; compare the rows, not the ordinals.
         #expect(postgresOrder.count == rows.count)
-        let mismatch = zip(sorted, postgresOrder).first { rows[$0].namespace != rows[$1].namespace || rows[$0].key != rows[$1].key }
+        // Bytes, not `String !=`, which holds "é" and "e\u{301}" equal.
+        let mismatch = zip(sorted, postgresOrder).first {
+            !rows[$0].namespace.utf8.elementsEqual(rows[$1].namespace.utf8) || rows[$0].key != rows[$1].key
+        }
         #expect(mismatch == nil, "first row out of PostgreSQL's order: \(mismatch.map { rows[$0.0] } as Any)")
         #expect(!KeyOrder.precedes("a", [1], "a", [1]), "strict: a row does not precede itself")
+    }
+
+    /// An import chunk runs as one statement only in key order, each key strictly after the one
+    /// before: a tie (one key twice) or an inversion sends it entry by entry instead.
+    @Test func aChunkRunsAsOneStatementOnlyInKeyOrder() {
+        func stored(_ namespace: String, _ key: [UInt8]) -> EntryImportGroup.Stored {
+            let entry = DumpedEntry(namespace: namespace, key: key, body: [0x7B, 0x7D], encoding: .identity,
+                                    contentType: "application/json", identitySize: 2, etag: "\"e\"", tags: [],
+                                    inputTokens: 0, outputTokens: 0, createdAt: "2026-12-06T10:00:00Z",
+                                    updatedAt: "2026-12-06T10:00:00Z", staleWhileRevalidate: 0, hitCount: 0)
+            return .init(entry: entry, body: entry.body, encoding: "identity", metadata: nil, promptDigest: nil)
+        }
+        #expect(EntryImportGroup.inKeyOrder([]))
+        #expect(EntryImportGroup.inKeyOrder([stored("a", [1]), stored("a", [1, 0]), stored("a", [2]), stored("b", [0])]))
+        #expect(!EntryImportGroup.inKeyOrder([stored("a", [1]), stored("a", [1])]), "one key twice")
+        #expect(!EntryImportGroup.inKeyOrder([stored("a", [2]), stored("a", [1])]), "an inversion")
+        #expect(!EntryImportGroup.inKeyOrder([stored("b", [0]), stored("a", [9])]), "namespaces first")
+        // Bytes decide: 0xFF sorts after 0x7F, where a signed comparison would put it first.
+        #expect(EntryImportGroup.inKeyOrder([stored("a", [0x7F]), stored("a", [0xFF])]))
     }
 }

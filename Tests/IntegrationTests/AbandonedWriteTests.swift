@@ -10,8 +10,11 @@ import TestSupport
 /// "not applied, retry"; one still queued then never starts.
 @Suite(.serialized) struct AbandonedWriteTests {
     @Test func aWritePastItsDeadlineIsOutcomeUnknownAndAQueuedOneNeverStarts() throws {
-        // One write group at a time, however long it is held.
-        let (service, url) = try Self.service("abandon", lockTimeout: 3, writeGroups: 1) { $0.http.requestTimeout = 1 }
+        // One write group at a time, however long it is held. The lock timeout is far past the
+        // requests' deadlines: the held write must still be waiting when the holder commits,
+        // however slowly a loaded machine runs the steps below (with 3 s, in CI, "queued" was
+        // sent only after the held write had timed out, and so was committed).
+        let (service, url) = try Self.service("abandon", lockTimeout: 15, writeGroups: 1) { $0.http.requestTimeout = 1 }
         defer { service.stop() }
         #expect(try service.request("PUT", entryPath("abandon", "held"), body: Array("v1".utf8)).status == 201)
         let holder = try PostgresConnection(url: url, limits: .unbounded)
@@ -19,16 +22,26 @@ import TestSupport
         _ = try holder.query("SELECT id FROM entries WHERE namespace = 'abandon' AND key = 'held'::bytea FOR UPDATE")
         let statuses = Locked<[String: (Int, String?)]>([:])
         let group = DispatchGroup()
-        for (key, delay) in [("held", 0.0), ("queued", 0.3)] {
+        func put(_ key: String) {
             group.enter()
-            DispatchQueue.global().asyncAfter(deadline: .now() + delay) {
+            DispatchQueue.global().async {
                 defer { group.leave() }
                 let answer = try? service.request("PUT", entryPath("abandon", key), body: Array("v2".utf8))
                 let type = answer.flatMap { try? object($0)["type"] as? String }
                 statuses.withLock { $0[key] = (answer?.status ?? -1, type) }
             }
         }
-        #expect(group.wait(timeout: .now() + 5) == .success)
+        put("held")
+        // "queued" goes once the held write waits for the row lock: its group is running then,
+        // and stays so, so "queued" waits behind it (a fixed delay assumed as much).
+        let watcher = try PostgresConnection(url: url, limits: .unbounded)
+        let waiting = Date().addingTimeInterval(10)
+        while try watcher.query("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+            .first?.int("n") == 0, Date() < waiting {
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+        put("queued")
+        #expect(group.wait(timeout: .now() + 12) == .success)
         for key in ["held", "queued"] {
             #expect(statuses.value[key]?.0 == 504, "\(key): \(String(describing: statuses.value[key]))")
             #expect(statuses.value[key]?.1 == "https://teamcache.dev/problems/outcome-unknown")
