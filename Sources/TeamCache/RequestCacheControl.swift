@@ -40,10 +40,8 @@ struct RequestCacheControl: Sendable {
 enum AcceptEncoding {
     static func allowsGzip(_ headers: HTTPHeaders) -> Bool {
         // The common cases answered without parsing: no header, or exactly `gzip` once.
-        guard let first = headers["Accept-Encoding"] else { return false }
-        if first == "gzip" && headers.count(of: "Accept-Encoding") == 1 {
-            return true
-        }
+        guard headers.mayHave("Accept-Encoding") else { return false }
+        if headers.single("Accept-Encoding") == "gzip" { return true }
         return plainList(headers) ?? parsed(headers)
     }
 

@@ -16,6 +16,7 @@ import Testing
                 (0..<Int.random(in: 0...9, using: &generator)).map { _ in pieces.randomElement(using: &generator)! }.joined()
             }
             let headers = HTTPHeaders(fields.map { ("Accept-Encoding", $0) })
+            #expect(AcceptEncoding.allowsGzip(headers) == AcceptEncoding.parsed(headers), "\(fields)")
             guard let plain = AcceptEncoding.plainList(headers) else { continue }
             taken += 1
             #expect(plain == AcceptEncoding.parsed(headers), "\(fields)")
@@ -30,5 +31,12 @@ import Testing
         #expect(AcceptEncoding.allowsGzip(HTTPHeaders([("Accept-Encoding", "gzip, deflate")])))
         #expect(!AcceptEncoding.allowsGzip(HTTPHeaders([("Accept-Encoding", "identity")])))
         #expect(!AcceptEncoding.allowsGzip(HTTPHeaders([("Accept-Encoding", "gzip;q=0, *")])))
+        // The fast path takes `gzip` only when it is the one field: a second one may refuse it.
+        #expect(AcceptEncoding.allowsGzip(HTTPHeaders([("Host", "h"), ("accept-encoding", "gzip")])))
+        #expect(!AcceptEncoding.allowsGzip(HTTPHeaders([("Accept-Encoding", "gzip"), ("Accept-Encoding", "gzip;q=0")])))
+        #expect(!AcceptEncoding.allowsGzip(HTTPHeaders([("Host", "h")])))
+        #expect(HTTPHeaders([("A", "1"), ("a", "2")]).single("A") == nil)
+        #expect(HTTPHeaders([("A", "1"), ("B", "2")]).single("a") == "1")
+        #expect(HTTPHeaders([("B", "2")]).single("A") == nil)
     }
 }
