@@ -27,12 +27,12 @@ url="postgresql://postgres@$(python3 -c "import urllib.parse,sys; print(urllib.p
 chmod 777 "$WORK"
 psql_() { as_postgres psql -h "$(pg_socket)" -U postgres -d teamcache -qAtc "$1"; }
 count() { psql_ "SELECT count(*) FROM entries WHERE namespace = 'dump'"; }
-# Each import starts from a vacuumed table, as COPY does: the rows just deleted are otherwise
-# dead until autovacuum runs, which it does at no fixed time.
-vacuum() { psql_ "VACUUM entries, entry_access, entry_changes"; }
-wipe() { psql_ "DELETE FROM entries WHERE namespace = 'dump'" >/dev/null; vacuum; }
-# Before each timed step: the statistics of what just changed, and the dirty pages written, so
-# that neither autoanalyze nor a checkpoint lands in the step measured.
+# Its access rows go with it (the DELETE's trigger).
+wipe() { psql_ "DELETE FROM entries WHERE namespace = 'dump'" >/dev/null; }
+# Before each timed step: the rows just deleted vacuumed (each import and each COPY starts from
+# a vacuumed table; they are otherwise dead until autovacuum runs, at no fixed time), the
+# statistics of what just changed, and the dirty pages written, so that neither autoanalyze nor
+# a checkpoint lands in the step measured.
 quiet() { psql_ "VACUUM (ANALYZE) entries, entry_access, entry_changes"; psql_ "CHECKPOINT"; }
 failed=0
 # timed NAME COMMAND...: runs it; sets NAME_s (seconds) and NAME_pg (PostgreSQL's CPU µs an

@@ -22,16 +22,16 @@ import Postgres
 /// any writer that committed since. A row is written over only if it is still the version
 /// read (its `xmin`); a key absent when read and inserted meanwhile is not written either.
 ///
-/// Where the set cannot be exact it answers the entry as `retry`; the caller then rolls the
-/// statement back (a savepoint) and imports the whole chunk entry by entry, in key order:
+/// Where the set cannot be exact it answers the entry as `retry`; the statement is then rolled
+/// back (a savepoint) and the caller imports the whole chunk entry by entry, in key order:
 /// - a cap: when the chunk's growing writes together could pass one (the totals with the
 ///   pending deltas, this transaction's own among them, as the function counts them). Entry
 ///   by entry, a refused entry adds nothing and a later, smaller one may still fit; a set
 ///   cannot say that, so near a cap the statement writes nothing;
 /// - a row another writer changed or inserted since the read.
 ///
-/// The keys of one chunk are distinct (the caller sends a chunk with a key twice entry by
-/// entry: one statement cannot write a row twice).
+/// The keys of one chunk are distinct and in key order, the lock order (`inKeyOrder`): a chunk
+/// with a key twice (one statement cannot write a row twice) goes entry by entry.
 enum EntryImportGroup {
     static let statement = """
         WITH input AS (
@@ -159,20 +159,19 @@ enum EntryImportGroup {
         let promptDigest: String?
     }
 
-    /// Runs the statement over `entries` (distinct keys, in byte order); an outcome per entry,
-    /// in order, nil where the set could not be exact (the caller then rolls it back). Entries
-    /// not in that order are not run at all: all nil, and the caller goes entry by entry. A chunk
-    /// with a time that cannot be sent exactly as PostgreSQL reads it (more than six
-    /// fractional digits, a form only the formatter takes) is not run at all: all nil, and the
-    /// function reads each entry's text as it always has.
+    /// Runs the statement over `entries` (sorted by key) from a savepoint, in the caller's
+    /// transaction: an outcome per entry, in order; or nil, with nothing of it kept, when the
+    /// chunk must go entry by entry. So it is when the set could not be exact (rolled back to
+    /// the savepoint), and without a statement at all when a key comes twice (the statement
+    /// writes in the arrays' order, which must be strictly the lock order) or a time cannot be
+    /// sent exactly as PostgreSQL reads it (more than six fractional digits, a form only the
+    /// formatter takes: `tc_import_entry` reads each entry's text as it always has).
     static func run(_ entries: [Stored], policy conflict: ImportConflictPolicy, store: EntryStore,
-                    on connection: PostgresConnection) throws -> [ImportOutcome?] {
-        let unsent = [ImportOutcome?](repeating: nil, count: entries.count)
-        // The statement writes in the arrays' order, which must be the lock order.
+                    on connection: PostgresConnection) throws -> [ImportOutcome]? {
         guard Self.inKeyOrder(entries), let created = Self.micros(entries.map(\.entry.createdAt)),
               let updated = Self.micros(entries.map(\.entry.updatedAt)),
               let expires = Self.micros(entries.map(\.entry.expiresAt)),
-              let accessed = Self.micros(entries.map(\.entry.lastAccessedAt)) else { return unsent }
+              let accessed = Self.micros(entries.map(\.entry.lastAccessedAt)) else { return nil }
         let parameters: [PostgresValue] = [
             .textArray(entries.map(\.entry.namespace)), .bytesArray(entries.map(\.entry.key)),
             .bytesArray(entries.map(\.body)), .textArray(entries.map(\.encoding)),
@@ -187,11 +186,12 @@ enum EntryImportGroup {
             .intArray(entries.map { Int64($0.entry.staleWhileRevalidate) }), .intArray(entries.map { Int64($0.entry.hitCount) }),
             .optionalTimestampMicrosArray(accessed), .double(store.policy.hardCapRatio),
         ]
+        _ = try connection.query("SAVEPOINT import_group")
         let result = try connection.query(statement, parameters)
         guard result.rowCount == entries.count else {
             throw PostgresError(.decoding, serverMessage: "an import group returned \(result.rowCount) rows")
         }
-        return try result.rows.map { row in
+        let outcomes = try result.rows.map { row -> ImportOutcome? in
             guard let text = try row.string("outcome") else {
                 throw PostgresError(.decoding, serverMessage: "an import group gave no outcome")
             }
@@ -201,6 +201,12 @@ enum EntryImportGroup {
             }
             return outcome
         }
+        // Where the set cannot be exact, none of it stays.
+        guard outcomes.allSatisfy({ $0 != nil }) else {
+            _ = try connection.query("ROLLBACK TO SAVEPOINT import_group")
+            return nil
+        }
+        return outcomes.compactMap { $0 }
     }
 
     /// Distinct keys in `KeyOrder`, the lock order.

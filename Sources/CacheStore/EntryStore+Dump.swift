@@ -146,24 +146,15 @@ extension EntryStore {
             sealing[entry.namespace] = .some(try keyring.sealingKey(for: entry.namespace, pool))
         }
         let stored = try order.map { index in try sealed(entries[index], with: sealing[entries[index].namespace] ?? nil) }
-        // A key twice: one statement cannot write a row twice, so that chunk goes entry by entry
-        // (sorted, its keys are distinct exactly when each comes strictly before the next).
-        let distinct = EntryImportGroup.inKeyOrder(stored)
         return try pool.withConnection { connection in
             try connection.transaction { connection in
                 // Imported rows carry the dump's write times: the history counts them now.
                 _ = try connection.query(Self.importing)
                 var outcomes = [ImportOutcome?](repeating: nil, count: entries.count)
-                if distinct {
-                    // Where the set cannot be exact, none of it stays: the chunk goes entry by
-                    // entry from the savepoint, taking its locks in key order from the first.
-                    _ = try connection.query("SAVEPOINT import_group")
-                    let group = try EntryImportGroup.run(stored, policy: conflict, store: self, on: connection)
-                    if group.contains(where: { $0 == nil }) {
-                        _ = try connection.query("ROLLBACK TO SAVEPOINT import_group")
-                    } else {
-                        for (position, outcome) in group.enumerated() { outcomes[order[position]] = outcome }
-                    }
+                // One statement; or, where it cannot be (a key twice) or was not exact (nothing of
+                // it kept), entry by entry, taking the locks in key order from the first.
+                if let group = try EntryImportGroup.run(stored, policy: conflict, store: self, on: connection) {
+                    for (position, outcome) in group.enumerated() { outcomes[order[position]] = outcome }
                 }
                 for (position, index) in order.enumerated() where outcomes[index] == nil {
                     let text = try connection.query(Self.importEntry, parameters(stored[position], conflict))
