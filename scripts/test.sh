@@ -10,11 +10,29 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/opt/swift/usr/bin"
 outcomes=()
 failed=0
+# Each stage's output is kept too: a failed stage's failing tests are printed again at the very
+# end, where a record that keeps only the tail of a long log still shows them (CI's record of a
+# failed run once showed only "FAILED  swift test: the Swift client's suites", not which test).
+stage_logs=$(mktemp -d /tmp/teamcache-test-stages.XXXXXX)
+failures=()
 stage() {
     local name=$1
     shift
+    local log="$stage_logs/${#outcomes[@]}.log"
     printf '\n=== test stage: %s\n' "$name"
-    if "$@"; then outcomes+=("passed  $name"); else outcomes+=("FAILED  $name (exit $?)"); failed=1; fi
+    if "$@" 2>&1 | tee "$log"; then
+        outcomes+=("passed  $name")
+    else
+        outcomes+=("FAILED  $name (exit $?)")
+        failed=1
+        failures+=("$log")
+    fi
+}
+# A failed stage's lines that name what failed: Swift Testing's ✘ lines (a test, its recorded
+# issues, the run), pytest's FAILED and ERROR lines, a crash. Cut short, a stage's first few.
+failing_lines() {
+    grep -aE '✘|^(FAILED|ERROR) |Fatal error|error: Exited|Segmentation fault|Aborted' "$1" \
+        | cut -c1-400 | head -n 12
 }
 # Every process the stages start (the Swift tests, the `teamcache serve` processes they and the
 # Python and dashboard tests start) appends a wait that ran on an event loop thread to this
@@ -61,4 +79,9 @@ stage "dashboard (Chromium via Playwright)" bash scripts/dashboard-tests.sh
 stage "no wait ran on an event loop thread" bash scripts/no-loop-waits.sh
 printf '\n=== test stages\n'
 printf '%s\n' "${outcomes[@]}"
+for log in "${failures[@]}"; do
+    printf '\n=== what failed in: %s\n' "${outcomes[$(basename "$log" .log)]}"
+    failing_lines "$log" || echo "(no failing test named; the stage's log above says why)"
+done
+rm -rf "$stage_logs"
 exit $failed
