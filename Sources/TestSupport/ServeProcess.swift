@@ -8,6 +8,8 @@ public final class ServeProcess {
     public let process = Process()
     public let port: Int
     public let database: String
+    /// Whether the child said it listens (its own bind succeeded).
+    private let announcement: Announcement
 
     /// Starts the debug binary on a fresh database; `stderr` receives its log (nil: discarded).
     public convenience init(prefix: String, environment extra: [String: String] = [:], stderr: FileHandle? = nil) throws {
@@ -48,32 +50,23 @@ public final class ServeProcess {
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["serve", "--listen", "127.0.0.1:\(port)"] + arguments
         process.environment = environment
-        process.standardOutput = FileHandle.nullDevice
+        let output = Pipe()
+        process.standardOutput = output
         process.standardError = stderr ?? FileHandle.nullDevice
         try process.run()
+        try? output.fileHandleForWriting.close()
+        announcement = Announcement(output.fileHandleForReading)
     }
 
-    /// A port free on loopback right now (the kernel's pick), for a child to listen on.
-    public static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        defer { Glibc.close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
-            }
-        }
-        guard bound else { throw RawClient.Failure.connect(errno) }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
+    /// A port free on loopback right now, for a child to listen on (`ChildPort`).
+    public static func freePort() throws -> Int { try ChildPort.next() }
 
-    /// Waits until the server accepts connections (`seconds` at most).
+    /// Waits until the server accepts connections (`seconds` at most); false at once when the
+    /// child exited without listening.
     public func waitUntilListening(seconds: Int = 10) -> Bool {
         for _ in 0..<seconds * 10 {
             if acceptsConnections { return true }
+            if announcement.gaveUp { return false }
             Thread.sleep(forTimeInterval: 0.1)
         }
         return false
@@ -84,12 +77,17 @@ public final class ServeProcess {
     public func listening(seconds: Int = 10) async -> Bool {
         for _ in 0..<seconds * 10 {
             if acceptsConnections { return true }
+            if announcement.gaveUp { return false }
             try? await Task.sleep(nanoseconds: 100_000_000)
         }
         return false
     }
 
-    private var acceptsConnections: Bool { (try? RawClient(port: port, timeout: 1)) != nil }
+    /// The child said it listens, and a connection to its port is accepted. The connection
+    /// alone proves nothing: another socket may hold the port (see `ChildPort`).
+    private var acceptsConnections: Bool {
+        announcement.listening && (try? RawClient(port: port, timeout: 1)) != nil
+    }
 
     /// Set once `stop` reaped the child: its pid may then be another process's, so nothing is
     /// sent to it again (Foundation's `isRunning` does not know of a `waitpid` of ours).
@@ -111,4 +109,36 @@ public final class ServeProcess {
     }
 
     deinit { kill() }
+}
+
+/// Reads a child's standard output to its end (so the child never blocks on a full pipe) and
+/// notes the line `teamcache serve` prints once its listening sockets are bound.
+final class Announcement: Sendable {
+    private let state = Locked((listening: false, ended: false))
+
+    init(_ output: FileHandle) {
+        let thread = Thread { [state] in
+            var seen: [UInt8] = []
+            var announced = false
+            while true {
+                let chunk = output.availableData
+                if chunk.isEmpty { break }
+                // Only the start matters: the line comes first, and a chatty child is not kept.
+                guard !announced, seen.count < 65536 else { continue }
+                seen += chunk
+                if String(decoding: seen, as: UTF8.self).contains("listening on ") {
+                    announced = true
+                    state.withLock { $0.listening = true }
+                }
+            }
+            state.withLock { $0.ended = true }
+            try? output.close()
+        }
+        thread.name = "child stdout"
+        thread.start()
+    }
+
+    var listening: Bool { state.withLock { $0.listening } }
+    /// The child closed its output (exited) without saying it listens.
+    var gaveUp: Bool { state.withLock { $0.ended && !$0.listening } }
 }
