@@ -26,6 +26,7 @@ extension LocalTier {
                     state.copies.saveCursor(namespace, page.next)
                     // Behind (more to read): not live until caught up.
                     state.feeds[namespace]?.syncedAt = page.more ? nil : DispatchTime.now().uptimeNanoseconds
+                    state.feeds[namespace]?.lastError = nil
                 }
                 cursor = page.next
                 pause = 0.2
@@ -38,7 +39,10 @@ extension LocalTier {
                 }
                 cursor = nil
             } catch {
-                state.withLock { $0.feeds[namespace]?.syncedAt = nil }
+                state.withLock { state in
+                    state.feeds[namespace]?.syncedAt = nil
+                    state.feeds[namespace]?.lastError = "\(error)"
+                }
                 try? await Task.sleep(nanoseconds: UInt64(pause * 1e9))
                 pause = min(pause * 2, 5)
             }

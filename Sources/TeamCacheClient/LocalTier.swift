@@ -41,6 +41,8 @@ public final class LocalTier: Sendable {
         /// Fills that started before this mark are not kept: they may predate the cursor.
         var floor = Int.max
         var task: Task<Void, Never>?
+        /// What the follower's last call failed with, until one succeeds.
+        var lastError: String?
     }
 
     struct HitKey: Hashable {
@@ -121,6 +123,12 @@ public final class LocalTier: Sendable {
     /// Whether `namespace`'s copies may answer without asking.
     public func isLive(_ namespace: String) -> Bool {
         state.withLock { Self.live($0.feeds[namespace], feedWait: feedWait) }
+    }
+
+    /// Why `namespace` is not live, when its follower's last call failed (nil: it did not, or
+    /// the namespace is not followed): what an app logs when its tier stops answering locally.
+    public func followerError(_ namespace: String) -> String? {
+        state.withLock { $0.feeds[namespace]?.lastError }
     }
 
     static func live(_ feed: Feed?, feedWait: TimeInterval) -> Bool {

@@ -12,8 +12,13 @@ import TestSupport
 @Suite struct ClientLocalTierTests {
     let service = TestService.shared
 
+    /// Lookups and reads that ask the service wait up to 10 s: the tier is the subject here,
+    /// not the short deadline of a caller's lookup (0.5 s), which a debug service on a loaded
+    /// machine can pass (`aTieredClientNeverHoldsUpTheCallersCall` tests that deadline).
     func client(_ port: Int, _ token: String?, tier: LocalTier?) -> TeamCacheClient {
-        TeamCacheClient(baseURL: URL(string: "http://127.0.0.1:\(port)")!, token: token, localTier: tier)
+        var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(port)")!, token: token)
+        configuration.lookupTimeout = 10
+        return TeamCacheClient(configuration, localTier: tier)
     }
 
     /// Starts following `namespace` and waits until live: reads made before (the first of a
@@ -25,7 +30,7 @@ import TestSupport
 
     func live(_ tier: LocalTier, _ namespace: String) async throws {
         for _ in 0..<3000 where !tier.isLive(namespace) { try await Task.sleep(nanoseconds: 10_000_000) }
-        try #require(tier.isLive(namespace))
+        try #require(tier.isLive(namespace), "not live; the follower's last error: \(tier.followerError(namespace) ?? "none")")
     }
 
     /// Reads until `count` of them were answered locally, each once the feed is live, and
@@ -118,6 +123,7 @@ import TestSupport
         try await b.put(namespace: "off", key: "short", body: Data("soon stale".utf8), ttl: 1)
         try await b.upsert(namespace: "off", descriptor, answer: ModelAnswer(response: "kept"), ttl: 60)
         try await Task.sleep(nanoseconds: 1_200_000_000)
+        #expect(tier.followerError("off") == nil)
         replica.stop(SIGKILL)
         let stale = try #require(try await b.get(namespace: "off", key: "short", maxStale: 60))
         #expect(stale.fromLocal && String(decoding: stale.body, as: UTF8.self) == "soon stale")
@@ -133,6 +139,9 @@ import TestSupport
             return
         }
         #expect(kept.fromLocal && answer.response == "kept" && stale)
+        // The follower says why the tier is no longer live (the app's log line).
+        for _ in 0..<100 where tier.followerError("off") == nil { try await Task.sleep(nanoseconds: 100_000_000) }
+        #expect(tier.followerError("off")?.contains("transport") == true, "\(tier.followerError("off") ?? "none")")
         await tier.close()
     }
 

@@ -12,16 +12,13 @@ import TestSupport
     let service = TestService.shared
     let namespace = TestService.namespace("client")
 
+    /// A client whose lookups and reads wait up to 30 s: what these tests check is the
+    /// entries, keys and the lease and wait protocol, not the short deadline of a lookup or read
+    /// on a caller's path (0.5 s), which `ClientFailOpenTests` tests. In CI's parallel run one
+    /// first lookup of a new token (authorized through the database on a worker) passed it: the
+    /// caller called the model itself, as it must when the cache is slow, and a burst counted
+    /// two calls.
     func client(_ token: String?) -> TeamCacheClient {
-        TeamCacheClient(.init(baseURL: URL(string: "http://127.0.0.1:\(service.port)")!, token: token))
-    }
-
-    /// For the bursts that count model calls: the lease and wait protocol is what they test,
-    /// not the short deadline of a lookup that does not wait (0.5 s). In CI's parallel run one
-    /// first lookup of a new token (authorized through the database on a worker) passed it:
-    /// the caller called the model itself, as it must when the cache is slow, and the burst
-    /// counted two calls (`ClientFailOpenTests` tests that deadline).
-    func patientClient(_ token: String?) -> TeamCacheClient {
         var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(service.port)")!,
                                                           token: token)
         configuration.lookupTimeout = 30
@@ -113,7 +110,7 @@ import TestSupport
     /// caller gets its answer. The token is new, so each lookup is authorized through the
     /// database on a worker first: such a lookup must still be able to wait.
     @Test func cachedMakesOneCallPerBurst() async throws {
-        let client = patientClient(try writer(namespace))
+        let client = client(try writer(namespace))
         let descriptor = Descriptor(model: "m", input: .prompt("burst \(UUID())"))
         let calls = Locked(0)
         let answers = try await withThrowingTaskGroup(of: String.self) { group in
@@ -135,7 +132,7 @@ import TestSupport
     /// The filler's call throws: it gives the lease back, one waiter is handed it and calls
     /// the model, and the rest are answered by that fill.
     @Test func aFillerThatFailsHandsTheLeaseOn() async throws {
-        let client = patientClient(try writer(namespace))
+        let client = client(try writer(namespace))
         let descriptor = Descriptor(model: "m", input: .prompt("fails once \(UUID())"))
         struct ModelDown: Error {}
         let calls = Locked(0)
