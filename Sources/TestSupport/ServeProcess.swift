@@ -53,8 +53,7 @@ public final class ServeProcess {
         let output = Pipe()
         process.standardOutput = output
         process.standardError = stderr ?? FileHandle.nullDevice
-        try process.run()
-        try? output.fileHandleForWriting.close()
+        try process.run()  // closes the parent's end of the pipe's write side
         announcement = Announcement(output.fileHandleForReading)
     }
 
