@@ -13,7 +13,8 @@ failed=0
 # Each stage's output is kept too: a failed stage's failing tests are printed again at the very
 # end, where a record that keeps only the tail of a long log still shows them (CI's record of a
 # failed run once showed only "FAILED  swift test: the Swift client's suites", not which test).
-stage_logs=$(mktemp -d /tmp/teamcache-test-stages.XXXXXX)
+stage_logs=$(mktemp -d /tmp/teamcache-test-stages.XXXXXX) || exit 1
+trap 'rm -rf "$stage_logs"' EXIT
 failures=()
 stage() {
     local name=$1
@@ -31,8 +32,14 @@ stage() {
 # A failed stage's lines that name what failed: Swift Testing's ✘ lines (a test, its recorded
 # issues, the run), pytest's FAILED and ERROR lines, a crash. Cut short, a stage's first few.
 failing_lines() {
-    grep -aE '✘|^(FAILED|ERROR) |Fatal error|error: Exited|Segmentation fault|Aborted' "$1" \
-        | cut -c1-400 | head -n 12
+    # Taken whole, then cut: `head` closing the pipe early must not read as "nothing found".
+    local found
+    found=$(grep -aE '✘|^(FAILED|ERROR) |Fatal error|error: Exited|Segmentation fault|Aborted' "$1" | cut -c1-400) || true
+    if [ -n "$found" ]; then
+        printf '%s\n' "$found" | head -n 12
+    else
+        echo "(no failing test named; the stage's log above says why)"
+    fi
 }
 # Every process the stages start (the Swift tests, the `teamcache serve` processes they and the
 # Python and dashboard tests start) appends a wait that ran on an event loop thread to this
@@ -81,7 +88,6 @@ printf '\n=== test stages\n'
 printf '%s\n' "${outcomes[@]}"
 for log in "${failures[@]}"; do
     printf '\n=== what failed in: %s\n' "${outcomes[$(basename "$log" .log)]}"
-    failing_lines "$log" || echo "(no failing test named; the stage's log above says why)"
+    failing_lines "$log"
 done
-rm -rf "$stage_logs"
 exit $failed

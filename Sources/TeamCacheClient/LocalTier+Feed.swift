@@ -34,6 +34,7 @@ extension LocalTier {
                 // The feed lost this cursor's place: nothing held can be trusted.
                 state.withLock { state in
                     state.feeds[namespace]?.syncedAt = nil
+                    state.feeds[namespace]?.lastError = "the feed no longer holds the cursor (410): copies dropped"
                     state.copies.dropNamespace(namespace)
                     state.counts.cleared += 1
                 }
@@ -41,7 +42,8 @@ extension LocalTier {
             } catch {
                 state.withLock { state in
                     state.feeds[namespace]?.syncedAt = nil
-                    state.feeds[namespace]?.lastError = "\(error)"
+                    // A tier closing ends its followers' calls: not a failure to report.
+                    if !(error is CancellationError) { state.feeds[namespace]?.lastError = "\(error)" }
                 }
                 try? await Task.sleep(nanoseconds: UInt64(pause * 1e9))
                 pause = min(pause * 2, 5)

@@ -27,13 +27,14 @@ public enum ChildPort {
         throw RawClient.Failure.connect(EADDRINUSE)
     }
 
-    /// 10000 up to the ephemeral range's start (32768 on Linux by default); when the range
+    /// 10000 up to the ephemeral range's start (32768 on Linux by default), and below 30000,
+    /// where a Kubernetes host forwards its NodePorts with no socket bound; when the range
     /// starts too low for that, the 1,000 ports above 10000 and hope.
     static func candidates() -> ClosedRange<Int> {
         let text = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)) ?? ""
         let low = text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).first.flatMap { Int($0) }
             ?? 32768
-        return 10000...max(11000, low - 1)
+        return 10000...max(11000, min(29999, low - 1))
     }
 
     /// A plain bind (no SO_REUSEADDR) fails when anything holds the port, listening or not,

@@ -50,11 +50,21 @@ public final class ServeProcess {
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["serve", "--listen", "127.0.0.1:\(port)"] + arguments
         process.environment = environment
-        let output = Pipe()
-        process.standardOutput = output
+        // Made close-on-exec at once (Foundation's `Pipe` is not, and Glibc's module hides
+        // pipe2): a PostgreSQL that another test spawns meanwhile (`Subprocess` closes nothing)
+        // would otherwise inherit the write end and keep it open, and this child's exit would
+        // never end its output.
+        var ends: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
+            throw RawClient.Failure.connect(errno)
+        }
+        let reading = FileHandle(fileDescriptor: ends[0], closeOnDealloc: true)
+        let writing = FileHandle(fileDescriptor: ends[1], closeOnDealloc: true)
+        process.standardOutput = writing  // the child's dup2 to 1 clears close-on-exec there
         process.standardError = stderr ?? FileHandle.nullDevice
-        try process.run()  // closes the parent's end of the pipe's write side
-        announcement = Announcement(output.fileHandleForReading)
+        try process.run()
+        try? writing.close()
+        announcement = Announcement(reading)
     }
 
     /// A port free on loopback right now, for a child to listen on (`ChildPort`).

@@ -30,7 +30,8 @@ import TestSupport
 
     func live(_ tier: LocalTier, _ namespace: String) async throws {
         for _ in 0..<3000 where !tier.isLive(namespace) { try await Task.sleep(nanoseconds: 10_000_000) }
-        try #require(tier.isLive(namespace), "not live; the follower's last error: \(tier.followerError(namespace) ?? "none")")
+        let why = tier.followerError(namespace) ?? "none (no page has left it caught up and heard from lately)"
+        try #require(tier.isLive(namespace), "not live; the follower's last error: \(why)")
     }
 
     /// Reads until `count` of them were answered locally, each once the feed is live, and
@@ -112,7 +113,7 @@ import TestSupport
     @Test func bAnswersFromItsTierWhileTheServiceIsStopped() async throws {
         let replica = try await offThePool { try ServeProcess(prefix: "swifttieroff") }
         defer { replica.stop(SIGKILL) }
-        #expect(await replica.listening())
+        try #require(await replica.listening())
         let tier = try LocalTier(feedWait: 2)
         var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(replica.port)")!,
                                                           token: nil)
@@ -149,7 +150,7 @@ import TestSupport
         let database = try await offThePool { try TestDatabase.shared.migratedDatabase(prefix: "swifttierbox") }
         let replica = try await offThePool { try ServeProcess(database: database) }
         defer { replica.stop(SIGKILL) }
-        #expect(await replica.listening())
+        try #require(await replica.listening())
         let url = URL(string: "http://127.0.0.1:\(replica.port)")!
         let tier = try LocalTier(feedWait: 2, reportInterval: 0.2)
         var configuration = TeamCacheClient.Configuration(baseURL: url, token: nil)
@@ -178,7 +179,7 @@ import TestSupport
         let port = replica.port
         let restarted = try await offThePool { try ServeProcess(database: database, port: port) }
         defer { restarted.stop(SIGKILL) }
-        #expect(await restarted.listening())
+        try #require(await restarted.listening())
         for _ in 0..<100 where tier.outboxCount > 0 {
             await tier.flush()
             try await Task.sleep(nanoseconds: 100_000_000)

@@ -62,7 +62,13 @@ import TestSupport
         #expect(key == descriptor.key)
         let answer = ModelAnswer(response: "hi", metadata: ModelAnswer.metadata(inputTokens: 3, outputTokens: 1))
         #expect(try await client.upsert(namespace: namespace, descriptor, answer: answer).key == descriptor.key)
-        guard case .hit(let cached, _, _, let stale) = try await client.lookup(namespace: namespace, descriptor) else {
+        // The deadline is long here (see `client`), so a lookup that came to take seconds (an
+        // unintended wait, say) would still pass: it must not, by a margin no load reaches.
+        let asked = ProcessInfo.processInfo.systemUptime
+        let hit = try await client.lookup(namespace: namespace, descriptor)
+        let took = ProcessInfo.processInfo.systemUptime - asked
+        #expect(took < 5, "a hit's lookup took \(took) s")
+        guard case .hit(let cached, _, _, let stale) = hit else {
             Issue.record("expected a hit")
             return
         }
