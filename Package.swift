@@ -28,7 +28,7 @@ let package = Package(
         // The one JSON string escaper (canonical: descriptor keys hash its output).
         .target(name: "JSONEscaping"),
         .target(name: "Observability", dependencies: ["JSONEscaping", "Locking"]),
-        .target(name: "Postgres", dependencies: ["CLibPQ", "Cryptography", "Locking", "Observability"]),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "CLinux", "Cryptography", "Locking", "Observability"]),
         .target(name: "HTTPServer", dependencies: ["CLinux", "JSONEscaping", "Locking", "Observability"]),
         // Outgoing HTTP/1.1 (and TLS) calls driven by any `Reactor`'s loop: the gateway's upstreams.
         .target(name: "HTTPClient", dependencies: ["CSSL", "Locking"]),

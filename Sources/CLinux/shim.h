@@ -10,3 +10,8 @@ extern int accept4(int sockfd, struct sockaddr *addr, unsigned int *addrlen, int
 
 // Returning freed memory to the kernel (malloc_trim) and bounding glibc's arenas (mallopt).
 #include <malloc.h>
+
+// Closing every inherited descriptor in a spawned child (glibc 2.34+, declared only under
+// _GNU_SOURCE): the embedded PostgreSQL must not hold the service's pipes and files open.
+#include <spawn.h>
+extern int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *actions, int from);

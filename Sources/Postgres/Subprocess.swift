@@ -1,3 +1,4 @@
+import CLinux
 import Foundation
 
 /// Runs a helper program to completion with `posix_spawn` and `waitpid`.
@@ -17,6 +18,10 @@ public enum Subprocess {
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 1, output.path, O_WRONLY | O_CREAT | O_APPEND, 0o600)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        // Nothing else of this process's: a daemon started here (PostgreSQL, PgBouncer) and every
+        // backend it forks would hold whatever descriptor was open without close-on-exec (a pipe
+        // someone waits on for its end, a file, a socket) for as long as it runs.
+        posix_spawn_file_actions_addclosefrom_np(&actions, 3)
         let cArguments = argv.map { strdup($0) } + [nil]
         defer { cArguments.forEach { free($0) } }
         // The child starts with no signal blocked and the usual dispositions: a process that
