@@ -32,14 +32,7 @@ final class Connection {
 
     init(port: Int, request: String) throws {
         let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard socket >= 0, connected == 0 else {
+        guard socket >= 0, Loopback.connect(socket, port: port) else {
             if socket >= 0 { close(socket) }
             throw Failure("cannot connect to the service on port \(port)")
         }
