@@ -58,13 +58,18 @@ public final class ServeProcess {
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
             throw RawClient.Failure.connect(errno)
         }
-        let reading = FileHandle(fileDescriptor: ends[0], closeOnDealloc: true)
+        // Closed here once the child has its copy (or did not start).
         let writing = FileHandle(fileDescriptor: ends[1], closeOnDealloc: true)
         process.standardOutput = writing  // the child's dup2 to 1 clears close-on-exec there
         process.standardError = stderr ?? FileHandle.nullDevice
-        try process.run()
+        do {
+            try process.run()
+        } catch {
+            Glibc.close(ends[0])
+            throw error
+        }
         try? writing.close()
-        announcement = Announcement(reading)
+        announcement = Announcement(reading: ends[0])
     }
 
     /// A port free on loopback right now, for a child to listen on (`ChildPort`).
@@ -92,11 +97,10 @@ public final class ServeProcess {
         return false
     }
 
-    /// The child said it listens, and a connection to its port is accepted. The connection
-    /// alone proves nothing: another socket may hold the port (see `ChildPort`).
-    private var acceptsConnections: Bool {
-        announcement.listening && (try? RawClient(port: port, timeout: 1)) != nil
-    }
+    /// The child said it listens: it prints so after its own listening sockets are bound, so
+    /// the kernel queues a connection from then on. (A connection alone proved nothing: another
+    /// socket may hold the port, see `ChildPort`.)
+    private var acceptsConnections: Bool { announcement.listening }
 
     /// Set once `stop` reaped the child: its pid may then be another process's, so nothing is
     /// sent to it again (Foundation's `isRunning` does not know of a `waitpid` of ours).
@@ -121,33 +125,36 @@ public final class ServeProcess {
 }
 
 /// Reads a child's standard output to its end (so the child never blocks on a full pipe) and
-/// notes the line `teamcache serve` prints once its listening sockets are bound.
+/// notes the line `teamcache serve` prints once its listening sockets are bound. Total: a read
+/// error ends the reading as the output's end does (Foundation's `availableData` traps on one).
 final class Announcement: Sendable {
     private let state = Locked((listening: false, ended: false))
 
-    init(_ output: FileHandle) {
+    /// Takes `fd` over: it is closed when the reading ends.
+    init(reading fd: Int32) {
         let thread = Thread { [state] in
             var seen: [UInt8] = []
-            var announced = false
+            var chunk = [UInt8](repeating: 0, count: 4096)
             while true {
-                let chunk = output.availableData
-                if chunk.isEmpty { break }
+                let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                if count <= 0 { break }
                 // Only the start matters: the line comes first, and a chatty child is not kept.
-                guard !announced, seen.count < 65536 else { continue }
-                seen += chunk
+                guard seen.count < 65536, !state.withLock({ $0.listening }) else { continue }
+                seen += chunk[0..<count]
                 if String(decoding: seen, as: UTF8.self).contains("listening on ") {
-                    announced = true
                     state.withLock { $0.listening = true }
                 }
             }
             state.withLock { $0.ended = true }
-            try? output.close()
+            Glibc.close(fd)
         }
         thread.name = "child stdout"
         thread.start()
     }
 
     var listening: Bool { state.withLock { $0.listening } }
-    /// The child closed its output (exited) without saying it listens.
+    /// The output ended (the child exited) without the line.
     var gaveUp: Bool { state.withLock { $0.ended && !$0.listening } }
+    var ended: Bool { state.withLock { $0.ended } }
 }

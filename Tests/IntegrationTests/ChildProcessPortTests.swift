@@ -27,6 +27,36 @@ import Testing
         #expect(await second.listening(seconds: 30))
     }
 
+    /// The child's output as it may come: the line split over writes, no line at all, and a
+    /// descriptor whose read fails (a folder's: EISDIR), which ends the reading without a trap.
+    @Test func theAnnouncementIsReadWhateverTheOutputDoes() throws {
+        func reader(_ writes: [String]) throws -> Announcement {
+            var ends: [Int32] = [-1, -1]
+            try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
+            let announcement = Announcement(reading: ends[0])
+            for text in writes {
+                _ = Array(text.utf8).withUnsafeBytes { write(ends[1], $0.baseAddress, $0.count) }
+                Thread.sleep(forTimeInterval: 0.02)
+            }
+            close(ends[1])
+            return announcement
+        }
+        func settled(_ announcement: Announcement) {
+            for _ in 0..<500 where !announcement.ended { Thread.sleep(forTimeInterval: 0.01) }
+        }
+        let split = try reader(["noise\nlisten", "ing on http://127.0.0.1:1\n"])
+        settled(split)
+        #expect(split.listening && !split.gaveUp)
+        let silent = try reader(["something else\n"])
+        settled(silent)
+        #expect(!silent.listening && silent.gaveUp)
+        let folder = open("/", O_RDONLY | O_CLOEXEC)
+        try #require(folder >= 0)
+        let failing = Announcement(reading: folder)
+        settled(failing)
+        #expect(failing.ended && failing.gaveUp)
+    }
+
     @Test func childPortsAreBelowTheEphemeralRangeFreeAndNeverRepeated() throws {
         let range = ChildPort.candidates()
         let text = try String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)

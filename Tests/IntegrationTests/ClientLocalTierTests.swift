@@ -152,58 +152,6 @@ import TestSupport
         await tier.close()
     }
 
-    @Test func offlineWritesWaitInTheOutboxAndReachTheServiceWhenItAnswersAgain() async throws {
-        let database = try await offThePool { try TestDatabase.shared.migratedDatabase(prefix: "swifttierbox") }
-        let replica = try await offThePool { try ServeProcess(database: database) }
-        defer { replica.stop(SIGKILL) }
-        try #require(await replica.listening())
-        let url = URL(string: "http://127.0.0.1:\(replica.port)")!
-        let tier = try LocalTier(feedWait: 2, reportInterval: 0.2)
-        var configuration = TeamCacheClient.Configuration(baseURL: url, token: nil)
-        // Generous deadlines: a stopped service refuses at once, and the debug replica on a
-        // loaded machine once took over 0.5 s for the first PUT.
-        configuration.timeout = 5
-        configuration.lookupTimeout = 2
-        configuration.breaker = CircuitBreaker(cooldown: 0.5)
-        let b = TeamCacheClient(configuration, localTier: tier)
-        try await following(tier, "box")
-        let descriptor = Descriptor(model: "m", input: .prompt("made offline"))
-        try await b.put(namespace: "box", key: "k", body: Data("base".utf8), ttl: 300)
-        replica.stop(SIGKILL)  // stopped: every call is refused
-        let offline = ProcessInfo.processInfo.systemUptime
-        let first = try await b.put(namespace: "box", key: "k", body: Data("first".utf8), ttl: 300)
-        let second = try await b.put(namespace: "box", key: "k", body: Data("second".utf8), ttl: 300)
-        let upserted = try await b.upsert(namespace: "box", descriptor, answer: ModelAnswer(response: "from B"))
-        // Queued on the refusal, not after a deadline (5 s each).
-        let queuing = ProcessInfo.processInfo.systemUptime - offline
-        #expect(queuing < 2.5, "three offline writes took \(queuing) s to queue")
-        #expect(first.queued && second.queued && upserted.queued && tier.outboxCount == 2)
-        // B reads its own write meanwhile (marked stale: the service could not be asked).
-        let own = try #require(try await b.get(namespace: "box", key: "k", maxStale: 0))
-        #expect(own.fromLocal && String(decoding: own.body, as: UTF8.self) == "second")
-        // Started again where B looks for it.
-        let port = replica.port
-        let restarted = try await offThePool { try ServeProcess(database: database, port: port) }
-        defer { restarted.stop(SIGKILL) }
-        try #require(await restarted.listening())
-        for _ in 0..<100 where tier.outboxCount > 0 {
-            await tier.flush()
-            try await Task.sleep(nanoseconds: 100_000_000)
-        }
-        #expect(tier.outboxCount == 0 && tier.conflicts.isEmpty, "\(tier.conflicts)")
-        var patient = TeamCacheClient.Configuration(baseURL: url, token: nil)
-        patient.lookupTimeout = 5
-        let plain = TeamCacheClient(patient)
-        let stored = try #require(try await plain.get(namespace: "box", key: "k"))
-        #expect(String(decoding: stored.body, as: UTF8.self) == "second")
-        guard case .hit(let answer, _, _, _) = try await plain.lookup(namespace: "box", descriptor) else {
-            Issue.record("the offline upsert did not arrive")
-            return
-        }
-        #expect(answer.response == "from B")
-        await tier.close()
-    }
-
     @Test func aRestartedAppFindsItsFileAndWhatChangedMeanwhile() async throws {
         let namespace = TestService.namespace("swifttierfile")
         let token = try writer(namespace)
@@ -312,6 +260,18 @@ import TestSupport
         }
         // The namespace was never known to be keepable: nothing waits in the outbox.
         #expect(tier.outboxCount == 0)
+        // The follower says why the tier is not live, as an app would log it.
+        let cause = switch sick {
+        case .refused: "transport"
+        case .frozen: "timedOut"
+        case .unauthorized: "401"
+        }
+        for _ in 0..<100 {
+            if tier.followerError("failopen") != nil { break }
+            try await Task.sleep(nanoseconds: 50_000_000)
+        }
+        #expect(!tier.isLive("failopen"))
+        #expect(tier.followerError("failopen")?.contains(cause) == true, "\(tier.followerError("failopen") ?? "none")")
         started = ProcessInfo.processInfo.systemUptime
         await tier.close()
         #expect(ProcessInfo.processInfo.systemUptime - started < 2.5)
@@ -326,108 +286,6 @@ import TestSupport
         let second = TeamCacheClient(baseURL: url, token: nil, localTier: tier)
         #expect(first.localTier === second.localTier)
         await tier.close()
-    }
-
-    /// The outbox outlives the process in the file, in the Python client's format: every byte
-    /// of a body (as Latin-1 text) and a descriptor come back as they were queued.
-    @Test func theOutboxOutlivesTheProcessInTheFile() async throws {
-        let file = try TierFile()
-        defer { file.remove() }
-        let path = file.path
-        let body = Data((0...255).map { UInt8($0) })
-        let namespace = TestService.namespace("swiftkept")
-        let token = try writer(namespace)
-        let descriptor = Descriptor(model: "m", input: .prompt("kept across a restart"))
-        do {
-            let tier = try LocalTier(path: path)
-            tier.state.withLock { $0.feeds[namespace] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
-            let copy = LocalCopy(kind: .raw, etag: nil, body: body, contentType: "x", expiresAt: 0, updatedAt: 0)
-            #expect(tier.queue(namespace, "raw", .put(body: body, contentType: "application/x-kept", ttl: 60, tags: ["t"]), copy: copy))
-            #expect(tier.queue(namespace, descriptor.key, .upsert(descriptor, ModelAnswer(response: "r"), ttl: nil, tags: []),
-                               copy: copy))
-            await tier.close()
-        }
-        let again = try LocalTier(path: path)
-        let queued = again.state.withLock { $0.outbox }
-        #expect(queued.count == 2)
-        guard case .put(let kept, "application/x-kept", 60, ["t"])? = queued.first?.write,
-              case .upsert(let keptDescriptor, let answer, nil, [])? = queued.last?.write else {
-            Issue.record("\(queued.map(\.write))")
-            return
-        }
-        #expect(kept == body && keptDescriptor.key == descriptor.key && answer.response == "r")
-        // Sent by the process that found them, byte for byte.
-        _ = client(service.port, token, tier: again)
-        for _ in 0..<50 where again.outboxCount > 0 {
-            await again.flush()
-            try await Task.sleep(nanoseconds: 100_000_000)
-        }
-        #expect(again.outboxCount == 0 && again.conflicts.isEmpty, "\(again.conflicts.map(\.outcome))")
-        await again.close()
-        let plain = client(service.port, token, tier: nil)
-        let stored = try #require(try await plain.get(namespace: namespace, key: "raw"))
-        #expect(stored.body == body)
-        guard case .hit(let sent, _, _, _) = try await plain.lookup(namespace: namespace, descriptor) else {
-            Issue.record("the kept upsert did not arrive")
-            return
-        }
-        #expect(sent.response == "r")
-        // Nothing is left in the file to be sent twice.
-        let third = try LocalTier(path: path)
-        #expect(third.outboxCount == 0)
-        await third.close()
-    }
-
-    /// Rows the Python client wrote (its `json.dumps`: every byte above 0x7E and below 0x20
-    /// escaped) come back as the writes it queued: a body byte for byte, a descriptor whole.
-    @Test func theOutboxReadsThePythonClientsRows() async throws {
-        let file = try TierFile()
-        defer { file.remove() }
-        let path = file.path
-        await (try LocalTier(path: path)).close()  // the schema
-        let sqlite = try LocalFile(path: path)
-        // As printed by Python 3.11's json.dumps for these payloads.
-        let put = #"{"body": "\u0000\u0001\n\"\\\u007f\u0080\u00c8\u00ff", "content_type": "application/x-kept", "#
-            + #""ttl": 60, "tags": ["t"], "stale_while_revalidate": null}"#
-        let upsert = #"{"descriptor": {"model": "m", "prompt": "\u00e9 from python"}, "response": "r", "#
-            + #""metadata": {"input_tokens": 3}, "ttl": null, "tags": [], "stale_while_revalidate": null}"#
-        for (kind, key, payload) in [("put", "raw", put), ("upsert", "d", upsert)] {
-            try sqlite.run("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
-                           + "VALUES ('ns', ?1, ?2, ?3, NULL, 1.5, 10)", [.text(kind), .text(key), .text(payload)])
-        }
-        sqlite.close()
-        let tier = try LocalTier(path: path)
-        let queued = tier.state.withLock { $0.outbox }
-        guard queued.count == 2, case .put(let body, "application/x-kept", 60, ["t"]) = queued[0].write,
-              case .upsert(let descriptor, let answer, nil, []) = queued[1].write else {
-            Issue.record("\(queued.map(\.write))")
-            return
-        }
-        #expect(body == Data([0, 1, 10, 34, 92, 127, 128, 200, 255]))
-        #expect(descriptor.key == Descriptor(model: "m", input: .prompt("é from python")).key)
-        #expect(answer.response == "r" && answer.metadata == .object([("input_tokens", .int(3))]))
-        await tier.close()
-    }
-
-    /// A tier file belongs to one tier at a time: a second tier on it (another process, or this
-    /// one) keeps its copies in memory and does not load, so never sends, the first's outbox.
-    @Test func aFileHeldByOneTierIsNotOpenedByAnother() async throws {
-        let file = try TierFile()
-        defer { file.remove() }
-        let path = file.path
-        let first = try LocalTier(path: path)
-        first.state.withLock { $0.feeds["ns"] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
-        let copy = LocalCopy(kind: .raw, etag: nil, body: Data("v".utf8), contentType: "text/plain", expiresAt: 0,
-                             updatedAt: 0)
-        #expect(first.queue("ns", "k", .put(body: Data("v".utf8), contentType: "text/plain", ttl: nil, tags: []),
-                            copy: copy))
-        let second = try LocalTier(path: path)
-        #expect(second.outboxCount == 0)
-        await second.close()
-        await first.close()
-        let third = try LocalTier(path: path)
-        #expect(third.outboxCount == 1)
-        await third.close()
     }
 
     /// A report whose answer was lost stays unanswered and is sent again as it was (same
