@@ -126,6 +126,8 @@ def test_b_answers_from_its_tier_while_the_service_is_stopped(server, token, nam
     tier = LocalTier(feed_wait=2)
     b = TeamCache(switch.url, token, local_tier=tier, backoff=0.01)
     following(tier, namespace)
+    assert tier.follower_error(namespace) is None
+    assert tier.follower_error("never-followed") is None
     a.put(namespace, "short", b"soon stale", ttl=1)
     a.upsert(namespace, {"model": "m", "prompt": "offline"}, "kept", ttl=60)
     assert b.get(namespace, "short").body == b"soon stale"
@@ -143,6 +145,11 @@ def test_b_answers_from_its_tier_while_the_service_is_stopped(server, token, nam
         hit = b.lookup(namespace, {"model": "m", "prompt": "offline"})
         # Within its TTL, but the service cannot say it was not replaced: marked stale.
         assert hit.hit and hit.from_local and hit.response == "kept" and hit.stale
+        # The follower says why it is not live (what an app would log).
+        assert eventually(lambda: "TransportError" in (tier.follower_error(namespace) or ""), timeout=10), \
+            tier.follower_error(namespace)
+        assert not tier.live(namespace)
+        assert token not in (tier.follower_error(namespace) or "")
     finally:
         switch.on()
         b.close()
@@ -432,6 +439,11 @@ def test_a_tiered_client_never_holds_up_the_callers_call(kind, server, namespace
                 call()
             assert time.monotonic() - started < 1.0
         assert tier.outbox == 0  # the namespace was never known to be keepable: nothing waits
+        # The follower names the cause: no connection, no answer in time, or the token refused.
+        expected = {"refused": "TransportError", "frozen": "TransportError", "unauthorized": "401"}[kind]
+        assert eventually(lambda: expected in (tier.follower_error(namespace) or ""), timeout=10), \
+            tier.follower_error(namespace)
+        assert not tier.live(namespace)
     finally:
         started = time.monotonic()
         cache.close()

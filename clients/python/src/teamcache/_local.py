@@ -91,6 +91,8 @@ class _Feed:
     floor: int = 2**62
     #: When ``allowed`` was last asked (monotonic).
     checked_at: float = 0.0
+    #: Why the follower's last call failed (None: it did not); cleared by the next page.
+    last_error: str | None = None
 
 
 class LocalTier:
@@ -207,6 +209,13 @@ class LocalTier:
         feed = self._feeds.get(namespace)
         synced = feed.synced_at if feed is not None else None
         return synced is not None and time.monotonic() - synced < self._trusted
+
+    def follower_error(self, namespace: str) -> str | None:
+        """Why ``namespace`` is not live, when its follower's last call failed (None: it did
+        not, or the namespace is not followed): what an app logs when its tier stops answering
+        locally. Names the error (``TransportError: …``, ``ProblemError: 401 …``), never a token."""
+        feed = self._feeds.get(namespace)
+        return feed.last_error if feed is not None else None
 
     # Reads
 
@@ -398,6 +407,7 @@ class LocalTier:
                 cursor = page.next
                 # Behind (more to read): not live until caught up.
                 feed.synced_at = None if page.more else time.monotonic()
+                feed.last_error = None
                 pause = 0.2
                 if not page.changes and not page.more and time.monotonic() - asked < self.feed_wait / 2:
                     # An empty page at once (the server could not hold the request: its waiter
@@ -408,7 +418,9 @@ class LocalTier:
 
             except ProblemError as error:
                 feed.synced_at = None
+                feed.last_error = _named(error)
                 if error.status == 410:
+                    feed.last_error = "the feed no longer holds the cursor (410): copies dropped"
                     logger.warning("the change feed of %s lost its place (410): its local copies are cleared",
                                    namespace)
                     with self._lock:
@@ -418,14 +430,17 @@ class LocalTier:
                     continue
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
-            except TeamCacheError:
+            except TeamCacheError as error:
                 feed.synced_at = None
+                if not self._stop.is_set():  # a closing tier ends its followers' calls: not a failure
+                    feed.last_error = _named(error)
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
-            except Exception:  # noqa: BLE001 - a closed client mid-request, or a bug: never kill the app
+            except Exception as error:  # noqa: BLE001 - a closed client mid-request, or a bug: never kill the app
                 feed.synced_at = None
                 if self._stop.is_set():
                     return
+                feed.last_error = _named(error)
                 logger.exception("the local tier's feed follower of %s failed; it starts again", namespace)
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
@@ -620,6 +635,12 @@ class LocalTier:
                 self.keep(namespace, key, record, since)
                 kept += 1
         return kept
+
+
+def _named(error: BaseException) -> str:
+    """An error as ``follower_error`` gives it: its class and message (the client's messages
+    carry statuses, titles and causes, not tokens)."""
+    return f"{type(error).__name__}: {error}"
 
 
 def _later(status: int) -> bool:
