@@ -224,7 +224,11 @@ public struct TeamCacheClient: Sendable {
         request.httpMethod = method
         request.httpBody = body
         headers.forEach { request.setValue($0.value, forHTTPHeaderField: $0.key) }
-        if let token = configuration.token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        // A token read from a file often ends in a newline; no token holds whitespace.
+        if let token = configuration.token {
+            request.setValue("Bearer \(token.trimmingCharacters(in: .whitespacesAndNewlines))",
+                             forHTTPHeaderField: "Authorization")
+        }
         let breaker = configuration.breaker
         if let breaker, !breaker.allow() {
             throw TeamCacheClientError.skipped(reason: breaker.health.misconfiguration ?? breaker.health.lastError ?? "")

@@ -52,6 +52,15 @@ import TestSupport
         #expect(try await client.delete(namespace: namespace, key: "a/b c") == false)
     }
 
+    /// A token read from a file keeps its newline: sent trimmed, it works.
+    @Test func aTokenReadWithItsNewlineWorks() async throws {
+        let client = client(try writer(namespace) + "\n")
+        let written = try await client.put(namespace: namespace, key: "newline", body: Data("kept".utf8),
+                                           contentType: "text/plain", ttl: 3600)
+        #expect(written.created)
+        #expect(try await client.get(namespace: namespace, key: "newline")?.body == Data("kept".utf8))
+    }
+
     @Test func descriptorKeysMatchTheServers() async throws {
         let client = client(try writer(namespace))
         let descriptor = Descriptor(model: "m", input: .prompt(" hello \r\n"), params: .object([("t", .number("0.5"))]))

@@ -15,7 +15,15 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
-from teamcache import AsyncTeamCache, CircuitBreaker, ConfigurationError, TeamCache, TokenCounts
+from teamcache import (
+    AsyncTeamCache,
+    CircuitBreaker,
+    ConfigurationError,
+    LocalTier,
+    TeamCache,
+    TokenCounts,
+    TransportError,
+)
 from teamcache.openai import async_http_client, http_client
 
 from .conftest import eventually, free_port
@@ -192,6 +200,37 @@ def test_a_refused_token_says_what_is_wrong_and_strict_raises(server, namespace,
     with pytest.raises(ConfigurationError) as refused:
         strict.cached(namespace, {"model": "m", "prompt": "t"}, lambda: "paid")
     assert refused.value.reason == "unauthorized"
+
+
+def test_a_token_read_with_its_newline_works_and_a_broken_one_is_never_quoted(server, token, namespace):
+    """A token from a file keeps its newline: trimmed, it works. One with a line break inside
+    cannot be sent (h11 refuses the header, quoting it): the error the caller gets, the
+    breaker's health and a tier's follower error name the failure without the token."""
+    read = TeamCache(server.url, token + "\n")
+    read.put(namespace, "newline", b"kept")
+    assert read.get(namespace, "newline").body == b"kept"
+    read.close()
+    secret = "tc_" + "7" * 30 + "\n" + "8" * 30
+    tier = LocalTier(feed_wait=2)
+    broken = TeamCache(server.url, secret, local_tier=tier, max_retries=0, backoff=0.01)
+    try:
+        with pytest.raises(TransportError) as refused:
+            broken.get(namespace, "newline")
+        said = str(refused.value)
+        assert "[token]" in said and "7" * 30 not in said and "8" * 30 not in said, said
+        assert broken.cached(namespace, {"model": "m", "prompt": "broken token"}, lambda: "paid") == "paid"
+        health = broken.cache_health
+        assert "7" * 30 not in repr(health) and "8" * 30 not in repr(health)
+        assert eventually(lambda: tier.follower_error(namespace) is not None, timeout=10)
+        follower = tier.follower_error(namespace) or ""
+        assert follower.startswith("TransportError: ") and "7" * 30 not in follower, follower
+    finally:
+        broken.close()
+    with_password = TeamCache(f"http://user:hunter2@127.0.0.1:{free_port()}", token, max_retries=0)
+    with pytest.raises(TransportError) as unreachable:
+        with_password.get(namespace, "k")
+    assert "hunter2" not in str(unreachable.value) and "127.0.0.1" in str(unreachable.value)
+    with_password.close()
 
 
 def test_check_reports_each_missing_scope(server, namespace):

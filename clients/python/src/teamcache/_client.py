@@ -9,6 +9,7 @@ import asyncio
 import inspect
 import os
 import random
+import re
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -46,11 +47,29 @@ class _Settings:
         self.strict = strict
         #: The highest write position seen, sent back on reads (see ``_positions``); None: off.
         self.positions = Positions() if read_your_writes else None
-        self.token = token if token is not None else os.environ.get("TEAMCACHE_TOKEN")
+        # A token read from a file or an environment file often ends in a newline; no token
+        # holds whitespace, so it is trimmed rather than sent (and refused) as it came.
+        raw = token if token is not None else os.environ.get("TEAMCACHE_TOKEN")
+        self.token = raw.strip() if raw is not None else None
+        #: Where the service is, as messages name it: without a user and password in the URL.
+        self.shown_url = re.sub(r"//[^/@]*@", "//", self.base_url)
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+
+    def unreachable(self, error: httpx.TransportError) -> TransportError:
+        """The error a caller gets when the service could not be reached. httpx's message can
+        quote a request header (an invalid one: a token with a control character), so the
+        token is cut out of it, whatever it holds."""
+        text = f"TeamCache unreachable at {self.shown_url}: {error!r}"
+        # Every run of the token's plain characters goes, whatever escaping (repr of a repr)
+        # the message gave the rest. A run of a few characters is no secret, and cutting it
+        # would cut words.
+        for run in re.split(r"[^A-Za-z0-9_.~+/=-]+", self.token or ""):
+            if len(run) >= 8:
+                text = text.replace(run, "[token]")
+        return TransportError(text)
 
     def headers(self) -> dict[str, str]:
         headers = {"User-Agent": "teamcache-python"}
@@ -100,7 +119,7 @@ class _Settings:
         """Raises ``CacheSkipped`` while the breaker is open (no request is made)."""
         if self.breaker is not None and not self.breaker.allow():
             health = self.breaker.health
-            raise CacheSkipped(f"TeamCache skipped at {self.base_url}: the circuit is open after "
+            raise CacheSkipped(f"TeamCache skipped at {self.shown_url}: the circuit is open after "
                                f"{health.consecutive_failures} failure(s) ({health.last_error})",
                                reason="misconfigured" if health.misconfiguration else "breaker-open")
 
@@ -136,7 +155,7 @@ class _Settings:
             refused = "the token is refused (unknown, expired or revoked)"
             what = ("the token is missing" if not self.token else refused) \
                 if status == 401 else f"the token lacks a scope: {problem.detail or 'forbidden'}"
-            message = f"{what} ({self.base_url}{call.path}: {status})"
+            message = f"{what} ({self.shown_url}{call.path}: {status})"
             if self.breaker is not None:
                 self.breaker.misconfigured(message, stop=status == 401)
             if self.strict:
@@ -162,7 +181,7 @@ class _Settings:
             except Exception as error:  # noqa: BLE001 - not TeamCache's answer (a wrong base URL?)
                 if self.breaker is not None:
                     self.breaker.failed(f"malformed answer: {type(error).__name__}")
-                raise TransportError(f"TeamCache at {self.base_url} gave a malformed answer to {call.path}") from error
+                raise TransportError(f"TeamCache at {self.shown_url} gave a malformed answer to {call.path}") from error
         raise op.problem(response.status_code, response.content)
 
 
@@ -373,7 +392,7 @@ class TeamCache(_Common, LocalSyncMixin, CachedMixin):
                 settings.transport_failed(error)
                 if attempt >= settings.max_retries or not settings.may_retry(call, error) \
                         or not settings.breaker_closed:
-                    raise TransportError(f"TeamCache unreachable at {settings.base_url}: {error!r}") from error
+                    raise settings.unreachable(error) from error
                 attempt += 1
                 time.sleep(settings.pause(attempt, None))
                 continue
@@ -476,7 +495,7 @@ class AsyncTeamCache(_Common, LocalAsyncMixin, AsyncCachedMixin):
                 settings.transport_failed(error)
                 if attempt >= settings.max_retries or not settings.may_retry(call, error) \
                         or not settings.breaker_closed:
-                    raise TransportError(f"TeamCache unreachable at {settings.base_url}: {error!r}") from error
+                    raise settings.unreachable(error) from error
                 attempt += 1
                 await asyncio.sleep(settings.pause(attempt, None))
                 continue

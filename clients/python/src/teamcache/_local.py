@@ -25,6 +25,7 @@ import contextlib
 import copy
 import logging
 import os
+import re
 import secrets
 import threading
 import time
@@ -169,7 +170,8 @@ class LocalTier:
         http = self._http_client or lent
         if http is None and unlent:
             logger.warning("the local tier connects to %s without the async client's http_client (its CA, proxy, "
-                           "transport): pass LocalTier(http_client=httpx.Client(...)) to use them", base_url)
+                           "transport): pass LocalTier(http_client=httpx.Client(...)) to use them",
+                           re.sub(r"//[^/@]*@", "//", base_url))
         self._client = TeamCache(base_url, token, timeout=timeout, max_retries=0, circuit_breaker=False,
                                  http_client=http)
         # A client's own http_client is lent, not given: the client closes it, not the tier
@@ -213,7 +215,8 @@ class LocalTier:
     def follower_error(self, namespace: str) -> str | None:
         """Why ``namespace`` is not live, when its follower's last call failed (None: it did
         not, or the namespace is not followed): what an app logs when its tier stops answering
-        locally. Names the error (``TransportError: …``, ``ProblemError: 401 …``), never a token."""
+        locally: ``TransportError: …`` (the client's message, its token cut out),
+        ``ProblemError: 401 …``, a lost cursor, or another error's class alone."""
         feed = self._feeds.get(namespace)
         return feed.last_error if feed is not None else None
 
@@ -380,6 +383,12 @@ class LocalTier:
 
     # The feed
 
+    def _failed(self, feed: _Feed, why: str) -> None:
+        """Notes why ``feed``'s follower is not live, unless the tier is closing (its calls are
+        ended then: not a failure to report)."""
+        if not self._stop.is_set():
+            feed.last_error = why
+
     def _follow_feed(self, namespace: str, feed: _Feed) -> None:
         client = self._client
         assert client is not None
@@ -418,9 +427,8 @@ class LocalTier:
 
             except ProblemError as error:
                 feed.synced_at = None
-                feed.last_error = _named(error)
                 if error.status == 410:
-                    feed.last_error = "the feed no longer holds the cursor (410): copies dropped"
+                    self._failed(feed, "the feed no longer holds the cursor (410): copies dropped")
                     logger.warning("the change feed of %s lost its place (410): its local copies are cleared",
                                    namespace)
                     with self._lock:
@@ -428,19 +436,22 @@ class LocalTier:
                         self.counts["cleared"] += 1
                     cursor = None
                     continue
+                self._failed(feed, f"ProblemError: {error}")
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
             except TeamCacheError as error:
                 feed.synced_at = None
-                if not self._stop.is_set():  # a closing tier ends its followers' calls: not a failure
-                    feed.last_error = _named(error)
+                # The client's messages name statuses and causes; its transport errors have the
+                # token cut out (`_Settings.unreachable`).
+                self._failed(feed, f"{type(error).__name__}: {error}")
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
             except Exception as error:  # noqa: BLE001 - a closed client mid-request, or a bug: never kill the app
                 feed.synced_at = None
                 if self._stop.is_set():
                     return
-                feed.last_error = _named(error)
+                # Anything else (a caller's transport, a bug): its class only, whatever its text holds.
+                self._failed(feed, type(error).__name__)
                 logger.exception("the local tier's feed follower of %s failed; it starts again", namespace)
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
@@ -635,12 +646,6 @@ class LocalTier:
                 self.keep(namespace, key, record, since)
                 kept += 1
         return kept
-
-
-def _named(error: BaseException) -> str:
-    """An error as ``follower_error`` gives it: its class and message (the client's messages
-    carry statuses, titles and causes, not tokens)."""
-    return f"{type(error).__name__}: {error}"
 
 
 def _later(status: int) -> bool:
