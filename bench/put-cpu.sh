@@ -13,6 +13,7 @@
 #   BENCH_SQL: statements run on the service's database before it is populated, to measure
 #   what a part of the schema costs a PUT (a trigger disabled, an index dropped); the anchor
 #   runs on the same database. An experiment only: the service's behaviour changes with it.
+#   One psql -c, so one transaction: DROP/CREATE INDEX and ALTER TABLE, not VACUUM or ALTER SYSTEM.
 source "$(dirname "$0")/lib.sh"
 need_tools
 build_release
@@ -30,8 +31,9 @@ python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >/dev/null
 python3 "$BENCH_DIR/pgbench_sql.py" "$WORK"
 psql -h "$(pg_socket)" -U postgres teamcache -qf "$WORK/plain_table.sql"
 wrk_run 64 "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/put.lua" >/dev/null  # warm-up
-# The warm-up's ~90,000 new rows start autovacuum on entries, which fell on round 1 (60-100%
-# more PostgreSQL CPU a PUT than rounds 2-3): done now, before anything is measured.
+# The warm-up's tens of thousands of new rows start the first autovacuum of entries (it sets
+# every page's visibility), which fell on round 1 (96-138 µs of PostgreSQL CPU a PUT against
+# 52-86 in rounds 2-3): done now, before anything is measured.
 psql -h "$(pg_socket)" -U postgres teamcache -qc "VACUUM ANALYZE entries, entry_access, entry_changes, counter_deltas"
 # The group sizes' sum and count so far, from the service's metrics.
 groups() {
