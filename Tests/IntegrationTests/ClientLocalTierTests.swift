@@ -213,6 +213,8 @@ import TestSupport
         let b = client(service.port, token, tier: tier)
         #expect(try await b.warm(namespace: namespace, top: 5) == 2)  // both: the raw one with 0 hits
         #expect(try await b.warm(namespace: namespace, tag: "warm") == 2)
+        // warm waits for the follower up to feedWait + 5 s, then fills anyway: say why it was not live.
+        #expect(tier.isLive(namespace), "not live after warm: \(tier.followerError(namespace) ?? "no follower error")")
         let hit = try await b.lookup(namespace: namespace, descriptor)
         guard case .hit(let answer, _, _, let stale) = hit else {
             Issue.record("\(hit)")
