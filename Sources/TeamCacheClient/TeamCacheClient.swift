@@ -225,10 +225,8 @@ public struct TeamCacheClient: Sendable {
         request.httpBody = body
         headers.forEach { request.setValue($0.value, forHTTPHeaderField: $0.key) }
         // A token read from a file often ends in a newline; no token holds whitespace.
-        if let token = configuration.token {
-            request.setValue("Bearer \(token.trimmingCharacters(in: .whitespacesAndNewlines))",
-                             forHTTPHeaderField: "Authorization")
-        }
+        let token = configuration.token?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
+        if !token.isEmpty { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         let breaker = configuration.breaker
         if let breaker, !breaker.allow() {
             throw TeamCacheClientError.skipped(reason: breaker.health.misconfiguration ?? breaker.health.lastError ?? "")
@@ -246,7 +244,7 @@ public struct TeamCacheClient: Sendable {
                     return (data, http)
                 }
                 let problem = Self.problem(data, status: http.statusCode)
-                Self.judge(http.statusCode, problem, breaker: breaker, hasToken: configuration.token != nil)
+                Self.judge(http.statusCode, problem, breaker: breaker, hasToken: !token.isEmpty)
                 if !quick, Self.retries(status: http.statusCode, idempotent: idempotent),
                    attempt < configuration.maxRetries, breaker?.health.state ?? .closed == .closed {
                     attempt += 1

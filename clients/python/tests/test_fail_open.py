@@ -10,7 +10,9 @@ import dataclasses
 import socket
 import threading
 import time
+import traceback
 
+import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletion
@@ -21,6 +23,7 @@ from teamcache import (
     ConfigurationError,
     LocalTier,
     TeamCache,
+    TeamCacheError,
     TokenCounts,
     TransportError,
 )
@@ -204,32 +207,44 @@ def test_a_refused_token_says_what_is_wrong_and_strict_raises(server, namespace,
 
 def test_a_token_read_with_its_newline_works_and_a_broken_one_is_never_quoted(server, token, namespace):
     """A token from a file keeps its newline: trimmed, it works. One with a line break inside
-    cannot be sent (h11 refuses the header, quoting it): the error the caller gets, the
-    breaker's health and a tier's follower error name the failure without the token."""
+    cannot go in a header (h11 would refuse the request, quoting the header in its error and in
+    every traceback): it is not sent, and the refusal says why without it. A caller's own
+    client carrying such a header gets an error that does not quote it either."""
     read = TeamCache(server.url, token + "\n")
     read.put(namespace, "newline", b"kept")
     assert read.get(namespace, "newline").body == b"kept"
     read.close()
     secret = "tc_" + "7" * 30 + "\n" + "8" * 30
+
+    def quoted(text: str) -> bool:
+        return "7" * 30 in text or "8" * 30 in text
+
     tier = LocalTier(feed_wait=2)
-    broken = TeamCache(server.url, secret, local_tier=tier, max_retries=0, backoff=0.01)
+    broken = TeamCache(server.url, secret, local_tier=tier, max_retries=0, backoff=0.01, timeout=2)
     try:
-        with pytest.raises(TransportError) as refused:
+        with pytest.raises(TeamCacheError) as refused:
             broken.get(namespace, "newline")
-        said = str(refused.value)
-        assert "[token]" in said and "7" * 30 not in said and "8" * 30 not in said, said
+        said = "".join(traceback.format_exception(refused.value))
+        assert "401" in said and not quoted(said), said
         assert broken.cached(namespace, {"model": "m", "prompt": "broken token"}, lambda: "paid") == "paid"
         health = broken.cache_health
-        assert "7" * 30 not in repr(health) and "8" * 30 not in repr(health)
-        assert eventually(lambda: tier.follower_error(namespace) is not None, timeout=10)
-        follower = tier.follower_error(namespace) or ""
-        assert follower.startswith("TransportError: ") and "7" * 30 not in follower, follower
+        assert "cannot carry" in (health.misconfiguration or "") and not quoted(repr(health)), health
+        assert eventually(lambda: (tier.follower_error(namespace) or "").startswith("ProblemError: 401"), timeout=10)
     finally:
         broken.close()
-    with_password = TeamCache(f"http://user:hunter2@127.0.0.1:{free_port()}", token, max_retries=0)
+    own = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {secret}"})
+    lent = TeamCache(server.url, None, http_client=own, max_retries=0)
+    with pytest.raises(TransportError) as unsent:
+        lent.get(namespace, "newline")
+    said = "".join(traceback.format_exception(unsent.value))
+    assert "LocalProtocolError" in said and not quoted(said), said
+    lent.close()
+    own.close()
+    with_password = TeamCache(f"http://user:hun@ter2@127.0.0.1:{free_port()}", token, max_retries=0)
     with pytest.raises(TransportError) as unreachable:
         with_password.get(namespace, "k")
-    assert "hunter2" not in str(unreachable.value) and "127.0.0.1" in str(unreachable.value)
+    said = str(unreachable.value)
+    assert "ter2" not in said and "hun@" not in said and "http://127.0.0.1:" in said, said
     with_password.close()
 
 

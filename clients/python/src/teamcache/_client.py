@@ -32,6 +32,21 @@ T = TypeVar("T")
 RETRYABLE = frozenset({429, 502, 503, 504})
 
 
+def _unsendable(token: str | None) -> str | None:
+    """Why ``token`` cannot go in a header (None: it can): a character outside printable
+    ASCII. Says where, never what."""
+    for index, char in enumerate(token or ""):
+        if not "\x21" <= char <= "\x7e":
+            return f"the token holds a character a header cannot carry (character {index + 1}): it is not sent"
+    return None
+
+
+def shown_url(url: str) -> str:
+    """``url`` as messages name it: without the user and password before its host (up to the
+    last ``@`` before the path, so a password holding an ``@`` goes whole)."""
+    return re.sub(r"//[^/]*@", "//", url, count=1)
+
+
 class _Settings:
     """What both clients share: where, who, how long, how often."""
 
@@ -51,8 +66,12 @@ class _Settings:
         # holds whitespace, so it is trimmed rather than sent (and refused) as it came.
         raw = token if token is not None else os.environ.get("TEAMCACHE_TOKEN")
         self.token = raw.strip() if raw is not None else None
+        #: Why the token is not sent (None: it is). Sent, a character no header can carry makes
+        #: h11 refuse the request and quote the whole header in its error, and in every
+        #: traceback that error reaches.
+        self.token_problem = _unsendable(self.token)
         #: Where the service is, as messages name it: without a user and password in the URL.
-        self.shown_url = re.sub(r"//[^/@]*@", "//", self.base_url)
+        self.shown_url = shown_url(self.base_url)
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
@@ -62,18 +81,30 @@ class _Settings:
         """The error a caller gets when the service could not be reached. httpx's message can
         quote a request header (an invalid one: a token with a control character), so the
         token is cut out of it, whatever it holds."""
-        text = f"TeamCache unreachable at {self.shown_url}: {error!r}"
+        # A request httpx or h11 refused to send (a caller's own client with a header no
+        # request can carry) is quoted by its error: named by its class alone.
+        detail = f"{type(error).__name__} (the request could not be sent as built)" \
+            if isinstance(error, httpx.LocalProtocolError) else repr(error)
+        text = f"TeamCache unreachable at {self.shown_url}: {detail}"
         # Every run of the token's plain characters goes, whatever escaping (repr of a repr)
-        # the message gave the rest. A run of a few characters is no secret, and cutting it
+        # the message gave the rest; the longest first, so a short run inside a longer one
+        # cannot leave the rest of it. A run of a few characters is no secret, and cutting it
         # would cut words.
-        for run in re.split(r"[^A-Za-z0-9_.~+/=-]+", self.token or ""):
+        runs = sorted(re.split(r"[^A-Za-z0-9_.~+/=-]+", self.token or ""), key=len, reverse=True)
+        for run in runs:
             if len(run) >= 8:
                 text = text.replace(run, "[token]")
         return TransportError(text)
 
+    @staticmethod
+    def cause(error: httpx.TransportError) -> BaseException | None:
+        """What a TransportError keeps as its cause: none for a request refused before it was
+        sent, whose message (and every traceback showing it) quotes the request's headers."""
+        return None if isinstance(error, httpx.LocalProtocolError) else error
+
     def headers(self) -> dict[str, str]:
         headers = {"User-Agent": "teamcache-python"}
-        if self.token:
+        if self.token and self.token_problem is None:
             headers["Authorization"] = f"Bearer {self.token}"
         return headers
 
@@ -153,7 +184,7 @@ class _Settings:
             problem = op.problem(status, response.content)
             reason = "unauthorized" if status == 401 else "forbidden"
             refused = "the token is refused (unknown, expired or revoked)"
-            what = ("the token is missing" if not self.token else refused) \
+            what = (self.token_problem or ("the token is missing" if not self.token else refused)) \
                 if status == 401 else f"the token lacks a scope: {problem.detail or 'forbidden'}"
             message = f"{what} ({self.shown_url}{call.path}: {status})"
             if self.breaker is not None:
@@ -392,7 +423,7 @@ class TeamCache(_Common, LocalSyncMixin, CachedMixin):
                 settings.transport_failed(error)
                 if attempt >= settings.max_retries or not settings.may_retry(call, error) \
                         or not settings.breaker_closed:
-                    raise settings.unreachable(error) from error
+                    raise settings.unreachable(error) from settings.cause(error)
                 attempt += 1
                 time.sleep(settings.pause(attempt, None))
                 continue
@@ -495,7 +526,7 @@ class AsyncTeamCache(_Common, LocalAsyncMixin, AsyncCachedMixin):
                 settings.transport_failed(error)
                 if attempt >= settings.max_retries or not settings.may_retry(call, error) \
                         or not settings.breaker_closed:
-                    raise settings.unreachable(error) from error
+                    raise settings.unreachable(error) from settings.cause(error)
                 attempt += 1
                 await asyncio.sleep(settings.pause(attempt, None))
                 continue

@@ -25,7 +25,6 @@ import contextlib
 import copy
 import logging
 import os
-import re
 import secrets
 import threading
 import time
@@ -163,7 +162,7 @@ class LocalTier:
 
     def _attach(self, base_url: str, token: str | None, timeout: float, lent: httpx.Client | None = None,
                 unlent: bool = False) -> None:
-        from ._client import TeamCache
+        from ._client import TeamCache, shown_url
         if self._client is not None:
             # Given to a second client: both share its copies; the first's connection follows.
             return
@@ -171,7 +170,7 @@ class LocalTier:
         if http is None and unlent:
             logger.warning("the local tier connects to %s without the async client's http_client (its CA, proxy, "
                            "transport): pass LocalTier(http_client=httpx.Client(...)) to use them",
-                           re.sub(r"//[^/@]*@", "//", base_url))
+                           shown_url(base_url))
         self._client = TeamCache(base_url, token, timeout=timeout, max_retries=0, circuit_breaker=False,
                                  http_client=http)
         # A client's own http_client is lent, not given: the client closes it, not the tier
