@@ -78,23 +78,14 @@ class _Settings:
         self.max_backoff = max_backoff
 
     def unreachable(self, error: httpx.TransportError) -> TransportError:
-        """The error a caller gets when the service could not be reached. httpx's message can
-        quote a request header (an invalid one: a token with a control character), so the
-        token is cut out of it, whatever it holds."""
-        # A request httpx or h11 refused to send (a caller's own client with a header no
-        # request can carry) is quoted by its error: named by its class alone.
+        """The error a caller gets when the service could not be reached. Of httpx's errors,
+        only a request refused before it was sent quotes the request (its headers: a caller's
+        own client with a header no request can carry); it is named by its class alone. This
+        client's own token never gets there: one a header cannot carry is not sent
+        (`token_problem`)."""
         detail = f"{type(error).__name__} (the request could not be sent as built)" \
             if isinstance(error, httpx.LocalProtocolError) else repr(error)
-        text = f"TeamCache unreachable at {self.shown_url}: {detail}"
-        # Every run of the token's plain characters goes, whatever escaping (repr of a repr)
-        # the message gave the rest; the longest first, so a short run inside a longer one
-        # cannot leave the rest of it. A run of a few characters is no secret, and cutting it
-        # would cut words.
-        runs = sorted(re.split(r"[^A-Za-z0-9_.~+/=-]+", self.token or ""), key=len, reverse=True)
-        for run in runs:
-            if len(run) >= 8:
-                text = text.replace(run, "[token]")
-        return TransportError(text)
+        return TransportError(f"TeamCache unreachable at {self.shown_url}: {detail}")
 
     @staticmethod
     def cause(error: httpx.TransportError) -> BaseException | None:
