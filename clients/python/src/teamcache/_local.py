@@ -214,7 +214,7 @@ class LocalTier:
     def follower_error(self, namespace: str) -> str | None:
         """Why ``namespace`` is not live, when its follower's last call failed (None: it did
         not, or the namespace is not followed): what an app logs when its tier stops answering
-        locally: ``TransportError: …`` (the client's message, its token cut out),
+        locally: ``TransportError: …`` (the client's message, which never holds the token),
         ``ProblemError: 401 …``, a lost cursor, or another error's class alone."""
         feed = self._feeds.get(namespace)
         return feed.last_error if feed is not None else None
@@ -440,8 +440,8 @@ class LocalTier:
                 pause = min(pause * 2, 5.0)
             except TeamCacheError as error:
                 feed.synced_at = None
-                # The client's messages name statuses and causes; its transport errors have the
-                # token cut out (`_Settings.unreachable`).
+                # The client's messages name statuses and causes, never the token (one a header
+                # cannot carry is not sent; see `_Settings.unreachable`).
                 self._failed(feed, f"{type(error).__name__}: {error}")
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
