@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import socket
 import threading
 import time
@@ -246,6 +247,34 @@ def test_a_token_read_with_its_newline_works_and_a_broken_one_is_never_quoted(se
     said = str(unreachable.value)
     assert "ter2" not in said and "hun@" not in said and "http://127.0.0.1:" in said, said
     with_password.close()
+
+
+def test_a_user_and_password_in_the_url_are_dropped_never_sent_or_logged(server, token, namespace, caplog):
+    """httpx would turn a URL's user and password into Basic auth in place of the bearer token
+    (every call refused) and log the URL, password and all, with each request. They are
+    dropped: the token works, no log line or error holds them, and a 401 names them."""
+    caplog.set_level(logging.DEBUG)
+    with_user = server.url.replace("//", "//someone:pa%40ss@wo@rd@")
+    tier = LocalTier(feed_wait=2)
+    cache = TeamCache(with_user + "/", token, local_tier=tier, max_retries=0)
+    try:
+        cache.put(namespace, "userinfo", b"kept")
+        assert cache.get(namespace, "userinfo").body == b"kept"
+        assert eventually(lambda: tier.live(namespace) or tier.follower_error(namespace) is not None, timeout=10)
+        assert tier.follower_error(namespace) is None
+    finally:
+        cache.close()
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "GET " + server.url in logged or "PUT " + server.url in logged, logged  # httpx logged its requests
+    assert "someone" not in logged and "rd@" not in logged, logged
+    assert "user and password are not sent" in logged, logged
+    anonymous = TeamCache(with_user, None, max_retries=0)
+    with pytest.raises(TeamCacheError) as refused:
+        anonymous.get(namespace, "userinfo")
+    said = "".join(traceback.format_exception(refused.value)) + repr(anonymous.cache_health)
+    assert "401" in said and "the token is missing; the URL's user and password are not sent" in said, said
+    assert "someone" not in said and "rd@" not in said, said
+    anonymous.close()
 
 
 def test_check_reports_each_missing_scope(server, namespace):

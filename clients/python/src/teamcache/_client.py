@@ -18,7 +18,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import httpx
 
 from . import _operations as op
-from ._breaker import CacheHealth, CircuitBreaker
+from ._breaker import CacheHealth, CircuitBreaker, logger
 from ._cached import AsyncCachedMixin, CachedMixin
 from ._local import LocalTier
 from ._local_client import LocalAsyncMixin, LocalSyncMixin
@@ -41,10 +41,19 @@ def _unsendable(token: str | None) -> str | None:
     return None
 
 
+#: The user and password of a URL: from ``//`` up to the last ``@`` before the path, query or
+#: fragment (so a password holding an ``@`` goes whole).
+_CREDENTIALS = re.compile(r"//[^/?#]*@")
+
+
 def shown_url(url: str) -> str:
-    """``url`` as messages name it: without the user and password before its host (up to the
-    last ``@`` before the path, so a password holding an ``@`` goes whole)."""
-    return re.sub(r"//[^/]*@", "//", url, count=1)
+    """``url`` as messages name it: without the user and password before its host."""
+    return _CREDENTIALS.sub("//", url, count=1)
+
+
+#: Why a URL's user and password are dropped, said where a refusal is explained.
+URL_CREDENTIALS_DROPPED = ("the URL's user and password are not sent: TeamCache takes a bearer token "
+                           "(token= or TEAMCACHE_TOKEN)")
 
 
 class _Settings:
@@ -53,7 +62,15 @@ class _Settings:
     def __init__(self, base_url: str | None, token: str | None, timeout: float, max_retries: int,
                  backoff: float, max_backoff: float, read_your_writes: bool = False, *,
                  lookup_timeout: float = 0.5, breaker: CircuitBreaker | None = None, strict: bool = False):
-        self.base_url = (base_url or os.environ.get("TEAMCACHE_URL") or "http://127.0.0.1:8080").rstrip("/")
+        url = (base_url or os.environ.get("TEAMCACHE_URL") or "http://127.0.0.1:8080").strip().rstrip("/")
+        # A user and password in the URL are never used: httpx would send them as Basic auth in
+        # place of the bearer token (every call refused), and log the URL, password and all, on
+        # each request. They are dropped, and said so (a warning now, and with any 401).
+        self.base_url = shown_url(url)
+        #: Why the URL's user and password are not sent (None: it had none).
+        self.url_problem = URL_CREDENTIALS_DROPPED if self.base_url != url else None
+        if self.url_problem is not None:
+            logger.warning("TeamCache at %s: %s", self.base_url, self.url_problem)
         #: A lookup that does not wait gets this long in all (a hit takes milliseconds).
         self.lookup_timeout = lookup_timeout
         #: None: no breaker (every call is tried, as a plain API client would).
@@ -70,8 +87,8 @@ class _Settings:
         #: h11 refuse the request and quote the whole header in its error, and in every
         #: traceback that error reaches.
         self.token_problem = _unsendable(self.token)
-        #: Where the service is, as messages name it: without a user and password in the URL.
-        self.shown_url = shown_url(self.base_url)
+        #: Where the service is, as messages name it (the URL holds no user or password now).
+        self.shown_url = self.base_url
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
@@ -174,9 +191,8 @@ class _Settings:
         if status in (401, 403):
             problem = op.problem(status, response.content)
             reason = "unauthorized" if status == 401 else "forbidden"
-            refused = "the token is refused (unknown, expired or revoked)"
-            what = (self.token_problem or ("the token is missing" if not self.token else refused)) \
-                if status == 401 else f"the token lacks a scope: {problem.detail or 'forbidden'}"
+            what = self.refusal("the token is refused (unknown, expired or revoked)") if status == 401 \
+                else f"the token lacks a scope: {problem.detail or 'forbidden'}"
             message = f"{what} ({self.shown_url}{call.path}: {status})"
             if self.breaker is not None:
                 self.breaker.misconfigured(message, stop=status == 401)
@@ -187,6 +203,12 @@ class _Settings:
             self.breaker.failed(f"answered {status}")
         elif self.breaker is not None:
             self.breaker.succeeded()
+
+    def refusal(self, refused: str) -> str:
+        """Why a 401 came: the token not sent, missing or refused; and the URL's dropped user
+        and password, when it had them (a proxy in front that wanted them also answers 401)."""
+        what = self.token_problem or ("the token is missing" if not self.token else refused)
+        return f"{what}; {self.url_problem}" if self.url_problem else what
 
     def request_headers(self, call: op.Call[Any]) -> dict[str, str]:
         if self.positions is None or not call.reads:
