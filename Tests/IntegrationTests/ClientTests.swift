@@ -61,6 +61,17 @@ import TestSupport
         #expect(try await client.get(namespace: namespace, key: "newline")?.body == Data("kept".utf8))
     }
 
+    /// A user and password in the base URL must not stand in for the token (URLSession's curl
+    /// would send them as Basic auth unless the bearer header wins): the token still works.
+    @Test func aUserAndPasswordInTheURLDoNotReplaceTheToken() async throws {
+        let url = URL(string: "http://someone:secret@127.0.0.1:\(service.port)")!
+        let client = TeamCacheClient(TeamCacheClient.Configuration(baseURL: url, token: try writer(namespace)))
+        let written = try await client.put(namespace: namespace, key: "userinfo", body: Data("kept".utf8),
+                                           contentType: "text/plain", ttl: 3600)
+        #expect(written.created)
+        #expect(try await client.get(namespace: namespace, key: "userinfo")?.body == Data("kept".utf8))
+    }
+
     @Test func descriptorKeysMatchTheServers() async throws {
         let client = client(try writer(namespace))
         let descriptor = Descriptor(model: "m", input: .prompt(" hello \r\n"), params: .object([("t", .number("0.5"))]))
