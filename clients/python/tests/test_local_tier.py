@@ -24,7 +24,7 @@ from teamcache import (
     TransportError,
     descriptor_key,
 )
-from teamcache._local import _Feed
+from teamcache._local_feed import _Feed
 from teamcache._local_store import Record
 from teamcache.models import ChangePage
 

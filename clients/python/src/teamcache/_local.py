@@ -21,7 +21,6 @@ them as hits, marked local. An encrypted namespace's answers are kept only with
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 import os
@@ -30,15 +29,14 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ._local_store import Copies, Queued, Record
-from .errors import ProblemError, TeamCacheError, TransportError
+from ._local_feed import FeedFollowing, _Feed
+from ._local_outbox import OutboxConflict, OutboxSending
+from ._local_reports import HitReporting, _Report
+from ._local_store import Copies, Queued, Record, instant
 from .models import Entry, Lookup, WriteResult
 
 if TYPE_CHECKING:
@@ -46,56 +44,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("teamcache.local")
 
-#: Bytes of keys remembered as changed (for fills that raced a change), and of reported hits
-#: held while the service cannot take them.
-_CHANGED_KEYS = 10_000
-_PENDING_HIT_KEYS = 10_000
-#: Answers that say "later", not "never": a queued write waits for the next round.
-_RETRIED_STATUSES = frozenset({401, 403, 408, 425, 429})
-#: The service's bounds on one hit report.
-_MAX_REPORTED = 1_000_000
 
-
-@dataclass(frozen=True)
-class _Report:
-    """Local hits numbered for one report: ``seq`` is kept when it is sent again."""
-    namespace: str
-    seq: int
-    counts: dict[tuple[str, str | None], int]
-
-
-@dataclass(frozen=True)
-class OutboxConflict:
-    """A queued write that met a version of its key it had not seen, or that the service
-    refused. ``outcome``: ``overwrote`` (ours was later: sent, replacing theirs),
-    ``superseded`` (theirs was later: ours was not sent) or ``refused (STATUS)`` (a 4xx that
-    sending again cannot mend: not sent)."""
-
-    namespace: str
-    key: str
-    outcome: str
-    written_at: float
-
-
-@dataclass
-class _Feed:
-    """One followed namespace."""
-
-    thread: threading.Thread | None = None
-    #: Monotonic time of the last page that left the follower caught up (None: never, or lost).
-    synced_at: float | None = None
-    #: None until the namespace's stats said whether it is encrypted.
-    allowed: bool | None = None
-    #: Fills that started before this mark are not kept: they may predate the cursor the
-    #: follower started from, and a change between the two would never reach them.
-    floor: int = 2**62
-    #: When ``allowed`` was last asked (monotonic).
-    checked_at: float = 0.0
-    #: Why the follower's last call failed (None: it did not); cleared by the next page.
-    last_error: str | None = None
-
-
-class LocalTier:
+class LocalTier(FeedFollowing, HitReporting, OutboxSending):
     """A bounded local tier for one client (see the module's documentation).
 
     ``path``: a SQLite file that keeps copies, feed cursors and the outbox across restarts
@@ -317,14 +267,6 @@ class LocalTier:
             self._note_change(namespace, key, None)
             self._copies.drop(namespace, key)
 
-    def _note_change(self, namespace: str, key: str, etag: str | None) -> None:
-        self._applied += 1
-        self._changed[(namespace, key)] = (self._applied, etag)
-        self._changed.move_to_end((namespace, key))
-        while len(self._changed) > _CHANGED_KEYS:
-            _, (forgotten, _) = self._changed.popitem(last=False)
-            self._forgotten = max(self._forgotten, forgotten)
-
     @staticmethod
     def lookup_record(answer: Lookup) -> Record | None:
         if not answer.hit or answer.response is None or answer.ttl is None:
@@ -380,119 +322,8 @@ class LocalTier:
             self._copies.put(namespace, key, record)
         return WriteResult(created=False, key=key, namespace=namespace, queued=True)
 
-    # The feed
-
-    def _failed(self, feed: _Feed, why: str) -> None:
-        """Notes why ``feed``'s follower is not live, unless the tier is closing (its calls are
-        ended then: not a failure to report)."""
-        if not self._stop.is_set():
-            feed.last_error = why
-
-    def _follow_feed(self, namespace: str, feed: _Feed) -> None:
-        client = self._client
-        assert client is not None
-        pause = 0.2
-        cursor: str | None = None
-        while not self._stop.is_set():
-            try:
-                if feed.allowed is None:
-                    encrypted = client.stats(namespace, top=0).document.get("encrypted") is True
-                    feed.allowed = self.keep_encrypted or not encrypted
-                    feed.checked_at = time.monotonic()
-                    if not feed.allowed:
-                        logger.warning("namespace %s is encrypted: its answers are not kept locally "
-                                       "(LocalTier(keep_encrypted=True) keeps them)", namespace)
-                        with self._lock:
-                            self._copies.drop_namespace(namespace)
-                if cursor is None:
-                    cursor = self._start(namespace, feed)
-                asked = time.monotonic()
-                page = client.changes(namespace, since=cursor, wait=self.feed_wait, limit=1000)
-                with self._lock:
-                    for change in page.changes:
-                        self._apply(namespace, change.key, change.kind, change.etag, change.expires_at)
-                    self._copies.save_cursor(namespace, page.next)
-                cursor = page.next
-                # Behind (more to read): not live until caught up.
-                feed.synced_at = None if page.more else time.monotonic()
-                feed.last_error = None
-                pause = 0.2
-                if not page.changes and not page.more and time.monotonic() - asked < self.feed_wait / 2:
-                    # An empty page at once (the server could not hold the request: its waiter
-                    # room full, or a proxy): asked again after a rest, never in a tight loop.
-                    self._stop.wait(min(1.0, self.feed_wait / 4))
-                if time.monotonic() - feed.checked_at > 60:
-                    feed.allowed = None  # a namespace may be encrypted since: asked again
-
-            except ProblemError as error:
-                feed.synced_at = None
-                if error.status == 410:
-                    self._failed(feed, "the feed no longer holds the cursor (410): copies dropped")
-                    logger.warning("the change feed of %s lost its place (410): its local copies are cleared",
-                                   namespace)
-                    with self._lock:
-                        self._copies.drop_namespace(namespace)
-                        self.counts["cleared"] += 1
-                    cursor = None
-                    continue
-                self._failed(feed, f"ProblemError: {error}")
-                self._stop.wait(pause)
-                pause = min(pause * 2, 5.0)
-            except TeamCacheError as error:
-                feed.synced_at = None
-                # The client's messages name statuses and causes, never the token (one a header
-                # cannot carry is not sent; see `_Settings.unreachable`).
-                self._failed(feed, f"{type(error).__name__}: {error}")
-                self._stop.wait(pause)
-                pause = min(pause * 2, 5.0)
-            except Exception as error:  # noqa: BLE001 - a closed client mid-request, or a bug: never kill the app
-                feed.synced_at = None
-                if self._stop.is_set():
-                    return
-                # Anything else (a caller's transport, a bug): its class only, whatever its text holds.
-                self._failed(feed, type(error).__name__)
-                logger.exception("the local tier's feed follower of %s failed; it starts again", namespace)
-                self._stop.wait(pause)
-                pause = min(pause * 2, 5.0)
-
-    def _start(self, namespace: str, feed: _Feed) -> str:
-        """The cursor to follow from: the one kept with the copies, else the feed's head (and
-        then copies kept without a cursor cannot be trusted: dropped). Fills from here on are
-        kept (the first reads of a namespace, made before, are not)."""
-        with self._lock:
-            kept = self._copies.cursor(namespace)
-            if kept is not None:
-                # Replaying from the kept cursor brings every change since: a fill made
-                # meanwhile is dropped by its change, or refused as raced (`_raced`).
-                feed.floor = 0
-                return kept
-        assert self._client is not None
-        head = self._client.changes(namespace, since="now").next
-        with self._lock:
-            self._copies.drop_namespace(namespace)
-            self._copies.save_cursor(namespace, head)
-            # Marked after the head came: a fill that starts from here on reads the entry after
-            # the head was taken, so every later change to it is numbered past the head. One
-            # that started before could have read a version changed before the head: refused.
-            self._applied += 1
-            feed.floor = self._applied
-        return head
-
-    def _apply(self, namespace: str, key: str | None, kind: str, etag: str | None, expires_at: str | None) -> None:
-        if key is None:
-            return
-        self._note_change(namespace, key, etag if kind == "put" else None)
-        record = self._copies.peek(namespace, key)
-        if record is None:
-            return
-        # The same body written again with another TTL is a change too: the copy stays only
-        # when its expiry agrees with the change's (within the clocks' and rounding's 2 s).
-        expires = _instant(expires_at)
-        if kind != "put" or record.etag != etag or expires is None or abs(expires - record.expires_at) > 2:
-            self._copies.drop(namespace, key)
-            self.counts["dropped"] += 1
-
-    # Reports and the outbox, every `report_interval`
+    # Reports (`_local_reports`) and the outbox (`_local_outbox`), every `report_interval`; the
+    # feed's followers are in `_local_feed`.
 
     def _work(self) -> None:
         while not self._stop.wait(self.report_interval):
@@ -504,120 +335,11 @@ class LocalTier:
                     return
                 logger.debug("local tier report or outbox round failed", exc_info=True)
 
-    def _report(self) -> None:
-        # One reporter at a time (the background, ``flush`` and ``close``): numbers go out in order.
-        with self._reporting:
-            self._number_pending()
-            client = self._client
-            failed: set[str] = set()
-            for report in list(self._unsent):
-                if report.namespace in failed:
-                    continue  # its earlier report waits: a later number would overtake it
-                try:
-                    if client is None:
-                        raise TransportError("no client")
-                    self._send_report(client, report)
-                    with self._lock:
-                        self.counts["reported"] += sum(report.counts.values())
-                except ProblemError as error:
-                    if _later(error.status):
-                        failed.add(report.namespace)
-                        continue
-                    logger.warning("local hits of %s refused (%s): not reported", report.namespace, error.status)
-                    with self._lock:
-                        self.counts["unreported"] += sum(report.counts.values())
-                except TeamCacheError:
-                    failed.add(report.namespace)
-                    continue
-                self._unsent.remove(report)
-
-    def _send_report(self, client: TeamCache, report: _Report) -> None:
-        if self._numbered:
-            try:
-                client.report_hits(report.namespace, report.counts, reporter=self._reporter, seq=report.seq)
-                return
-            except ProblemError as error:
-                if error.status != 422:
-                    raise
-                # A service from before numbered reports refuses the members: it is sent
-                # unnumbered from now on (as before, a lost answer may then count twice).
-                logger.warning("the service does not take numbered hit reports: reporting unnumbered")
-                self._numbered = False
-        client.report_hits(report.namespace, report.counts)
-
-    def _number_pending(self) -> None:
-        """Turns the hits counted since the last round into numbered reports (within one
-        report's bounds each), dropping what exceeds the tier's bound on waiting keys."""
-        with self._lock:
-            taken, self._hits = self._hits, {}
-        waiting = sum(len(report.counts) for report in self._unsent)
-        for namespace, counts in taken.items():
-            items = [(key, min(count, _MAX_REPORTED)) for key, count in counts.items()]
-            for start, end in _chunks([count for _, count in items]):
-                chunk = dict(items[start:end])
-                if waiting + len(chunk) > _PENDING_HIT_KEYS:
-                    with self._lock:
-                        self.counts["unreported"] += sum(chunk.values())
-                    continue
-                self._seq += 1
-                self._unsent.append(_Report(namespace, self._seq, chunk))
-                waiting += len(chunk)
-
-    def _last_report(self) -> None:
-        with contextlib.suppress(TeamCacheError):
-            self._report()
-
-    def _restore_hits(self, namespace: str, counts: Mapping[tuple[str, str | None], int]) -> None:
-        held = self._hits.setdefault(namespace, {})
-        for key, count in counts.items():
-            if key in held or sum(len(keys) for keys in self._hits.values()) < _PENDING_HIT_KEYS:
-                held[key] = held.get(key, 0) + count
-            else:
-                self.counts["unreported"] += count
-
     def flush(self) -> None:
         """Reports local hits and sends the outbox now (the background does it every
         ``report_interval``)."""
         self._report()
         self._send_outbox()
-
-    def _send_outbox(self) -> None:
-        # One sender at a time (the background and ``flush``): two would send the same write.
-        with self._sending:
-            client = self._client
-            while client is not None and not self._stop.is_set():
-                with self._lock:
-                    if not self._outbox:
-                        return
-                    item = self._outbox[0]
-                try:
-                    record = _send(client, item, self._conflict)
-                except ProblemError as error:
-                    if _later(error.status):
-                        return  # overloaded, rate limited or refusing the token: sent again later
-                    logger.warning("a write queued offline to %s was refused (%s %s): dropped", item.namespace,
-                                   error.status, error.title)
-                    self._conflict(item, f"refused ({error.status})")
-                    record = None
-                with self._lock:
-                    if self._outbox and self._outbox[0] is item:
-                        self._outbox.popleft()
-                    self._copies.unqueue(item)
-                    self.counts["sent"] += 1
-                    if record is None:
-                        self._copies.drop(item.namespace, item.key)
-                if record is not None:
-                    self.wrote(item.namespace, item.key, record)
-
-    def _conflict(self, item: Queued, outcome: str) -> None:
-        conflict = OutboxConflict(item.namespace, item.key, outcome, item.written_at)
-        self.conflicts.append(conflict)
-        logger.warning("a write queued offline to %s met a version it had not seen: %s", item.namespace, outcome)
-        if self.on_conflict is not None:
-            try:
-                self.on_conflict(conflict)
-            except Exception:  # noqa: BLE001 - the caller's hook must not stop the outbox
-                logger.exception("on_conflict raised")
 
     # Warming
 
@@ -645,24 +367,6 @@ class LocalTier:
                 self.keep(namespace, key, record, since)
                 kept += 1
         return kept
-
-
-def _later(status: int) -> bool:
-    """An answer that says "later", not "never": the write or report waits for the next round."""
-    return status in _RETRIED_STATUSES or status >= 500
-
-
-def _chunks(counts: list[int]) -> list[tuple[int, int]]:
-    """Ranges of ``counts`` each within one report's bounds: 1000 keys, a million hits."""
-    ranges, start, total = [], 0, 0
-    for index, count in enumerate(counts):
-        if index - start == 1000 or total + count > _MAX_REPORTED:
-            ranges.append((start, index))
-            start, total = index, 0
-        total += count
-    if start < len(counts):
-        ranges.append((start, len(counts)))
-    return ranges
 
 
 def _status_ttl(status: str | None) -> int | None:
@@ -698,79 +402,7 @@ def _inspected(document: Mapping[str, Any]) -> Record | None:
     return Record(kind="lookup" if document.get("model") else "raw", etag=etag, body=str(body.get("text")).encode(),
                   content_type=str(document.get("content_type") or "application/octet-stream"),
                   metadata=metadata if isinstance(metadata, dict) else None, expires_at=now + ttl,
-                  updated_at=_instant(document.get("updated_at")) or now)
-
-
-def _instant(text: Any) -> float | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _send(client: TeamCache, item: Queued, conflict: Callable[[Queued, str], None]) -> Record | None:
-    """Sends one queued write: as it was made when the key still holds the version it was
-    made over; otherwise the later write wins. The copy to keep, or None (ours lost, or the
-    service refused it: dropped, logged)."""
-    payload = dict(item.payload)
-    if item.kind == "put":
-        return _send_put(client, item, payload, conflict)
-    return _send_upsert(client, item, payload, conflict)
-
-
-def _send_put(client: TeamCache, item: Queued, payload: dict[str, Any],
-              conflict: Callable[[Queued, str], None]) -> Record | None:
-    body = payload.pop("body").encode("latin-1")
-    try:
-        if item.base_etag is None:
-            result = client.put(item.namespace, item.key, body, create_only=True, **payload)
-        else:
-            result = client.put(item.namespace, item.key, body, if_match=item.base_etag, **payload)
-    except ProblemError as error:
-        if error.status != 412:
-            raise
-        head = client.head(item.namespace, item.key)
-        theirs = _modified(head.headers.get("last-modified")) if isinstance(head, Entry) else None
-        if theirs is not None and theirs > item.written_at:
-            conflict(item, "superseded")
-            return None
-        conflict(item, "overwrote")
-        result = client.put(item.namespace, item.key, body, **payload)
-    return _written(result, "raw", body, payload.get("content_type") or "application/octet-stream", None)
-
-
-def _send_upsert(client: TeamCache, item: Queued, payload: dict[str, Any],
-                 conflict: Callable[[Queued, str], None]) -> Record | None:
-    descriptor, response = payload.pop("descriptor"), payload.pop("response")
-    current = client.lookup(item.namespace, descriptor, max_stale=2**31 - 1)
-    if current.hit and current.etag != item.base_etag:
-        theirs = time.time() - (current.age or 0)
-        if theirs > item.written_at:
-            conflict(item, "superseded")
-            return None
-        conflict(item, "overwrote")
-    result = client.upsert(item.namespace, descriptor, response, **payload)
-    return _written(result, "lookup", response.encode(), "text/plain", payload.get("metadata"))
-
-
-def _modified(text: str | None) -> float | None:
-    try:
-        return parsedate_to_datetime(text).timestamp() if text else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _written(result: WriteResult, kind: str, body: bytes, content_type: str,
-             metadata: dict[str, Any] | None) -> Record | None:
-    """The copy of a committed write (None when its expiry is not known)."""
-    expires = _instant(result.expires_at)
-    if expires is None or result.etag is None:
-        return None
-    now = time.time()
-    return Record(kind=kind, etag=result.etag, body=body, content_type=content_type, metadata=copy.deepcopy(metadata),
-                  expires_at=expires, updated_at=now)
+                  updated_at=instant(document.get("updated_at")) or now)
 
 
 __all__ = ["LocalTier", "OutboxConflict"]

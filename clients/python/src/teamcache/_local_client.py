@@ -15,7 +15,8 @@ from typing import Any
 
 import httpx
 
-from ._local import LocalTier, _written
+from ._local import LocalTier
+from ._local_outbox import _written
 from ._local_store import Record
 from .errors import CacheSkipped, TransportError
 from .keys import descriptor_key

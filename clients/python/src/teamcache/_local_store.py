@@ -12,6 +12,7 @@ import sqlite3
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 logger = logging.getLogger("teamcache.local")
@@ -295,3 +296,13 @@ class Copies:
         if self._lock_file is not None:
             os.close(self._lock_file)  # the lock goes with it
             self._lock_file = None
+
+
+def instant(text: Any) -> float | None:
+    """The instant an ISO 8601 time names (None: not one)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -1,0 +1,179 @@
+"""The local tier's change-feed followers: one thread per namespace held follows its feed
+(``/changes?wait=``), drops a copy as soon as a change to its key arrives, and notes the
+changes applied, so a fill that raced a change is refused (see ``_local``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ._local_store import Copies, instant
+from .errors import ProblemError, TeamCacheError
+
+if TYPE_CHECKING:
+    from ._client import TeamCache
+
+logger = logging.getLogger("teamcache.local")
+
+
+#: Keys remembered as changed (for fills that raced a change).
+_CHANGED_KEYS = 10_000
+
+
+@dataclass
+class _Feed:
+    """One followed namespace."""
+
+    thread: threading.Thread | None = None
+    #: Monotonic time of the last page that left the follower caught up (None: never, or lost).
+    synced_at: float | None = None
+    #: None until the namespace's stats said whether it is encrypted.
+    allowed: bool | None = None
+    #: Fills that started before this mark are not kept: they may predate the cursor the
+    #: follower started from, and a change between the two would never reach them.
+    floor: int = 2**62
+    #: When ``allowed`` was last asked (monotonic).
+    checked_at: float = 0.0
+    #: Why the follower's last call failed (None: it did not); cleared by the next page.
+    last_error: str | None = None
+
+
+class FeedFollowing:
+    """``LocalTier``'s feed followers and its record of applied changes (a mixin: the state is
+    the tier's, made in its ``__init__``)."""
+
+    _client: TeamCache | None
+    _stop: threading.Event
+    _lock: threading.Lock
+    _copies: Copies
+    keep_encrypted: bool
+    feed_wait: float
+    counts: dict[str, int]
+    #: Changes applied, in order; a key's last change, for fills that raced it.
+    _applied: int
+    _changed: OrderedDict[tuple[str, str], tuple[int, str | None]]
+    _forgotten: int
+
+    def _note_change(self, namespace: str, key: str, etag: str | None) -> None:
+        """A change to ``key`` (to version ``etag``; None: gone) was applied: from the feed, or
+        this client's own write or delete. Under the tier's lock."""
+        self._applied += 1
+        self._changed[(namespace, key)] = (self._applied, etag)
+        self._changed.move_to_end((namespace, key))
+        while len(self._changed) > _CHANGED_KEYS:
+            _, (forgotten, _) = self._changed.popitem(last=False)
+            self._forgotten = max(self._forgotten, forgotten)
+
+    def _failed(self, feed: _Feed, why: str) -> None:
+        """Notes why ``feed``'s follower is not live, unless the tier is closing (its calls are
+        ended then: not a failure to report)."""
+        if not self._stop.is_set():
+            feed.last_error = why
+
+    def _follow_feed(self, namespace: str, feed: _Feed) -> None:
+        client = self._client
+        assert client is not None
+        pause = 0.2
+        cursor: str | None = None
+        while not self._stop.is_set():
+            try:
+                if feed.allowed is None:
+                    encrypted = client.stats(namespace, top=0).document.get("encrypted") is True
+                    feed.allowed = self.keep_encrypted or not encrypted
+                    feed.checked_at = time.monotonic()
+                    if not feed.allowed:
+                        logger.warning("namespace %s is encrypted: its answers are not kept locally "
+                                       "(LocalTier(keep_encrypted=True) keeps them)", namespace)
+                        with self._lock:
+                            self._copies.drop_namespace(namespace)
+                if cursor is None:
+                    cursor = self._start(namespace, feed)
+                asked = time.monotonic()
+                page = client.changes(namespace, since=cursor, wait=self.feed_wait, limit=1000)
+                with self._lock:
+                    for change in page.changes:
+                        self._apply(namespace, change.key, change.kind, change.etag, change.expires_at)
+                    self._copies.save_cursor(namespace, page.next)
+                cursor = page.next
+                # Behind (more to read): not live until caught up.
+                feed.synced_at = None if page.more else time.monotonic()
+                feed.last_error = None
+                pause = 0.2
+                if not page.changes and not page.more and time.monotonic() - asked < self.feed_wait / 2:
+                    # An empty page at once (the server could not hold the request: its waiter
+                    # room full, or a proxy): asked again after a rest, never in a tight loop.
+                    self._stop.wait(min(1.0, self.feed_wait / 4))
+                if time.monotonic() - feed.checked_at > 60:
+                    feed.allowed = None  # a namespace may be encrypted since: asked again
+
+            except ProblemError as error:
+                feed.synced_at = None
+                if error.status == 410:
+                    self._failed(feed, "the feed no longer holds the cursor (410): copies dropped")
+                    logger.warning("the change feed of %s lost its place (410): its local copies are cleared",
+                                   namespace)
+                    with self._lock:
+                        self._copies.drop_namespace(namespace)
+                        self.counts["cleared"] += 1
+                    cursor = None
+                    continue
+                self._failed(feed, f"ProblemError: {error}")
+                self._stop.wait(pause)
+                pause = min(pause * 2, 5.0)
+            except TeamCacheError as error:
+                feed.synced_at = None
+                # The client's messages name statuses and causes, never the token (one a header
+                # cannot carry is not sent; see `_Settings.unreachable`).
+                self._failed(feed, f"{type(error).__name__}: {error}")
+                self._stop.wait(pause)
+                pause = min(pause * 2, 5.0)
+            except Exception as error:  # noqa: BLE001 - a closed client mid-request, or a bug: never kill the app
+                feed.synced_at = None
+                if self._stop.is_set():
+                    return
+                # Anything else (a caller's transport, a bug): its class only, whatever its text holds.
+                self._failed(feed, type(error).__name__)
+                logger.exception("the local tier's feed follower of %s failed; it starts again", namespace)
+                self._stop.wait(pause)
+                pause = min(pause * 2, 5.0)
+
+    def _start(self, namespace: str, feed: _Feed) -> str:
+        """The cursor to follow from: the one kept with the copies, else the feed's head (and
+        then copies kept without a cursor cannot be trusted: dropped). Fills from here on are
+        kept (the first reads of a namespace, made before, are not)."""
+        with self._lock:
+            kept = self._copies.cursor(namespace)
+            if kept is not None:
+                # Replaying from the kept cursor brings every change since: a fill made
+                # meanwhile is dropped by its change, or refused as raced (`_raced`).
+                feed.floor = 0
+                return kept
+        assert self._client is not None
+        head = self._client.changes(namespace, since="now").next
+        with self._lock:
+            self._copies.drop_namespace(namespace)
+            self._copies.save_cursor(namespace, head)
+            # Marked after the head came: a fill that starts from here on reads the entry after
+            # the head was taken, so every later change to it is numbered past the head. One
+            # that started before could have read a version changed before the head: refused.
+            self._applied += 1
+            feed.floor = self._applied
+        return head
+
+    def _apply(self, namespace: str, key: str | None, kind: str, etag: str | None, expires_at: str | None) -> None:
+        if key is None:
+            return
+        self._note_change(namespace, key, etag if kind == "put" else None)
+        record = self._copies.peek(namespace, key)
+        if record is None:
+            return
+        # The same body written again with another TTL is a change too: the copy stays only
+        # when its expiry agrees with the change's (within the clocks' and rounding's 2 s).
+        expires = instant(expires_at)
+        if kind != "put" or record.etag != etag or expires is None or abs(expires - record.expires_at) > 2:
+            self._copies.drop(namespace, key)
+            self.counts["dropped"] += 1
