@@ -157,7 +157,6 @@ class TeamCacheLLMCache(BaseCache):
         # that closed are dropped when a new one appears.
         self._given_async = async_cache
         self._async_by_loop: dict[asyncio.AbstractEventLoop, AsyncTeamCache] = {}
-        self._base_url, self._token = base_url, token
         self._health = _Health()
         #: Refresh leases handed to lookups that answered "miss" for a stale entry, by key,
         #: for the `update` that follows (bounded: the oldest are dropped).
