@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Where a PUT group statement's time goes inside PostgreSQL: auto_explain (ANALYZE, triggers,
+# buffers, WAL) of every statement while wrk -c64 of bench/lua/put.lua runs, summed over the
+# write groups: the statement's own plan and each statement trigger, per group and per row.
+# Instrumented (timing every plan node costs time), so the figures are shares, not speeds; the
+# PUTs a second it prints are slower than bench/put-cpu.sh's for that reason.
+#   BENCH_DURATION=3; BENCH_SQL as in put-cpu.sh (run before the warm-up).
+source "$(dirname "$0")/lib.sh"
+need_tools
+build_release
+start_server
+socket=$(pg_socket)
+sql() { psql -h "$socket" -U postgres teamcache -v ON_ERROR_STOP=1 -q "$@"; }
+[ -n "${BENCH_SQL:-}" ] && sql -c "$BENCH_SQL"
+python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >/dev/null
+wrk_run 64 "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/put.lua" >/dev/null  # warm-up
+sql -c "VACUUM ANALYZE entries, entry_access, entry_changes, counter_deltas"
+# auto_explain's settings exist only once it is loaded, hence LOAD in the same session. The
+# service's connections are ended so that its pool opens new ones, which preload it.
+sql -c "LOAD 'auto_explain'" -c "ALTER SYSTEM SET session_preload_libraries = 'auto_explain'" \
+    -c "ALTER SYSTEM SET auto_explain.log_min_duration = 0" -c "ALTER SYSTEM SET auto_explain.log_analyze = on" \
+    -c "ALTER SYSTEM SET auto_explain.log_triggers = on" -c "ALTER SYSTEM SET auto_explain.log_buffers = on" \
+    -c "ALTER SYSTEM SET auto_explain.log_wal = on" -c "ALTER SYSTEM SET auto_explain.log_nested_statements = on" \
+    -c "SELECT pg_reload_conf()" >/dev/null
+sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+        WHERE datname = 'teamcache' AND pid <> pg_backend_pid()" >/dev/null
+sleep 1
+: > "$WORK/data/postgres.log"
+wrk -t2 -c64 -d"${BENCH_DURATION:-3}s" -s "$BENCH_DIR/lua/put.lua" "http://127.0.0.1:$PORT" |
+  awk '/Requests\/sec/ {print "PUTs a second while instrumented: " $2}'
+python3 "$BENCH_DIR/explain_groups.py" "$WORK/data/postgres.log"
+stop_server
