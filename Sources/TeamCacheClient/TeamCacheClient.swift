@@ -226,7 +226,14 @@ public struct TeamCacheClient: Sendable {
         headers.forEach { request.setValue($0.value, forHTTPHeaderField: $0.key) }
         // A token read from a file often ends in a newline; no token holds whitespace.
         let token = configuration.token?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
-        if !token.isEmpty { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        // One a header cannot carry is never sent (FoundationNetworking drops such a header on its
+        // own; not relied on), and a 401 then says why instead of "refused".
+        let unsendable = Self.unsendable(token)
+        if !token.isEmpty, unsendable == nil {
+            request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        }
+        let refusal = unsendable
+            ?? (token.isEmpty ? "the token is missing" : "the token is refused (unknown, expired or revoked)")
         let breaker = configuration.breaker
         if let breaker, !breaker.allow() {
             throw TeamCacheClientError.skipped(reason: breaker.health.misconfiguration ?? breaker.health.lastError ?? "")
@@ -244,7 +251,7 @@ public struct TeamCacheClient: Sendable {
                     return (data, http)
                 }
                 let problem = Self.problem(data, status: http.statusCode)
-                Self.judge(http.statusCode, problem, breaker: breaker, hasToken: !token.isEmpty)
+                Self.judge(http.statusCode, problem, breaker: breaker, refusal: refusal)
                 if !quick, Self.retries(status: http.statusCode, idempotent: idempotent),
                    attempt < configuration.maxRetries, breaker?.health.state ?? .closed == .closed {
                     attempt += 1
@@ -268,15 +275,23 @@ public struct TeamCacheClient: Sendable {
         }
     }
 
+    /// Why `token` cannot go in a header (nil: it can): a character outside printable ASCII.
+    /// Says where, never what.
+    static func unsendable(_ token: String) -> String? {
+        for (index, scalar) in token.unicodeScalars.enumerated() where !(0x21...0x7E).contains(scalar.value) {
+            return "the token holds a character a header cannot carry (character \(index + 1)): it is not sent"
+        }
+        return nil
+    }
+
     /// What an answer that is not accepted says of TeamCache: a refused token or scope is a
-    /// misconfiguration (a 401 stops using the cache for the breaker's longer cool-down), a 5xx
-    /// a failure, anything else a working server.
-    static func judge(_ status: Int, _ problem: TeamCacheClientError, breaker: CircuitBreaker?, hasToken: Bool) {
+    /// misconfiguration (a 401 stops using the cache for the breaker's longer cool-down; `refusal`
+    /// says why the token was refused), a 5xx a failure, anything else a working server.
+    static func judge(_ status: Int, _ problem: TeamCacheClientError, breaker: CircuitBreaker?, refusal: String) {
         guard let breaker else { return }
         switch status {
         case 401:
-            breaker.misconfigured(hasToken ? "the token is refused (unknown, expired or revoked)" : "the token is missing",
-                                  stop: true)
+            breaker.misconfigured(refusal, stop: true)
         case 403:
             if case .problem(_, _, let detail) = problem { breaker.misconfigured("the token lacks a scope: \(detail)", stop: false) }
         case 429: breaker.failed("answered 429 (rate limited)")
