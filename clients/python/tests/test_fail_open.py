@@ -28,6 +28,7 @@ from teamcache import (
     TokenCounts,
     TransportError,
 )
+from teamcache._client import _holds_credentials, shown_url
 from teamcache.openai import async_http_client, http_client
 
 from .conftest import eventually, free_port
@@ -249,10 +250,29 @@ def test_a_token_read_with_its_newline_works_and_a_broken_one_is_never_quoted(se
     with_password.close()
 
 
-def test_a_user_and_password_in_the_url_are_dropped_never_sent_or_logged(server, token, namespace, caplog):
+@pytest.mark.parametrize(("url", "shown", "held"), [
+    ("http://u:p@h:8080/prefix", "http://h:8080/prefix", True),
+    ("HTTPS://u:hun@ter2@h", "HTTPS://h", True),
+    ("u:p@h:8080", "h:8080", True),
+    ("//u:p@h", "//h", True),
+    ("http://u:pa%40ss@[::1]:8080", "http://[::1]:8080", True),
+    ("http://@h", "http://h", False),
+    ("http://h/proxy//u:p@x", "http://h/proxy//u:p@x", False),
+    ("http://h?next=//a@b", "http://h?next=//a@b", False),
+    ("http://h#a@b", "http://h#a@b", False),
+    ("http://127.0.0.1:8080", "http://127.0.0.1:8080", False),
+])
+def test_the_user_and_password_found_in_a_url_are_its_authoritys_only(url, shown, held):
+    assert shown_url(url) == shown
+    assert _holds_credentials(url) is held
+
+
+def test_a_user_and_password_in_the_url_are_dropped_never_sent_or_logged(server, token, namespace, caplog,
+                                                                         monkeypatch):
     """httpx would turn a URL's user and password into Basic auth in place of the bearer token
     (every call refused) and log the URL, password and all, with each request. They are
     dropped: the token works, no log line or error holds them, and a 401 names them."""
+    monkeypatch.delenv("TEAMCACHE_TOKEN", raising=False)
     caplog.set_level(logging.DEBUG)
     with_user = server.url.replace("//", "//someone:pa%40ss@wo@rd@")
     tier = LocalTier(feed_wait=2)
@@ -262,18 +282,22 @@ def test_a_user_and_password_in_the_url_are_dropped_never_sent_or_logged(server,
         assert cache.get(namespace, "userinfo").body == b"kept"
         assert eventually(lambda: tier.live(namespace) or tier.follower_error(namespace) is not None, timeout=10)
         assert tier.follower_error(namespace) is None
+        # The tier's own client was given the URL without them: its 401s would still say so.
+        assert tier._client is not None and tier._client._settings.url_problem is not None
     finally:
         cache.close()
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert "GET " + server.url in logged or "PUT " + server.url in logged, logged  # httpx logged its requests
     assert "someone" not in logged and "rd@" not in logged, logged
-    assert "user and password are not sent" in logged, logged
+    assert logged.count("user and password are not sent") == 1, logged  # once, by the client (not its tier)
     anonymous = TeamCache(with_user, None, max_retries=0)
     with pytest.raises(TeamCacheError) as refused:
         anonymous.get(namespace, "userinfo")
     said = "".join(traceback.format_exception(refused.value)) + repr(anonymous.cache_health)
     assert "401" in said and "the token is missing; the URL's user and password are not sent" in said, said
     assert "someone" not in said and "rd@" not in said, said
+    checked = " ".join(anonymous.check(namespace).problems)
+    assert "the URL's user and password are not sent" in checked and "someone" not in checked, checked
     anonymous.close()
 
 

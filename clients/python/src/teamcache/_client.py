@@ -41,14 +41,21 @@ def _unsendable(token: str | None) -> str | None:
     return None
 
 
-#: The user and password of a URL: from ``//`` up to the last ``@`` before the path, query or
-#: fragment (so a password holding an ``@`` goes whole).
-_CREDENTIALS = re.compile(r"//[^/?#]*@")
+#: The user and password of a URL: after its scheme (none: a URL written without one), up to
+#: the last ``@`` before the path, query or fragment (so a password holding an ``@`` goes whole).
+#: Anchored: an ``@`` in the path or query is not one.
+_CREDENTIALS = re.compile(r"^((?:(?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?)([^/?#]*)@")
 
 
 def shown_url(url: str) -> str:
-    """``url`` as messages name it: without the user and password before its host."""
-    return _CREDENTIALS.sub("//", url, count=1)
+    """``url`` as messages name it (and as it is used): without the user and password before
+    its host."""
+    return _CREDENTIALS.sub(r"\1", url, count=1)
+
+
+def _holds_credentials(url: str) -> bool:
+    match = _CREDENTIALS.match(url)
+    return match is not None and match.group(2) != ""
 
 
 #: Why a URL's user and password are dropped, said where a refusal is explained.
@@ -68,7 +75,7 @@ class _Settings:
         # each request. They are dropped, and said so (a warning now, and with any 401).
         self.base_url = shown_url(url)
         #: Why the URL's user and password are not sent (None: it had none).
-        self.url_problem = URL_CREDENTIALS_DROPPED if self.base_url != url else None
+        self.url_problem = URL_CREDENTIALS_DROPPED if _holds_credentials(url) else None
         if self.url_problem is not None:
             logger.warning("TeamCache at %s: %s", self.base_url, self.url_problem)
         #: A lookup that does not wait gets this long in all (a hit takes milliseconds).
@@ -314,14 +321,13 @@ _CHECK_DESCRIPTOR = {"model": "teamcache.check", "prompt": "teamcache start-up c
 _CHECK_LEASE = "tcl_" + "0" * 64
 
 
-def _check_step(outcome: Any, what: str, problems: list[str]) -> bool:
+def _check_step(outcome: Any, what: str, problems: list[str], refusal: str) -> bool:
     """One step of ``check``: True when it worked; otherwise says why in ``problems``."""
     if not isinstance(outcome, BaseException):
         return True
     if isinstance(outcome, ConfigurationError) or (isinstance(outcome, ProblemError) and outcome.status in (401, 403)):
         status = getattr(outcome, "status", 0)
-        problems.append(f"{what}: the token is missing or refused" if status == 401
-                        else f"{what}: the token lacks the scope ({outcome})")
+        problems.append(f"{what}: {refusal}" if status == 401 else f"{what}: the token lacks the scope ({outcome})")
     elif isinstance(outcome, ProblemError):
         problems.append(f"{what}: TeamCache answered {outcome}")
     else:
@@ -329,12 +335,14 @@ def _check_step(outcome: Any, what: str, problems: list[str]) -> bool:
     return False
 
 
-def _check_result(namespace: str, ready: Any, read: Any, write: Any, strict: bool) -> CheckResult:
+def _check_result(namespace: str, ready: Any, read: Any, write: Any, settings: _Settings) -> CheckResult:
     problems: list[str] = []
     reachable = not isinstance(ready, TransportError)
-    is_ready = _check_step(ready, "readiness", problems)
-    can_read = _check_step(read, f"read on {namespace}", problems)
-    can_write = _check_step(write, f"write on {namespace}", problems)
+    refusal = settings.refusal("the token is refused (unknown, expired or revoked)")
+    is_ready = _check_step(ready, "readiness", problems, refusal)
+    can_read = _check_step(read, f"read on {namespace}", problems, refusal)
+    can_write = _check_step(write, f"write on {namespace}", problems, refusal)
+    strict = settings.strict
     result = CheckResult(reachable=reachable, ready=is_ready, read=can_read, write=can_write,
                          problems=tuple(problems))
     if strict and problems:
@@ -358,7 +366,7 @@ class TeamCache(_Common, LocalSyncMixin, CachedMixin):
                                    lookup_timeout=lookup_timeout, breaker=_breaker(circuit_breaker), strict=strict)
         self._tier = local_tier
         if local_tier is not None:
-            local_tier._attach(self._settings.base_url, self._settings.token, timeout, lent=http_client)
+            local_tier._attach(self._settings, timeout, lent=http_client)
         # Waiting lookups hold a connection each: allow many, so a filler's upsert never
         # queues behind the waiters of its own burst.
         self._http = http_client or httpx.Client(
@@ -413,7 +421,7 @@ class TeamCache(_Common, LocalSyncMixin, CachedMixin):
         ready = attempt(self.ready)
         read = attempt(lambda: self.lookup(namespace, _CHECK_DESCRIPTOR))
         write = attempt(lambda: self.release(namespace, "teamcache-check", _CHECK_LEASE))
-        return _check_result(namespace, ready, read, write, self._settings.strict)
+        return _check_result(namespace, ready, read, write, self._settings)
 
     def _run(self, call: op.Call[T]) -> T:
         settings = self._settings
@@ -462,8 +470,7 @@ class AsyncTeamCache(_Common, LocalAsyncMixin, AsyncCachedMixin):
                                    lookup_timeout=lookup_timeout, breaker=_breaker(circuit_breaker), strict=strict)
         self._tier = local_tier
         if local_tier is not None:
-            local_tier._attach(self._settings.base_url, self._settings.token, timeout,
-                               unlent=http_client is not None)
+            local_tier._attach(self._settings, timeout, unlent=http_client is not None)
         self._http = http_client or httpx.AsyncClient(
             base_url=self._settings.base_url, headers=self._settings.headers(), timeout=timeout,
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=64))
@@ -516,7 +523,7 @@ class AsyncTeamCache(_Common, LocalAsyncMixin, AsyncCachedMixin):
         ready = await attempt(self.ready)
         read = await attempt(lambda: self.lookup(namespace, _CHECK_DESCRIPTOR))
         write = await attempt(lambda: self.release(namespace, "teamcache-check", _CHECK_LEASE))
-        return _check_result(namespace, ready, read, write, self._settings.strict)
+        return _check_result(namespace, ready, read, write, self._settings)
 
     async def _run(self, call: op.Call[T]) -> T:
         settings = self._settings

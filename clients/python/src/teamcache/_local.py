@@ -40,7 +40,7 @@ from ._local_store import Copies, Queued, Record, instant
 from .models import Entry, Lookup, WriteResult
 
 if TYPE_CHECKING:
-    from ._client import TeamCache
+    from ._client import TeamCache, _Settings
 
 logger = logging.getLogger("teamcache.local")
 
@@ -110,19 +110,20 @@ class LocalTier(FeedFollowing, HitReporting, OutboxSending):
     # Attaching to a client: the tier's own connection (a breaker of its own, no retries: it
     # runs in the background and tries again on its own schedule).
 
-    def _attach(self, base_url: str, token: str | None, timeout: float, lent: httpx.Client | None = None,
+    def _attach(self, settings: _Settings, timeout: float, lent: httpx.Client | None = None,
                 unlent: bool = False) -> None:
-        from ._client import TeamCache, shown_url
+        from ._client import TeamCache
         if self._client is not None:
             # Given to a second client: both share its copies; the first's connection follows.
             return
         http = self._http_client or lent
         if http is None and unlent:
             logger.warning("the local tier connects to %s without the async client's http_client (its CA, proxy, "
-                           "transport): pass LocalTier(http_client=httpx.Client(...)) to use them",
-                           shown_url(base_url))
-        self._client = TeamCache(base_url, token, timeout=timeout, max_retries=0, circuit_breaker=False,
-                                 http_client=http)
+                           "transport): pass LocalTier(http_client=httpx.Client(...)) to use them", settings.base_url)
+        self._client = TeamCache(settings.base_url, settings.token, timeout=timeout, max_retries=0,
+                                 circuit_breaker=False, http_client=http)
+        # Built from the client's URL with its user and password already dropped: a 401 still says so.
+        self._client._settings.url_problem = settings.url_problem
         # A client's own http_client is lent, not given: the client closes it, not the tier
         # (a second client sharing the tier may close it while the first still uses it).
         self._owns_http = lent is None or self._http_client is not None

@@ -184,6 +184,8 @@ class TeamCacheLLMCache(BaseCache):
                                         max_retries=model.max_retries, backoff=model.backoff,
                                         max_backoff=model.max_backoff, lookup_timeout=model.lookup_timeout,
                                         circuit_breaker=model.breaker or False, strict=model.strict)
+                # Its URL is the model's, without the user and password: a 401 still says so.
+                client._settings.url_problem = model.url_problem
             self._async_by_loop[loop] = client
         return client
 
