@@ -84,11 +84,15 @@ public final class EmbeddedPostgres: Sendable {
     }
 
     /// Stops using the cluster, and stops the cluster if no other process uses it and a
-    /// TeamCache process started it (one started by hand is left alone).
-    public func stop() {
+    /// TeamCache process started it (one started by hand is left alone). `discarding`: the
+    /// cluster is deleted next (a test's), so it stops at once, with no shutdown checkpoint and
+    /// no wait for its sessions to end (`-m immediate`; a fast stop of a test cluster was seen
+    /// to hold the test process's exit for pg_ctl's whole minute).
+    public func stop(discarding: Bool = false) {
         users.withLock { users in users.leave {
             guard FileManager.default.fileExists(atPath: starterFile.path) else { return }
-            _ = try? run("pg_ctl", ["-D", clusterDirectory.path, "-m", "fast", "-w", "stop"], what: "stop PostgreSQL")
+            _ = try? run("pg_ctl", ["-D", clusterDirectory.path, "-m", discarding ? "immediate" : "fast", "-w", "stop"],
+                         what: "stop PostgreSQL")
             try? FileManager.default.removeItem(at: starterFile)
             logger.info("embedded PostgreSQL stopped", [("data", .string(clusterDirectory.path))])
         } }

@@ -22,7 +22,7 @@ public final class PrivateCluster {
     }
 
     public func remove() {
-        cluster.stop()
+        cluster.stop(discarding: true)
         try? FileManager.default.removeItem(at: root)
     }
 }

@@ -69,7 +69,7 @@ enum TestDatabaseCleanup {
         cluster = embedded
         atexit {
             guard let cluster = TestDatabaseCleanup.cluster else { return }
-            cluster.stop()
+            cluster.stop(discarding: true)
             try? FileManager.default.removeItem(at: cluster.root)
         }
     }
