@@ -13,7 +13,8 @@
 #   BENCH_SQL: statements run on the service's database before it is populated, to measure
 #   what a part of the schema costs a PUT (a trigger disabled, an index dropped); the anchor
 #   runs on the same database. An experiment only: the service's behaviour changes with it.
-#   One psql -c, so one transaction: DROP/CREATE INDEX and ALTER TABLE, not VACUUM or ALTER SYSTEM.
+#   Each statement runs on its own (psql reading them from its input), so VACUUM and
+#   ALTER SYSTEM work too (follow the latter with SELECT pg_reload_conf()).
 source "$(dirname "$0")/lib.sh"
 need_tools
 build_release
@@ -26,7 +27,7 @@ if [ "${PIN_DATABASE:-0}" = 1 ]; then
   taskset -a -p -c 1 "$SERVER_PID" >/dev/null
   LOAD=(taskset -c 1)
 fi
-[ -n "${BENCH_SQL:-}" ] && psql -h "$(pg_socket)" -U postgres teamcache -v ON_ERROR_STOP=1 -qc "$BENCH_SQL"
+[ -n "${BENCH_SQL:-}" ] && psql -h "$(pg_socket)" -U postgres teamcache -v ON_ERROR_STOP=1 -q <<<"$BENCH_SQL"
 python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >/dev/null
 python3 "$BENCH_DIR/pgbench_sql.py" "$WORK"
 psql -h "$(pg_socket)" -U postgres teamcache -qf "$WORK/plain_table.sql"
