@@ -290,14 +290,18 @@ def test_a_user_and_password_in_the_url_are_dropped_never_sent_or_logged(server,
     assert "GET " + server.url in logged or "PUT " + server.url in logged, logged  # httpx logged its requests
     assert "someone" not in logged and "rd@" not in logged, logged
     assert logged.count("user and password are not sent") == 1, logged  # once, by the client (not its tier)
+    checked = TeamCache(with_user, None, max_retries=0).check(namespace)
+    assert checked.reachable, checked
+    assert f"read on {namespace}: the token is missing; the URL's user and password are not sent" \
+        in checked.problems[0], checked
+    assert checked.problems[1].startswith(f"write on {namespace}: not asked, the cache is stopped: the token is "
+                                          "missing; the URL's user"), checked
     anonymous = TeamCache(with_user, None, max_retries=0)
     with pytest.raises(TeamCacheError) as refused:
         anonymous.get(namespace, "userinfo")
     said = "".join(traceback.format_exception(refused.value)) + repr(anonymous.cache_health)
     assert "401" in said and "the token is missing; the URL's user and password are not sent" in said, said
     assert "someone" not in said and "rd@" not in said, said
-    checked = " ".join(anonymous.check(namespace).problems)
-    assert "the URL's user and password are not sent" in checked and "someone" not in checked, checked
     anonymous.close()
 
 

@@ -321,11 +321,15 @@ _CHECK_DESCRIPTOR = {"model": "teamcache.check", "prompt": "teamcache start-up c
 _CHECK_LEASE = "tcl_" + "0" * 64
 
 
-def _check_step(outcome: Any, what: str, problems: list[str], refusal: str) -> bool:
+def _check_step(outcome: Any, what: str, problems: list[str], refusal: str, settings: _Settings) -> bool:
     """One step of ``check``: True when it worked; otherwise says why in ``problems``."""
     if not isinstance(outcome, BaseException):
         return True
-    if isinstance(outcome, ConfigurationError) or (isinstance(outcome, ProblemError) and outcome.status in (401, 403)):
+    if isinstance(outcome, CacheSkipped) and outcome.reason == "misconfigured" and settings.breaker is not None:
+        # An earlier step's refusal stopped the cache: that is the cause, not reachability.
+        problems.append(f"{what}: not asked, the cache is stopped: {settings.breaker.health.misconfiguration}")
+    elif isinstance(outcome, ConfigurationError) or \
+            (isinstance(outcome, ProblemError) and outcome.status in (401, 403)):
         status = getattr(outcome, "status", 0)
         problems.append(f"{what}: {refusal}" if status == 401 else f"{what}: the token lacks the scope ({outcome})")
     elif isinstance(outcome, ProblemError):
@@ -339,9 +343,9 @@ def _check_result(namespace: str, ready: Any, read: Any, write: Any, settings: _
     problems: list[str] = []
     reachable = not isinstance(ready, TransportError)
     refusal = settings.refusal("the token is refused (unknown, expired or revoked)")
-    is_ready = _check_step(ready, "readiness", problems, refusal)
-    can_read = _check_step(read, f"read on {namespace}", problems, refusal)
-    can_write = _check_step(write, f"write on {namespace}", problems, refusal)
+    is_ready = _check_step(ready, "readiness", problems, refusal, settings)
+    can_read = _check_step(read, f"read on {namespace}", problems, refusal, settings)
+    can_write = _check_step(write, f"write on {namespace}", problems, refusal, settings)
     strict = settings.strict
     result = CheckResult(reachable=reachable, ready=is_ready, read=can_read, write=can_write,
                          problems=tuple(problems))
