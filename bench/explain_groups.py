@@ -44,7 +44,7 @@ def main(path: str) -> None:
     line("its statement triggers, all", sum(triggers.values()))
     for name, took in triggers.most_common():
         line(f"`{name}`", took)
-    line("the rest: the access rows' CTE (it runs after the plan's top node), executor start and end",
+    line("the rest: the access rows' CTE (it runs after the plan's top node), the after-trigger queue",
          whole - plan - sum(triggers.values()))
 
 

@@ -14,7 +14,9 @@
 #   what a part of the schema costs a PUT (a trigger disabled, an index dropped); the anchor
 #   runs on the same database. An experiment only: the service's behaviour changes with it.
 #   Each statement runs on its own (psql reading them from its input), so VACUUM and
-#   ALTER SYSTEM work too (follow the latter with SELECT pg_reload_conf()).
+#   ALTER SYSTEM work too. After ALTER SYSTEM, SELECT pg_reload_conf() applies what a reload can
+#   (settings read at a session's start reach only sessions opened later, and some settings
+#   need a restart: not these runs).
 source "$(dirname "$0")/lib.sh"
 need_tools
 build_release
@@ -27,7 +29,7 @@ if [ "${PIN_DATABASE:-0}" = 1 ]; then
   taskset -a -p -c 1 "$SERVER_PID" >/dev/null
   LOAD=(taskset -c 1)
 fi
-[ -n "${BENCH_SQL:-}" ] && psql -h "$(pg_socket)" -U postgres teamcache -v ON_ERROR_STOP=1 -q <<<"$BENCH_SQL"
+[ -n "${BENCH_SQL:-}" ] && psql -h "$(pg_socket)" -U postgres teamcache -v ON_ERROR_STOP=1 -q -o /dev/null <<<"$BENCH_SQL"
 python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >/dev/null
 python3 "$BENCH_DIR/pgbench_sql.py" "$WORK"
 psql -h "$(pg_socket)" -U postgres teamcache -qf "$WORK/plain_table.sql"

@@ -2,7 +2,7 @@
 # Where a PUT group statement's time goes inside PostgreSQL: auto_explain (ANALYZE, triggers,
 # buffers, WAL) of every statement while wrk -c64 of bench/lua/put.lua runs, summed over the
 # write groups: the statement's plan, each trigger, and the rest (the unread data-modifying CTE
-# that writes the access rows runs after the plan's top node; executor start and end), per group
+# that writes the access rows runs after the plan's top node; the after-trigger queue), per group
 # and per write. Instrumented (timing every plan node costs time): the figures are shares, not
 # speeds. The triggers' own statements are not logged (that would bill the triggers for it).
 #   BENCH_DURATION (the warm-up and the measured run, default 3 s); BENCH_SQL as in put-cpu.sh.
@@ -13,7 +13,7 @@ build_release
 start_server
 socket=$(pg_socket)
 sql() { psql -h "$socket" -U postgres teamcache -v ON_ERROR_STOP=1 -q "$@"; }
-[ -n "${BENCH_SQL:-}" ] && sql -c "$BENCH_SQL"
+[ -n "${BENCH_SQL:-}" ] && sql -o /dev/null <<<"$BENCH_SQL"
 python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >/dev/null
 wrk_run 64 "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/put.lua" >/dev/null  # warm-up
 sql -c "VACUUM ANALYZE entries, entry_access, entry_changes, counter_deltas"
