@@ -261,6 +261,8 @@ def test_a_token_read_with_its_newline_works_and_a_broken_one_is_never_quoted(se
     ("http://h?next=//a@b", "http://h?next=//a@b", False),
     ("http://h#a@b", "http://h#a@b", False),
     ("http://127.0.0.1:8080", "http://127.0.0.1:8080", False),
+    ("localhost:8080", "localhost:8080", False),
+    ("http:\\\\u:p@h", "http:\\\\u:p@h", False),
 ])
 def test_the_user_and_password_found_in_a_url_are_its_authoritys_only(url, shown, held):
     assert shown_url(url) == shown

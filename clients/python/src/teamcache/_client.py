@@ -44,7 +44,7 @@ def _unsendable(token: str | None) -> str | None:
 #: The user and password of a URL: after its scheme (none: a URL written without one), up to
 #: the last ``@`` before the path, query or fragment (so a password holding an ``@`` goes whole).
 #: Anchored: an ``@`` in the path or query is not one.
-_CREDENTIALS = re.compile(r"^((?:(?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?)([^/?#]*)@")
+_CREDENTIALS = re.compile(r"^((?:(?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?)([^/?#\\]*)@")
 
 
 def shown_url(url: str) -> str:
