@@ -28,7 +28,7 @@ from teamcache import (
     TokenCounts,
     TransportError,
 )
-from teamcache._client import _holds_credentials, shown_url
+from teamcache._settings import _holds_credentials, shown_url
 from teamcache.openai import async_http_client, http_client
 
 from .conftest import eventually, free_port

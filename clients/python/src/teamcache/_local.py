@@ -40,7 +40,8 @@ from ._local_store import Copies, Queued, Record, instant
 from .models import Entry, Lookup, WriteResult
 
 if TYPE_CHECKING:
-    from ._client import TeamCache, _Settings
+    from ._client import TeamCache
+    from ._settings import _Settings
 
 logger = logging.getLogger("teamcache.local")
 
