@@ -29,15 +29,9 @@ if [ "${PIN_DATABASE:-0}" = 1 ]; then
   taskset -a -p -c 1 "$SERVER_PID" >/dev/null
   LOAD=(taskset -c 1)
 fi
-[ -n "${BENCH_SQL:-}" ] && psql -h "$(pg_socket)" -U postgres teamcache -v ON_ERROR_STOP=1 -q -o /dev/null <<<"$BENCH_SQL"
-python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >/dev/null
+put_store_ready
 python3 "$BENCH_DIR/pgbench_sql.py" "$WORK"
 psql -h "$(pg_socket)" -U postgres teamcache -qf "$WORK/plain_table.sql"
-wrk_run 64 "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/put.lua" >/dev/null  # warm-up
-# The warm-up's tens of thousands of new rows start the first autovacuum of entries (it sets
-# every page's visibility), which fell on round 1 (96-138 µs of PostgreSQL CPU a PUT against
-# 52-86 in rounds 2-3): done now, before anything is measured.
-psql -h "$(pg_socket)" -U postgres teamcache -qc "VACUUM ANALYZE entries, entry_access, entry_changes, counter_deltas"
 # The group sizes' sum and count so far, from the service's metrics.
 groups() {
   curl -s -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/metrics" |

@@ -13,10 +13,7 @@ build_release
 start_server
 socket=$(pg_socket)
 sql() { psql -h "$socket" -U postgres teamcache -v ON_ERROR_STOP=1 -q "$@"; }
-[ -n "${BENCH_SQL:-}" ] && sql -o /dev/null <<<"$BENCH_SQL"
-python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >/dev/null
-wrk_run 64 "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/put.lua" >/dev/null  # warm-up
-sql -c "VACUUM ANALYZE entries, entry_access, entry_changes, counter_deltas"
+put_store_ready
 # auto_explain's settings exist only once it is loaded, hence LOAD in the same session. The
 # service's connections are ended so that its pool opens new ones, which preload it.
 sql -c "LOAD 'auto_explain'" -c "ALTER SYSTEM SET session_preload_libraries = 'auto_explain'" \

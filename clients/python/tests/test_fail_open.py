@@ -28,7 +28,7 @@ from teamcache import (
     TokenCounts,
     TransportError,
 )
-from teamcache._settings import _holds_credentials, shown_url
+from teamcache._settings import _holds_credentials, without_credentials
 from teamcache.openai import async_http_client, http_client
 
 from .conftest import eventually, free_port
@@ -265,7 +265,7 @@ def test_a_token_read_with_its_newline_works_and_a_broken_one_is_never_quoted(se
     ("http:\\\\u:p@h", "http:\\\\u:p@h", False),
 ])
 def test_the_user_and_password_found_in_a_url_are_its_authoritys_only(url, shown, held):
-    assert shown_url(url) == shown
+    assert without_credentials(url) == shown
     assert _holds_credentials(url) is held
 
 

@@ -111,7 +111,7 @@ _CHECK_DESCRIPTOR = {"model": "teamcache.check", "prompt": "teamcache start-up c
 _CHECK_LEASE = "tcl_" + "0" * 64
 
 
-def _check_step(outcome: Any, what: str, problems: list[str], refusal: str, settings: _Settings) -> bool:
+def _check_step(outcome: Any, what: str, problems: list[str], settings: _Settings) -> bool:
     """One step of ``check``: True when it worked; otherwise says why in ``problems``."""
     if not isinstance(outcome, BaseException):
         return True
@@ -121,7 +121,8 @@ def _check_step(outcome: Any, what: str, problems: list[str], refusal: str, sett
     elif isinstance(outcome, ConfigurationError) or \
             (isinstance(outcome, ProblemError) and outcome.status in (401, 403)):
         status = getattr(outcome, "status", 0)
-        problems.append(f"{what}: {refusal}" if status == 401 else f"{what}: the token lacks the scope ({outcome})")
+        problems.append(f"{what}: {settings.refusal()}" if status == 401
+                        else f"{what}: the token lacks the scope ({outcome})")
     elif isinstance(outcome, ProblemError):
         problems.append(f"{what}: TeamCache answered {outcome}")
     else:
@@ -132,10 +133,9 @@ def _check_step(outcome: Any, what: str, problems: list[str], refusal: str, sett
 def _check_result(namespace: str, ready: Any, read: Any, write: Any, settings: _Settings) -> CheckResult:
     problems: list[str] = []
     reachable = not isinstance(ready, TransportError)
-    refusal = settings.refusal("the token is refused (unknown, expired or revoked)")
-    is_ready = _check_step(ready, "readiness", problems, refusal, settings)
-    can_read = _check_step(read, f"read on {namespace}", problems, refusal, settings)
-    can_write = _check_step(write, f"write on {namespace}", problems, refusal, settings)
+    is_ready = _check_step(ready, "readiness", problems, settings)
+    can_read = _check_step(read, f"read on {namespace}", problems, settings)
+    can_write = _check_step(write, f"write on {namespace}", problems, settings)
     strict = settings.strict
     result = CheckResult(reachable=reachable, ready=is_ready, read=can_read, write=can_write,
                          problems=tuple(problems))

@@ -37,9 +37,9 @@ def _unsendable(token: str | None) -> str | None:
 _CREDENTIALS = re.compile(r"^((?:(?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?)([^/?#\\]*)@")
 
 
-def shown_url(url: str) -> str:
-    """``url`` as messages name it (and as it is used): without the user and password before
-    its host."""
+def without_credentials(url: str) -> str:
+    """``url`` without the user and password before its host: as the client uses it and as its
+    messages name it."""
     return _CREDENTIALS.sub(r"\1", url, count=1)
 
 
@@ -63,7 +63,7 @@ class _Settings:
         # A user and password in the URL are never used: httpx would send them as Basic auth in
         # place of the bearer token (every call refused), and log the URL, password and all, on
         # each request. They are dropped, and said so (a warning now, and with any 401).
-        self.base_url = shown_url(url)
+        self.base_url = without_credentials(url)
         #: Why the URL's user and password are not sent (None: it had none).
         self.url_problem = URL_CREDENTIALS_DROPPED if _holds_credentials(url) else None
         if self.url_problem is not None:
@@ -84,8 +84,6 @@ class _Settings:
         #: h11 refuse the request and quote the whole header in its error, and in every
         #: traceback that error reaches.
         self.token_problem = _unsendable(self.token)
-        #: Where the service is, as messages name it (the URL holds no user or password now).
-        self.shown_url = self.base_url
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
@@ -99,7 +97,7 @@ class _Settings:
         (`token_problem`)."""
         detail = f"{type(error).__name__} (the request could not be sent as built)" \
             if isinstance(error, httpx.LocalProtocolError) else repr(error)
-        return TransportError(f"TeamCache unreachable at {self.shown_url}: {detail}")
+        return TransportError(f"TeamCache unreachable at {self.base_url}: {detail}")
 
     @staticmethod
     def cause(error: httpx.TransportError) -> BaseException | None:
@@ -155,7 +153,7 @@ class _Settings:
         """Raises ``CacheSkipped`` while the breaker is open (no request is made)."""
         if self.breaker is not None and not self.breaker.allow():
             health = self.breaker.health
-            raise CacheSkipped(f"TeamCache skipped at {self.shown_url}: the circuit is open after "
+            raise CacheSkipped(f"TeamCache skipped at {self.base_url}: the circuit is open after "
                                f"{health.consecutive_failures} failure(s) ({health.last_error})",
                                reason="misconfigured" if health.misconfiguration else "breaker-open")
 
@@ -188,9 +186,9 @@ class _Settings:
         if status in (401, 403):
             problem = op.problem(status, response.content)
             reason = "unauthorized" if status == 401 else "forbidden"
-            what = self.refusal("the token is refused (unknown, expired or revoked)") if status == 401 \
+            what = self.refusal() if status == 401 \
                 else f"the token lacks a scope: {problem.detail or 'forbidden'}"
-            message = f"{what} ({self.shown_url}{call.path}: {status})"
+            message = f"{what} ({self.base_url}{call.path}: {status})"
             if self.breaker is not None:
                 self.breaker.misconfigured(message, stop=status == 401)
             if self.strict:
@@ -201,9 +199,10 @@ class _Settings:
         elif self.breaker is not None:
             self.breaker.succeeded()
 
-    def refusal(self, refused: str) -> str:
+    def refusal(self) -> str:
         """Why a 401 came: the token not sent, missing or refused; and the URL's dropped user
         and password, when it had them (a proxy in front that wanted them also answers 401)."""
+        refused = "the token is refused (unknown, expired or revoked)"
         what = self.token_problem or ("the token is missing" if not self.token else refused)
         return f"{what}; {self.url_problem}" if self.url_problem else what
 
@@ -222,5 +221,5 @@ class _Settings:
             except Exception as error:  # noqa: BLE001 - not TeamCache's answer (a wrong base URL?)
                 if self.breaker is not None:
                     self.breaker.failed(f"malformed answer: {type(error).__name__}")
-                raise TransportError(f"TeamCache at {self.shown_url} gave a malformed answer to {call.path}") from error
+                raise TransportError(f"TeamCache at {self.base_url} gave a malformed answer to {call.path}") from error
         raise op.problem(response.status_code, response.content)
