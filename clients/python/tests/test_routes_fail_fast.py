@@ -126,3 +126,22 @@ def test_every_route_against_a_refused_token_raises_and_then_skips(server):
         assert time.monotonic() - started < 1.0, name
     assert refused >= 1 and cache.cache_health.misconfiguration
     cache.close()
+
+
+def test_check_answers_at_once_against_a_refusing_or_a_frozen_cache():
+    """``check`` reports rather than raises: against a cache that refuses connections or never
+    answers it says so within the client's deadline (the breaker skips the steps after the
+    first failure), sync and async alike."""
+    frozen = Frozen()
+    try:
+        for url in (f"http://127.0.0.1:{free_port()}", frozen.url):
+            started = time.monotonic()
+            result = TeamCache(url, "tc_x", **client_kwargs()).check("n")
+            assert not result.reachable and not result.ok and len(result.problems) == 3, result
+            assert time.monotonic() - started < 2.0, url
+            started = time.monotonic()
+            result = asyncio.run(AsyncTeamCache(url, "tc_x", **client_kwargs()).check("n"))
+            assert not result.reachable and not result.ok and len(result.problems) == 3, result
+            assert time.monotonic() - started < 2.0, url
+    finally:
+        frozen.close()
