@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where a PUT group statement's time goes inside PostgreSQL: auto_explain (ANALYZE, triggers,
-# buffers, WAL) of every statement while wrk -c64 of bench/lua/put.lua runs, summed over the
+# buffers, WAL) of every statement while wrk -c64 (CLIENTS) of bench/lua/put.lua runs, summed over the
 # write groups: the statement's plan, each trigger, and the rest (the unread data-modifying CTE
 # that writes the access rows runs after the plan's top node; the after-trigger queue), per group
 # and per write. Instrumented (timing every plan node costs time): the figures are shares, not
@@ -24,9 +24,9 @@ sql -c "LOAD 'auto_explain'" -c "ALTER SYSTEM SET session_preload_libraries = 'a
 sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
         WHERE datname = 'teamcache' AND pid <> pg_backend_pid()" >/dev/null
 # The pool's connections were ended: a second of PUTs gets it new ones before the log starts.
-wrk -t2 -c64 -d1s -s "$BENCH_DIR/lua/put.lua" "http://127.0.0.1:$PORT" >/dev/null
+wrk -t2 -c"${CLIENTS:-64}" -d1s -s "$BENCH_DIR/lua/put.lua" "http://127.0.0.1:$PORT" >/dev/null
 : > "$WORK/data/postgres.log"
-out=$(wrk -t2 -c64 -d"${DURATION}s" -s "$BENCH_DIR/lua/put.lua" "http://127.0.0.1:$PORT")
+out=$(wrk -t2 -c"${CLIENTS:-64}" -d"${DURATION}s" -s "$BENCH_DIR/lua/put.lua" "http://127.0.0.1:$PORT")
 echo "$out" | grep -q "Non-2xx" && { echo "$out"; echo "some PUTs failed" >&2; exit 1; }
 echo "$out" | awk '/Requests\/sec/ {print "PUTs a second while instrumented: " $2}'
 python3 "$BENCH_DIR/explain_groups.py" "$WORK/data/postgres.log"
