@@ -41,7 +41,7 @@ public final class EntryStore: EntryStorage {
     /// running ones must have been busy before another starts (a test's seam; see
     /// `EntryWriteBatcher`).
     public init(pool: ConnectionPool, policy: CachePolicy, clock: any Clock = SystemClock(),
-                concurrentWriteBatches: Int = 4, writeBatchSizes: HistogramFamily? = nil, tracksPositions: Bool = false,
+                concurrentWriteBatches: Int = 4, writeGroupMetrics: WriteGroupMetrics? = nil, tracksPositions: Bool = false,
                 keyring: Keyring = Keyring(master: nil),
                 writeGroupsBusyAfter: TimeInterval = 0.02) {
         self.pool = pool
@@ -49,7 +49,7 @@ public final class EntryStore: EntryStorage {
         self.tracksPositions = tracksPositions
         self.policy = policy
         self.clock = clock
-        writes = EntryWriteBatcher(concurrent: concurrentWriteBatches, maxBatch: 64, batchSizes: writeBatchSizes,
+        writes = EntryWriteBatcher(concurrent: concurrentWriteBatches, maxBatch: 64, metrics: writeGroupMetrics,
                                    busyAfter: writeGroupsBusyAfter)
     }
 

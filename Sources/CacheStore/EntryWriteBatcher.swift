@@ -37,6 +37,8 @@ final class EntryWriteBatcher: Sendable {
         /// Told first, as soon as the group's outcome is known (drop cached copies here).
         let committed: (@Sendable (Result<WriteOutcome, any Error>) -> Void)?
         let completion: @Sendable (Result<WriteOutcome, any Error>, WALPosition?) -> Void
+        /// When it was queued (`monotonicNow`), for the wait it is counted in the metrics.
+        let queuedAt: UInt64
     }
 
     /// One call per row, in the batch's order (sorted, so concurrent batches lock the same
@@ -59,12 +61,12 @@ final class EntryWriteBatcher: Sendable {
     private let pending = Locked(Pending())
     private let concurrent: Int
     private let maxBatch: Int
-    private let batchSizes: HistogramFamily?
+    private let metrics: WriteGroupMetrics?
 
-    init(concurrent: Int, maxBatch: Int, batchSizes: HistogramFamily?, busyAfter: TimeInterval = defaultBusyAfter) {
+    init(concurrent: Int, maxBatch: Int, metrics: WriteGroupMetrics?, busyAfter: TimeInterval = defaultBusyAfter) {
         self.concurrent = max(1, concurrent)
         self.maxBatch = max(1, maxBatch)
-        self.batchSizes = batchSizes
+        self.metrics = metrics
         busyAfterNanoseconds = max(2_000_000, UInt64(max(0.002, min(busyAfter, 60)) * 1e9))
     }
 
@@ -111,12 +113,14 @@ final class EntryWriteBatcher: Sendable {
                 offLoop: BlockingWork? = nil,
                 completion: @escaping @Sendable (Result<WriteOutcome, any Error>, WALPosition?) -> Void) {
         let size = write.body.bytes.count
-        let slot = Slot(write: write, committed: committed, completion: completion)
+        let slot = Slot(write: write, committed: committed, completion: completion, queuedAt: Self.monotonicNow())
         let admission = pending.withLock { pending -> Admission in
             guard pending.queue.count < Self.maxQueued,
                   pending.queue.isEmpty || pending.queuedBytes + size <= Self.maxQueuedBytes else { return .refused }
             pending.queuedBytes += size
             pending.queue.append(slot)
+            // Read under the lock: a time read before it could precede the latest group's
+            // start, and the busy check's unsigned difference would wrap.
             return admit(&pending, now: Self.monotonicNow())
         }
         switch admission {
@@ -181,8 +185,13 @@ final class EntryWriteBatcher: Sendable {
                 member.committed?(.failure(WriteAbandoned()))
                 member.completion(.failure(WriteAbandoned()), nil)
             }
+            let started = Self.monotonicNow()
             let results = Self.run(batch.map(\.write), store: store)
-            batchSizes?.observe([], Double(batch.count))
+            // A group whose every write was given up ran nothing: it is not a transaction.
+            if !batch.isEmpty {
+                metrics?.observe(count: batch.count, ranNanoseconds: Self.monotonicNow() &- started,
+                                 waitedNanoseconds: batch.map { started &- $0.queuedAt })
+            }
             for (member, result) in zip(batch, results) { member.committed?(result) }
             let position = Self.position(after: results, store: store)
             for (member, result) in zip(batch, results) { member.completion(result, position) }

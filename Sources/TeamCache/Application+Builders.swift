@@ -49,9 +49,16 @@ extension Application {
                       clock: any Clock, history: WALHistory?, keyring: Keyring) -> EntryStore {
         EntryStore(pool: pool, policy: configuration.cache, clock: clock,
                    concurrentWriteBatches: configuration.writeBatches,
-                   writeBatchSizes: metrics.histogram(MetricCatalogue.dbWriteBatchSize,
-                                                      bounds: [1, 2, 4, 8, 16, 32, 64]),
+                   writeGroupMetrics: writeGroupMetrics(metrics),
                    tracksPositions: history != nil, keyring: keyring)
+    }
+
+    /// Bounds from a fast group (half a millisecond) to a commit stuck for seconds.
+    static func writeGroupMetrics(_ metrics: MetricsRegistry) -> WriteGroupMetrics {
+        let seconds: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
+        return WriteGroupMetrics(sizes: metrics.histogram(MetricCatalogue.dbWriteBatchSize, bounds: [1, 2, 4, 8, 16, 32, 64]),
+                                 groupSeconds: metrics.histogram(MetricCatalogue.dbWriteGroupSeconds, bounds: seconds),
+                                 waitSeconds: metrics.histogram(MetricCatalogue.dbWriteWaitSeconds, bounds: seconds))
     }
 
     static func loopParts(_ configuration: Configuration, _ database: Database, _ metrics: MetricsRegistry,

@@ -51,6 +51,12 @@ public enum MetricCatalogue {
     // MARK: Registered by the service itself.
     public static let dbWriteBatchSize = MetricDefinition(.histogram, "teamcache_db_write_batch_size",
         "Entry writes per committed transaction.")
+    public static let dbWriteGroupSeconds = MetricDefinition(.histogram, "teamcache_db_write_group_seconds",
+        "Time a group of entry writes took in the database, its statement and its commit, per group.",
+        notes: "A slow commit (a WAL flush) shows here, and every write of the group waits for it.")
+    public static let dbWriteWaitSeconds = MetricDefinition(.histogram, "teamcache_db_write_wait_seconds",
+        "Time an entry write waited in the queue for its group to start, per write.",
+        notes: "It grows when groups run long: a write queued behind a running group waits for it.")
     public static let inflateCacheBytes = MetricDefinition(.gauge, "teamcache_inflate_cache_bytes",
         "Inflated bodies held for clients without gzip, in bytes.")
     public static let notificationQueueUsage = MetricDefinition(.gauge, "teamcache_notification_queue_usage",
@@ -189,6 +195,8 @@ public enum MetricCatalogue {
         integrityErrorsTotal,
         leasesTotal,
         dbWriteBatchSize,
+        dbWriteGroupSeconds,
+        dbWriteWaitSeconds,
         inflateCacheBytes,
         notificationQueueUsage,
         storeMaxBytes,

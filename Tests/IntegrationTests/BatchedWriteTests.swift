@@ -142,6 +142,65 @@ import TestSupport
         #expect(done.value["held"] != nil)
     }
 
+    /// The group and wait times on the metrics page are the ones the writes lived through: a
+    /// group held by a row lock for a second counts that second as its run, and a write queued
+    /// behind it (one group at a time) counts it as its wait; the quick ones count as quick.
+    @Test func aHeldGroupCountsItsRunAndTheWriteBehindItCountsItsWait() throws {
+        let url = try DumpTests.databaseURL(prefix: "groupmetrics")
+        var configuration = ConnectionPool.Configuration(url: url, maxConnections: 4)
+        configuration.limits.lockTimeout = 30
+        configuration.limits.statementTimeout = 60
+        let pool = ConnectionPool(configuration)
+        defer { pool.closeIdle() }
+        let registry = MetricsRegistry()
+        let metrics = WriteGroupMetrics(sizes: registry.histogram("sizes", "", bounds: [1]),
+                                        groupSeconds: registry.histogram("runs", "", bounds: [0.5]),
+                                        waitSeconds: registry.histogram("waits", "", bounds: [0.5]))
+        let store = EntryStore(pool: pool, policy: CachePolicy(), concurrentWriteBatches: 1, writeGroupMetrics: metrics,
+                               writeGroupsBusyAfter: 60)
+        let namespace = try #require(Namespace("groupmetrics"))
+        @Sendable func write(_ key: String) -> EntryWrite {
+            EntryWrite(namespace: namespace, key: EntryKey(Array(key.utf8))!,
+                       body: StoredBody.fromIdentity(Array("v".utf8), contentType: "text/plain", policy: store.policy),
+                       contentType: "text/plain")
+        }
+        _ = try store.put(write("held"))
+        let holder = try PostgresConnection(url: url, limits: .unbounded)
+        try holder.execute("BEGIN")
+        _ = try holder.query("SELECT id FROM entries WHERE namespace = 'groupmetrics' AND key = 'held'::bytea FOR UPDATE")
+        let group = DispatchGroup()
+        for key in ["held", "behind"] {
+            group.enter()
+            Thread {
+                _ = try? store.put(write(key))
+                group.leave()
+            }.start()
+            if key == "held" {
+                let watcher = try PostgresConnection(url: url, limits: .unbounded)
+                var waiting = false
+                for _ in 0..<500 where !waiting {
+                    waiting = try watcher.query("""
+                        SELECT count(*) AS n FROM pg_stat_activity
+                        WHERE datname = current_database() AND wait_event_type = 'Lock'
+                        """).first?.int("n") == 1
+                    if !waiting { Thread.sleep(forTimeInterval: 0.01) }
+                }
+                try #require(waiting, "the held group never waited for its lock")
+            }
+        }
+        Thread.sleep(forTimeInterval: 1)
+        try holder.execute("COMMIT")
+        #expect(group.wait(timeout: .now() + 10) == .success)
+        let page = registry.render()
+        // Three groups: the first write, the held one, the one behind it.
+        #expect(metricSample(page, "runs_count") == 3 && metricSample(page, "waits_count") == 3)
+        #expect(metricSample(page, "runs_bucket{le=\"0.5\"}") == 2, "\(page)")
+        #expect(metricSample(page, "runs_sum") > 0.5)
+        #expect(metricSample(page, "waits_bucket{le=\"0.5\"}") == 2, "\(page)")
+        #expect(metricSample(page, "waits_sum") > 0.5)
+        #expect(metricSample(page, "sizes_sum") == 3)
+    }
+
     /// Writes submitted from a thread that may not block, as an event loop submits a PUT:
     /// every group is committed on a thread the hand-off gave, never the submitting one, and
     /// the hand-off is asked once a group, not once a write.
@@ -241,7 +300,8 @@ import TestSupport
         let shared = TestService.shared.app.store
         let metrics = MetricsRegistry()
         let sizes = metrics.histogram("teamcache_db_write_batch_size", "", bounds: [1, 4, 16])
-        return (EntryStore(pool: shared.pool, policy: shared.policy, concurrentWriteBatches: 1, writeBatchSizes: sizes),
+        return (EntryStore(pool: shared.pool, policy: shared.policy, concurrentWriteBatches: 1,
+                           writeGroupMetrics: WriteGroupMetrics(sizes: sizes)),
                 metrics)
     }
 
