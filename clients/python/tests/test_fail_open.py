@@ -27,6 +27,7 @@ from teamcache import (
     TeamCacheError,
     TokenCounts,
     TransportError,
+    _settings,
 )
 from teamcache._settings import _holds_credentials, without_credentials
 from teamcache.openai import async_http_client, http_client
@@ -275,6 +276,7 @@ def test_a_user_and_password_in_the_url_are_dropped_never_sent_or_logged(server,
     (every call refused) and log the URL, password and all, with each request. They are
     dropped: the token works, no log line or error holds them, and a 401 names them."""
     monkeypatch.delenv("TEAMCACHE_TOKEN", raising=False)
+    monkeypatch.setattr(_settings, "_warned_urls", set())  # warned once a process: this test's first
     caplog.set_level(logging.DEBUG)
     with_user = server.url.replace("//", "//someone:pa%40ss@wo@rd@")
     tier = LocalTier(feed_wait=2)
@@ -305,6 +307,24 @@ def test_a_user_and_password_in_the_url_are_dropped_never_sent_or_logged(server,
     assert "401" in said and "the token is missing; the URL's user and password are not sent" in said, said
     assert "someone" not in said and "rd@" not in said, said
     anonymous.close()
+
+
+def test_dropped_credentials_are_warned_of_once_a_url(caplog, monkeypatch):
+    """A process making a client per request (a serverless handler) logs the warning once for
+    its cache's URL, whatever the password; another URL is warned of in its turn, and every
+    client still says why in its own 401s."""
+    monkeypatch.setattr(_settings, "_warned_urls", set())
+    caplog.set_level(logging.WARNING)
+    clients = [TeamCache(f"http://user:secret{n}@cache.invalid:8080", "tc_x", max_retries=0) for n in range(3)]
+    other = TeamCache("http://user:secret@other.invalid:8080", "tc_x", max_retries=0)
+    warned = [record.getMessage() for record in caplog.records
+              if "user and password are not sent" in record.getMessage()]
+    assert [message.split(":8080")[0] for message in warned] == [
+        "TeamCache at http://cache.invalid", "TeamCache at http://other.invalid"], warned
+    assert all(client._settings.url_problem is not None for client in [*clients, other])
+    assert all("secret" not in message for message in warned), warned
+    for client in [*clients, other]:
+        client.close()
 
 
 def test_check_reports_each_missing_scope(server, namespace):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import threading
 from typing import Any, TypeVar
 
 import httpx
@@ -53,6 +54,23 @@ URL_CREDENTIALS_DROPPED = ("the URL's user and password are not sent: TeamCache 
                            "(token= or TEAMCACHE_TOKEN)")
 
 
+#: The URLs (without credentials) already warned of: a process that makes a client per request
+#: would otherwise log the same warning with every one. Bounded: past it, each is warned again.
+_warned_urls: set[str] = set()
+_warned_lock = threading.Lock()
+_WARNED_MAX = 256
+
+
+def _first_warning(base_url: str) -> bool:
+    """Whether the dropped credentials of ``base_url`` are to be warned of now: once a process."""
+    with _warned_lock:
+        if base_url in _warned_urls:
+            return False
+        if len(_warned_urls) < _WARNED_MAX:
+            _warned_urls.add(base_url)
+        return True
+
+
 class _Settings:
     """What both clients share: where, who, how long, how often."""
 
@@ -62,11 +80,11 @@ class _Settings:
         url = (base_url or os.environ.get("TEAMCACHE_URL") or "http://127.0.0.1:8080").strip().rstrip("/")
         # A user and password in the URL are never used: httpx would send them as Basic auth in
         # place of the bearer token (every call refused), and log the URL, password and all, on
-        # each request. They are dropped, and said so (a warning now, and with any 401).
+        # each request. They are dropped, and said so (a warning the first time, and with any 401).
         self.base_url = without_credentials(url)
         #: Why the URL's user and password are not sent (None: it had none).
         self.url_problem = URL_CREDENTIALS_DROPPED if _holds_credentials(url) else None
-        if self.url_problem is not None:
+        if self.url_problem is not None and _first_warning(self.base_url):
             logger.warning("TeamCache at %s: %s", self.base_url, self.url_problem)
         #: A lookup that does not wait gets this long in all (a hit takes milliseconds).
         self.lookup_timeout = lookup_timeout
