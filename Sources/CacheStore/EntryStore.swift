@@ -41,8 +41,8 @@ public final class EntryStore: EntryStorage {
     /// running ones must have been busy before another starts (a test's seam; see
     /// `EntryWriteBatcher`).
     public init(pool: ConnectionPool, policy: CachePolicy, clock: any Clock = SystemClock(),
-                concurrentWriteBatches: Int = 4, writeGroupMetrics: WriteGroupMetrics? = nil, tracksPositions: Bool = false,
-                keyring: Keyring = Keyring(master: nil),
+                concurrentWriteBatches: Int = 4, writeGroupMetrics: WriteGroupMetrics? = nil,
+                tracksPositions: Bool = false, keyring: Keyring = Keyring(master: nil),
                 writeGroupsBusyAfter: TimeInterval = 0.02) {
         self.pool = pool
         self.keyring = keyring
