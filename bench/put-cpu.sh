@@ -41,12 +41,19 @@ groups() {
   curl -s -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/metrics" |
     awk '/^teamcache_db_write_batch_size_sum/ {s = $2} /^teamcache_db_write_batch_size_count/ {c = $2} END {print s + 0, c + 0}'
 }
-# The cluster's WAL so far: bytes (the insert position: exact) and full-page images (pg_stat_wal,
-# which a busy backend flushes at most once a second: read after a pause, so the run's are in).
+# The cluster's WAL so far: bytes (the insert position: exact) and full-page images
+# (pg_stat_wal: approximate, since a session reports its counts at most once a second, and an
+# idle one's last second only after ten: a round's last second may count in the next one).
 wal() {
   sleep 1.2
-  psql -h "$(pg_socket)" -U postgres teamcache -tAF ' ' \
+  psql -X -v ON_ERROR_STOP=1 -h "$(pg_socket)" -U postgres teamcache -tAF ' ' \
     -c "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn, wal_fpi FROM pg_stat_wal"
+}
+# numbers VALUE...: stops the run unless every value is a whole number (a reading that failed
+# would otherwise be 0 in the arithmetic, and print wrong figures).
+numbers() {
+  local value
+  for value in "$@"; do [[ $value =~ ^[0-9]+$ ]] || { echo "not a reading: '$value'" >&2; exit 1; }; done
 }
 # per_put AMOUNT COUNT DECIMALS → AMOUNT / COUNT
 per_put() { awk -v a="$1" -v n="$2" -v d="$3" 'BEGIN { if (n > 0) printf "%.*f", d, a / n; else print "?" }'; }
@@ -58,6 +65,7 @@ echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for round in $(seq 1 "${ROUNDS:-3}"); do
   read -r sum0 count0 <<<"$(groups)"
   read -r wal0 fpi0 <<<"$(wal)"
+  numbers "$wal0" "$fpi0"
   read -r idle0 total0 <<<"$(machine_ticks)"
   service0=$(cpu_ticks "$SERVER_PID") db0=$(postgres_ticks)
   out=$("${LOAD[@]}" wrk -t2 -c"$CLIENTS" -d"${DURATION}s" --latency -s "$BENCH_DIR/lua/put.lua" "http://127.0.0.1:$PORT")
@@ -65,6 +73,7 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
   read -r idle1 total1 <<<"$(machine_ticks)"
   read -r sum1 count1 <<<"$(groups)"
   read -r wal1 fpi1 <<<"$(wal)"
+  numbers "$wal1" "$fpi1"
   echo "$out" | grep -q "Non-2xx" && { echo "$out"; echo "some PUTs failed: not counted as PUTs" >&2; exit 1; }
   puts=$(echo "$out" | awk '/requests in/ {print $1}')
   read -r user kernel <<<"$(cpu_per_request "$service0" "$service1" "$puts")"
@@ -76,8 +85,9 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
        "$(awk -v i=$((idle1 - idle0)) -v t=$((total1 - total0)) 'BEGIN { if (t > 0) printf "%.0f", 100 * i / t; else print "?" }') |" \
        "$(per_put $((wal1 - wal0)) "$puts" 0) | $(per_put $((fpi1 - fpi0)) "$puts" 2) |"
 done
-db0=$(postgres_ticks)
 read -r wal0 fpi0 <<<"$(wal)"
+numbers "$wal0" "$fpi0"
+db0=$(postgres_ticks)
 out=$(cd "$WORK" && "${LOAD[@]}" pgbench -n -M prepared -c "$ANCHOR_CLIENTS" -j 2 -T "$DURATION" -f "$WORK/plain_upsert.sql" -l \
       -h "$(pg_socket)" -U postgres teamcache 2>&1)
 # The 99th percentile of the per-transaction log's latencies (µs), as pgbench_run reads it.
@@ -89,6 +99,7 @@ sleep 2
 db1=$(postgres_ticks)
 upserts=$(echo "$out" | awk '/number of transactions actually processed/ {split($NF, a, "/"); print a[1]}')
 read -r wal1 fpi1 <<<"$(wal)"
+numbers "$wal1" "$fpi1"
 read -r dbu dbs <<<"$(cpu_per_request "$db0" "$db1" "$upserts")"
 echo
 echo "plain per-call upsert (pgbench -c$ANCHOR_CLIENTS): $(echo "$out" | awk '/^tps/ {print $3; exit}') TPS, p99 $p99 ms," \

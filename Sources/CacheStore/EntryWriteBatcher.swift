@@ -161,8 +161,10 @@ final class EntryWriteBatcher: Sendable {
     /// thread to the callers' however many groups are held.
     private func recheck(after nanoseconds: UInt64, store: EntryStore) {
         recheckQueue.asyncAfter(deadline: .now() + .nanoseconds(Int(nanoseconds))) { [self] in
-            let now = Self.monotonicNow()
             let (admission, age) = pending.withLock { pending -> (Admission, UInt64) in
+                // Under the lock, as in `submit`: a time read before it could precede a group
+                // started meanwhile, and the unsigned differences below would wrap.
+                let now = Self.monotonicNow()
                 pending.recheckScheduled = false
                 guard !pending.queue.isEmpty else { return (.queued, 0) }
                 return (admit(&pending, now: now), now &- pending.lastGroupStarted)
@@ -187,14 +189,16 @@ final class EntryWriteBatcher: Sendable {
             }
             let started = Self.monotonicNow()
             let results = Self.run(batch.map(\.write), store: store)
-            // A group whose every write was given up ran nothing: it is not a transaction.
-            if !batch.isEmpty {
-                metrics?.observe(count: batch.count, ranNanoseconds: Self.monotonicNow() &- started,
-                                 waitedNanoseconds: batch.map { started &- $0.queuedAt })
-            }
+            let ended = Self.monotonicNow()
             for (member, result) in zip(batch, results) { member.committed?(result) }
             let position = Self.position(after: results, store: store)
             for (member, result) in zip(batch, results) { member.completion(result, position) }
+            // After the answers, which need not wait for it. A group whose every write was given
+            // up ran nothing: it is not a transaction.
+            if !batch.isEmpty {
+                metrics?.observe(count: batch.count, ranNanoseconds: ended &- started,
+                                 waitedNanoseconds: batch.map { started &- $0.queuedAt })
+            }
         }
     }
 

@@ -1,7 +1,9 @@
 import Observability
 
 /// What the write groups tell the metrics page: how many writes a group carried, how long
-/// its statement and commit took, and how long each write waited for its group to start.
+/// it took (a pool connection, its statement and commit; after a rejected statement, the
+/// writes' one-at-a-time replays too), and how long each write waited for its group to start
+/// (a write given up at its request's deadline never starts, and is not counted).
 /// A PUT's latency is the last two together: a slow commit (a WAL flush) holds every write
 /// of its group and every write queued behind it, and these tell that apart from a queue
 /// that is merely long (bench/results/2026-12-06-writes-7.md).

@@ -52,11 +52,13 @@ public enum MetricCatalogue {
     public static let dbWriteBatchSize = MetricDefinition(.histogram, "teamcache_db_write_batch_size",
         "Entry writes per committed transaction.")
     public static let dbWriteGroupSeconds = MetricDefinition(.histogram, "teamcache_db_write_group_seconds",
-        "Time a group of entry writes took in the database, its statement and its commit, per group.",
-        notes: "A slow commit (a WAL flush) shows here, and every write of the group waits for it.")
+        "Time a group of entry writes took, per group: a pool connection, its statement and its commit.",
+        notes: "Every write of the group waits for it. After a rejected statement, its writes' one-at-a-time "
+            + "replays count too.")
     public static let dbWriteWaitSeconds = MetricDefinition(.histogram, "teamcache_db_write_wait_seconds",
         "Time an entry write waited in the queue for its group to start, per write.",
-        notes: "It grows when groups run long: a write queued behind a running group waits for it.")
+        notes: "It grows when groups run long: a write queued behind a running group waits for it. A write "
+            + "given up at its request's deadline never starts and is not counted here.")
     public static let inflateCacheBytes = MetricDefinition(.gauge, "teamcache_inflate_cache_bytes",
         "Inflated bodies held for clients without gzip, in bytes.")
     public static let notificationQueueUsage = MetricDefinition(.gauge, "teamcache_notification_queue_usage",

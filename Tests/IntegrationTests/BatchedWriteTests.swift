@@ -143,8 +143,10 @@ import TestSupport
     }
 
     /// The group and wait times on the metrics page are the ones the writes lived through: a
-    /// group held by a row lock for a second counts that second as its run, and a write queued
-    /// behind it (one group at a time) counts it as its wait; the quick ones count as quick.
+    /// group held by a row lock for a second counts that second as its run, and the two writes
+    /// queued behind it (one group at a time) count it as their waits, then commit as one quick
+    /// group; the quick ones count as quick. A write given up before its group (past its
+    /// deadline) makes no group of its own.
     @Test func aHeldGroupCountsItsRunAndTheWriteBehindItCountsItsWait() throws {
         let url = try DumpTests.databaseURL(prefix: "groupmetrics")
         var configuration = ConnectionPool.Configuration(url: url, maxConnections: 4)
@@ -169,7 +171,7 @@ import TestSupport
         try holder.execute("BEGIN")
         _ = try holder.query("SELECT id FROM entries WHERE namespace = 'groupmetrics' AND key = 'held'::bytea FOR UPDATE")
         let group = DispatchGroup()
-        for key in ["held", "behind"] {
+        for key in ["held", "behind", "behind too"] {
             group.enter()
             Thread {
                 _ = try? store.put(write(key))
@@ -191,14 +193,17 @@ import TestSupport
         Thread.sleep(forTimeInterval: 1)
         try holder.execute("COMMIT")
         #expect(group.wait(timeout: .now() + 10) == .success)
+        var expired = write("expired")
+        expired.notAfter = 1
+        #expect((try? store.put(expired)) == nil, "a write past its deadline was stored")
         let page = registry.render()
-        // Three groups: the first write, the held one, the one behind it.
-        #expect(metricSample(page, "runs_count") == 3 && metricSample(page, "waits_count") == 3)
+        // Three groups (the first write, the held one, the two behind it) of four writes.
+        #expect(metricSample(page, "runs_count") == 3 && metricSample(page, "waits_count") == 4, "\(page)")
         #expect(metricSample(page, "runs_bucket{le=\"0.5\"}") == 2, "\(page)")
         #expect(metricSample(page, "runs_sum") > 0.5)
         #expect(metricSample(page, "waits_bucket{le=\"0.5\"}") == 2, "\(page)")
-        #expect(metricSample(page, "waits_sum") > 0.5)
-        #expect(metricSample(page, "sizes_sum") == 3)
+        #expect(metricSample(page, "waits_sum") > 1)
+        #expect(metricSample(page, "sizes_count") == 3 && metricSample(page, "sizes_sum") == 4, "\(page)")
     }
 
     /// Writes submitted from a thread that may not block, as an event loop submits a PUT:
