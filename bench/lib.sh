@@ -106,6 +106,7 @@ pg_socket() { echo "$WORK/data/run"; }
 # bench/lua/put.lua, then VACUUM ANALYZE. The warm-up's tens of thousands of new rows start the
 # first autovacuum of entries (it sets every page's visibility), which fell on the first measured
 # round (96-138 µs of PostgreSQL CPU a PUT against 52-86 after): done before anything is measured.
+# Last, WAL segments made ahead (wal_segments_ready).
 put_store_ready() {
   local psql_args=(-h "$(pg_socket)" -U postgres teamcache -v ON_ERROR_STOP=1 -q)
   [ -n "${BENCH_SQL:-}" ] && psql "${psql_args[@]}" -o /dev/null <<<"$BENCH_SQL"
