@@ -92,24 +92,12 @@ import TestSupport
     /// write comes to start one). The busy time is 1 s here, so the write surely comes
     /// within it; without the second look it would wait for the lock, past the 5 s allowed.
     @Test func aWriteQueuedBehindAHeldGroupCommitsWithoutALaterWrite() throws {
-        let url = try DumpTests.databaseURL(prefix: "behind")
-        var configuration = ConnectionPool.Configuration(url: url, maxConnections: 4)
-        // Waits for locks far longer than the test: the held group never gives up meanwhile.
-        configuration.limits.lockTimeout = 30
-        configuration.limits.statementTimeout = 60
-        let pool = ConnectionPool(configuration)
+        let (url, pool) = try Self.poolThatWaitsForLocks("behind")
         defer { pool.closeIdle() }
         let store = EntryStore(pool: pool, policy: CachePolicy(), concurrentWriteBatches: 2, writeGroupsBusyAfter: 1)
-        let namespace = try #require(Namespace("behind"))
-        @Sendable func write(_ key: String) -> EntryWrite {
-            EntryWrite(namespace: namespace, key: EntryKey(Array(key.utf8))!,
-                       body: StoredBody.fromIdentity(Array("v".utf8), contentType: "text/plain", policy: store.policy),
-                       contentType: "text/plain")
-        }
+        let write = Self.plainWrites(try #require(Namespace("behind")))
         _ = try store.put(write("held"))
-        let holder = try PostgresConnection(url: url, limits: .unbounded)
-        try holder.execute("BEGIN")
-        _ = try holder.query("SELECT id FROM entries WHERE namespace = 'behind' AND key = 'held'::bytea FOR UPDATE")
+        let holder = try Self.holding(url, "behind", "held")
         let done = Locked<[String: Date]>([:])
         let group = DispatchGroup()
         func putAside(_ key: String) {
@@ -120,16 +108,7 @@ import TestSupport
             }.start()
         }
         putAside("held")
-        // Until the held group waits for its lock.
-        let watcher = try PostgresConnection(url: url, limits: .unbounded)
-        var waiting = false
-        for _ in 0..<500 where !waiting {
-            waiting = try watcher.query("""
-                SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
-                """).first?.int("n") == 1
-            if !waiting { Thread.sleep(forTimeInterval: 0.01) }
-        }
-        try #require(waiting, "the held group never waited for its lock")
+        try #require(try Self.oneWaitsForALock(url), "the held group never waited for its lock")
         let queued = Date()
         putAside("free")
         for _ in 0..<500 where done.value["free"] == nil { Thread.sleep(forTimeInterval: 0.01) }
@@ -148,11 +127,7 @@ import TestSupport
     /// group; the quick ones count as quick. A write given up before its group (past its
     /// deadline) makes no group of its own.
     @Test func aHeldGroupCountsItsRunAndTheWriteBehindItCountsItsWait() throws {
-        let url = try DumpTests.databaseURL(prefix: "groupmetrics")
-        var configuration = ConnectionPool.Configuration(url: url, maxConnections: 4)
-        configuration.limits.lockTimeout = 30
-        configuration.limits.statementTimeout = 60
-        let pool = ConnectionPool(configuration)
+        let (url, pool) = try Self.poolThatWaitsForLocks("groupmetrics")
         defer { pool.closeIdle() }
         let registry = MetricsRegistry()
         let metrics = WriteGroupMetrics(sizes: registry.histogram("sizes", "", bounds: [1]),
@@ -160,16 +135,9 @@ import TestSupport
                                         waitSeconds: registry.histogram("waits", "", bounds: [0.5]))
         let store = EntryStore(pool: pool, policy: CachePolicy(), concurrentWriteBatches: 1, writeGroupMetrics: metrics,
                                writeGroupsBusyAfter: 60)
-        let namespace = try #require(Namespace("groupmetrics"))
-        @Sendable func write(_ key: String) -> EntryWrite {
-            EntryWrite(namespace: namespace, key: EntryKey(Array(key.utf8))!,
-                       body: StoredBody.fromIdentity(Array("v".utf8), contentType: "text/plain", policy: store.policy),
-                       contentType: "text/plain")
-        }
+        let write = Self.plainWrites(try #require(Namespace("groupmetrics")))
         _ = try store.put(write("held"))
-        let holder = try PostgresConnection(url: url, limits: .unbounded)
-        try holder.execute("BEGIN")
-        _ = try holder.query("SELECT id FROM entries WHERE namespace = 'groupmetrics' AND key = 'held'::bytea FOR UPDATE")
+        let holder = try Self.holding(url, "groupmetrics", "held")
         let group = DispatchGroup()
         for key in ["held", "behind", "behind too"] {
             group.enter()
@@ -177,18 +145,7 @@ import TestSupport
                 _ = try? store.put(write(key))
                 group.leave()
             }.start()
-            if key == "held" {
-                let watcher = try PostgresConnection(url: url, limits: .unbounded)
-                var waiting = false
-                for _ in 0..<500 where !waiting {
-                    waiting = try watcher.query("""
-                        SELECT count(*) AS n FROM pg_stat_activity
-                        WHERE datname = current_database() AND wait_event_type = 'Lock'
-                        """).first?.int("n") == 1
-                    if !waiting { Thread.sleep(forTimeInterval: 0.01) }
-                }
-                try #require(waiting, "the held group never waited for its lock")
-            }
+            if key == "held" { try #require(try Self.oneWaitsForALock(url), "the held group never waited for its lock") }
         }
         Thread.sleep(forTimeInterval: 1)
         try holder.execute("COMMIT")
@@ -297,6 +254,47 @@ import TestSupport
         }
         _ = done.wait(timeout: .now() + 30)
         return outcomes.value
+    }
+
+    /// A database of its own and a pool on it whose statements wait for row locks far longer
+    /// than a test: a group held by a lock never gives up meanwhile.
+    private static func poolThatWaitsForLocks(_ prefix: String) throws -> (url: String, pool: ConnectionPool) {
+        let url = try DumpTests.databaseURL(prefix: prefix)
+        var configuration = ConnectionPool.Configuration(url: url, maxConnections: 4)
+        configuration.limits.lockTimeout = 30
+        configuration.limits.statementTimeout = 60
+        return (url, ConnectionPool(configuration))
+    }
+
+    /// Plain writes of a one-letter body into `namespace`, by key.
+    private static func plainWrites(_ namespace: Namespace) -> @Sendable (String) -> EntryWrite {
+        { key in
+            EntryWrite(namespace: namespace, key: EntryKey(Array(key.utf8))!,
+                       body: StoredBody.fromIdentity(Array("v".utf8), contentType: "text/plain", policy: CachePolicy()),
+                       contentType: "text/plain")
+        }
+    }
+
+    /// A transaction holding the row of `key` in `namespace` (until its COMMIT).
+    private static func holding(_ url: String, _ namespace: String, _ key: String) throws -> PostgresConnection {
+        let holder = try PostgresConnection(url: url, limits: .unbounded)
+        try holder.execute("BEGIN")
+        _ = try holder.query("SELECT id FROM entries WHERE namespace = $1 AND key = $2 FOR UPDATE",
+                             [.text(namespace), .bytes(Array(key.utf8))])
+        return holder
+    }
+
+    /// Whether, within 5 s, exactly one session of the database waits for a lock.
+    private static func oneWaitsForALock(_ url: String) throws -> Bool {
+        let watcher = try PostgresConnection(url: url, limits: .unbounded)
+        for _ in 0..<500 {
+            let waiting = try watcher.query("""
+                SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+                """).first?.int("n")
+            if waiting == 1 { return true }
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+        return false
     }
 
     /// A store on the shared pool committing one batch at a time, so writers that arrive
