@@ -123,7 +123,8 @@ put_store_ready() {
 # checkpointing twice leaves those segments to be recycled for later writes.
 wal_segments_ready() {
   local psql_args=(-X -h "$(pg_socket)" -U postgres teamcache -v ON_ERROR_STOP=1 -q)
-  psql "${psql_args[@]}" -c "CREATE TABLE bench_wal_warmup AS SELECT repeat('x', 1000) AS x FROM generate_series(1, 600000)" \
+  psql "${psql_args[@]}" \
+    -c "CREATE TABLE bench_wal_warmup AS SELECT repeat('x', 1000) AS x FROM generate_series(1, 600000)" \
     -c "DROP TABLE bench_wal_warmup" -c "CHECKPOINT" -c "CHECKPOINT"
 }
 

@@ -88,7 +88,8 @@ done
 read -r wal0 fpi0 <<<"$(wal)"
 numbers "$wal0" "$fpi0"
 db0=$(postgres_ticks)
-out=$(cd "$WORK" && "${LOAD[@]}" pgbench -n -M prepared -c "$ANCHOR_CLIENTS" -j 2 -T "$DURATION" -f "$WORK/plain_upsert.sql" -l \
+out=$(cd "$WORK" && "${LOAD[@]}" pgbench -n -M prepared -c "$ANCHOR_CLIENTS" -j 2 -T "$DURATION" \
+      -f "$WORK/plain_upsert.sql" -l \
       -h "$(pg_socket)" -U postgres teamcache 2>&1)
 # The 99th percentile of the per-transaction log's latencies (µs), as pgbench_run reads it.
 p99=$(cat "$WORK"/pgbench_log.* | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END { printf "%.2f", a[int(NR*0.99)]/1000 }')

@@ -145,7 +145,9 @@ import TestSupport
                 _ = try? store.put(write(key))
                 group.leave()
             }.start()
-            if key == "held" { try #require(try Self.oneWaitsForALock(url), "the held group never waited for its lock") }
+            if key == "held" {
+                try #require(try Self.oneWaitsForALock(url), "the held group never waited for its lock")
+            }
         }
         Thread.sleep(forTimeInterval: 1)
         try holder.execute("COMMIT")
@@ -289,7 +291,8 @@ import TestSupport
         let watcher = try PostgresConnection(url: url, limits: .unbounded)
         for _ in 0..<500 {
             let waiting = try watcher.query("""
-                SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+                SELECT count(*) AS n FROM pg_stat_activity
+                WHERE datname = current_database() AND wait_event_type = 'Lock'
                 """).first?.int("n")
             if waiting == 1 { return true }
             Thread.sleep(forTimeInterval: 0.01)
