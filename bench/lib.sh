@@ -106,26 +106,29 @@ pg_socket() { echo "$WORK/data/run"; }
 # bench/lua/put.lua, then VACUUM ANALYZE. The warm-up's tens of thousands of new rows start the
 # first autovacuum of entries (it sets every page's visibility), which fell on the first measured
 # round (96-138 µs of PostgreSQL CPU a PUT against 52-86 after): done before anything is measured.
-# Last, WAL segments made ahead (wal_segments_ready).
+# Before the warm-up, WAL segments are made ahead (wal_segments_ready).
 put_store_ready() {
   local psql_args=(-h "$(pg_socket)" -U postgres teamcache -v ON_ERROR_STOP=1 -q)
   [ -n "${BENCH_SQL:-}" ] && psql "${psql_args[@]}" -o /dev/null <<<"$BENCH_SQL"
   python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >/dev/null
+  # Before the warm-up: after its checkpoints, the first write to each page logs the whole page,
+  # which the warm-up pays instead of the first measured round.
+  wal_segments_ready
   wrk_run 64 "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/put.lua" >/dev/null
   psql "${psql_args[@]}" -c "VACUUM ANALYZE entries, entry_access, entry_changes, counter_deltas"
-  wal_segments_ready
 }
 
 # wal_segments_ready: WAL segments made ahead, so the measured writes reuse them as a running
 # cluster does. A fresh cluster has none: the commit that needs the next 16 MB segment creates
 # it and fills it with zeros, holding every other commit meanwhile (about one a second at this
-# machine's PUT rate, bench/results/2026-12-06-writes-7.md). Writing ~600 MB of WAL and
-# checkpointing twice leaves those segments to be recycled for later writes.
+# machine's PUT rate, bench/results/2026-12-06-writes-7.md). Writing ~1 GB of WAL (max_wal_size)
+# and checkpointing leaves those segments to be recycled: enough for the warm-up, three rounds and
+# the anchor at this machine's rates.
 wal_segments_ready() {
   local psql_args=(-X -h "$(pg_socket)" -U postgres teamcache -v ON_ERROR_STOP=1 -q)
   psql "${psql_args[@]}" \
-    -c "CREATE TABLE bench_wal_warmup AS SELECT repeat('x', 1000) AS x FROM generate_series(1, 600000)" \
-    -c "DROP TABLE bench_wal_warmup" -c "CHECKPOINT" -c "CHECKPOINT"
+    -c "CREATE TABLE bench_wal_warmup AS SELECT repeat('x', 1000) AS x FROM generate_series(1, 1000000)" \
+    -c "DROP TABLE bench_wal_warmup" -c "CHECKPOINT"
 }
 
 # start_nginx FILE...: serves the given files from $WORK/www, 2 workers, buffered access log.
