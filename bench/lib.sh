@@ -101,6 +101,9 @@ stop_server() {
 # The embedded cluster's socket folder, for pgbench.
 pg_socket() { echo "$WORK/data/run"; }
 
+# bench_sql ARGS...: psql on the service's database as its superuser, stopping at the first error.
+bench_sql() { psql -X -h "$(pg_socket)" -U postgres teamcache -v ON_ERROR_STOP=1 -q "$@"; }
+
 # put_store_ready: the PUT benches' store: BENCH_SQL's statements run one by one on the service's
 # database (an index dropped, a trigger disabled, ALTER SYSTEM…), 10,000 entries, a warm-up of
 # bench/lua/put.lua, then VACUUM ANALYZE. The warm-up's tens of thousands of new rows start the
@@ -108,14 +111,13 @@ pg_socket() { echo "$WORK/data/run"; }
 # round (96-138 µs of PostgreSQL CPU a PUT against 52-86 after): done before anything is measured.
 # Before the warm-up, WAL segments are made ahead (wal_segments_ready).
 put_store_ready() {
-  local psql_args=(-h "$(pg_socket)" -U postgres teamcache -v ON_ERROR_STOP=1 -q)
-  [ -n "${BENCH_SQL:-}" ] && psql "${psql_args[@]}" -o /dev/null <<<"$BENCH_SQL"
+  [ -n "${BENCH_SQL:-}" ] && bench_sql -o /dev/null <<<"$BENCH_SQL"
   python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >/dev/null
   # Before the warm-up: after its checkpoints, the first write to each page logs the whole page,
   # which the warm-up pays instead of the first measured round.
   wal_segments_ready
   wrk_run 64 "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/put.lua" >/dev/null
-  psql "${psql_args[@]}" -c "VACUUM ANALYZE entries, entry_access, entry_changes, counter_deltas"
+  bench_sql -c "VACUUM ANALYZE entries, entry_access, entry_changes, counter_deltas"
 }
 
 # wal_segments_ready: WAL segments made ahead, so the measured writes reuse them as a running
@@ -125,9 +127,7 @@ put_store_ready() {
 # and checkpointing leaves those segments to be recycled: enough for the warm-up, three rounds and
 # the anchor at this machine's rates.
 wal_segments_ready() {
-  local psql_args=(-X -h "$(pg_socket)" -U postgres teamcache -v ON_ERROR_STOP=1 -q)
-  psql "${psql_args[@]}" \
-    -c "CREATE TABLE bench_wal_warmup AS SELECT repeat('x', 1000) AS x FROM generate_series(1, 1000000)" \
+  bench_sql -c "CREATE TABLE bench_wal_warmup AS SELECT repeat('x', 1000) AS x FROM generate_series(1, 1000000)" \
     -c "DROP TABLE bench_wal_warmup" -c "CHECKPOINT"
 }
 

@@ -46,7 +46,7 @@ groups() {
 # idle one's last second only after ten: a round's last second may count in the next one).
 wal() {
   sleep 1.2
-  psql -X -v ON_ERROR_STOP=1 -h "$(pg_socket)" -U postgres teamcache -tAF ' ' \
+  bench_sql -tAF ' ' \
     -c "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn, wal_fpi FROM pg_stat_wal"
 }
 # numbers VALUE...: stops the run unless every value is a whole number (a reading that failed

@@ -11,17 +11,15 @@ DURATION=${BENCH_DURATION:-3}
 need_tools
 build_release
 start_server
-socket=$(pg_socket)
-sql() { psql -h "$socket" -U postgres teamcache -v ON_ERROR_STOP=1 -q "$@"; }
 put_store_ready
 # auto_explain's settings exist only once it is loaded, hence LOAD in the same session. The
 # service's connections are ended so that its pool opens new ones, which preload it.
-sql -c "LOAD 'auto_explain'" -c "ALTER SYSTEM SET session_preload_libraries = 'auto_explain'" \
+bench_sql -c "LOAD 'auto_explain'" -c "ALTER SYSTEM SET session_preload_libraries = 'auto_explain'" \
     -c "ALTER SYSTEM SET auto_explain.log_min_duration = 0" -c "ALTER SYSTEM SET auto_explain.log_analyze = on" \
     -c "ALTER SYSTEM SET auto_explain.log_triggers = on" -c "ALTER SYSTEM SET auto_explain.log_buffers = on" \
     -c "ALTER SYSTEM SET auto_explain.log_wal = on" \
     -c "SELECT pg_reload_conf()" >/dev/null
-sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+bench_sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
         WHERE datname = 'teamcache' AND pid <> pg_backend_pid()" >/dev/null
 # The pool's connections were ended: a second of PUTs gets it new ones before the log starts.
 wrk -t2 -c"${CLIENTS:-64}" -d1s -s "$BENCH_DIR/lua/put.lua" "http://127.0.0.1:$PORT" >/dev/null
