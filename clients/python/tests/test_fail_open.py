@@ -440,6 +440,27 @@ def test_streamed_calls_without_usage_still_count_tokens_saved(upstream, server,
 
 
 @pytest.mark.parametrize("sickness", ["refused", "frozen", "unauthorized"])
+def test_langchain_goes_on_at_once_whatever_the_cache(sickness, frozen, server):
+    """The LangChain cache against a real sick TeamCache, not a raising stand-in: refusing
+    connections, never answering, or refusing the token, the model is called and answers, sync
+    and async, within the lookup deadline."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    from teamcache.langchain import TeamCacheLLMCache
+
+    url = {"refused": f"http://127.0.0.1:{free_port()}", "frozen": frozen.url, "unauthorized": server.url}[sickness]
+    cache = TeamCacheLLMCache(namespace="lc-sick", cache=TeamCache(url, "tc_" + "4" * 64, lookup_timeout=0.3,
+                                                                   circuit_breaker=CircuitBreaker(cooldown=30)))
+    model = FakeListChatModel(responses=["fine", "again"], cache=cache)
+    answer, paid = timed(lambda: model.invoke("hello"))
+    assert answer.content == "fine"
+    assert paid < 1.0, f"the model call paid {paid:.2f} s for a sick cache"
+    answer, paid = timed(lambda: asyncio.run(model.ainvoke("hello again")))
+    assert answer.content == "again"
+    assert paid < 1.0, f"the async model call paid {paid:.2f} s for a sick cache"
+
+
+@pytest.mark.parametrize("sickness", ["refused", "frozen", "unauthorized"])
 @pytest.mark.parametrize("endpoint", ["completions", "responses"])
 def test_newly_cached_endpoints_go_on_at_once_whatever_the_cache(sickness, endpoint, frozen, server, upstream,
                                                                  namespace):
