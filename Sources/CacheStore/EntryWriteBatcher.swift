@@ -189,16 +189,16 @@ final class EntryWriteBatcher: Sendable {
             }
             let started = Self.monotonicNow()
             let results = Self.run(batch.map(\.write), store: store)
-            let ended = Self.monotonicNow()
+            // Before the answers (a few histogram updates): a caller that has its answer and then
+            // reads the metrics finds its group counted. A group whose every write was given up
+            // ran nothing: it is not a transaction.
+            if !batch.isEmpty {
+                metrics?.observe(count: batch.count, ranNanoseconds: Self.monotonicNow() &- started,
+                                 waitedNanoseconds: batch.map { started &- $0.queuedAt })
+            }
             for (member, result) in zip(batch, results) { member.committed?(result) }
             let position = Self.position(after: results, store: store)
             for (member, result) in zip(batch, results) { member.completion(result, position) }
-            // After the answers, which need not wait for it. A group whose every write was given
-            // up ran nothing: it is not a transaction.
-            if !batch.isEmpty {
-                metrics?.observe(count: batch.count, ranNanoseconds: ended &- started,
-                                 waitedNanoseconds: batch.map { started &- $0.queuedAt })
-            }
         }
     }
 
