@@ -98,8 +98,12 @@ stop_server() {
   SERVER_PID=""
 }
 
+# The embedded cluster's folder: the bench's server's ($WORK/data), or PG_DATA's (put-ab.sh runs
+# two servers, each with its own).
+pg_data() { echo "${PG_DATA:-$WORK/data}"; }
+
 # The embedded cluster's socket folder, for pgbench.
-pg_socket() { echo "$WORK/data/run"; }
+pg_socket() { echo "$(pg_data)/run"; }
 
 # bench_sql ARGS...: psql on the service's database as its superuser, stopping at the first error.
 bench_sql() { psql -X -h "$(pg_socket)" -U postgres teamcache -v ON_ERROR_STOP=1 -q "$@"; }
@@ -227,7 +231,7 @@ cpu_ticks() {
 # ~40, two rounds in sixteen). So the postmaster's own reading is taken again after the
 # backends', and all of it again if a reap came between.
 postgres_ticks() {
-  local postmaster; postmaster=$(head -n 1 "$WORK/data/postgres/postmaster.pid")
+  local postmaster; postmaster=$(head -n 1 "$(pg_data)/postgres/postmaster.pid")
   local -a own live again
   local try
   for try in 1 2 3 4 5 6 7 8 9 10; do

@@ -93,7 +93,9 @@ public struct Setting: Sendable {
                 help: "How long the stats history keeps its hour points (and so its day points)."),
         Setting(variable: "TEAMCACHE_PRICES_FILE", flag: nil, defaultValue: "(none)",
                 help: "JSON price table (currency, model or glob -> price per million input/output tokens) that cost_saved is computed with; keep it current."),
-        Setting(variable: "TEAMCACHE_COMPRESSION_LEVEL", flag: nil, defaultValue: "6", help: "zlib level (1-9)."),
+        Setting(variable: "TEAMCACHE_COMPRESSION_LEVEL", flag: nil, defaultValue: "6",
+                help: "zlib level (1-9) that bodies are stored, exported and streamed at: "
+                    + "lower writes faster and stores more (bench/compression.py)."),
         Setting(variable: "TEAMCACHE_MAX_BYTES", flag: nil, defaultValue: "0",
                 help: "Soft cap of the store in stored bytes (0: none); LRU eviction keeps under it."),
         Setting(variable: "TEAMCACHE_HARD_CAP_RATIO", flag: nil, defaultValue: "1.1",
