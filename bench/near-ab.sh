@@ -23,6 +23,11 @@ start() {
   TOKEN=${TOKENS[$side]} DURATION=5 KEYS=10000 wrk_run 64 "http://127.0.0.1:$port" -s "$BENCH_DIR/lua/get.lua" >/dev/null
 }
 
+# Under load the access tracker writes its hit counts up to five flush intervals apart (10 s at
+# the default 2 s): each run waits for its side's last flush, which would otherwise fall in the
+# other side's next run, on the same core.
+FLUSH_WAIT=${BENCH_FLUSH_WAIT:-11}
+
 # run SIDE GZIP → "RPS USER_US SYSTEM_US", after the last run's tail has settled.
 run() {
   local side=$1 cpu0 cpu1 out rps
@@ -30,6 +35,7 @@ run() {
   cpu0=$(cpu_ticks "${PIDS[$side]}")
   out=$(TOKEN=${TOKENS[$side]} GZIP=$2 KEYS=10000 wrk_run 64 "http://127.0.0.1:${PORTS[$side]}" -s "$BENCH_DIR/lua/get.lua")
   cpu1=$(cpu_ticks "${PIDS[$side]}")
+  sleep "$FLUSH_WAIT"
   rps=${out%% *}
   # Errors are not hits: a run with any is not counted (the caller stops on empty fields).
   [ -z "$(echo "$out" | awk '{print $4}')" ] || { echo "$side answered errors: $out" >&2; return; }

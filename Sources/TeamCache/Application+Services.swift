@@ -99,9 +99,12 @@ extension Application {
                                  eviction: EvictionJob, server: HTTPServer, metrics: MetricsRegistry,
                                  flusher trigger: FlushTrigger) -> [any Service] {
         let logger = Logger(component: "access-tracker")
-        let flusher = PeriodicService(name: "access-flush", interval: configuration.accessFlushInterval,
-                                      runOnStop: true) {
+        // Every tick when few entries' counts wait, fewer under load (`flushIfDue`); all at a stop.
+        let flusher = PeriodicService(name: "access-flush", interval: configuration.accessFlushInterval, runOnStop: true,
+                                      finalWork: {
             do { try tracker.flush() } catch { logger.warn("flush failed", [("error", .string("\(error)"))]) }
+        }) {
+            do { try tracker.flushIfDue() } catch { logger.warn("flush failed", [("error", .string("\(error)"))]) }
         }
         trigger.connect(flusher)
         let gauges = NamespaceGauges(store: store, tracker: tracker, metrics: metrics)

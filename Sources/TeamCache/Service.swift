@@ -69,6 +69,8 @@ public final class PeriodicService: Service, Sendable {
     private let jitter: Double
     private let runOnStop: Bool
     private let work: @Sendable () -> Void
+    /// Run on stop instead of `work` (with `runOnStop`): a last run that must do everything.
+    private let finalWork: (@Sendable () -> Void)?
     private let flags = Monitor(Flags())
 
     private struct Flags {
@@ -78,11 +80,12 @@ public final class PeriodicService: Service, Sendable {
     }
 
     public init(name: String, interval: TimeInterval, jitter: Double = 0, runOnStop: Bool = false,
-                work: @escaping @Sendable () -> Void) {
+                finalWork: (@Sendable () -> Void)? = nil, work: @escaping @Sendable () -> Void) {
         self.name = name
         self.interval = interval
         self.jitter = jitter
         self.runOnStop = runOnStop
+        self.finalWork = finalWork
         self.work = work
     }
 
@@ -101,7 +104,7 @@ public final class PeriodicService: Service, Sendable {
     public func stop() {
         flags.change { $0.stopping = true }
         flags.wait(while: { $0.running }, then: { _, _ in })
-        if runOnStop { work() }
+        if runOnStop { (finalWork ?? work)() }
     }
 
     private func loop() {

@@ -36,4 +36,40 @@ import TestSupport
         tracker.record(.hit, namespace: "n", entry: Self.entry(6, now: now), at: now)
         #expect(fired.value == 2)
     }
+
+    /// The periodic flush writes every tick while few entries' counts wait; with more, it waits
+    /// up to `maxDeferredTicks` ticks and then writes; a full batch is written at its tick
+    /// whatever the count. (No database: a flush takes what is pending and drops it.)
+    @Test func thePeriodicFlushWaitsUnderLoadForABoundedNumberOfTicks() throws {
+        let now = Date()
+        let tracker = AccessTracker(pool: nil, batchSize: AccessTracker.deferrableEntries + 10)
+        func hits(_ ids: ClosedRange<Int>) {
+            for id in ids { tracker.record(.hit, namespace: "n", entry: Self.entry(Int64(id), now: now), at: now) }
+        }
+        hits(1...AccessTracker.deferrableEntries)
+        try tracker.flushIfDue()
+        #expect(tracker.pendingEntries == 0, "few pending: written at the first tick")
+
+        hits(1...AccessTracker.deferrableEntries + 1)
+        for tick in 1...AccessTracker.maxDeferredTicks {
+            try tracker.flushIfDue()
+            #expect(tracker.pendingEntries == AccessTracker.deferrableEntries + 1, "written at deferred tick \(tick)")
+        }
+        try tracker.flushIfDue()
+        #expect(tracker.pendingEntries == 0, "still waiting after \(AccessTracker.maxDeferredTicks) ticks")
+
+        // The count of ticks put off starts again after a flush.
+        hits(1...AccessTracker.deferrableEntries + 1)
+        try tracker.flushIfDue()
+        #expect(tracker.pendingEntries == AccessTracker.deferrableEntries + 1)
+        // A full batch asked for its flush: written at the next tick.
+        hits(AccessTracker.deferrableEntries + 2...AccessTracker.deferrableEntries + 10)
+        try tracker.flushIfDue()
+        #expect(tracker.pendingEntries == 0, "a full batch waited")
+        // And a stop's flush writes whatever waits.
+        hits(1...AccessTracker.deferrableEntries + 1)
+        try tracker.flushIfDue()
+        try tracker.flush()
+        #expect(tracker.pendingEntries == 0)
+    }
 }
