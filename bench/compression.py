@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """What TEAMCACHE_COMPRESSION_LEVEL trades: stored bytes against deflate time, level by level.
 
-Not a ratio against an anchor: a table for choosing a level. Two bodies, compressed as the
-service compresses an uploaded body (gzip wrapper, zlib memory level 5 for bodies up to
-64 KiB, a fresh stream each):
+Not a ratio against an anchor: a table for choosing a level. Two bodies, compressed with the
+service's stream settings for an uploaded body (gzip wrapper, zlib memory level 5 for bodies
+up to 64 KiB; a new stream each, where the service resets a kept one, which gives the same
+output):
 - LLM-shaped answers: English prose (this machine's license texts, 80-1,200 words) in an
   OpenAI chat.completion envelope, 400 of them (~3.4 KB);
 - the PUT benches' body (bench/lua/put.lua: ~1.7 KB of repetitive JSON).
 Python's zlib module is the system's libz, the one the service links (the version is printed);
-its own cost a call (an empty body) is measured and taken off. Run: python3 bench/compression.py
+the cost a call of an empty body (Python's, and a new stream's set-up) is measured and taken off.
+Run: python3 bench/compression.py
 """
 import glob
 import json
@@ -31,6 +33,8 @@ def llm_answers(count: int) -> list[bytes]:
         if "GPL" in path or "Apache" in path:
             with open(path, errors="ignore") as text:
                 words += text.read().split()
+    if len(words) < 2000:
+        raise SystemExit("no English prose to build answers from: /usr/share/common-licenses (Debian's base-files)")
     answers = []
     for n in range(count):
         length = rng.choice([80, 200, 400, 800, 1200])
@@ -67,7 +71,7 @@ def seconds_a_body(bodies: list[bytes], level: int, calls: int) -> float:
 
 def main() -> None:
     overhead = seconds_a_body([b""], 6, 20000)
-    print(f"zlib {zlib.ZLIB_RUNTIME_VERSION}; Python's own cost a call, taken off: {overhead * 1e6:.1f} µs")
+    print(f"zlib {zlib.ZLIB_RUNTIME_VERSION}; an empty body's cost a call, taken off: {overhead * 1e6:.1f} µs")
     for name, bodies in (("LLM-shaped answers", llm_answers(400)), ("the PUT benches' body", [bench_body()])):
         raw = sum(map(len, bodies)) / len(bodies)
         print(f"\n{name}: {len(bodies)} bodies, {raw:,.0f} bytes each\n")

@@ -204,6 +204,16 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
 # rounds' figure the benches report, where one round alone is noise.
 median() { printf '%s\n' "$@" | sort -g | sed -n "$((($# + 1) / 2))p"; }
 
+# middle RATIO... → the median of the A/B benches' ratios (the mean of the two middle ones of an
+# even count: the lower one would lean towards A).
+middle() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {printf "%.2f", (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+# Under load the access tracker puts its flush off for up to two ticks (AccessTracker.flushIfDue),
+# so a round's hit counts are written up to three flush intervals (6 s at the default 2 s) after
+# it: hit benches wait this long after a run, so that flush is counted with it and never falls in
+# the next run (on the same core when pinned).
+FLUSH_WAIT=${BENCH_FLUSH_WAIT:-8}
+
 server_rss_mb() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$SERVER_PID/status"; }
 
 # cpu_ticks [--children] PID... → "USER SYSTEM": clock ticks the processes (all their

@@ -21,12 +21,11 @@ start() {
   PIDS[$side]=$LAUNCHED_PID PORTS[$side]=$port TOKENS[$side]=$LAUNCHED_TOKEN
   TOKEN=${TOKENS[$side]} python3 "$BENCH_DIR/populate.py" --port "$port" --count 10000 >&2
   TOKEN=${TOKENS[$side]} DURATION=5 KEYS=10000 wrk_run 64 "http://127.0.0.1:$port" -s "$BENCH_DIR/lua/get.lua" >/dev/null
+  sleep "$FLUSH_WAIT"
 }
 
-# Under load the access tracker writes its hit counts up to five flush intervals apart (10 s at
-# the default 2 s): each run waits for its side's last flush, which would otherwise fall in the
-# other side's next run, on the same core.
-FLUSH_WAIT=${BENCH_FLUSH_WAIT:-11}
+# Each run (and warm-up) waits for its side's last flush (FLUSH_WAIT, bench/lib.sh), which would
+# otherwise fall in the other side's next run, on the same core.
 
 # run SIDE GZIP → "RPS USER_US SYSTEM_US", after the last run's tail has settled.
 run() {
@@ -64,5 +63,5 @@ for gz in ${GZIP:-0 1}; do
     ratios+=("$(ratio "$rb" "$ra")")
     echo "| $label | $round | $ra | $rb | ${ratios[-1]} | $ua | $ub | $sa | $sb |"
   done
-  echo "| $label | median B/A | | | $(printf '%s\n' "${ratios[@]}" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}') | | | | |"
+  echo "| $label | median B/A | | | $(middle "${ratios[@]}") | | | | |"
 done

@@ -19,10 +19,8 @@ transactions() {
   psql -h "$(pg_socket)" -U postgres -d teamcache -tAc \
     "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'teamcache'"
 }
-# Under load the access tracker writes its hit counts up to five flush intervals apart (10 s at
-# the default 2 s): the database's CPU for a round's hits is read once that last flush is done,
-# so it counts, and so it never falls in the nginx run after it (on the same core when pinned).
-FLUSH_WAIT=${BENCH_FLUSH_WAIT:-11}
+# The database's CPU for a round's hits is read once the round's last flush is done (FLUSH_WAIT,
+# bench/lib.sh): so it counts, and it never falls in the nginx run after it.
 # hits GZIP → "RPS P50 P99 TRANSACTIONS_PER_HIT USER_US SYSTEM_US DATABASE_US" (CPU per hit)
 hits() {
   local before after out cpu0 cpu1 db0 db1
@@ -59,6 +57,7 @@ start_server
 python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >&2
 # Every key read twice (admitted on its second read), then a short run to settle.
 DURATION=5 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua" >/dev/null
+sleep "$FLUSH_WAIT"
 declare -A ours50 ours99 oursrps ourstx theirs theirs50 theirs99 oursu ourss oursdb theirsu theirss rounds
 for gz in 0 1; do
   o=() o50=() o99=() otx=() ou=() os=() odb=() n=() n50=() n99=() nu=() ns=() r=()
@@ -81,6 +80,7 @@ stop_server
 start_server TEAMCACHE_NEAR_CACHE_BYTES=0
 python3 "$BENCH_DIR/populate.py" --port "$PORT" --count 10000 >&2
 DURATION=5 KEYS=10000 wrk_run "$CONNECTIONS" "http://127.0.0.1:$PORT" -s "$BENCH_DIR/lua/get.lua" >/dev/null
+sleep "$FLUSH_WAIT"
 read -r off0 off050 off099 offtx0 _ <<<"$(hits 0)"
 read -r off1 off150 off199 offtx1 _ <<<"$(hits 1)"
 layout=$([ "${BENCH_PIN:-0}" = 1 ] && echo "servers pinned to core 0 (1 loop / 1 worker), wrk -t1 on core 1" \

@@ -46,7 +46,8 @@ run() {
   read -r sum0 count0 <<<"$(groups)"
   read -r idle0 total0 <<<"$(machine_ticks)"
   service0=$(cpu_ticks "$SERVER_PID") db0=$(postgres_ticks)
-  out=$(wrk -t2 -c"$CLIENTS" -d"${DURATION}s" --latency -s "$BENCH_DIR/lua/put.lua" "http://127.0.0.1:$PORT")
+  out=$("${PIN_LOAD[@]}" wrk -t"$WRK_THREADS" -c"$CLIENTS" -d"${DURATION}s" --latency -s "$BENCH_DIR/lua/put.lua" \
+        "http://127.0.0.1:$PORT")
   service1=$(cpu_ticks "$SERVER_PID") db1=$(postgres_ticks)
   read -r idle1 total1 <<<"$(machine_ticks)"
   read -r sum1 count1 <<<"$(groups)"
@@ -85,4 +86,4 @@ for round in $(seq 1 "$ROUNDS"); do
   ia="" ib=""
 done
 echo
-echo "median B/A over $ROUNDS rounds: $(median "${ratios[@]}") (each: $(echo "${ratios[@]}"))"
+echo "median B/A over $ROUNDS rounds: $(middle "${ratios[@]}") (each: $(echo "${ratios[@]}"))"

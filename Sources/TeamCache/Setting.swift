@@ -105,7 +105,7 @@ public struct Setting: Sendable {
         Setting(variable: "TEAMCACHE_EVICTION_INTERVAL", flag: nil, defaultValue: "60s",
                 help: "How often the eviction job runs (jittered ±10%)."),
         Setting(variable: "TEAMCACHE_ACCESS_FLUSH_INTERVAL", flag: nil, defaultValue: "2s",
-                help: "How often hit counts are written to the database; up to 5 intervals apart while "
+                help: "How often hit counts are written to the database; up to 3 intervals apart while "
                     + "more than 1,000 entries' counts wait (one row write per entry for all its hits)."),
         Setting(variable: "TEAMCACHE_ACCESS_TRACKING", flag: nil, defaultValue: "on",
                 help: "off: no hit counts, last-access times or lookup stats are kept (metrics still count)."),

@@ -37,6 +37,22 @@ import TestSupport
         #expect(fired.value == 2)
     }
 
+    /// A periodic flush that failed after its ticks were put off is tried again at the next
+    /// tick, as it was before ticks were put off: the counts waited their turn already.
+    @Test func aFailedFlushIsTriedAgainAtTheNextTick() throws {
+        let nowhere = "postgresql://postgres@%2Ftmp%2Ftc-nowhere-\(getpid()):1/none"
+        let pool = ConnectionPool(.init(url: nowhere, maxConnections: 1, acquireTimeout: 0.2))
+        let tracker = AccessTracker(pool: pool)
+        let now = Date()
+        for id in 0...AccessTracker.deferrableEntries {
+            tracker.record(.hit, namespace: "n", entry: Self.entry(Int64(id), now: now), at: now)
+        }
+        for _ in 0..<AccessTracker.maxDeferredTicks { try tracker.flushIfDue() }
+        #expect(throws: (any Error).self, "the flush after the ticks put off") { try tracker.flushIfDue() }
+        #expect(throws: (any Error).self, "tried again at the next tick") { try tracker.flushIfDue() }
+        #expect(tracker.pendingEntries == AccessTracker.deferrableEntries + 1, "kept for the next flush")
+    }
+
     /// The periodic flush writes every tick while few entries' counts wait; with more, it waits
     /// up to `maxDeferredTicks` ticks and then writes; a full batch is written at its tick
     /// whatever the count. (No database: a flush takes what is pending and drops it.)

@@ -37,4 +37,33 @@ import TestSupport
         let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats"))
         #expect((stats["lookups"] as? [String: Int])?["hit"] == count)
     }
+
+    /// A stop's last flush writes every hit count, even when more entries wait than a tick
+    /// writes at once (a tick would put them off: `AccessTracker.flushIfDue`).
+    @Test func aStopWritesHitCountsATickWouldPutOff() throws {
+        let service = try TestService { $0.authEnabled = false }
+        var running = true
+        defer { if running { service.stop() } }
+        let namespace = TestService.namespace("stopflush")
+        let count = AccessTracker.deferrableEntries + 37
+        DispatchQueue.concurrentPerform(iterations: 8) { worker in
+            func until(_ expected: Int, _ send: () throws -> Int) {
+                for _ in 0..<3 {
+                    if (try? send()) == expected { return }
+                }
+            }
+            for index in stride(from: worker, to: count, by: 8) {
+                until(201) { try service.request("PUT", entryPath(namespace, "k\(index)"), body: [UInt8(index % 256)]).status }
+                until(200) { try service.request("GET", entryPath(namespace, "k\(index)")).status }
+            }
+        }
+        // Its ticks would not come within the test (3600 s): only the stop can write them.
+        try service.app.tracker.flushIfDue()
+        service.stop()
+        running = false
+        let database = try PostgresConnection(url: try TestDatabase.shared.migratedDefault())
+        let row = try database.query("SELECT sum(hit_count)::bigint AS hits FROM entry_access WHERE namespace = $1",
+                                     [.text(namespace)]).first
+        #expect(try row?.int("hits") == count)
+    }
 }
