@@ -15,19 +15,7 @@ import TestSupport
         defer { service.stop() }
         let namespace = TestService.namespace("chunks")
         let count = AccessTracker.flushChunk * 2 + 37
-        DispatchQueue.concurrentPerform(iterations: 8) { worker in
-            // A request whose connection fails under the loaded parallel suite is sent again: this
-            // test is about the flush's chunks, and needs every write and exactly one hit each.
-            func until(_ expected: Int, _ send: () throws -> Int) {
-                for _ in 0..<3 {
-                    if (try? send()) == expected { return }
-                }
-            }
-            for index in stride(from: worker, to: count, by: 8) {
-                until(201) { try service.request("PUT", entryPath(namespace, "k\(index)"), body: [UInt8(index % 256)]).status }
-                until(200) { try service.request("GET", entryPath(namespace, "k\(index)")).status }
-            }
-        }
+        Self.writeAndHitOnce(service, namespace, count)
         try service.app.tracker.flush()
         let row = try service.app.pool.withConnection {
             try $0.query("SELECT count(*) AS entries, sum(hit_count)::bigint AS hits FROM entry_access WHERE namespace = $1",
@@ -46,6 +34,21 @@ import TestSupport
         defer { if running { service.stop() } }
         let namespace = TestService.namespace("stopflush")
         let count = AccessTracker.deferrableEntries + 37
+        Self.writeAndHitOnce(service, namespace, count)
+        // Its ticks would not come within the test (3600 s): only the stop can write them.
+        try service.app.tracker.flushIfDue()
+        service.stop()
+        running = false
+        let database = try PostgresConnection(url: try TestDatabase.shared.migratedDefault())
+        let row = try database.query("SELECT sum(hit_count)::bigint AS hits FROM entry_access WHERE namespace = $1",
+                                     [.text(namespace)]).first
+        #expect(try row?.int("hits") == count)
+    }
+
+    /// Writes `count` entries and reads each once, over 8 threads. A request whose connection
+    /// fails under the loaded parallel suite is sent again: these tests are about the flush, and
+    /// need every write and exactly one hit each.
+    private static func writeAndHitOnce(_ service: TestService, _ namespace: String, _ count: Int) {
         DispatchQueue.concurrentPerform(iterations: 8) { worker in
             func until(_ expected: Int, _ send: () throws -> Int) {
                 for _ in 0..<3 {
@@ -57,13 +60,5 @@ import TestSupport
                 until(200) { try service.request("GET", entryPath(namespace, "k\(index)")).status }
             }
         }
-        // Its ticks would not come within the test (3600 s): only the stop can write them.
-        try service.app.tracker.flushIfDue()
-        service.stop()
-        running = false
-        let database = try PostgresConnection(url: try TestDatabase.shared.migratedDefault())
-        let row = try database.query("SELECT sum(hit_count)::bigint AS hits FROM entry_access WHERE namespace = $1",
-                                     [.text(namespace)]).first
-        #expect(try row?.int("hits") == count)
     }
 }
