@@ -14,7 +14,6 @@ need_tools
 build_release
 CONNECTIONS=${BENCH_CONNECTIONS:-64}
 ROUNDS=${BENCH_ROUNDS:-3}
-# The middle value (the lower middle of an even count).
 transactions() {
   psql -h "$(pg_socket)" -U postgres -d teamcache -tAc \
     "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'teamcache'"

@@ -51,7 +51,7 @@ run() {
   service1=$(cpu_ticks "$SERVER_PID") db1=$(postgres_ticks)
   read -r idle1 total1 <<<"$(machine_ticks)"
   read -r sum1 count1 <<<"$(groups)"
-  echo "$out" | grep -q "Non-2xx" && { echo "$side: some PUTs failed" >&2; return; }
+  grep -q "Non-2xx" <<<"$out" && { echo "$side: some PUTs failed" >&2; return; }
   puts=$(echo "$out" | awk '/requests in/ {print $1}')
   read -r user kernel <<<"$(cpu_per_request "$service0" "$service1" "$puts")"
   read -r dbu dbs <<<"$(cpu_per_request "$db0" "$db1" "$puts")"

@@ -398,7 +398,8 @@ public final class AccessTracker: Sendable {
     /// many rows every 2 s is under 1% of a core.
     public static let deferrableEntries = 1_000
     /// Periodic flushes put off in a row at most: under load the stats lag by at most this many
-    /// intervals and one more (6 s at the default 2 s), still the "few seconds" API.md allows.
+    /// intervals and one more (6 s at the default 2 s), plus the flushes' own time and one fold:
+    /// still the "few seconds" API.md allows.
     static let maxDeferredTicks = 2
 
     /// The periodic flush. It writes now when few entries have hits pending, so stats read at

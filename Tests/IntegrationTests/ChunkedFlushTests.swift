@@ -37,6 +37,11 @@ import TestSupport
         Self.writeAndHitOnce(service, namespace, count)
         // Its ticks would not come within the test (3600 s): only the stop can write them.
         try service.app.tracker.flushIfDue()
+        let before = try service.app.pool.withConnection {
+            try $0.query("SELECT coalesce(sum(hit_count), 0)::bigint AS hits FROM entry_access WHERE namespace = $1",
+                         [.text(namespace)]).first
+        }
+        #expect(try before?.int("hits") == 0, "the tick was not put off")
         service.stop()
         running = false
         let database = try PostgresConnection(url: try TestDatabase.shared.migratedDefault())
