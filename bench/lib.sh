@@ -214,6 +214,15 @@ middle() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {printf "%.2f", (N
 # the next run (on the same core when pinned).
 FLUSH_WAIT=${BENCH_FLUSH_WAIT:-8}
 
+# groups → "SUM COUNT": the write groups' sizes so far, from the metrics of the server on $PORT.
+groups() {
+  curl -s -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/metrics" |
+    awk '/^teamcache_db_write_batch_size_sum/ {s = $2} /^teamcache_db_write_batch_size_count/ {c = $2} END {print s + 0, c + 0}'
+}
+
+# machine_ticks → "IDLE TOTAL": the machine's idle and total ticks so far (all cores).
+machine_ticks() { awk '/^cpu / {t = 0; for (i = 2; i <= NF; i++) t += $i; print $5 + $6, t}' /proc/stat; }
+
 server_rss_mb() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$SERVER_PID/status"; }
 
 # cpu_ticks [--children] PID... → "USER SYSTEM": clock ticks the processes (all their

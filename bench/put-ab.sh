@@ -31,13 +31,6 @@ start() {
   put_store_ready
 }
 
-# The group sizes' sum and count so far, from the side in use's metrics.
-groups() {
-  curl -s -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/metrics" |
-    awk '/^teamcache_db_write_batch_size_sum/ {s = $2} /^teamcache_db_write_batch_size_count/ {c = $2} END {print s + 0, c + 0}'
-}
-machine_ticks() { awk '/^cpu / {t = 0; for (i = 2; i <= NF; i++) t += $i; print $5 + $6, t}' /proc/stat; }
-
 # run SIDE → "PUT/S P99_MS SERVICE_US POSTGRES_US WRITES_A_GROUP IDLE_%", after a settling pause.
 run() {
   local side=$1 out puts sum0 count0 sum1 count1 idle0 total0 idle1 total1 service0 service1 db0 db1

@@ -36,11 +36,6 @@ fi
 put_store_ready
 python3 "$BENCH_DIR/pgbench_sql.py" "$WORK"
 psql -h "$(pg_socket)" -U postgres teamcache -qf "$WORK/plain_table.sql"
-# The group sizes' sum and count so far, from the service's metrics.
-groups() {
-  curl -s -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/metrics" |
-    awk '/^teamcache_db_write_batch_size_sum/ {s = $2} /^teamcache_db_write_batch_size_count/ {c = $2} END {print s + 0, c + 0}'
-}
 # The cluster's WAL so far: bytes (the insert position: exact) and full-page images
 # (pg_stat_wal: approximate, since a session reports its counts at most once a second, and an
 # idle one's last second only after ten: a round's last second may count in the next one).
@@ -57,8 +52,6 @@ numbers() {
 }
 # per_put AMOUNT COUNT DECIMALS → AMOUNT / COUNT
 per_put() { awk -v a="$1" -v n="$2" -v d="$3" 'BEGIN { if (n > 0) printf "%.*f", d, a / n; else print "?" }'; }
-# The machine's idle and total ticks so far (all cores).
-machine_ticks() { awk '/^cpu / {t = 0; for (i = 2; i <= NF; i++) t += $i; print $5 + $6, t}' /proc/stat; }
 echo "| round | PUT/s | p99 ms | service user µs | service kernel µs | PostgreSQL µs | writes a group | idle % |" \
      "WAL bytes a PUT | full-page images a PUT |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
