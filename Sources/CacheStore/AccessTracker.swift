@@ -85,6 +85,13 @@ public final class AccessTracker: Sendable {
     }
 
     private let state: Locked<State>
+    /// Held for a whole flush, so flushes run one at a time: a flush called while another is
+    /// writing (a test's, a stop's, beside the periodic one) waits for it, and when it returns
+    /// every count recorded before the call is in PostgreSQL (but rows a writer held). Without
+    /// it, a flush that found the counts already taken returned before they were committed
+    /// (CI read a namespace's hits as 0 just after a flush). A bare lock, not `Locked`: it is
+    /// held across the flush's statements, and only flushes (never a hit) take it.
+    private let oneFlushAtATime = NSLock()
     /// What hits are priced at, under a lock of its own: a price not looked up yet scans the
     /// globs, which must not hold up every other lookup's counting. `priced` spares the lock
     /// on every hit when there are no prices at all.
@@ -286,8 +293,15 @@ public final class AccessTracker: Sendable {
     /// Entries with hits not written yet.
     var pendingEntries: Int { state.withLock { $0.entries.count } }
 
-    /// Writes what was counted since the last flush. On failure the counts are kept for the next one.
+    /// Writes what was counted since the last flush, after any flush already writing (see
+    /// `oneFlushAtATime`). On failure the counts are kept for the next one.
     public func flush() throws {
+        oneFlushAtATime.lock()
+        defer { oneFlushAtATime.unlock() }
+        try writePending()
+    }
+
+    private func writePending() throws {
         let (pendingEntries, pendingNamespaces) = state.withLock { state in
             var counts: [PendingCounts] = []
             for name in state.namespaces.keys where state.namespaces[name]?.hasPending == true {

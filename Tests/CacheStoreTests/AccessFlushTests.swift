@@ -88,4 +88,50 @@ import TestSupport
         try tracker.flush()
         #expect(tracker.pendingEntries == 0)
     }
+
+    /// A flush called while another is writing waits for it: when it returns, what was counted
+    /// before it is in PostgreSQL. Here the first flush is held at its counter insert by a lock
+    /// on `counter_deltas` (in a database of its own, so no other test waits for it); the
+    /// second, which finds nothing pending, must not return before the first commits. (CI once
+    /// read a namespace's hits as 0 right after a flush that raced the periodic one.)
+    @Test func aFlushCalledDuringAnotherWaitsForItsCommit() throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "flushwait")
+        let pool = ConnectionPool(.init(url: TestDatabase.shared.url, overrides: TestDatabase.shared.overrides(database: database),
+                                        maxConnections: 3))
+        let tracker = AccessTracker(pool: pool)
+        let now = Date()
+        tracker.record(.hit, namespace: "n", entry: Self.entry(1, now: now), at: now)
+        let holder = try TestDatabase.shared.connect(database: database)
+        try holder.execute("BEGIN; LOCK TABLE counter_deltas IN EXCLUSIVE MODE")
+        let group = DispatchGroup()
+        DispatchQueue.global().async(group: group) { try? tracker.flush() }
+        // The first flush has taken the counts and waits at its insert.
+        let deadline = Date().addingTimeInterval(10)
+        var waiting = false
+        while !waiting && Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.02)
+            waiting = try pool.withConnection {
+                try $0.query("""
+                    SELECT count(*) AS n FROM pg_stat_activity
+                    WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO counter_deltas%'
+                    """).first?.int("n") ?? 0
+            } > 0
+        }
+        try #require(waiting, "the first flush never reached its insert")
+        let hitsSeen = Locked<Int?>(nil)
+        let second = DispatchGroup()
+        DispatchQueue.global().async(group: second) {
+            try? tracker.flush()
+            let hits = try? pool.withConnection {
+                try $0.query("SELECT coalesce(sum(hits), 0)::bigint AS hits FROM counter_deltas WHERE namespace = 'n'")
+                    .first?.int("hits")
+            }
+            hitsSeen.withLock { $0 = hits ?? -1 }
+        }
+        let returnedWhileHeld = second.wait(timeout: .now() + 0.5) == .success
+        try holder.execute("COMMIT")
+        #expect(second.wait(timeout: .now() + 10) == .success && group.wait(timeout: .now() + 10) == .success)
+        #expect(!returnedWhileHeld, "the second flush returned while the first was still writing")
+        #expect(hitsSeen.value == 1, "the second flush returned before the first one's counts were committed")
+    }
 }
