@@ -10,6 +10,7 @@ extension LocalTier {
         while !Task.isCancelled, let client = state.withLock({ $0.stopped ? nil : $0.client }) {
             do {
                 if state.withLock({ $0.feeds[namespace]?.allowed }) == nil {
+                    asking(namespace, "stats call")
                     let encrypted = try await client.stats(namespace: namespace, top: 0)["encrypted"]?.boolValue == true
                     let allowed = keepEncrypted || !encrypted
                     state.withLock { state in
@@ -20,6 +21,7 @@ extension LocalTier {
                 let from: String
                 if let cursor { from = cursor } else { from = try await start(namespace, client) }
                 cursor = from
+                asking(namespace, "long poll")
                 let page = try await client.changes(namespace: namespace, since: from, limit: 1000, wait: feedWait)
                 state.withLock { state in
                     for change in page.changes { Self.apply(&state, namespace, change) }
@@ -27,6 +29,7 @@ extension LocalTier {
                     // Behind (more to read): not live until caught up.
                     state.feeds[namespace]?.syncedAt = page.more ? nil : DispatchTime.now().uptimeNanoseconds
                     state.feeds[namespace]?.lastError = nil
+                    state.feeds[namespace]?.asking = nil
                 }
                 cursor = page.next
                 pause = 0.2
@@ -34,6 +37,7 @@ extension LocalTier {
                 // The feed lost this cursor's place: nothing held can be trusted.
                 state.withLock { state in
                     state.feeds[namespace]?.syncedAt = nil
+                    state.feeds[namespace]?.asking = nil
                     state.feeds[namespace]?.lastError = "the feed no longer holds the cursor (410): copies dropped"
                     state.copies.dropNamespace(namespace)
                     state.counts.cleared += 1
@@ -42,6 +46,7 @@ extension LocalTier {
             } catch {
                 state.withLock { state in
                     state.feeds[namespace]?.syncedAt = nil
+                    state.feeds[namespace]?.asking = nil
                     // A tier closing ends its followers' calls: not a failure to report.
                     if !(error is CancellationError) { state.feeds[namespace]?.lastError = "\(error)" }
                 }
@@ -49,6 +54,11 @@ extension LocalTier {
                 pause = min(pause * 2, 5)
             }
         }
+    }
+
+    /// Notes the call the follower is about to wait for (`followerError` says so when it is late).
+    private func asking(_ namespace: String, _ call: String) {
+        state.withLock { $0.feeds[namespace]?.asking = (call, DispatchTime.now().uptimeNanoseconds) }
     }
 
     /// The cursor to follow from: the one kept with the copies, else the feed's head (copies
@@ -63,6 +73,7 @@ extension LocalTier {
         }) {
             return kept
         }
+        asking(namespace, "call for the feed's head")
         let head = try await client.changes(namespace: namespace, since: "now").next
         state.withLock { state in
             state.copies.dropNamespace(namespace)

@@ -43,6 +43,8 @@ public final class LocalTier: Sendable {
         var task: Task<Void, Never>?
         /// What the follower's last call failed with, until one succeeds.
         var lastError: String?
+        /// The follower's call in flight and the monotonic nanoseconds it began at (nil: none).
+        var asking: (call: String, since: UInt64)?
     }
 
     struct HitKey: Hashable {
@@ -125,10 +127,19 @@ public final class LocalTier: Sendable {
         state.withLock { Self.live($0.feeds[namespace], feedWait: feedWait) }
     }
 
-    /// Why `namespace` is not live, when its follower's last call failed (nil: it did not, or
-    /// the namespace is not followed): what an app logs when its tier stops answering locally.
+    /// Why `namespace` is not live, when its follower's last call failed or the service has
+    /// kept it waiting past what a long poll takes (nil: neither, or the namespace is not
+    /// followed): what an app logs when its tier stops answering locally.
     public func followerError(_ namespace: String) -> String? {
-        state.withLock { $0.feeds[namespace]?.lastError }
+        state.withLock { state in
+            guard let feed = state.feeds[namespace] else { return nil }
+            if let error = feed.lastError { return error }
+            guard let asking = feed.asking, !Self.live(feed, feedWait: feedWait) else { return nil }
+            let waited = Double(DispatchTime.now().uptimeNanoseconds &- asking.since) / 1e9
+            guard waited > Self.trusted(feedWait) else { return nil }
+            return "the follower's \(asking.call) has had no answer for \(Int(waited)) s "
+                + "(its long poll waits \(Int(feedWait)) s)"
+        }
     }
 
     static func live(_ feed: Feed?, feedWait: TimeInterval) -> Bool {

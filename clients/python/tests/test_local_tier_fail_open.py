@@ -53,3 +53,26 @@ def test_a_tiered_client_never_holds_up_the_callers_call(kind, server, namespace
         assert time.monotonic() - started < 2.0
         if frozen is not None:
             frozen.close()
+
+
+def test_a_follower_kept_waiting_says_which_call(namespace):
+    """A follower the service keeps waiting past what its long poll takes says so, naming the
+    call, before the call's own timeout (60 s here): a tier that stops answering locally
+    because the service answers its feed late is told apart from one whose calls fail."""
+    frozen = Frozen()
+    tier = LocalTier(feed_wait=2)
+    cache = TeamCache(frozen.url, "t", local_tier=tier, timeout=60)
+    try:
+        tier._follow(namespace)
+        time.sleep(0.5)
+        assert tier.follower_error(namespace) is None, "a call within its long poll's time is not late"
+
+        def late() -> bool:
+            return (tier.follower_error(namespace) or "").startswith("the follower's stats call has had no answer for")
+        assert eventually(late, timeout=20), tier.follower_error(namespace)
+        assert not tier.live(namespace)
+    finally:
+        started = time.monotonic()
+        cache.close()
+        assert time.monotonic() - started < 2.0
+        frozen.close()

@@ -40,6 +40,8 @@ class _Feed:
     checked_at: float = 0.0
     #: Why the follower's last call failed (None: it did not); cleared by the next page.
     last_error: str | None = None
+    #: The follower's call in flight and when it began (monotonic; None: none in flight).
+    asking: tuple[str, float] | None = None
 
 
 class FeedFollowing:
@@ -82,6 +84,7 @@ class FeedFollowing:
         while not self._stop.is_set():
             try:
                 if feed.allowed is None:
+                    feed.asking = ("stats call", time.monotonic())
                     encrypted = client.stats(namespace, top=0).document.get("encrypted") is True
                     feed.allowed = self.keep_encrypted or not encrypted
                     feed.checked_at = time.monotonic()
@@ -93,6 +96,7 @@ class FeedFollowing:
                 if cursor is None:
                     cursor = self._start(namespace, feed)
                 asked = time.monotonic()
+                feed.asking = ("long poll", asked)
                 page = client.changes(namespace, since=cursor, wait=self.feed_wait, limit=1000)
                 with self._lock:
                     for change in page.changes:
@@ -140,6 +144,8 @@ class FeedFollowing:
                 logger.exception("the local tier's feed follower of %s failed; it starts again", namespace)
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
+            finally:
+                feed.asking = None
 
     def _start(self, namespace: str, feed: _Feed) -> str:
         """The cursor to follow from: the one kept with the copies, else the feed's head (and
@@ -153,6 +159,7 @@ class FeedFollowing:
                 feed.floor = 0
                 return kept
         assert self._client is not None
+        feed.asking = ("call for the feed's head", time.monotonic())
         head = self._client.changes(namespace, since="now").next
         with self._lock:
             self._copies.drop_namespace(namespace)
