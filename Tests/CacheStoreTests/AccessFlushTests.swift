@@ -93,7 +93,8 @@ import TestSupport
     /// before it is in PostgreSQL. Here the first flush is held at its counter insert by a lock
     /// on `counter_deltas` (in a database of its own, so no other test waits for it); the
     /// second, which finds nothing pending, must not return before the first commits. (CI once
-    /// read a namespace's hits as 0 right after a flush that raced the periodic one.)
+    /// read a namespace's hits as 0 right after a flush that raced another test's flush on the
+    /// shared service: the other had taken the counts and not committed them yet.)
     @Test func aFlushCalledDuringAnotherWaitsForItsCommit() throws {
         let database = try TestDatabase.shared.migratedDatabase(prefix: "flushwait")
         let pool = ConnectionPool(.init(url: TestDatabase.shared.url, overrides: TestDatabase.shared.overrides(database: database),
