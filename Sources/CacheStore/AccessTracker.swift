@@ -86,11 +86,13 @@ public final class AccessTracker: Sendable {
 
     private let state: Locked<State>
     /// Held for a whole flush, so flushes run one at a time: a flush called while another is
-    /// writing (a test's, a stop's, beside the periodic one) waits for it, and when it returns
-    /// every count recorded before the call is in PostgreSQL (but rows a writer held). Without
-    /// it, a flush that found the counts already taken returned before they were committed
-    /// (CI read a namespace's hits as 0 just after a flush). A bare lock, not `Locked`: it is
-    /// held across the flush's statements, and only flushes (never a hit) take it.
+    /// writing waits for it, and when it returns every count recorded before the call is in
+    /// PostgreSQL (but rows a writer held). The service's own flushes (ticks, then the stop's)
+    /// run on one thread and never meet here; callers beside it (tests, on a shared service)
+    /// do. Without it, a flush that found the counts already taken by another returned before
+    /// they were committed (CI read a namespace's hits as 0 just after a flush). A bare lock,
+    /// not `Locked`: it is held across the flush's statements, and only flushes (never a hit)
+    /// take it.
     private let oneFlushAtATime = NSLock()
     /// What hits are priced at, under a lock of its own: a price not looked up yet scans the
     /// globs, which must not hold up every other lookup's counting. `priced` spares the lock

@@ -1,6 +1,13 @@
 import CacheKeys
 import Foundation
 
+/// The follower's calls, as `followerError` names the one it waits for.
+enum FollowerCall: String, Sendable {
+    case stats = "stats call"
+    case head = "call for the feed's head"
+    case longPoll = "long poll"
+}
+
 /// The follower of one namespace's change feed: drops copies as changes arrive, and says
 /// whether the namespace is live (caught up, heard from lately).
 extension LocalTier {
@@ -9,19 +16,26 @@ extension LocalTier {
         var pause: TimeInterval = 0.2
         while !Task.isCancelled, let client = state.withLock({ $0.stopped ? nil : $0.client }) {
             do {
-                if state.withLock({ $0.feeds[namespace]?.allowed }) == nil {
-                    asking(namespace, "stats call")
+                // Asked again every minute: a namespace may be encrypted since (its answers are then
+                // no longer kept, unless `keepEncrypted`).
+                let checkedAt = state.withLock { state in
+                    state.feeds[namespace].flatMap { $0.allowed == nil ? nil : $0.checkedAt }
+                }
+                if checkedAt.map({ Self.seconds(since: $0) > Self.encryptionRecheck }) ?? true {
+                    asking(namespace, .stats)
                     let encrypted = try await client.stats(namespace: namespace, top: 0)["encrypted"]?.boolValue == true
                     let allowed = keepEncrypted || !encrypted
                     state.withLock { state in
                         state.feeds[namespace]?.allowed = allowed
+                        state.feeds[namespace]?.checkedAt = DispatchTime.now().uptimeNanoseconds
                         if !allowed { state.copies.dropNamespace(namespace) }
                     }
                 }
                 let from: String
                 if let cursor { from = cursor } else { from = try await start(namespace, client) }
                 cursor = from
-                asking(namespace, "long poll")
+                asking(namespace, .longPoll)
+                let asked = DispatchTime.now().uptimeNanoseconds
                 let page = try await client.changes(namespace: namespace, since: from, limit: 1000, wait: feedWait)
                 state.withLock { state in
                     for change in page.changes { Self.apply(&state, namespace, change) }
@@ -33,6 +47,12 @@ extension LocalTier {
                 }
                 cursor = page.next
                 pause = 0.2
+                // An empty page at once (the service could not hold the request: its waiter room
+                // full, or a proxy that does not hold long polls): asked again after a rest, never
+                // in a tight loop that would add to an overloaded service's load.
+                if page.changes.isEmpty, !page.more, Self.seconds(since: asked) < feedWait / 2 {
+                    try? await Task.sleep(nanoseconds: UInt64(min(1, feedWait / 4) * 1e9))
+                }
             } catch TeamCacheClientError.problem(status: 410, _, _) {
                 // The feed lost this cursor's place: nothing held can be trusted.
                 state.withLock { state in
@@ -56,8 +76,29 @@ extension LocalTier {
         }
     }
 
+    /// `asking`, when it has waited past its time: a long poll its wait and a second more, any
+    /// other call a second (half the wait, when that is longer). Shorter than the calls' own
+    /// timeouts (the client's `timeout`, plus the wait for a long poll), so a service that is
+    /// slow to answer, or an app whose tasks cannot run to take the answer, shows here before
+    /// the call fails; and only while the namespace is not live (`followerError`).
+    static func late(_ asking: (call: FollowerCall, since: UInt64)?, feedWait: TimeInterval) -> String? {
+        guard let asking else { return nil }
+        let waited = seconds(since: asking.since)
+        let due = asking.call == .longPoll ? feedWait + 1 : max(1, feedWait / 2)
+        guard waited > due else { return nil }
+        let wait = asking.call == .longPoll ? " (it waits \(String(format: "%g", feedWait)) s)" : ""
+        return "the follower's \(asking.call.rawValue) has had no answer for \(Int(waited)) s\(wait)"
+    }
+
+    /// How often a followed namespace's encryption is asked again.
+    static let encryptionRecheck: TimeInterval = 60
+
+    static func seconds(since uptime: UInt64) -> TimeInterval {
+        Double(DispatchTime.now().uptimeNanoseconds &- uptime) / 1e9
+    }
+
     /// Notes the call the follower is about to wait for (`followerError` says so when it is late).
-    private func asking(_ namespace: String, _ call: String) {
+    private func asking(_ namespace: String, _ call: FollowerCall) {
         state.withLock { $0.feeds[namespace]?.asking = (call, DispatchTime.now().uptimeNanoseconds) }
     }
 
@@ -73,7 +114,7 @@ extension LocalTier {
         }) {
             return kept
         }
-        asking(namespace, "call for the feed's head")
+        asking(namespace, .head)
         let head = try await client.changes(namespace: namespace, since: "now").next
         state.withLock { state in
             state.copies.dropNamespace(namespace)

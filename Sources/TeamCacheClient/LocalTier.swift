@@ -38,13 +38,16 @@ public final class LocalTier: Sendable {
         var syncedAt: UInt64?
         /// nil until the namespace's stats said whether it is encrypted.
         var allowed: Bool?
+        /// Monotonic nanoseconds of the stats call that set `allowed` (asked again after
+        /// `encryptionRecheck`).
+        var checkedAt: UInt64 = 0
         /// Fills that started before this mark are not kept: they may predate the cursor.
         var floor = Int.max
         var task: Task<Void, Never>?
         /// What the follower's last call failed with, until one succeeds.
         var lastError: String?
         /// The follower's call in flight and the monotonic nanoseconds it began at (nil: none).
-        var asking: (call: String, since: UInt64)?
+        var asking: (call: FollowerCall, since: UInt64)?
     }
 
     struct HitKey: Hashable {
@@ -127,18 +130,17 @@ public final class LocalTier: Sendable {
         state.withLock { Self.live($0.feeds[namespace], feedWait: feedWait) }
     }
 
-    /// Why `namespace` is not live, when its follower's last call failed or the service has
-    /// kept it waiting past what a long poll takes (nil: neither, or the namespace is not
-    /// followed): what an app logs when its tier stops answering locally.
+    /// Why `namespace` is not live (nil: it is, or nothing to say, or the namespace is not
+    /// followed): what an app logs when its tier stops answering locally. The follower's last
+    /// failure (until its next page), a call the service has kept waiting past its time (see
+    /// `late`; after a failure, both), or that no follower runs.
     public func followerError(_ namespace: String) -> String? {
         state.withLock { state in
-            guard let feed = state.feeds[namespace] else { return nil }
-            if let error = feed.lastError { return error }
-            guard let asking = feed.asking, !Self.live(feed, feedWait: feedWait) else { return nil }
-            let waited = Double(DispatchTime.now().uptimeNanoseconds &- asking.since) / 1e9
-            guard waited > Self.trusted(feedWait) else { return nil }
-            return "the follower's \(asking.call) has had no answer for \(Int(waited)) s "
-                + "(its long poll waits \(Int(feedWait)) s)"
+            guard let feed = state.feeds[namespace], !Self.live(feed, feedWait: feedWait) else { return nil }
+            let late = Self.late(feed.asking, feedWait: feedWait)
+            if let error = feed.lastError { return late.map { "\(error); since then \($0)" } ?? error }
+            if feed.task == nil { return "no follower runs: the tier has no client, or was closed" }
+            return late
         }
     }
 

@@ -97,8 +97,12 @@ import TestSupport
     /// shared service: the other had taken the counts and not committed them yet.)
     @Test func aFlushCalledDuringAnotherWaitsForItsCommit() throws {
         let database = try TestDatabase.shared.migratedDatabase(prefix: "flushwait")
-        let pool = ConnectionPool(.init(url: TestDatabase.shared.url, overrides: TestDatabase.shared.overrides(database: database),
-                                        maxConnections: 3))
+        var configuration = ConnectionPool.Configuration(url: TestDatabase.shared.url,
+                                                         overrides: TestDatabase.shared.overrides(database: database),
+                                                         maxConnections: 3)
+        // The held insert waits as long as the test holds the lock, not the service's 2 s.
+        configuration.limits = .unbounded
+        let pool = ConnectionPool(configuration)
         let tracker = AccessTracker(pool: pool)
         let now = Date()
         tracker.record(.hit, namespace: "n", entry: Self.entry(1, now: now), at: now)
@@ -114,7 +118,8 @@ import TestSupport
             waiting = try pool.withConnection {
                 try $0.query("""
                     SELECT count(*) AS n FROM pg_stat_activity
-                    WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO counter_deltas%'
+                    WHERE datname = current_database() AND wait_event_type = 'Lock'
+                      AND query LIKE 'INSERT INTO counter_deltas%'
                     """).first?.int("n") ?? 0
             } > 0
         }
@@ -131,7 +136,8 @@ import TestSupport
         }
         let returnedWhileHeld = second.wait(timeout: .now() + 0.5) == .success
         try holder.execute("COMMIT")
-        #expect(second.wait(timeout: .now() + 10) == .success && group.wait(timeout: .now() + 10) == .success)
+        #expect(second.wait(timeout: .now() + 10) == .success, "the second flush never returned")
+        #expect(group.wait(timeout: .now() + 10) == .success, "the first flush never returned")
         #expect(!returnedWhileHeld, "the second flush returned while the first was still writing")
         #expect(hitsSeen.value == 1, "the second flush returned before the first one's counts were committed")
     }

@@ -279,29 +279,6 @@ import TestSupport
         #expect(ProcessInfo.processInfo.systemUptime - started < 2.5)
     }
 
-    /// A follower the service keeps waiting past what its long poll takes says so, naming the
-    /// call, before the call's own timeout: a tier that stops answering locally because the
-    /// service answers its feed late is told apart from one whose calls fail (a CI run once
-    /// saw a tier not live after `warm` with "no follower error").
-    @Test func aFollowerKeptWaitingSaysWhichCall() async throws {
-        let frozen = try ClientFailOpenTests.Frozen()
-        var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(frozen.port)")!,
-                                                          token: "tc_frozen")
-        configuration.timeout = 60
-        let tier = try LocalTier(feedWait: 2)
-        _ = TeamCacheClient(configuration, localTier: tier)
-        tier.state.withLock { tier.follow("late", in: &$0) }
-        try await Task.sleep(nanoseconds: 500_000_000)
-        #expect(tier.followerError("late") == nil, "a call within its long poll's time is not late")
-        let deadline = ProcessInfo.processInfo.systemUptime + 20
-        while tier.followerError("late") == nil && ProcessInfo.processInfo.systemUptime < deadline {
-            try await Task.sleep(nanoseconds: 100_000_000)
-        }
-        let error = tier.followerError("late") ?? "none"
-        #expect(error.contains("stats call has had no answer for") && !tier.isLive("late"), "\(error)")
-        await tier.close()
-    }
-
     /// A bound too small is an error, not a trap; a tier given to a second client is shared.
     @Test func aBadBoundThrowsAndASecondClientSharesTheTier() async throws {
         #expect(throws: (any Error).self) { _ = try LocalTier(maxBytes: 1000) }

@@ -1,16 +1,21 @@
 """A client with a local tier against a sick cache (issue #31): one that refuses connections,
 one that never answers, one that refuses the token. Every entry point fails fast or goes on with
-the model call, closing does not wait on the service, and the tier's follower names the cause."""
+the model call, closing does not wait on the service, and the tier's follower names the cause.
+And a service that keeps the follower waiting, or cannot hold its long poll."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from teamcache import LocalTier, TeamCache, TeamCacheError
+from teamcache._local_feed import _Feed
 
-from .conftest import eventually, free_port
+from .conftest import Server, eventually, free_port
 from .test_fail_open import Frozen
 
 
@@ -64,8 +69,6 @@ def test_a_follower_kept_waiting_says_which_call(namespace):
     cache = TeamCache(frozen.url, "t", local_tier=tier, timeout=60)
     try:
         tier._follow(namespace)
-        time.sleep(0.5)
-        assert tier.follower_error(namespace) is None, "a call within its long poll's time is not late"
 
         def late() -> bool:
             return (tier.follower_error(namespace) or "").startswith("the follower's stats call has had no answer for")
@@ -76,3 +79,69 @@ def test_a_follower_kept_waiting_says_which_call(namespace):
         cache.close()
         assert time.monotonic() - started < 2.0
         frozen.close()
+
+
+@pytest.fixture(scope="module")
+def no_waiting_room(server: Server) -> Iterator[Server]:
+    """A second ``serve`` on the session server's cluster that cannot hold a long poll (its
+    waiter room is 0): every empty feed page is answered at once."""
+    second = Server(server.binary, server.data, free_port(), env={"TEAMCACHE_MAX_WAITERS": "0"})
+    try:
+        yield second
+    finally:
+        second.stop()
+
+
+def _feed_polls(server: Server, token: str) -> int:
+    """Change-feed requests ``server`` has answered, from its metrics."""
+    text = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {token}"}).text
+    prefix = 'teamcache_http_requests_total{route="/v1/caches/{ns}/changes",method="GET",status_class="2xx"} '
+    return next((int(float(line[len(prefix):])) for line in text.splitlines() if line.startswith(prefix)), 0)
+
+
+def test_a_follower_answered_at_once_rests_between_polls(no_waiting_room, token, namespace):
+    """A service that cannot hold the follower's long poll answers an empty page at once: the
+    follower rests between polls (a quarter of its wait, at most a second) instead of asking
+    again in a tight loop, and stays live."""
+    tier = LocalTier(feed_wait=2)
+    cache = TeamCache(no_waiting_room.url, token, local_tier=tier)
+    try:
+        tier._follow(namespace)
+        assert eventually(lambda: tier.live(namespace), timeout=10), tier.follower_error(namespace)
+        before = _feed_polls(no_waiting_room, token)
+        time.sleep(3)
+        polls = _feed_polls(no_waiting_room, token) - before
+        # One every 0.5 s: about 6 (fewer on a loaded machine); a tight loop makes hundreds.
+        assert 1 <= polls <= 12, f"{polls} long polls in 3 s"
+        assert eventually(lambda: tier.live(namespace), timeout=5)
+    finally:
+        cache.close()
+
+
+def test_what_the_follower_error_says_when():
+    """When a call is late, by the rule, for each call; after a failure, both; and a namespace
+    no follower runs for (a tier with no client) says so. (States set by hand: the clock is the
+    subject, not the service.)"""
+    tier = LocalTier(feed_wait=2)
+    now = time.monotonic()
+
+    def said(call: str, age: float, last_error: str | None = None, synced: bool = False) -> str | None:
+        tier._feeds["ns"] = _Feed(allowed=True, floor=0, thread=threading.current_thread(), last_error=last_error,
+                                  synced_at=now if synced else None, asking=(call, now - age))
+        return tier.follower_error("ns")
+    try:
+        assert said("stats call", 0.5) is None and said("call for the feed's head", 0.5) is None
+        assert said("stats call", 1.5) == "the follower's stats call has had no answer for 1 s"
+        assert said("call for the feed's head", 4.2) == \
+            "the follower's call for the feed's head has had no answer for 4 s"
+        assert said("long poll", 2.5) is None, "within its wait and a second"
+        assert said("long poll", 3.5) == "the follower's long poll has had no answer for 3 s (it waits 2 s)"
+        assert said("long poll", 3.5, last_error="TransportError: timed out") == \
+            "TransportError: timed out; since then the follower's long poll has had no answer for 3 s (it waits 2 s)"
+        assert said("long poll", 0.5, last_error="TransportError: timed out") == "TransportError: timed out"
+        assert said("long poll", 9, synced=True) is None, "live: nothing to explain"
+        tier._follow("unfollowed")
+        assert tier.follower_error("unfollowed") == "no follower runs: the tier has no client, or was closed"
+        assert tier.follower_error("never") is None
+    finally:
+        tier.close()

@@ -164,22 +164,22 @@ class LocalTier(FeedFollowing, HitReporting, OutboxSending):
         return synced is not None and time.monotonic() - synced < self._trusted
 
     def follower_error(self, namespace: str) -> str | None:
-        """Why ``namespace`` is not live, when its follower's last call failed or the service
-        has kept it waiting past what a long poll takes (None: neither, or the namespace is not
-        followed): what an app logs when its tier stops answering locally: ``TransportError: …``
-        (the client's message, which never holds the token), ``ProblemError: 401 …``, a lost
-        cursor, a call with no answer for too long, or another error's class alone."""
+        """Why ``namespace`` is not live (None: it is, or nothing to say, or the namespace is
+        not followed): what an app logs when its tier stops answering locally. The follower's
+        last failure, until its next page: ``TransportError: …`` (the client's message, which
+        never holds the token), ``ProblemError: 401 …``, a lost cursor, or another error's
+        class alone; a call the service has kept waiting past its time (after a failure,
+        both); or that no follower runs."""
         feed = self._feeds.get(namespace)
-        if feed is None or feed.last_error is not None:
-            return feed.last_error if feed is not None else None
-        asking = feed.asking
-        if asking is None or self.live(namespace):
+        if feed is None or self.live(namespace):
             return None
-        waited = time.monotonic() - asking[1]
-        if waited <= self._trusted:
-            return None
-        return (f"the follower's {asking[0]} has had no answer for {int(waited)} s "
-                f"(its long poll waits {int(self.feed_wait)} s)")
+        late = self._late(feed)
+        error = feed.last_error
+        if error is not None:
+            return f"{error}; since then {late}" if late is not None else error
+        if feed.thread is None:
+            return "no follower runs: the tier has no client, or was closed"
+        return late
 
     # Reads
 

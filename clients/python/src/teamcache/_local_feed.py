@@ -86,6 +86,7 @@ class FeedFollowing:
                 if feed.allowed is None:
                     feed.asking = ("stats call", time.monotonic())
                     encrypted = client.stats(namespace, top=0).document.get("encrypted") is True
+                    feed.asking = None
                     feed.allowed = self.keep_encrypted or not encrypted
                     feed.checked_at = time.monotonic()
                     if not feed.allowed:
@@ -98,6 +99,7 @@ class FeedFollowing:
                 asked = time.monotonic()
                 feed.asking = ("long poll", asked)
                 page = client.changes(namespace, since=cursor, wait=self.feed_wait, limit=1000)
+                feed.asking = None
                 with self._lock:
                     for change in page.changes:
                         self._apply(namespace, change.key, change.kind, change.etag, change.expires_at)
@@ -115,6 +117,7 @@ class FeedFollowing:
                     feed.allowed = None  # a namespace may be encrypted since: asked again
 
             except ProblemError as error:
+                feed.asking = None
                 feed.synced_at = None
                 if error.status == 410:
                     self._failed(feed, "the feed no longer holds the cursor (410): copies dropped")
@@ -129,6 +132,7 @@ class FeedFollowing:
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
             except TeamCacheError as error:
+                feed.asking = None
                 feed.synced_at = None
                 # The client's messages name statuses and causes, never the token (one a header
                 # cannot carry is not sent; see `_Settings.unreachable`).
@@ -136,6 +140,7 @@ class FeedFollowing:
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
             except Exception as error:  # noqa: BLE001 - a closed client mid-request, or a bug: never kill the app
+                feed.asking = None
                 feed.synced_at = None
                 if self._stop.is_set():
                     return
@@ -144,8 +149,22 @@ class FeedFollowing:
                 logger.exception("the local tier's feed follower of %s failed; it starts again", namespace)
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
-            finally:
-                feed.asking = None
+
+    def _late(self, feed: _Feed) -> str | None:
+        """The follower's call in flight, when it has waited past its time: a long poll its wait
+        and a second more, any other call a second (half the wait, when that is longer). Shorter
+        than the calls' own timeouts (the client's ``timeout``, plus the wait for a long poll),
+        so a service slow to answer shows here before the call fails."""
+        asking = feed.asking
+        if asking is None:
+            return None
+        call, since = asking
+        waited = time.monotonic() - since
+        due = self.feed_wait + 1 if call == "long poll" else max(1.0, self.feed_wait / 2)
+        if waited <= due:
+            return None
+        wait = f" (it waits {self.feed_wait:g} s)" if call == "long poll" else ""
+        return f"the follower's {call} has had no answer for {int(waited)} s{wait}"
 
     def _start(self, namespace: str, feed: _Feed) -> str:
         """The cursor to follow from: the one kept with the copies, else the feed's head (and
@@ -161,6 +180,7 @@ class FeedFollowing:
         assert self._client is not None
         feed.asking = ("call for the feed's head", time.monotonic())
         head = self._client.changes(namespace, since="now").next
+        feed.asking = None
         with self._lock:
             self._copies.drop_namespace(namespace)
             self._copies.save_cursor(namespace, head)

@@ -1,0 +1,122 @@
+import CacheKeys
+import Foundation
+@testable import TeamCacheClient
+import Testing
+import TestSupport
+
+/// The local tier's feed follower against a service that does not behave as a long poll
+/// expects: one that keeps the follower waiting, one that cannot hold its long poll, and a
+/// namespace encrypted while it is followed.
+extension ClientLocalTierTests {
+    /// A follower the service keeps waiting past what its long poll takes says so, naming the
+    /// call, before the call's own timeout: a tier that stops answering locally because the
+    /// service answers its feed late is told apart from one whose calls fail (a CI run once
+    /// saw a tier not live after `warm` with "no follower error").
+    @Test func aFollowerKeptWaitingSaysWhichCall() async throws {
+        let frozen = try ClientFailOpenTests.Frozen()
+        var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(frozen.port)")!,
+                                                          token: "tc_frozen")
+        configuration.timeout = 60
+        let tier = try LocalTier(feedWait: 2)
+        _ = TeamCacheClient(configuration, localTier: tier)
+        tier.state.withLock { tier.follow("late", in: &$0) }
+        let deadline = ProcessInfo.processInfo.systemUptime + 20
+        while tier.followerError("late") == nil && ProcessInfo.processInfo.systemUptime < deadline {
+            try await Task.sleep(nanoseconds: 100_000_000)
+        }
+        let error = tier.followerError("late") ?? "none"
+        #expect(error.hasPrefix("the follower's stats call has had no answer for ") && !tier.isLive("late"), "\(error)")
+        await tier.close()
+    }
+
+    /// When a call is late, by the rule, for each call; after a failure, both; and a namespace
+    /// no follower runs for (a tier with no client) says so. (States set by hand: the clock is
+    /// the subject, not the service.)
+    @Test func whatTheFollowerErrorSaysWhen() throws {
+        let tier = try LocalTier(feedWait: 2)
+        let now = DispatchTime.now().uptimeNanoseconds
+        func said(_ call: FollowerCall, _ age: Double, lastError: String? = nil, synced: Bool = false) -> String? {
+            tier.state.withLock { state in
+                var feed = LocalTier.Feed(syncedAt: synced ? now : nil, allowed: true, floor: 0)
+                feed.task = Task {}
+                feed.lastError = lastError
+                feed.asking = (call, now &- UInt64(age * 1e9))
+                state.feeds["ns"] = feed
+            }
+            return tier.followerError("ns")
+        }
+        #expect(said(.stats, 0.5) == nil && said(.head, 0.5) == nil, "within a second")
+        #expect(said(.stats, 1.5) == "the follower's stats call has had no answer for 1 s")
+        #expect(said(.head, 4.2) == "the follower's call for the feed's head has had no answer for 4 s")
+        #expect(said(.longPoll, 2.5) == nil, "within its wait and a second")
+        #expect(said(.longPoll, 3.5) == "the follower's long poll has had no answer for 3 s (it waits 2 s)")
+        #expect(said(.longPoll, 3.5, lastError: "timedOut")
+                == "timedOut; since then the follower's long poll has had no answer for 3 s (it waits 2 s)")
+        #expect(said(.longPoll, 0.5, lastError: "timedOut") == "timedOut")
+        #expect(said(.longPoll, 9, synced: true) == nil, "live: nothing to explain")
+        tier.state.withLock { tier.follow("unfollowed", in: &$0) }
+        #expect(tier.followerError("unfollowed") == "no follower runs: the tier has no client, or was closed")
+        #expect(tier.followerError("never") == nil)
+    }
+
+    /// A service that cannot hold the follower's long poll (its waiter room full: `maxWaiters`
+    /// 0) answers an empty page at once. The follower rests between polls (a quarter of its
+    /// wait, at most a second) instead of asking again in a tight loop, and stays live.
+    @Test func aFollowerAnsweredAtOnceRestsBetweenPolls() async throws {
+        let full = try await offThePool {
+            try TestService {
+                $0.maxWaiters = 0
+                $0.authEnabled = false
+            }
+        }
+        let namespace = TestService.namespace("swiftrest")
+        let tier = try LocalTier(feedWait: 2)
+        _ = client(full.port, nil, tier: tier)
+        try await following(tier, namespace)
+        let before = try await offThePool { try Self.feedPolls(full) }
+        try await Task.sleep(nanoseconds: 3_000_000_000)
+        let polls = try await offThePool { try Self.feedPolls(full) } - before
+        // One every 0.5 s: about 6 (fewer on a loaded machine); a tight loop makes hundreds.
+        #expect(polls >= 1 && polls <= 12, "\(polls) long polls in 3 s")
+        try await live(tier, namespace)
+        await tier.close()
+        try await offThePool { full.stop() }
+    }
+
+    /// Change-feed requests `service` has answered, from its metrics.
+    static func feedPolls(_ service: TestService) throws -> Int {
+        let text = String(decoding: try service.request("GET", "/metrics").body, as: UTF8.self)
+        let prefix = "teamcache_http_requests_total{route=\"/v1/caches/{ns}/changes\",method=\"GET\","
+            + "status_class=\"2xx\"} "
+        let line = text.split(separator: "\n").first { $0.hasPrefix(prefix) }
+        return line.flatMap { Int($0.dropFirst(prefix.count)) } ?? 0
+    }
+
+    /// A namespace encrypted while it is followed is asked about again (every
+    /// `encryptionRecheck`; moved back here rather than waited for): its copies are dropped, as
+    /// when it was encrypted from the start, and none is kept after.
+    @Test func aNamespaceEncryptedWhileFollowedIsNoLongerKept() async throws {
+        let (url, keys, service) = try await offThePool { try EncryptionTests.serviceWithNewKey(prefix: "tierrecheck") }
+        let namespace = "recheck"
+        let tier = try LocalTier(feedWait: 2)
+        let b = client(service.port, nil, tier: tier)
+        try await following(tier, namespace)
+        try await b.put(namespace: namespace, key: "k", body: Data("plain".utf8), ttl: 300)
+        _ = try await localReads(1, tier, namespace) {
+            try await b.get(namespace: namespace, key: "k")?.fromLocal == true
+        }
+        #expect(tier.bytes > 0, "kept before the namespace was encrypted")
+        try await offThePool { try EncryptionTests.encrypt(namespace, url: url, keys: keys) }
+        tier.state.withLock { $0.feeds[namespace]?.checkedAt = DispatchTime.now().uptimeNanoseconds &- 61_000_000_000 }
+        let deadline = Date().addingTimeInterval(15)
+        while tier.state.withLock({ $0.feeds[namespace]?.allowed }) != false && Date() < deadline {
+            try await Task.sleep(nanoseconds: 50_000_000)
+        }
+        #expect(tier.state.withLock { $0.feeds[namespace]?.allowed } == false, "asked again after a minute")
+        #expect(tier.bytes == 0)
+        _ = try await b.get(namespace: namespace, key: "k")
+        #expect(tier.bytes == 0, "nothing kept once encrypted")
+        await tier.close()
+        try await offThePool { service.stop() }
+    }
+}
