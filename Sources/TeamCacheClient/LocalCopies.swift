@@ -115,17 +115,17 @@ final class LocalCopies {
             append(node)
             return node.copy
         }
-        guard let file, let row = try? file.run(
+        guard let row = safely({ try $0.run(
             "SELECT kind, etag, body, content_type, metadata, expires_at, updated_at, swr FROM entries "
-                + "WHERE namespace = ?1 AND key = ?2", [.text(name.namespace), .text(name.key)]).first,
+                + "WHERE namespace = ?1 AND key = ?2", [.text(name.namespace), .text(name.key)]) })?.first,
             row.count == 8, let kind = row[0].text.flatMap(LocalCopy.Kind.init), let body = row[2].blob,
             let expires = row[5].double, let updated = row[6].double else { return nil }
         let copy = LocalCopy(kind: kind, etag: row[1].text, body: body, contentType: row[3].text ?? "",
                              metadata: row[4].text, expiresAt: expires, updatedAt: updated,
                              staleWhileRevalidate: Int(row[7].int ?? 0))
         // Used again: its place in the file's LRU moves (a write on a memory miss only).
-        _ = try? file.run("UPDATE entries SET used_at = ?1 WHERE namespace = ?2 AND key = ?3",
-                          [.double(Date().timeIntervalSince1970), .text(name.namespace), .text(name.key)])
+        safely { try $0.run("UPDATE entries SET used_at = ?1 WHERE namespace = ?2 AND key = ?3",
+                            [.double(Date().timeIntervalSince1970), .text(name.namespace), .text(name.key)]) }
         remember(name, copy)
         return copy
     }
@@ -135,8 +135,8 @@ final class LocalCopies {
     /// on disk.
     func peek(_ name: Name) -> LocalCopy? {
         if let node = nodes[name] { return node.copy }
-        guard let file, let row = try? file.run("SELECT kind, etag, expires_at FROM entries WHERE namespace = ?1 AND key = ?2",
-                                                 [.text(name.namespace), .text(name.key)]).first,
+        guard let row = safely({ try $0.run("SELECT kind, etag, expires_at FROM entries WHERE namespace = ?1 AND key = ?2",
+                                            [.text(name.namespace), .text(name.key)]) })?.first,
               row.count == 3, let kind = row[0].text.flatMap(LocalCopy.Kind.init), let expires = row[2].double
         else { return nil }
         return LocalCopy(kind: kind, etag: row[1].text, body: Data(), contentType: "", expiresAt: expires, updatedAt: 0)
@@ -149,19 +149,17 @@ final class LocalCopies {
         let size = copy.size(key: name.key)
         guard size <= maxBytes / 8 else { return false }
         remember(name, copy)
-        if let file {
-            do {
-                try file.run("INSERT OR REPLACE INTO entries VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)", [
-                    .text(name.namespace), .text(name.key), .text(copy.kind.rawValue), copy.etag.map { .text($0) } ?? .null,
-                    .blob(copy.body), .text(copy.contentType), copy.metadata.map { .text($0) } ?? .null,
-                    .double(copy.expiresAt), .double(copy.updatedAt), .int(Int64(copy.staleWhileRevalidate)),
-                    .int(Int64(size)), .double(Date().timeIntervalSince1970),
-                ])
-                fileBytes += size
-                trimFile()
-            } catch {
-                // A full disk or a broken file costs the copy on disk, never the caller's call.
-            }
+        let written = safely { file in
+            try file.run("INSERT OR REPLACE INTO entries VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)", [
+                .text(name.namespace), .text(name.key), .text(copy.kind.rawValue), copy.etag.map { .text($0) } ?? .null,
+                .blob(copy.body), .text(copy.contentType), copy.metadata.map { .text($0) } ?? .null,
+                .double(copy.expiresAt), .double(copy.updatedAt), .int(Int64(copy.staleWhileRevalidate)),
+                .int(Int64(size)), .double(Date().timeIntervalSince1970),
+            ])
+        }
+        if written != nil {
+            fileBytes += size
+            trimFile()
         }
         return true
     }
@@ -171,26 +169,50 @@ final class LocalCopies {
             unlink(node)
             memoryBytes -= node.size
         }
-        guard let file, let size = try? file.run("DELETE FROM entries WHERE namespace = ?1 AND key = ?2 RETURNING size",
-                                                  [.text(name.namespace), .text(name.key)]).first?.first?.int
-        else { return }
-        fileBytes -= Int(size)
+        // A SELECT then a DELETE, not DELETE … RETURNING: that needs SQLite 3.35 (Debian 11 and
+        // Ubuntu 20.04 ship older), and a delete that fails must not leave the row to come back.
+        let size = safely { file -> Int64? in
+            let names: [LocalFile.Value] = [.text(name.namespace), .text(name.key)]
+            guard let size = try file.run("SELECT size FROM entries WHERE namespace = ?1 AND key = ?2", names)
+                .first?.first?.int else { return nil }
+            try file.run("DELETE FROM entries WHERE namespace = ?1 AND key = ?2", names)
+            return size
+        }
+        if let size = size ?? nil { fileBytes -= Int(size) }
     }
 
     func dropNamespace(_ namespace: String) {
         for name in nodes.keys where name.namespace == namespace { drop(name) }
-        guard let file else { return }
-        _ = try? file.run("DELETE FROM entries WHERE namespace = ?1", [.text(namespace)])
-        _ = try? file.run("DELETE FROM feeds WHERE namespace = ?1", [.text(namespace)])
-        fileBytes = Int((try? file.run("SELECT coalesce(sum(size), 0) FROM entries").first?.first?.int) ?? 0)
+        safely { file in
+            try file.run("DELETE FROM entries WHERE namespace = ?1", [.text(namespace)])
+            try file.run("DELETE FROM feeds WHERE namespace = ?1", [.text(namespace)])
+            fileBytes = Int(try file.run("SELECT coalesce(sum(size), 0) FROM entries").first?.first?.int ?? 0)
+        }
     }
 
     func cursor(_ namespace: String) -> String? {
-        (try? file?.run("SELECT cursor FROM feeds WHERE namespace = ?1", [.text(namespace)]).first?.first?.text) ?? nil
+        safely { try $0.run("SELECT cursor FROM feeds WHERE namespace = ?1", [.text(namespace)]).first?.first?.text } ?? nil
     }
 
     func saveCursor(_ namespace: String, _ cursor: String) {
-        _ = try? file?.run("INSERT OR REPLACE INTO feeds VALUES (?1, ?2)", [.text(namespace), .text(cursor)])
+        safely { try $0.run("INSERT OR REPLACE INTO feeds VALUES (?1, ?2)", [.text(namespace), .text(cursor)]) }
+    }
+
+    /// Runs `work` on the file. A file that fails (full disk, read-only, corrupt) is given up
+    /// for memory alone, as the Python client does: a delete that failed would leave a copy a
+    /// change dropped to come back on the next read, and a failing file must never fail the
+    /// caller's call. nil: no file, or it failed.
+    @discardableResult
+    private func safely<T>(_ work: (LocalFile) throws -> T) -> T? {
+        guard let file else { return nil }
+        do {
+            return try work(file)
+        } catch {
+            file.close()
+            self.file = nil
+            fileBytes = 0
+            return nil
+        }
     }
 
     func close() {
@@ -203,8 +225,7 @@ final class LocalCopies {
     // The outbox's rows, in the Python client's table and JSON payloads.
 
     func loadOutbox() -> [LocalTier.Queued] {
-        let rows = (try? file?.run("SELECT id, namespace, kind, key, payload, base_etag, written_at FROM outbox ORDER BY id"))
-            ?? nil
+        let rows = safely { try $0.run("SELECT id, namespace, kind, key, payload, base_etag, written_at FROM outbox ORDER BY id") }
         return (rows ?? []).compactMap { row in
             guard row.count == 7, let id = row[0].int, let namespace = row[1].text, let kind = row[2].text,
                   let key = row[3].text, let payload = row[4].text.flatMap({ try? JSONParser.parse(Array($0.utf8)) }),
@@ -217,22 +238,19 @@ final class LocalCopies {
 
     /// The row's id; 0 when it could not be written (the write waits in memory only).
     func queue(_ item: LocalTier.Queued) -> Int64 {
-        guard let file else { return 0 }
-        do {
+        safely { file in
             try file.run("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
                          + "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", [
                 .text(item.namespace), .text(item.write.kind), .text(item.key), .text(item.write.payload.serialized),
                 item.baseETag.map { .text($0) } ?? .null, .double(item.writtenAt), .int(Int64(item.size)),
             ])
             return try file.run("SELECT last_insert_rowid()").first?.first?.int ?? 0
-        } catch {
-            return 0
-        }
+        } ?? 0
     }
 
     func unqueue(_ id: Int64) {
         guard id > 0 else { return }
-        _ = try? file?.run("DELETE FROM outbox WHERE id = ?1", [.int(id)])
+        safely { try $0.run("DELETE FROM outbox WHERE id = ?1", [.int(id)]) }
     }
 
     private func remember(_ name: Name, _ copy: LocalCopy) {
@@ -251,15 +269,22 @@ final class LocalCopies {
         }
     }
 
+    /// Deletes the least recently used rows, 64 at a time, until the file is within its bound
+    /// (a SELECT then a DELETE of the same rows: no RETURNING, as in `drop`).
     private func trimFile() {
-        guard let file else { return }
         while fileBytes > maxBytes {
-            guard let rows = try? file.run("DELETE FROM entries WHERE rowid IN (SELECT rowid FROM entries "
-                                            + "ORDER BY used_at LIMIT 64) RETURNING size"), !rows.isEmpty else {
-                fileBytes = 0
+            let trimmed = safely { file -> Int in
+                let rows = try file.run("SELECT rowid, size FROM entries ORDER BY used_at LIMIT 64")
+                let ids = rows.compactMap { $0.first?.int }
+                guard !ids.isEmpty else { return 0 }
+                try file.run("DELETE FROM entries WHERE rowid IN (\(ids.map(String.init).joined(separator: ",")))")
+                return rows.reduce(0) { $0 + Int($1.count == 2 ? $1[1].int ?? 0 : 0) }
+            }
+            guard let trimmed, trimmed > 0 else {
+                fileBytes = 0  // nothing left to trim (or the file was given up)
                 return
             }
-            fileBytes -= rows.reduce(0) { $0 + Int($1.first?.int ?? 0) }
+            fileBytes -= trimmed
         }
     }
 

@@ -251,10 +251,14 @@ public final class LocalTier: Sendable {
     /// A change to `name` now holding `etag` (nil: gone), for fills that raced it.
     static func note(_ state: inout State, _ name: LocalCopies.Name, etag: String?) {
         state.applied += 1
-        if state.changed.count >= changedKeys {
-            // Forgotten at once, not one by one: fills that started before are refused.
-            state.changed = [:]
-            state.forgotten = state.applied
+        if state.changed[name] == nil, state.changed.count >= changedKeys {
+            // The oldest tenth is forgotten (one sort a thousand changes), so the latest changes
+            // stay known: a lagging standby's older version of a key changed just now is still
+            // refused (forgetting all at once let it in). Fills that started before the last
+            // change forgotten are refused: their key's change may be among them.
+            let oldest = state.changed.sorted { $0.value.seq < $1.value.seq }.prefix(changedKeys / 10)
+            for (forgotten, _) in oldest { state.changed.removeValue(forKey: forgotten) }
+            state.forgotten = max(state.forgotten, oldest.last?.value.seq ?? 0)
         }
         state.changed[name] = (state.applied, etag)
     }

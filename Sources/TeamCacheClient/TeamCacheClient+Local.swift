@@ -196,11 +196,14 @@ extension TeamCacheClient {
 }
 
 extension TeamCacheClientError {
-    /// A write that failed so is not queued when it timed out: its outcome is unknown (a frozen
-    /// service may apply it when it resumes, and the queued copy would then meet it as another's).
+    /// Whether a failed write certainly did not reach the service: refused, not connected, or
+    /// not asked (the breaker open). One that timed out, or whose connection was lost after it
+    /// was sent, is not queued: its outcome is unknown (the service may have applied it, or may
+    /// when it resumes, and the queued copy would then meet it as another's write).
     var neverReached: Bool {
         switch self {
-        case .transport, .skipped: true
+        case .transport(let cause): TeamCacheClient.neverSentCauses.contains(cause)
+        case .skipped: true
         case .timedOut, .problem, .malformedResponse: false
         }
     }

@@ -325,9 +325,12 @@ public struct TeamCacheClient: Sendable {
     }
 
     /// Errors that mean the request never left: nothing happened on the server.
-    static func neverSent(_ error: URLError) -> Bool {
-        [.cannotConnectToHost, .cannotFindHost, .dnsLookupFailed, .notConnectedToInternet].contains(error.code)
-    }
+    static let neverSentCodes: [URLError.Code] = [.cannotConnectToHost, .cannotFindHost, .dnsLookupFailed,
+                                                  .notConnectedToInternet]
+    /// The same, as `TeamCacheClientError.transport` carries them.
+    static let neverSentCauses = Set(neverSentCodes.map { "\($0)" })
+
+    static func neverSent(_ error: URLError) -> Bool { neverSentCodes.contains(error.code) }
 
     private func pause(attempt: Int, retryAfter: String?) async throws {
         let exponential = configuration.backoff * pow(2, Double(attempt - 1)) * Double.random(in: 0.5...1.5)

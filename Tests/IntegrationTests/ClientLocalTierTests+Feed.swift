@@ -119,4 +119,33 @@ extension ClientLocalTierTests {
         await tier.close()
         try await offThePool { service.stop() }
     }
+
+    /// Past 10,000 keys' changes the oldest are forgotten, not all of them: a fill of an older
+    /// version of a key changed just before (a lagging standby's answer) is still refused, and
+    /// a fill that started before a forgotten change is refused whatever its key.
+    @Test func theLatestChangesStayKnownPastTheBound() throws {
+        let tier = try LocalTier()
+        let now = Date().timeIntervalSince1970
+        func copy(_ etag: String) -> LocalCopy {
+            LocalCopy(kind: .raw, etag: etag, body: Data("v".utf8), contentType: "text/plain", expiresAt: now + 60,
+                      updatedAt: now)
+        }
+        tier.state.withLock { $0.feeds["ns"] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
+        let early = tier.mark()
+        tier.state.withLock { state in
+            for index in 0..<LocalTier.changedKeys - 1 {
+                LocalTier.note(&state, .init(namespace: "ns", key: "k\(index)"), etag: "\"e\"")
+            }
+            LocalTier.note(&state, .init(namespace: "ns", key: "hot"), etag: "\"new\"")
+            // One more key: past the bound, the oldest tenth goes.
+            LocalTier.note(&state, .init(namespace: "ns", key: "last"), etag: "\"e\"")
+        }
+        tier.keep("ns", "hot", copy("\"old\""), since: tier.mark())
+        #expect(tier.peek("ns", "hot") == nil, "an older version of a key changed just before was kept")
+        tier.keep("ns", "hot", copy("\"new\""), since: tier.mark())
+        #expect(tier.peek("ns", "hot")?.etag == "\"new\"")
+        tier.keep("ns", "other", copy("\"x\""), since: early)
+        #expect(tier.peek("ns", "other") == nil, "a fill from before a forgotten change was kept")
+        #expect(tier.state.withLock { $0.changed.count } == LocalTier.changedKeys + 1 - LocalTier.changedKeys / 10)
+    }
 }

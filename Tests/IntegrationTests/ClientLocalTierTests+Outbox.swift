@@ -1,5 +1,6 @@
 import CacheKeys
 import Foundation
+import Locking
 @testable import TeamCacheClient
 import Testing
 import TestSupport
@@ -160,5 +161,86 @@ extension ClientLocalTierTests {
         let third = try LocalTier(path: path)
         #expect(third.outboxCount == 1)
         await third.close()
+    }
+
+    /// A copy a change dropped never comes back from the file: here the file refuses the delete
+    /// (a trigger another connection added; a read-only or corrupt file fails the same way), and
+    /// the tier gives the file up for memory alone, as the Python client does. Before, the
+    /// failed delete was ignored and the next read loaded the old row back as a fresh copy.
+    @Test func aCopyWhoseRowCannotBeDeletedDoesNotComeBack() throws {
+        let file = try TierFile()
+        defer { file.remove() }
+        let copies = try LocalCopies(path: file.path, maxBytes: 1 << 20)
+        let name = LocalCopies.Name(namespace: "ns", key: "k")
+        copies.put(name, LocalCopy(kind: .raw, etag: "\"v1\"", body: Data("old".utf8), contentType: "text/plain",
+                                   expiresAt: Date().timeIntervalSince1970 + 300, updatedAt: 0))
+        #expect(copies.fileBytes > 0)
+        let other = try LocalFile(path: file.path)
+        try other.run("CREATE TRIGGER refuse BEFORE DELETE ON entries BEGIN SELECT RAISE(ABORT, 'refused'); END")
+        other.close()
+        copies.drop(name)  // a change to the key arrived
+        #expect(copies.get(name) == nil, "the dropped copy came back from the file")
+        #expect(copies.fileBytes == 0)
+        // Memory goes on: a new copy is kept and answers.
+        copies.put(name, LocalCopy(kind: .raw, etag: "\"v2\"", body: Data("new".utf8), contentType: "text/plain",
+                                   expiresAt: Date().timeIntervalSince1970 + 300, updatedAt: 0))
+        #expect(copies.get(name)?.etag == "\"v2\"")
+        copies.close()
+    }
+
+    /// A write whose connection was lost after it was sent (the service took it, then hung up)
+    /// may have been applied: it is not queued (it would be sent again, and meet itself as
+    /// another's write), as one that timed out is not; the caller is told it failed.
+    @Test func aWriteLostAfterItWasSentIsNotQueued() async throws {
+        let hangUp = try HangUp()
+        let tier = try LocalTier()
+        var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(hangUp.port)")!,
+                                                          token: nil)
+        configuration.maxRetries = 0
+        let client = TeamCacheClient(configuration, localTier: tier)
+        tier.state.withLock { $0.feeds["ns"] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
+        await #expect(throws: TeamCacheClientError.self) {
+            try await client.put(namespace: "ns", key: "k", body: Data("v".utf8))
+        }
+        #expect(tier.outboxCount == 0)
+        #expect(hangUp.accepted.value > 0, "the request reached the socket")
+        // What certainly never left is still queued: refused, or not asked.
+        #expect(TeamCacheClientError.transport("\(URLError.Code.cannotConnectToHost)").neverReached)
+        #expect(TeamCacheClientError.skipped(reason: "the breaker is open").neverReached)
+        #expect(!TeamCacheClientError.transport("\(URLError.Code.networkConnectionLost)").neverReached)
+        await tier.close()
+    }
+}
+
+/// Accepts connections, reads what the client sends, and closes without answering: a service
+/// that died after it took the request.
+final class HangUp: @unchecked Sendable {
+    // @unchecked: `fd` and `port` are set in init; `accepted` is locked.
+    let fd: Int32
+    let port: Int
+    let accepted = Locked(0)
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        _ = Loopback.bind(fd, port: 0)
+        listen(fd, 16)
+        self.fd = fd
+        port = Loopback.boundPort(fd)
+        let accepted = self.accepted
+        Thread.detachNewThread {
+            while true {
+                let client = accept(fd, nil, nil)
+                guard client >= 0 else { return }  // the listening socket was shut down
+                accepted.withLock { $0 += 1 }
+                var buffer = [UInt8](repeating: 0, count: 65_536)
+                _ = read(client, &buffer, buffer.count)
+                close(client)
+            }
+        }
+    }
+
+    deinit {
+        shutdown(fd, Int32(SHUT_RDWR))
+        close(fd)
     }
 }

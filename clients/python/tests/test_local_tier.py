@@ -354,6 +354,49 @@ def test_an_encrypted_namespace_is_kept_only_when_told(server, token, namespace)
     b.close()
 
 
+def test_the_encryption_recheck_holds_the_answer_meanwhile(server, token, namespace):
+    """A minute on, the follower asks again whether the namespace is encrypted, holding the
+    answer it had meanwhile: cleared while asking, it refused the client's own writes' copies
+    and, had the service gone down then, every offline write."""
+    tier = LocalTier(feed_wait=2)
+    cache = TeamCache(server.url, token, local_tier=tier)
+    client = tier._client
+    assert client is not None
+    real = client.stats
+    seen: list[bool | None] = []
+
+    def recording(*args, **kwargs):
+        seen.append(tier._feeds[namespace].allowed)
+        return real(*args, **kwargs)
+
+    client.stats = recording  # type: ignore[method-assign]
+    try:
+        feed = tier._follow(namespace)
+        assert eventually(lambda: tier.live(namespace), timeout=10), tier.follower_error(namespace)
+        feed.checked_at -= 61
+        assert eventually(lambda: len(seen) >= 2, timeout=10), seen
+        assert seen[:2] == [None, True]
+        assert feed.allowed is True
+    finally:
+        cache.close()
+
+
+def test_a_full_outbox_still_takes_a_key_already_waiting():
+    """A key written again while offline replaces its waiting write, so a full outbox takes it
+    (the bound counts the others); a new key is still refused."""
+    tier = LocalTier(outbox_max=2)
+    tier._feeds["ns"] = _Feed(allowed=True, floor=0)
+    record = Record(kind="raw", etag=None, body=b"v", content_type="x", metadata=None,
+                    expires_at=time.time() + 60, updated_at=time.time())
+    try:
+        for key in ("a", "b", "a"):
+            assert tier.queue("ns", "put", key, {"body": key}, record) is not None, key
+        assert tier.outbox == 2
+        assert tier.queue("ns", "put", "c", {"body": "c"}, record) is None
+    finally:
+        tier.close()
+
+
 def test_a_fill_that_raced_a_change_is_not_kept():
     tier = LocalTier()
     tier._feeds["ns"] = _Feed(allowed=True, floor=0)

@@ -312,14 +312,16 @@ class LocalTier(FeedFollowing, HitReporting, OutboxSending):
         size = len(str(payload))
         feed = self._follow(namespace)
         with self._lock:
+            # A key written twice while offline waits once, as its last write, over the version
+            # the first was made over (else the second would meet the first as "theirs"); so the
+            # bounds count the others, not the write this one replaces.
+            earlier = next((item for item in self._outbox if (item.namespace, item.key) == (namespace, key)), None)
+            others = [item for item in self._outbox if item is not earlier]
             # Not for a namespace not known to be keepable (an encrypted one's plaintext would
             # wait in the file).
-            if feed.allowed is not True or self._stop.is_set() or len(self._outbox) >= self.outbox_max \
-                    or sum(item.size for item in self._outbox) + size > self.outbox_max_bytes:
+            if feed.allowed is not True or self._stop.is_set() or len(others) >= self.outbox_max \
+                    or sum(item.size for item in others) + size > self.outbox_max_bytes:
                 return None
-            # A key written twice while offline waits once, as its last write, over the version
-            # the first was made over (else the second would meet the first as "theirs").
-            earlier = next((item for item in self._outbox if (item.namespace, item.key) == (namespace, key)), None)
             if earlier is not None:
                 self._outbox.remove(earlier)
                 self._copies.unqueue(earlier)

@@ -83,7 +83,10 @@ class FeedFollowing:
         cursor: str | None = None
         while not self._stop.is_set():
             try:
-                if feed.allowed is None:
+                # Asked again every minute, the answer held meanwhile: a namespace may be
+                # encrypted since. (Cleared while asking, it refused the client's own writes'
+                # copies and, when the service went down then, every offline write.)
+                if feed.allowed is None or time.monotonic() - feed.checked_at > 60:
                     feed.asking = ("stats call", time.monotonic())
                     encrypted = client.stats(namespace, top=0).document.get("encrypted") is True
                     feed.asking = None
@@ -113,8 +116,6 @@ class FeedFollowing:
                     # An empty page at once (the server could not hold the request: its waiter
                     # room full, or a proxy): asked again after a rest, never in a tight loop.
                     self._stop.wait(min(1.0, self.feed_wait / 4))
-                if time.monotonic() - feed.checked_at > 60:
-                    feed.allowed = None  # a namespace may be encrypted since: asked again
 
             except ProblemError as error:
                 feed.asking = None
