@@ -19,7 +19,7 @@ extension LocalTier {
     struct Queued: Sendable {
         enum Write: Sendable {
             case put(body: Data, contentType: String, ttl: Int?, tags: [String])
-            case upsert(Descriptor, ModelAnswer, ttl: Int?, tags: [String])
+            case upsert(Descriptor, ModelAnswer, ttl: Int?, tags: [String], staleWhileRevalidate: Int?)
 
             var kind: String {
                 if case .put = self { "put" } else { "upsert" }
@@ -32,10 +32,11 @@ extension LocalTier {
                     .object([("body", .string(String(decoding: body.map { UInt16($0) }, as: UTF16.self))),
                              ("content_type", .string(contentType)), ("ttl", ttl.map { .int($0) } ?? .null),
                              ("tags", .array(tags.map(JSONValue.string))), ("stale_while_revalidate", .null)])
-                case .upsert(let descriptor, let answer, let ttl, let tags):
+                case .upsert(let descriptor, let answer, let ttl, let tags, let window):
                     .object([("descriptor", .object(descriptor.jsonMembers)), ("response", .string(answer.response)),
                              ("metadata", answer.metadata ?? .null), ("ttl", ttl.map { .int($0) } ?? .null),
-                             ("tags", .array(tags.map(JSONValue.string))), ("stale_while_revalidate", .null)])
+                             ("tags", .array(tags.map(JSONValue.string))),
+                             ("stale_while_revalidate", window.map { .int($0) } ?? .null)])
                 }
             }
 
@@ -54,7 +55,8 @@ extension LocalTier {
                     guard let json = payload["descriptor"], let descriptor = try? Descriptor(json: json),
                           let response = payload["response"]?.stringValue else { return nil }
                     let metadata = payload["metadata"].flatMap { $0 == .null ? nil : $0 }
-                    self = .upsert(descriptor, ModelAnswer(response: response, metadata: metadata), ttl: ttl, tags: tags)
+                    self = .upsert(descriptor, ModelAnswer(response: response, metadata: metadata), ttl: ttl, tags: tags,
+                                   staleWhileRevalidate: payload["stale_while_revalidate"]?.integerValue)
                 default: return nil
                 }
             }
@@ -69,7 +71,7 @@ extension LocalTier {
         var size: Int {
             switch write {
             case .put(let body, _, _, _): body.count + key.utf8.count
-            case .upsert(_, let answer, _, _): answer.response.utf8.count + key.utf8.count
+            case .upsert(_, let answer, _, _, _): answer.response.utf8.count + key.utf8.count
             }
         }
     }
@@ -171,7 +173,7 @@ extension LocalTier {
                 LocalCopy(kind: .raw, etag: result.etag, body: body, contentType: contentType, expiresAt: $0,
                           updatedAt: Date().timeIntervalSince1970)
             }
-        case .upsert(let descriptor, let answer, let ttl, let tags):
+        case .upsert(let descriptor, let answer, let ttl, let tags, let window):
             let current = try await client.fetchLookup(namespace: item.namespace, descriptor, maxStale: Int(Int32.max),
                                                        refresh: false, lease: nil, wait: nil)
             if case .hit(_, _, let age, _) = current.result, current.etag != item.baseETag {
@@ -182,10 +184,11 @@ extension LocalTier {
                 conflict("overwrote")
             }
             let result = try await client.remoteUpsert(namespace: item.namespace, descriptor, answer: answer, ttl: ttl,
-                                                       tags: tags, lease: nil, staleWhileRevalidate: nil)
+                                                       tags: tags, lease: nil, staleWhileRevalidate: window)
             return result.expiresAt.flatMap(TeamCacheClient.instant).map {
                 LocalCopy(kind: .lookup, etag: result.etag, body: Data(answer.response.utf8), contentType: "text/plain",
-                          metadata: answer.metadata?.serialized, expiresAt: $0, updatedAt: Date().timeIntervalSince1970)
+                          metadata: answer.metadata?.serialized, expiresAt: $0, updatedAt: Date().timeIntervalSince1970,
+                          staleWhileRevalidate: window ?? 0)
             }
         }
     }

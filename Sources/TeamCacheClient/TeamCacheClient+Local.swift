@@ -119,7 +119,8 @@ extension TeamCacheClient {
         } catch let error as TeamCacheClientError where error.neverReached {
             let now = Date().timeIntervalSince1970
             guard let tier = localTier,
-                  tier.queue(namespace, descriptor.key, .upsert(descriptor, answer, ttl: ttl, tags: tags),
+                  tier.queue(namespace, descriptor.key, .upsert(descriptor, answer, ttl: ttl, tags: tags,
+                                                                 staleWhileRevalidate: staleWhileRevalidate),
                              copy: LocalCopy(kind: .lookup, etag: nil, body: Data(answer.response.utf8),
                                              contentType: "text/plain", metadata: answer.metadata?.serialized,
                                              expiresAt: now + Double(ttl ?? 3600), updatedAt: now)) else { throw error }

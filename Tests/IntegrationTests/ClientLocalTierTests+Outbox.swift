@@ -76,15 +76,16 @@ extension ClientLocalTierTests {
             tier.state.withLock { $0.feeds[namespace] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
             let copy = LocalCopy(kind: .raw, etag: nil, body: body, contentType: "x", expiresAt: 0, updatedAt: 0)
             #expect(tier.queue(namespace, "raw", .put(body: body, contentType: "application/x-kept", ttl: 60, tags: ["t"]), copy: copy))
-            #expect(tier.queue(namespace, descriptor.key, .upsert(descriptor, ModelAnswer(response: "r"), ttl: nil, tags: []),
-                               copy: copy))
+            let upsert = LocalTier.Queued.Write.upsert(descriptor, ModelAnswer(response: "r"), ttl: nil, tags: [],
+                                                       staleWhileRevalidate: 30)
+            #expect(tier.queue(namespace, descriptor.key, upsert, copy: copy))
             await tier.close()
         }
         let again = try LocalTier(path: path)
         let queued = again.state.withLock { $0.outbox }
         #expect(queued.count == 2)
         guard case .put(let kept, "application/x-kept", 60, ["t"])? = queued.first?.write,
-              case .upsert(let keptDescriptor, let answer, nil, [])? = queued.last?.write else {
+              case .upsert(let keptDescriptor, let answer, nil, [], 30)? = queued.last?.write else {
             Issue.record("\(queued.map(\.write))")
             return
         }
@@ -96,6 +97,11 @@ extension ClientLocalTierTests {
             try await Task.sleep(nanoseconds: 100_000_000)
         }
         #expect(again.outboxCount == 0 && again.conflicts.isEmpty, "\(again.conflicts.map(\.outcome))")
+        // The queued upsert's stale-while-revalidate window reached the service with it.
+        let answered = try object(try service.request("POST", "/v1/caches/\(namespace)/lookup", token: token,
+                                                      json: JSONValue.object(descriptor.jsonMembers).serialized))
+        #expect(answered["response"] as? String == "r" && answered["stale_while_revalidate"] as? Int == 30,
+                "\(answered)")
         await again.close()
         let plain = client(service.port, token, tier: nil)
         let stored = try #require(try await plain.get(namespace: namespace, key: "raw"))
@@ -132,7 +138,7 @@ extension ClientLocalTierTests {
         let tier = try LocalTier(path: path)
         let queued = tier.state.withLock { $0.outbox }
         guard queued.count == 2, case .put(let body, "application/x-kept", 60, ["t"]) = queued[0].write,
-              case .upsert(let descriptor, let answer, nil, []) = queued[1].write else {
+              case .upsert(let descriptor, let answer, nil, [], nil) = queued[1].write else {
             Issue.record("\(queued.map(\.write))")
             return
         }
