@@ -107,13 +107,18 @@ extension LocalTier {
     public var conflicts: [OutboxConflict] { state.withLock { $0.conflicts } }
 
     /// Sends what waits, oldest first, until the service fails to answer (then next round).
-    func sendOutbox() async {
-        let started = sending.withLock { busy -> Bool in
+    /// One round at a time: another caller's round running, the background's returns at once,
+    /// and `flush`'s (`waitForRunning`) waits for it and then sends what is left, so what waited
+    /// when it was called has been tried when it returns.
+    func sendOutbox(waitForRunning: Bool = false) async {
+        while !sending.withLock({ busy -> Bool in
             if busy { return false }
             busy = true
             return true
+        }) {
+            guard waitForRunning, !Task.isCancelled, !state.withLock({ $0.stopped }) else { return }
+            try? await Task.sleep(nanoseconds: 20_000_000)
         }
-        guard started else { return }
         defer { sending.withLock { $0 = false } }
         while let (item, client) = state.withLock({ state in
             state.outbox.first.flatMap { item in state.client.map { (item, $0) } }

@@ -295,6 +295,6 @@ public final class LocalTier: Sendable {
     /// `reportInterval`).
     public func flush() async {
         await report()
-        await sendOutbox()
+        await sendOutbox(waitForRunning: true)
     }
 }

@@ -27,7 +27,8 @@ extension TeamCacheClient {
         case .notModified(let ttl):
             guard let held else { return try await get(namespace: namespace, key: key, maxStale: maxStale) }
             tier.revalidated(namespace, key, ttl: ttl ?? 0, etag: held.etag)
-            return Self.entry(held, fromLocal: false)
+            // Answered with the service's word on its freshness, not the copy's old expiry.
+            return Self.entry(Self.renewed(held, ttl: ttl), fromLocal: false)
         case .entry(let entry):
             if let ttl = CachedEntry.ttl(entry.cacheStatus), let etag = entry.etag {
                 let now = Date().timeIntervalSince1970
@@ -65,7 +66,7 @@ extension TeamCacheClient {
         }
         if answer.notModified, let held {
             tier.revalidated(namespace, key, ttl: answer.ttl ?? 0, etag: held.etag)
-            return Self.hit(held, key: key, fromLocal: false)
+            return Self.hit(Self.renewed(held, ttl: answer.ttl), key: key, fromLocal: false)
         }
         switch answer.result {
         case .hit(let model, _, let age, _), .revalidate(let model, _, let age, _):
@@ -156,6 +157,13 @@ extension TeamCacheClient {
         if let reporter, let seq { members += [("reporter", .string(reporter)), ("seq", .int(seq))] }
         let (data, _) = try await sendJSON("POST", "/v1/caches/\(namespace)/hits", .object(members), accept: [200])
         return (try? JSONParser.parse(Array(data))) ?? .null
+    }
+
+    /// A copy the service has just said is current: fresh for its `ttl` from now (none: expired).
+    static func renewed(_ copy: LocalCopy, ttl: Int?) -> LocalCopy {
+        var renewed = copy
+        renewed.expiresAt = Date().timeIntervalSince1970 + Double(ttl ?? 0)
+        return renewed
     }
 
     /// `stale`: answered while the service could not be reached (it cannot say the copy was not replaced).

@@ -148,4 +148,48 @@ extension ClientLocalTierTests {
         #expect(tier.peek("ns", "other") == nil, "a fill from before a forgotten change was kept")
         #expect(tier.state.withLock { $0.changed.count } == LocalTier.changedKeys + 1 - LocalTier.changedKeys / 10)
     }
+
+    /// A copy past its local expiry is revalidated with its ETag; the service's 304 says it is
+    /// current, and the answer says so too: the service's ttl, not the copy's old expiry (a
+    /// negative one), and not stale.
+    @Test func aRevalidatedAnswerCarriesTheServicesFreshness() async throws {
+        let namespace = TestService.namespace("swiftreval")
+        let token = try writer(namespace)
+        let tier = try LocalTier(feedWait: 2)
+        let b = client(service.port, token, tier: tier)
+        let descriptor = Descriptor(model: "m", input: .prompt("revalidated"))
+        try await following(tier, namespace)
+        let before = tier.mark()
+        try await b.put(namespace: namespace, key: "k", body: Data("v".utf8), ttl: 300)
+        try await b.upsert(namespace: namespace, descriptor, answer: ModelAnswer(response: "r"), ttl: 300)
+        // Both writes noted twice: as this client's own, then from the feed (a change arriving
+        // after the expiry is moved below would drop the copy: its expiry no longer agrees).
+        for _ in 0..<500 where tier.mark() < before + 4 { try await Task.sleep(nanoseconds: 10_000_000) }
+        try #require(tier.mark() >= before + 4, "the feed did not bring both writes")
+        _ = try await localReads(1, tier, namespace) { try await b.get(namespace: namespace, key: "k")?.fromLocal == true }
+        _ = try await localReads(1, tier, namespace) {
+            guard case .hit(let answer, _, _, _) = try await b.lookup(namespace: namespace, descriptor) else { return false }
+            return answer.fromLocal
+        }
+        // Both copies expire here (the service still holds them fresh).
+        tier.state.withLock { state in
+            for key in ["k", descriptor.key] {
+                let name = LocalCopies.Name(namespace: namespace, key: key)
+                guard var copy = state.copies.get(name) else { continue }
+                copy.expiresAt = Date().timeIntervalSince1970 - 30
+                state.copies.put(name, copy)
+            }
+        }
+        let entry = try #require(try await b.get(namespace: namespace, key: "k"))
+        #expect(tier.counts.revalidated == 1, "the raw copy was not revalidated")
+        #expect(!entry.fromLocal && (250...300).contains(CachedEntry.ttl(entry.cacheStatus) ?? -1),
+                "\(entry.cacheStatus ?? "")")
+        guard case .hit(let answer, _, _, let stale) = try await b.lookup(namespace: namespace, descriptor) else {
+            Issue.record("no hit")
+            return
+        }
+        #expect(answer.response == "r" && !answer.fromLocal && !stale)
+        #expect(tier.counts.revalidated == 2)
+        await tier.close()
+    }
 }

@@ -194,6 +194,28 @@ extension ClientLocalTierTests {
         copies.close()
     }
 
+    /// `flush` sends what waits now, even while the background's round is running: it waits
+    /// for that round, then sends what is left (it returned at once, the write still waiting).
+    @Test func flushWaitsForTheRoundAlreadySending() async throws {
+        let namespace = TestService.namespace("swiftflushwait")
+        let token = try writer(namespace)
+        let tier = try LocalTier(reportInterval: 60)
+        _ = client(service.port, token, tier: tier)
+        tier.state.withLock { $0.feeds[namespace] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
+        let copy = LocalCopy(kind: .raw, etag: nil, body: Data("v".utf8), contentType: "text/plain", expiresAt: 0,
+                             updatedAt: 0)
+        #expect(tier.queue(namespace, "k", .put(body: Data("v".utf8), contentType: "text/plain", ttl: 60, tags: []),
+                           copy: copy))
+        tier.sending.withLock { $0 = true }  // the background's round, running
+        let flushed = Task { await tier.flush() }
+        try await Task.sleep(nanoseconds: 300_000_000)
+        #expect(tier.outboxCount == 1, "sent while the other round ran")
+        tier.sending.withLock { $0 = false }  // that round ends
+        await flushed.value
+        #expect(tier.outboxCount == 0, "flush returned before what waited was sent")
+        await tier.close()
+    }
+
     /// A write whose connection was lost after it was sent (the service took it, then hung up)
     /// may have been applied: it is not queued (it would be sent again, and meet itself as
     /// another's write), as one that timed out is not; the caller is told it failed.
