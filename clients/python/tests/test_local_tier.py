@@ -1,9 +1,9 @@
 """The local tier (issue #31) against a real ``teamcache serve``: two clients A and B on one
 namespace, B with a tier. A's writes reach B's tier through the change feed; B answers from
 its tier with no request while the feed is live, revalidates when it is not, serves copies
-within ``max_stale`` while the service is stopped, keeps offline writes in its outbox until
-it answers again (conflicts reported), survives a restart with its file, and is cleared by a
-``410``; its bytes stay under its bound; its local hits are counted by the service."""
+within ``max_stale`` while the service is stopped, survives a restart with its file, and is
+cleared by a ``410``; its bytes stay under its bound; its local hits are counted by the service.
+The outbox is in ``test_local_tier_outbox``."""
 
 from __future__ import annotations
 
@@ -152,82 +152,6 @@ def test_b_answers_from_its_tier_while_the_service_is_stopped(server, token, nam
         switch.on()
         b.close()
         a.close()
-
-
-def test_offline_writes_reach_the_service_when_it_answers_again(server, token, namespace):
-    switch = Switch(server.port)
-    a = TeamCache(server.url, token)
-    tier = LocalTier(feed_wait=2, report_interval=0.2)
-    b = TeamCache(switch.url, token, local_tier=tier, backoff=0.01)
-    following(tier, namespace)
-    switch.off()
-    try:
-        queued = b.upsert(namespace, {"model": "m", "prompt": "made offline"}, "from B", metadata={"input_tokens": 1})
-        put = b.put(namespace, "raw-offline", b"from B too", ttl=60)
-        assert queued.queued and put.queued and tier.outbox == 2
-        # B reads its own writes while offline.
-        assert b.lookup(namespace, {"model": "m", "prompt": "made offline"}).response == "from B"
-    finally:
-        switch.on()
-    assert eventually(lambda: tier.outbox == 0, timeout=10)
-    assert a.lookup(namespace, {"model": "m", "prompt": "made offline"}).response == "from B"
-    assert a.get(namespace, "raw-offline").body == b"from B too"
-    assert tier.outbox == 0 and not tier.conflicts
-    b.close()
-    a.close()
-
-
-def test_an_offline_write_that_meets_a_newer_one_is_reported_not_lost(server, token, namespace):
-    switch = Switch(server.port)
-    a = TeamCache(server.url, token)
-    seen = []
-    tier = LocalTier(feed_wait=2, report_interval=0.2, on_conflict=seen.append)
-    b = TeamCache(switch.url, token, local_tier=tier, backoff=0.01)
-    following(tier, namespace)
-    a.put(namespace, "older", b"base")
-    a.put(namespace, "newer", b"base")
-    b.get(namespace, "older")
-    b.get(namespace, "newer")
-    switch.off()
-    try:
-        # "older": A writes first, B later (B's wins); "newer": B first, A later (A's wins).
-        a.put(namespace, "older", b"A's")
-        time.sleep(1.1)  # Last-Modified has whole seconds
-        assert b.put(namespace, "older", b"B's").queued
-        assert b.put(namespace, "newer", b"B's").queued
-        time.sleep(1.1)
-        a.put(namespace, "newer", b"A's")
-    finally:
-        switch.on()
-    assert eventually(lambda: tier.outbox == 0, timeout=10)
-    outcomes = {conflict.key: conflict.outcome for conflict in tier.conflicts}
-    assert outcomes == {"older": "overwrote", "newer": "superseded"}, outcomes
-    assert [conflict.key for conflict in seen] == [conflict.key for conflict in tier.conflicts]
-    assert a.get(namespace, "older").body == b"B's"
-    assert a.get(namespace, "newer").body == b"A's"
-    b.close()
-    a.close()
-
-
-def test_a_key_written_twice_offline_is_sent_once_as_its_last_write(server, token, namespace):
-    switch = Switch(server.port)
-    a = TeamCache(server.url, token)
-    tier = LocalTier(feed_wait=2, report_interval=0.2)
-    b = TeamCache(switch.url, token, local_tier=tier, backoff=0.01)
-    following(tier, namespace)
-    a.put(namespace, "twice", b"base")
-    b.get(namespace, "twice")
-    switch.off()
-    try:
-        assert b.put(namespace, "twice", b"first").queued
-        assert b.put(namespace, "twice", b"second").queued
-        assert tier.outbox == 1
-    finally:
-        switch.on()
-    assert eventually(lambda: tier.outbox == 0, timeout=10)
-    assert a.get(namespace, "twice").body == b"second" and not tier.conflicts
-    b.close()
-    a.close()
 
 
 def test_a_restarted_app_finds_its_tier_and_what_changed_meanwhile(server, token, namespace, tmp_path):
@@ -379,22 +303,6 @@ def test_the_encryption_recheck_holds_the_answer_meanwhile(server, token, namesp
         assert feed.allowed is True
     finally:
         cache.close()
-
-
-def test_a_full_outbox_still_takes_a_key_already_waiting():
-    """A key written again while offline replaces its waiting write, so a full outbox takes it
-    (the bound counts the others); a new key is still refused."""
-    tier = LocalTier(outbox_max=2)
-    tier._feeds["ns"] = _Feed(allowed=True, floor=0)
-    record = Record(kind="raw", etag=None, body=b"v", content_type="x", metadata=None,
-                    expires_at=time.time() + 60, updated_at=time.time())
-    try:
-        for key in ("a", "b", "a"):
-            assert tier.queue("ns", "put", key, {"body": key}, record) is not None, key
-        assert tier.outbox == 2
-        assert tier.queue("ns", "put", "c", {"body": "c"}, record) is None
-    finally:
-        tier.close()
 
 
 def test_a_fill_that_raced_a_change_is_not_kept():
@@ -587,27 +495,3 @@ def test_closing_a_client_that_shares_a_tier_leaves_the_lent_http_client_open(se
     assert a.get(namespace, "k").body == b"still open"
     a.close()
 
-
-def test_the_outbox_sends_rows_the_swift_client_wrote(server, token, namespace, tmp_path):
-    """A row as the Swift client writes it (its JSON: raw UTF-8 above 0x1F, the Python table)
-    is sent by a Python tier byte for byte."""
-    path = tmp_path / "tier.sqlite"
-    LocalTier(path=path).close()  # the schema
-    body = bytes(range(256))
-    text = body.decode("latin-1")
-    escaped = "".join(
-        {'"': '\\"', "\\": "\\\\"}.get(c, f"\\u{ord(c):04x}" if ord(c) < 0x20 else c) for c in text)
-    payload = ('{"body":"' + escaped + '","content_type":"application/x-kept","ttl":60,"tags":["t"],'
-               '"stale_while_revalidate":null}')
-    with sqlite3.connect(path) as db:
-        db.execute("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
-                   "VALUES (?, 'put', 'raw', ?, NULL, ?, 300)", (namespace, payload, time.time()))
-    db.close()
-    tier = LocalTier(path=path, report_interval=60)
-    assert len(tier._outbox) == 1
-    b = TeamCache(server.url, token, local_tier=tier)
-    tier.flush()
-    assert not tier._outbox and not tier.conflicts, list(tier.conflicts)
-    b.close()
-    stored = TeamCache(server.url, token).get(namespace, "raw")
-    assert stored is not None and stored.body == body and stored.content_type == "application/x-kept"
