@@ -57,6 +57,9 @@ final class LocalCopies {
     private var newest: Node?
     private(set) var memoryBytes = 0
     private var file: LocalFile?
+    private let path: String?
+    /// The outbox was read into memory: from then on memory holds every write not sent.
+    private var outboxLoaded = false
     private(set) var fileBytes = 0
     /// The descriptor holding the file's lock (-1: none).
     private var lockFile: Int32 = -1
@@ -79,6 +82,7 @@ final class LocalCopies {
 
     init(path: String?, maxBytes: Int) throws {
         self.maxBytes = maxBytes
+        self.path = path
         guard let path, let lock = Self.own(path) else { return }
         lockFile = lock
         let file = try LocalFile(path: path)
@@ -135,7 +139,8 @@ final class LocalCopies {
     /// on disk.
     func peek(_ name: Name) -> LocalCopy? {
         if let node = nodes[name] { return node.copy }
-        guard let row = safely({ try $0.run("SELECT kind, etag, expires_at FROM entries WHERE namespace = ?1 AND key = ?2",
+        guard let row = safely({ try $0.run("SELECT kind, etag, expires_at FROM entries "
+                                                + "WHERE namespace = ?1 AND key = ?2",
                                             [.text(name.namespace), .text(name.key)]) })?.first,
               row.count == 3, let kind = row[0].text.flatMap(LocalCopy.Kind.init), let expires = row[2].double
         else { return nil }
@@ -191,7 +196,8 @@ final class LocalCopies {
     }
 
     func cursor(_ namespace: String) -> String? {
-        safely { try $0.run("SELECT cursor FROM feeds WHERE namespace = ?1", [.text(namespace)]).first?.first?.text } ?? nil
+        safely { try $0.run("SELECT cursor FROM feeds WHERE namespace = ?1", [.text(namespace)]).first?.first?.text }
+            ?? nil
     }
 
     func saveCursor(_ namespace: String, _ cursor: String) {
@@ -211,8 +217,17 @@ final class LocalCopies {
             file.close()
             self.file = nil
             fileBytes = 0
+            setAside()
             return nil
         }
+    }
+
+    /// Removes a file given up (best effort): its outbox rows can no longer be deleted as they
+    /// are sent, and a restart would send them again (a key deleted since would come back).
+    /// Memory holds every write not sent; the file is kept when the outbox was never read.
+    private func setAside() {
+        guard let path, outboxLoaded else { return }
+        for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + suffix) }
     }
 
     func close() {
@@ -225,7 +240,10 @@ final class LocalCopies {
     // The outbox's rows, in the Python client's table and JSON payloads.
 
     func loadOutbox() -> [LocalTier.Queued] {
-        let rows = safely { try $0.run("SELECT id, namespace, kind, key, payload, base_etag, written_at FROM outbox ORDER BY id") }
+        let rows = safely {
+            try $0.run("SELECT id, namespace, kind, key, payload, base_etag, written_at FROM outbox ORDER BY id")
+        }
+        if rows != nil { outboxLoaded = true }
         return (rows ?? []).compactMap { row in
             guard row.count == 7, let id = row[0].int, let namespace = row[1].text, let kind = row[2].text,
                   let key = row[3].text, let payload = row[4].text.flatMap({ try? JSONParser.parse(Array($0.utf8)) }),

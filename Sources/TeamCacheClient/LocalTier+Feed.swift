@@ -16,21 +16,7 @@ extension LocalTier {
         var pause: TimeInterval = 0.2
         while !Task.isCancelled, let client = state.withLock({ $0.stopped ? nil : $0.client }) {
             do {
-                // Asked again every minute: a namespace may be encrypted since (its answers are then
-                // no longer kept, unless `keepEncrypted`).
-                let checkedAt = state.withLock { state in
-                    state.feeds[namespace].flatMap { $0.allowed == nil ? nil : $0.checkedAt }
-                }
-                if checkedAt.map({ Self.seconds(since: $0) > Self.encryptionRecheck }) ?? true {
-                    asking(namespace, .stats)
-                    let encrypted = try await client.stats(namespace: namespace, top: 0)["encrypted"]?.boolValue == true
-                    let allowed = keepEncrypted || !encrypted
-                    state.withLock { state in
-                        state.feeds[namespace]?.allowed = allowed
-                        state.feeds[namespace]?.checkedAt = DispatchTime.now().uptimeNanoseconds
-                        if !allowed { state.copies.dropNamespace(namespace) }
-                    }
-                }
+                try await checkEncryption(namespace, client)
                 let from: String
                 if let cursor { from = cursor } else { from = try await start(namespace, client) }
                 cursor = from
@@ -73,6 +59,36 @@ extension LocalTier {
                 try? await Task.sleep(nanoseconds: UInt64(pause * 1e9))
                 pause = min(pause * 2, 5)
             }
+        }
+    }
+
+    /// Whether the namespace is encrypted (its answers are then not kept, unless `keepEncrypted`):
+    /// asked first, then again every minute, since it may be encrypted later. The first answer
+    /// is needed before anything is kept, so its failure is the follower's; a later one that
+    /// fails keeps the answer held and is tried again in 10 s, never holding up the feed (a
+    /// service under pressure would otherwise lose every live follower once a minute).
+    private func checkEncryption(_ namespace: String, _ client: TeamCacheClient) async throws {
+        let checkedAt = state.withLock { state in
+            state.feeds[namespace].flatMap { $0.allowed == nil ? nil : $0.checkedAt }
+        }
+        if let checkedAt, Self.seconds(since: checkedAt) <= Self.encryptionRecheck { return }
+        asking(namespace, .stats)
+        let encrypted: Bool
+        do {
+            encrypted = try await client.stats(namespace: namespace, top: 0)["encrypted"]?.boolValue == true
+        } catch let error where checkedAt != nil && !(error is CancellationError) {
+            state.withLock { state in
+                state.feeds[namespace]?.asking = nil
+                state.feeds[namespace]?.checkedAt = DispatchTime.now().uptimeNanoseconds
+                    &- UInt64((Self.encryptionRecheck - 10) * 1e9)
+            }
+            return
+        }
+        let allowed = keepEncrypted || !encrypted
+        state.withLock { state in
+            state.feeds[namespace]?.allowed = allowed
+            state.feeds[namespace]?.checkedAt = DispatchTime.now().uptimeNanoseconds
+            if !allowed { state.copies.dropNamespace(namespace) }
         }
     }
 

@@ -55,8 +55,8 @@ extension LocalTier {
                     guard let json = payload["descriptor"], let descriptor = try? Descriptor(json: json),
                           let response = payload["response"]?.stringValue else { return nil }
                     let metadata = payload["metadata"].flatMap { $0 == .null ? nil : $0 }
-                    self = .upsert(descriptor, ModelAnswer(response: response, metadata: metadata), ttl: ttl, tags: tags,
-                                   staleWhileRevalidate: payload["stale_while_revalidate"]?.integerValue)
+                    self = .upsert(descriptor, ModelAnswer(response: response, metadata: metadata), ttl: ttl,
+                                   tags: tags, staleWhileRevalidate: payload["stale_while_revalidate"]?.integerValue)
                 default: return nil
                 }
             }

@@ -88,6 +88,8 @@ public final class LocalTier: Sendable {
     public init(path: String? = nil, maxBytes: Int = 64 * 1024 * 1024, keepEncrypted: Bool = false,
                 feedWait: TimeInterval = 10, reportInterval: TimeInterval = 2) throws {
         guard maxBytes >= 64 * 1024 else { throw LocalFile.Failure(description: "maxBytes must be at least 64 KiB") }
+        // 0 would make every long poll an empty page at once, asked again in a tight loop.
+        guard feedWait > 0 else { throw LocalFile.Failure(description: "feedWait must be above 0") }
         self.maxBytes = maxBytes
         self.keepEncrypted = keepEncrypted
         self.feedWait = feedWait
@@ -139,7 +141,8 @@ public final class LocalTier: Sendable {
             guard let feed = state.feeds[namespace], !Self.live(feed, feedWait: feedWait) else { return nil }
             let late = Self.late(feed.asking, feedWait: feedWait)
             if let error = feed.lastError { return late.map { "\(error); since then \($0)" } ?? error }
-            if feed.task == nil { return "no follower runs: the tier has no client, or was closed" }
+            if state.stopped { return "the tier is closed: no follower runs" }
+            if feed.task == nil { return "no follower runs: the tier has no client" }
             return late
         }
     }

@@ -159,10 +159,12 @@ extension TeamCacheClient {
         return (try? JSONParser.parse(Array(data))) ?? .null
     }
 
-    /// A copy the service has just said is current: fresh for its `ttl` from now (none: expired).
+    /// A copy the service has just said is current: fresh for its `ttl` from now (an answer
+    /// without one leaves the copy's own expiry).
     static func renewed(_ copy: LocalCopy, ttl: Int?) -> LocalCopy {
+        guard let ttl else { return copy }
         var renewed = copy
-        renewed.expiresAt = Date().timeIntervalSince1970 + Double(ttl ?? 0)
+        renewed.expiresAt = Date().timeIntervalSince1970 + Double(ttl)
         return renewed
     }
 

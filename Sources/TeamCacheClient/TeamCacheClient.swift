@@ -239,6 +239,9 @@ public struct TeamCacheClient: Sendable {
             throw TeamCacheClientError.skipped(reason: breaker.health.misconfiguration ?? breaker.health.lastError ?? "")
         }
         var attempt = 0
+        // A try that may have reached the service (its connection lost after sending): what a
+        // later try that never left says must not hide it (a write would be queued and sent twice).
+        var maybeSent: URLError.Code?
         while true {
             do {
                 let sending = request
@@ -265,9 +268,11 @@ public struct TeamCacheClient: Sendable {
                 // A timeout opens the breaker at once and is never retried: each try would cost
                 // the caller the whole deadline again.
                 breaker?.failed("\(error.code)", atOnce: error.code == .timedOut)
+                if !Self.neverSent(error) { maybeSent = error.code }
                 guard error.code != .timedOut, attempt < configuration.maxRetries, idempotent || Self.neverSent(error),
                       breaker?.health.state ?? .closed == .closed else {
-                    throw error.code == .timedOut ? TeamCacheClientError.timedOut : .transport("\(error.code)")
+                    if error.code == .timedOut { throw TeamCacheClientError.timedOut }
+                    throw TeamCacheClientError.transport("\(maybeSent ?? error.code)")
                 }
                 attempt += 1
                 try await pause(attempt: attempt, retryAfter: nil)
@@ -327,7 +332,8 @@ public struct TeamCacheClient: Sendable {
     /// Errors that mean the request never left: nothing happened on the server.
     static let neverSentCodes: [URLError.Code] = [.cannotConnectToHost, .cannotFindHost, .dnsLookupFailed,
                                                   .notConnectedToInternet]
-    /// The same, as `TeamCacheClientError.transport` carries them.
+    /// The same as `TeamCacheClientError.transport` carries them: the error holds only the code's
+    /// text (its public shape is a string), so both sides build it by the same interpolation.
     static let neverSentCauses = Set(neverSentCodes.map { "\($0)" })
 
     static func neverSent(_ error: URLError) -> Bool { neverSentCodes.contains(error.code) }

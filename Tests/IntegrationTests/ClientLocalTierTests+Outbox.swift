@@ -177,6 +177,7 @@ extension ClientLocalTierTests {
         let file = try TierFile()
         defer { file.remove() }
         let copies = try LocalCopies(path: file.path, maxBytes: 1 << 20)
+        #expect(copies.loadOutbox().isEmpty)  // read, as a tier reads it at its start
         let name = LocalCopies.Name(namespace: "ns", key: "k")
         copies.put(name, LocalCopy(kind: .raw, etag: "\"v1\"", body: Data("old".utf8), contentType: "text/plain",
                                    expiresAt: Date().timeIntervalSince1970 + 300, updatedAt: 0))
@@ -187,6 +188,8 @@ extension ClientLocalTierTests {
         copies.drop(name)  // a change to the key arrived
         #expect(copies.get(name) == nil, "the dropped copy came back from the file")
         #expect(copies.fileBytes == 0)
+        // Set aside: its outbox rows could no longer be deleted as they are sent.
+        #expect(!FileManager.default.fileExists(atPath: file.path))
         // Memory goes on: a new copy is kept and answers.
         copies.put(name, LocalCopy(kind: .raw, etag: "\"v2\"", body: Data("new".utf8), contentType: "text/plain",
                                    expiresAt: Date().timeIntervalSince1970 + 300, updatedAt: 0))
@@ -238,17 +241,37 @@ extension ClientLocalTierTests {
         #expect(!TeamCacheClientError.transport("\(URLError.Code.networkConnectionLost)").neverReached)
         await tier.close()
     }
+
+    /// The same write lost, then refused on its retry (the service gone meanwhile): the first
+    /// try may have been applied, and a refused retry must not hide it (the write was queued).
+    @Test func aWriteLostThenRefusedOnItsRetryIsNotQueued() async throws {
+        let hangUp = try HangUp(once: true)
+        let tier = try LocalTier()
+        var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(hangUp.port)")!,
+                                                          token: nil)
+        configuration.maxRetries = 1
+        configuration.backoff = 0.01
+        let client = TeamCacheClient(configuration, localTier: tier)
+        tier.state.withLock { $0.feeds["ns"] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
+        await #expect(throws: TeamCacheClientError.self) {
+            try await client.put(namespace: "ns", key: "k", body: Data("v".utf8))
+        }
+        #expect(tier.outboxCount == 0)
+        #expect(hangUp.accepted.value == 1)
+        await tier.close()
+    }
 }
 
 /// Accepts connections, reads what the client sends, and closes without answering: a service
-/// that died after it took the request.
+/// that died after it took the request (`once`: and stops listening after the first, so a
+/// retry is refused).
 final class HangUp: @unchecked Sendable {
     // @unchecked: `fd` and `port` are set in init; `accepted` is locked.
     let fd: Int32
     let port: Int
     let accepted = Locked(0)
 
-    init() throws {
+    init(once: Bool = false) throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         _ = Loopback.bind(fd, port: 0)
         listen(fd, 16)
@@ -260,6 +283,7 @@ final class HangUp: @unchecked Sendable {
                 let client = accept(fd, nil, nil)
                 guard client >= 0 else { return }  // the listening socket was shut down
                 accepted.withLock { $0 += 1 }
+                if once { shutdown(fd, Int32(SHUT_RDWR)) }
                 var buffer = [UInt8](repeating: 0, count: 65_536)
                 _ = read(client, &buffer, buffer.count)
                 close(client)

@@ -3,7 +3,7 @@ namespace, B with a tier. A's writes reach B's tier through the change feed; B a
 its tier with no request while the feed is live, revalidates when it is not, serves copies
 within ``max_stale`` while the service is stopped, survives a restart with its file, and is
 cleared by a ``410``; its bytes stay under its bound; its local hits are counted by the service.
-The outbox is in ``test_local_tier_outbox``."""
+The outbox is in ``test_local_tier_outbox``, encrypted namespaces in ``test_local_tier_encryption``."""
 
 from __future__ import annotations
 
@@ -257,52 +257,6 @@ def test_a_follower_that_falls_behind_or_goes_silent_stops_local_answers(server,
     stalled.set()
     b.close()
     a.close()
-
-
-def test_an_encrypted_namespace_is_kept_only_when_told(server, token, namespace):
-    tier = LocalTier(feed_wait=2)
-    b = TeamCache(server.url, token, local_tier=tier)
-    client = tier._client
-    assert client is not None
-    real = client.stats
-
-    def encrypted(*args, **kwargs):
-        stats = real(*args, **kwargs)
-        return type(stats)(**{**stats.__dict__, "document": {**stats.document, "encrypted": True}})
-
-    client.stats = encrypted  # type: ignore[method-assign]
-    b.put(namespace, "secret", b"plaintext", ttl=300)
-    assert eventually(lambda: tier._feeds[namespace].allowed is False, timeout=5)
-    b.get(namespace, "secret")
-    assert tier.local(namespace, "secret", "raw") is None and tier.bytes == 0
-    b.close()
-
-
-def test_the_encryption_recheck_holds_the_answer_meanwhile(server, token, namespace):
-    """A minute on, the follower asks again whether the namespace is encrypted, holding the
-    answer it had meanwhile: cleared while asking, it refused the client's own writes' copies
-    and, had the service gone down then, every offline write."""
-    tier = LocalTier(feed_wait=2)
-    cache = TeamCache(server.url, token, local_tier=tier)
-    client = tier._client
-    assert client is not None
-    real = client.stats
-    seen: list[bool | None] = []
-
-    def recording(*args, **kwargs):
-        seen.append(tier._feeds[namespace].allowed)
-        return real(*args, **kwargs)
-
-    client.stats = recording  # type: ignore[method-assign]
-    try:
-        feed = tier._follow(namespace)
-        assert eventually(lambda: tier.live(namespace), timeout=10), tier.follower_error(namespace)
-        feed.checked_at -= 61
-        assert eventually(lambda: len(seen) >= 2, timeout=10), seen
-        assert seen[:2] == [None, True]
-        assert feed.allowed is True
-    finally:
-        cache.close()
 
 
 def test_a_fill_that_raced_a_change_is_not_kept():

@@ -126,9 +126,9 @@ def test_what_the_follower_error_says_when():
     no follower runs for (a tier with no client) says so. (States set by hand: the clock is the
     subject, not the service.)"""
     tier = LocalTier(feed_wait=2)
-    now = time.monotonic()
 
     def said(call: str, age: float, last_error: str | None = None, synced: bool = False) -> str | None:
+        now = time.monotonic()
         tier._feeds["ns"] = _Feed(allowed=True, floor=0, thread=threading.current_thread(), last_error=last_error,
                                   synced_at=now if synced else None, asking=(call, now - age))
         return tier.follower_error("ns")
@@ -144,7 +144,9 @@ def test_what_the_follower_error_says_when():
         assert said("long poll", 0.5, last_error="TransportError: timed out") == "TransportError: timed out"
         assert said("long poll", 9, synced=True) is None, "live: nothing to explain"
         tier._follow("unfollowed")
-        assert tier.follower_error("unfollowed") == "no follower runs: the tier has no client, or was closed"
+        assert tier.follower_error("unfollowed") == "no follower runs: the tier has no client"
         assert tier.follower_error("never") is None
+        tier._stop.set()
+        assert said("long poll", 0.5) == "the tier is closed: no follower runs"
     finally:
         tier.close()

@@ -132,3 +132,22 @@ def test_the_outbox_sends_rows_the_swift_client_wrote(server, token, namespace, 
     b.close()
     stored = TeamCache(server.url, token).get(namespace, "raw")
     assert stored is not None and stored.body == body and stored.content_type == "application/x-kept"
+
+
+def test_a_file_that_fails_is_set_aside_and_a_dropped_copy_never_comes_back(tmp_path):
+    """The file refuses a delete (a trigger another connection added; a read-only or corrupt
+    file fails the same way): the tier goes on in memory, the dropped copy does not come back
+    from the file, and the file is removed, since its outbox rows could no longer be deleted as
+    they are sent (a restart would send them again)."""
+    path = tmp_path / "tier.sqlite"
+    tier = LocalTier(path=path)
+    copies = tier._copies
+    copies.put("ns", "k", Record(kind="raw", etag='"v1"', body=b"old", content_type="x", metadata=None,
+                                 expires_at=time.time() + 300, updated_at=time.time()))
+    with sqlite3.connect(path) as other:
+        other.execute("CREATE TRIGGER refuse BEFORE DELETE ON entries BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    other.close()
+    copies.drop("ns", "k")  # a change to the key arrived
+    assert copies.get("ns", "k") is None and copies.db is None
+    assert not path.exists()
+    tier.close()

@@ -68,6 +68,9 @@ class LocalTier(FeedFollowing, HitReporting, OutboxSending):
                  http_client: httpx.Client | None = None):
         if max_bytes < 64 * 1024:
             raise ValueError("max_bytes must be at least 64 KiB")
+        if feed_wait <= 0:
+            # 0 would make every long poll an empty page at once, asked again in a tight loop.
+            raise ValueError("feed_wait must be above 0")
         self.max_bytes = max_bytes
         self.keep_encrypted = keep_encrypted
         self.feed_wait = feed_wait
@@ -177,8 +180,10 @@ class LocalTier(FeedFollowing, HitReporting, OutboxSending):
         error = feed.last_error
         if error is not None:
             return f"{error}; since then {late}" if late is not None else error
+        if self._stop.is_set():
+            return "the tier is closed: no follower runs"
         if feed.thread is None:
-            return "no follower runs: the tier has no client, or was closed"
+            return "no follower runs: the tier has no client"
         return late
 
     # Reads

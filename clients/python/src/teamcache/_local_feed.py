@@ -83,20 +83,7 @@ class FeedFollowing:
         cursor: str | None = None
         while not self._stop.is_set():
             try:
-                # Asked again every minute, the answer held meanwhile: a namespace may be
-                # encrypted since. (Cleared while asking, it refused the client's own writes'
-                # copies and, when the service went down then, every offline write.)
-                if feed.allowed is None or time.monotonic() - feed.checked_at > 60:
-                    feed.asking = ("stats call", time.monotonic())
-                    encrypted = client.stats(namespace, top=0).document.get("encrypted") is True
-                    feed.asking = None
-                    feed.allowed = self.keep_encrypted or not encrypted
-                    feed.checked_at = time.monotonic()
-                    if not feed.allowed:
-                        logger.warning("namespace %s is encrypted: its answers are not kept locally "
-                                       "(LocalTier(keep_encrypted=True) keeps them)", namespace)
-                        with self._lock:
-                            self._copies.drop_namespace(namespace)
+                self._check_encryption(namespace, feed, client)
                 if cursor is None:
                     cursor = self._start(namespace, feed)
                 asked = time.monotonic()
@@ -150,6 +137,33 @@ class FeedFollowing:
                 logger.exception("the local tier's feed follower of %s failed; it starts again", namespace)
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
+
+    def _check_encryption(self, namespace: str, feed: _Feed, client: TeamCache) -> None:
+        """Whether the namespace is encrypted (its answers are then not kept, unless
+        ``keep_encrypted``): asked first, then again every minute, the answer held meanwhile (a
+        namespace may be encrypted since; cleared while asking, it refused the client's own
+        writes' copies and, had the service gone down then, every offline write). The first
+        answer is needed before anything is kept, so its failure is the follower's; a later one
+        that fails is tried again in 10 s and never holds up the feed."""
+        if feed.allowed is not None and time.monotonic() - feed.checked_at <= 60:
+            return
+        feed.asking = ("stats call", time.monotonic())
+        try:
+            encrypted = client.stats(namespace, top=0).document.get("encrypted") is True
+        except TeamCacheError:
+            if feed.allowed is None:
+                raise
+            feed.asking = None
+            feed.checked_at = time.monotonic() - 50
+            return
+        feed.asking = None
+        feed.allowed = self.keep_encrypted or not encrypted
+        feed.checked_at = time.monotonic()
+        if not feed.allowed:
+            logger.warning("namespace %s is encrypted: its answers are not kept locally "
+                           "(LocalTier(keep_encrypted=True) keeps them)", namespace)
+            with self._lock:
+                self._copies.drop_namespace(namespace)
 
     def _late(self, feed: _Feed) -> str | None:
         """The follower's call in flight, when it has waited past its time: a long poll its wait

@@ -101,6 +101,9 @@ class Copies:
         self.db: sqlite3.Connection | None = None
         self.disk_bytes = 0
         self._lock_file: int | None = None
+        self._path = os.fspath(path) if path is not None else None
+        #: The outbox was read into memory: from then on memory holds every write not sent.
+        self._outbox_loaded = False
         if path is not None and self._own(os.fspath(path)):
             self.db = sqlite3.connect(os.fspath(path), check_same_thread=False, isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL")
@@ -203,7 +206,18 @@ class Copies:
                 self.db.close()
             self.db = None
             self.disk_bytes = 0
+            self._set_aside()
             return None
+
+    def _set_aside(self) -> None:
+        """Removes a file given up (best effort): its outbox rows can no longer be deleted as
+        they are sent, and a restart would send them again (a key deleted since would come
+        back). Memory holds every write not sent; kept when the outbox was never read."""
+        if self._path is None or not self._outbox_loaded:
+            return
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(OSError):
+                os.remove(self._path + suffix)
 
     def drop_namespace(self, namespace: str) -> None:
         for held in [name for name in self.memory if name[0] == namespace]:
@@ -255,6 +269,7 @@ class Copies:
             return []
         rows = self.db.execute("SELECT id, namespace, kind, key, payload, base_etag, written_at, size FROM outbox "
                                "ORDER BY id").fetchall()
+        self._outbox_loaded = True
         return [Queued(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6], row[7]) for row in rows]
 
     def queue(self, item: Queued) -> Queued:
