@@ -5,6 +5,7 @@ And a service that keeps the follower waiting, or cannot hold its long poll."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -150,3 +151,39 @@ def test_what_the_follower_error_says_when():
         assert said("long poll", 0.5) == "the tier is closed: no follower runs"
     finally:
         tier.close()
+
+
+class _HangUp:
+    """Accepts one connection, reads the request, and closes it without answering: a service
+    that died after it took the request (and stops listening, so a retry is refused)."""
+
+    def __init__(self) -> None:
+        self.listening = socket.socket()
+        self.listening.bind(("127.0.0.1", 0))
+        self.listening.listen(4)
+        self.url = f"http://127.0.0.1:{self.listening.getsockname()[1]}"
+        self.accepted = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        connection, _ = self.listening.accept()
+        self.accepted += 1
+        self.listening.close()
+        connection.recv(65536)
+        connection.close()
+
+
+def test_a_write_lost_then_refused_on_its_retry_is_not_queued():
+    """A write whose connection was lost after it was sent may have been applied: it is not
+    queued, even when its retry is refused (which alone would say it never left); the caller is
+    told it failed."""
+    hang_up = _HangUp()
+    tier = LocalTier()
+    cache = TeamCache(hang_up.url, "t", local_tier=tier, max_retries=1, backoff=0.01, circuit_breaker=False)
+    tier._feeds["ns"] = _Feed(allowed=True, floor=0)
+    try:
+        with pytest.raises(TeamCacheError):
+            cache.put("ns", "k", b"v")
+        assert tier.outbox == 0 and hang_up.accepted == 1
+    finally:
+        _close_at_once(cache)

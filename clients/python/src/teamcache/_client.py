@@ -229,6 +229,9 @@ class TeamCache(_Common, LocalSyncMixin, CachedMixin):
     def _attempts(self, call: op.Call[T]) -> T:
         settings, attempt = self._settings, 0
         timeout = settings.timeout_for(call)
+        # A try that may have reached the service (not a connect error): what a later try that
+        # never left says must not hide it (a write would be queued and sent twice).
+        maybe_sent: httpx.TransportError | None = None
         while True:
             try:
                 response = self._http.request(call.method, call.path, params=call.params or None,
@@ -236,9 +239,12 @@ class TeamCache(_Common, LocalSyncMixin, CachedMixin):
                                               timeout=timeout)
             except httpx.TransportError as error:
                 settings.transport_failed(error)
+                if not isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout)):
+                    maybe_sent = error
                 if attempt >= settings.max_retries or not settings.may_retry(call, error) \
                         or not settings.breaker_closed:
-                    raise settings.unreachable(error) from settings.cause(error)
+                    failed = maybe_sent or error
+                    raise settings.unreachable(failed) from settings.cause(failed)
                 attempt += 1
                 time.sleep(settings.pause(attempt, None))
                 continue
@@ -331,6 +337,7 @@ class AsyncTeamCache(_Common, LocalAsyncMixin, AsyncCachedMixin):
     async def _attempts(self, call: op.Call[T]) -> T:
         settings, attempt = self._settings, 0
         timeout = settings.timeout_for(call)
+        maybe_sent: httpx.TransportError | None = None  # as in TeamCache._attempts
         while True:
             try:
                 response = await self._http.request(call.method, call.path, params=call.params or None,
@@ -338,9 +345,12 @@ class AsyncTeamCache(_Common, LocalAsyncMixin, AsyncCachedMixin):
                                                     timeout=timeout)
             except httpx.TransportError as error:
                 settings.transport_failed(error)
+                if not isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout)):
+                    maybe_sent = error
                 if attempt >= settings.max_retries or not settings.may_retry(call, error) \
                         or not settings.breaker_closed:
-                    raise settings.unreachable(error) from settings.cause(error)
+                    failed = maybe_sent or error
+                    raise settings.unreachable(failed) from settings.cause(failed)
                 attempt += 1
                 await asyncio.sleep(settings.pause(attempt, None))
                 continue
