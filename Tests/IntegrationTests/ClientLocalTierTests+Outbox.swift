@@ -224,15 +224,7 @@ extension ClientLocalTierTests {
     /// another's write), as one that timed out is not; the caller is told it failed.
     @Test func aWriteLostAfterItWasSentIsNotQueued() async throws {
         let hangUp = try HangUp()
-        let tier = try LocalTier()
-        var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(hangUp.port)")!,
-                                                          token: nil)
-        configuration.maxRetries = 0
-        let client = TeamCacheClient(configuration, localTier: tier)
-        tier.state.withLock { $0.feeds["ns"] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
-        await #expect(throws: TeamCacheClientError.self) {
-            try await client.put(namespace: "ns", key: "k", body: Data("v".utf8))
-        }
+        let tier = try await Self.putFails(at: hangUp, retries: 0)
         #expect(tier.outboxCount == 0)
         #expect(hangUp.accepted.value > 0, "the request reached the socket")
         // What certainly never left is still queued: refused, or not asked.
@@ -246,19 +238,25 @@ extension ClientLocalTierTests {
     /// try may have been applied, and a refused retry must not hide it (the write was queued).
     @Test func aWriteLostThenRefusedOnItsRetryIsNotQueued() async throws {
         let hangUp = try HangUp(once: true)
+        let tier = try await Self.putFails(at: hangUp, retries: 1)
+        #expect(tier.outboxCount == 0)
+        #expect(hangUp.accepted.value == 1)
+        await tier.close()
+    }
+
+    /// A PUT through a tier (its namespace known keepable) to `hangUp`, which must fail.
+    static func putFails(at hangUp: HangUp, retries: Int) async throws -> LocalTier {
         let tier = try LocalTier()
         var configuration = TeamCacheClient.Configuration(baseURL: URL(string: "http://127.0.0.1:\(hangUp.port)")!,
                                                           token: nil)
-        configuration.maxRetries = 1
+        configuration.maxRetries = retries
         configuration.backoff = 0.01
         let client = TeamCacheClient(configuration, localTier: tier)
         tier.state.withLock { $0.feeds["ns"] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
         await #expect(throws: TeamCacheClientError.self) {
             try await client.put(namespace: "ns", key: "k", body: Data("v".utf8))
         }
-        #expect(tier.outboxCount == 0)
-        #expect(hangUp.accepted.value == 1)
-        await tier.close()
+        return tier
     }
 }
 

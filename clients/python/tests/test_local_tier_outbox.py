@@ -17,12 +17,17 @@ from .test_fail_open import Switch
 from .test_local_tier import following
 
 
-def test_offline_writes_reach_the_service_when_it_answers_again(server, token, namespace):
+def a_and_b_behind_a_switch(server, token: str, namespace: str) -> tuple[Switch, TeamCache, LocalTier, TeamCache]:
+    """A reaches the service directly; B, with a tier following ``namespace``, through a switch."""
     switch = Switch(server.port)
-    a = TeamCache(server.url, token)
     tier = LocalTier(feed_wait=2, report_interval=0.2)
     b = TeamCache(switch.url, token, local_tier=tier, backoff=0.01)
     following(tier, namespace)
+    return switch, TeamCache(server.url, token), tier, b
+
+
+def test_offline_writes_reach_the_service_when_it_answers_again(server, token, namespace):
+    switch, a, tier, b = a_and_b_behind_a_switch(server, token, namespace)
     switch.off()
     try:
         queued = b.upsert(namespace, {"model": "m", "prompt": "made offline"}, "from B", metadata={"input_tokens": 1})
@@ -73,11 +78,7 @@ def test_an_offline_write_that_meets_a_newer_one_is_reported_not_lost(server, to
 
 
 def test_a_key_written_twice_offline_is_sent_once_as_its_last_write(server, token, namespace):
-    switch = Switch(server.port)
-    a = TeamCache(server.url, token)
-    tier = LocalTier(feed_wait=2, report_interval=0.2)
-    b = TeamCache(switch.url, token, local_tier=tier, backoff=0.01)
-    following(tier, namespace)
+    switch, a, tier, b = a_and_b_behind_a_switch(server, token, namespace)
     a.put(namespace, "twice", b"base")
     b.get(namespace, "twice")
     switch.off()
