@@ -94,6 +94,32 @@ extension ClientLocalTierTests {
         return line.flatMap { Int($0.dropFirst(prefix.count)) } ?? 0
     }
 
+    /// A minute on, the encryption recheck fails (the stats route refused by a proxy while the
+    /// feed answers): the answer held stays, the feed goes on, and the recheck is tried again in
+    /// 10 s, not at every turn (a failing recheck used to stop the feed until it succeeded).
+    @Test func anEncryptionRecheckThatFailsDoesNotHoldUpTheFeed() async throws {
+        let proxy = try StatsRefusingProxy(to: service.port)
+        let namespace = TestService.namespace("swiftrecheck")
+        let token = try writer(namespace)
+        let tier = try LocalTier(feedWait: 2)
+        _ = client(proxy.port, token, tier: tier)
+        try await following(tier, namespace)
+        proxy.refusing.withLock { $0 = true }
+        func feed() -> LocalTier.Feed? { tier.state.withLock { $0.feeds[namespace] } }
+        tier.state.withLock { $0.feeds[namespace]?.checkedAt = DispatchTime.now().uptimeNanoseconds &- 61_000_000_000 }
+        var deadline = Date().addingTimeInterval(10)
+        while proxy.refused.value == 0 && Date() < deadline { try await Task.sleep(nanoseconds: 20_000_000) }
+        try #require(proxy.refused.value > 0, "the recheck never came")
+        let synced = feed()?.syncedAt ?? 0
+        deadline = Date().addingTimeInterval(10)
+        while (feed()?.syncedAt ?? 0) <= synced && Date() < deadline { try await Task.sleep(nanoseconds: 20_000_000) }
+        #expect((feed()?.syncedAt ?? 0) > synced, "the feed stopped: \(tier.followerError(namespace) ?? "")")
+        #expect(feed()?.allowed == true && feed()?.lastError == nil)
+        // One recheck (its transport may send a request that met a closed connection once more).
+        #expect(proxy.refused.value <= 2, "asked again at every turn: \(proxy.refused.value)")
+        await tier.close()
+    }
+
     /// A namespace encrypted while it is followed is asked about again (every
     /// `encryptionRecheck`; moved back here rather than waited for): its copies are dropped, as
     /// when it was encrypted from the start, and none is kept after.
