@@ -87,9 +87,16 @@ final class LocalCopies {
         lockFile = lock
         let file = try LocalFile(path: path)
         for statement in Self.schema { try file.run(statement) }
-        fileBytes = Int(try file.run("SELECT coalesce(sum(size), 0) FROM entries").first?.first?.int ?? 0)
+        fileBytes = bounded(try file.run(Self.storedBytes).first?.first?.int)
         self.file = file
     }
+
+    /// The rows' sizes summed without overflowing (`total` is a float; capped below 2^63).
+    static let storedBytes = "SELECT CAST(min(total(max(size, 0)), 9.0e18) AS INTEGER) FROM entries"
+
+    /// A byte count read from the file, within 0...maxBytes: the file may come from the other
+    /// client, an older build or a corruption, and no size it holds may trap the sums here.
+    private func bounded(_ bytes: Int64?) -> Int { Int(min(max(bytes ?? 0, 0), Int64(maxBytes))) }
 
     /// The file for this tier alone: an exclusive lock on `PATH-lock` (the Python client takes
     /// the same), since two tiers on one file would each send its outbox. nil when another
@@ -163,7 +170,7 @@ final class LocalCopies {
             ])
         }
         if written != nil {
-            fileBytes += size
+            fileBytes += min(size, Int.max - fileBytes)
             trimFile()
         }
         return true
@@ -183,7 +190,7 @@ final class LocalCopies {
             try file.run("DELETE FROM entries WHERE namespace = ?1 AND key = ?2", names)
             return size
         }
-        if let size = size ?? nil { fileBytes -= Int(size) }
+        if let size = size ?? nil { fileBytes = max(0, fileBytes - bounded(size)) }
     }
 
     func dropNamespace(_ namespace: String) {
@@ -191,7 +198,7 @@ final class LocalCopies {
         safely { file in
             try file.run("DELETE FROM entries WHERE namespace = ?1", [.text(namespace)])
             try file.run("DELETE FROM feeds WHERE namespace = ?1", [.text(namespace)])
-            fileBytes = Int(try file.run("SELECT coalesce(sum(size), 0) FROM entries").first?.first?.int ?? 0)
+            fileBytes = bounded(try file.run(Self.storedBytes).first?.first?.int)
         }
     }
 
@@ -296,13 +303,13 @@ final class LocalCopies {
                 let ids = rows.compactMap { $0.first?.int }
                 guard !ids.isEmpty else { return 0 }
                 try file.run("DELETE FROM entries WHERE rowid IN (\(ids.map(String.init).joined(separator: ",")))")
-                return rows.reduce(0) { $0 + Int($1.count == 2 ? $1[1].int ?? 0 : 0) }
+                return rows.reduce(0) { sum, row in sum + min(bounded(row.count == 2 ? row[1].int : nil), Int.max - sum) }
             }
             guard let trimmed, trimmed > 0 else {
                 fileBytes = 0  // nothing left to trim (or the file was given up)
                 return
             }
-            fileBytes -= trimmed
+            fileBytes = max(0, fileBytes - trimmed)
         }
     }
 

@@ -68,9 +68,7 @@ extension LocalTier {
     /// fails keeps the answer held and is tried again in 10 s, never holding up the feed (a
     /// service under pressure would otherwise lose every live follower once a minute).
     private func checkEncryption(_ namespace: String, _ client: TeamCacheClient) async throws {
-        let checkedAt = state.withLock { state in
-            state.feeds[namespace].flatMap { $0.allowed == nil ? nil : $0.checkedAt }
-        }
+        let checkedAt = state.withLock { $0.feeds[namespace]?.checkedAt }
         if let checkedAt, Self.seconds(since: checkedAt) <= Self.encryptionRecheck { return }
         asking(namespace, .stats)
         let encrypted: Bool

@@ -39,8 +39,8 @@ public final class LocalTier: Sendable {
         /// nil until the namespace's stats said whether it is encrypted.
         var allowed: Bool?
         /// Monotonic nanoseconds of the stats call that set `allowed` (asked again after
-        /// `encryptionRecheck`).
-        var checkedAt: UInt64 = 0
+        /// `encryptionRecheck`); nil until it was asked.
+        var checkedAt: UInt64?
         /// Fills that started before this mark are not kept: they may predate the cursor.
         var floor = Int.max
         var task: Task<Void, Never>?
@@ -149,7 +149,7 @@ public final class LocalTier: Sendable {
 
     static func live(_ feed: Feed?, feedWait: TimeInterval) -> Bool {
         guard let synced = feed?.syncedAt else { return false }
-        return Double(DispatchTime.now().uptimeNanoseconds &- synced) / 1e9 < trusted(feedWait)
+        return seconds(since: synced) < trusted(feedWait)
     }
 
     /// How long a follower's silence is trusted: its long poll's wait and a grace for a busy

@@ -197,6 +197,34 @@ extension ClientLocalTierTests {
         copies.close()
     }
 
+    /// A file whose rows hold sizes no tier wrote (the extremes of 64 bits: another client's
+    /// bug, a corruption) neither traps nor stops the tier: sizes are read within the bound,
+    /// and the file is opened, trimmed and dropped from as usual.
+    @Test func sizesInTheFileOutsideAnyBoundDoNotTrap() throws {
+        let file = try TierFile()
+        defer { file.remove() }
+        try LocalCopies(path: file.path, maxBytes: 1 << 16).close()  // the schema
+        let other = try LocalFile(path: file.path)
+        for (key, size) in [("huge", Int64.max), ("negative", Int64.min), ("huge2", Int64.max)] {
+            try other.run("INSERT INTO entries VALUES ('ns', ?1, 'raw', NULL, x'00', 't', NULL, 1e12, 0, 0, ?2, 0)",
+                          [.text(key), .int(size)])
+        }
+        other.close()
+        let copies = try LocalCopies(path: file.path, maxBytes: 1 << 16)
+        #expect(copies.fileBytes == 1 << 16, "read within the bound")
+        copies.drop(.init(namespace: "ns", key: "negative"))
+        #expect((0...(1 << 16)).contains(copies.fileBytes))
+        // A copy kept: the file is over its bound and trimmed, the oldest (the odd rows) first.
+        let now = Date().timeIntervalSince1970
+        copies.put(.init(namespace: "ns", key: "k"), LocalCopy(kind: .raw, etag: nil, body: Data("v".utf8),
+                                                               contentType: "text/plain", expiresAt: now + 60,
+                                                               updatedAt: now))
+        #expect((0...(1 << 16)).contains(copies.fileBytes))
+        #expect(copies.peek(.init(namespace: "ns", key: "huge")) == nil)
+        #expect(copies.get(.init(namespace: "ns", key: "k"))?.body == Data("v".utf8))
+        copies.close()
+    }
+
     /// `flush` sends what waits now, even while the background's round is running: it waits
     /// for that round, then sends what is left (it returned at once, the write still waiting).
     @Test func flushWaitsForTheRoundAlreadySending() async throws {

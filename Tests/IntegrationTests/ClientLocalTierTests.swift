@@ -254,6 +254,7 @@ import TestSupport
             { _ = try await client.get(namespace: "failopen", key: "k") },
             { _ = try await client.put(namespace: "failopen", key: "k", body: Data("v".utf8)) },
             { _ = try await client.upsert(namespace: "failopen", descriptor, answer: ModelAnswer(response: "a")) },
+            { _ = try await client.warm(namespace: "failopen", top: 5) },
         ]
         for call in calls {
             started = ProcessInfo.processInfo.systemUptime
@@ -262,6 +263,9 @@ import TestSupport
         }
         // The namespace was never known to be keepable: nothing waits in the outbox.
         #expect(tier.outboxCount == 0)
+        started = ProcessInfo.processInfo.systemUptime
+        await tier.flush()  // reports and sends now: nothing waits on the service
+        #expect(ProcessInfo.processInfo.systemUptime - started < 1.5)
         // The follower says why the tier is not live, as an app would log it.
         let cause = switch sick {
         case .refused: "transport"

@@ -38,12 +38,16 @@ def test_a_tiered_client_never_holds_up_the_callers_call(kind, server, namespace
         paid = time.monotonic() - started
         assert paid < 2.0, f"three cached calls paid {paid:.2f} s"
         for call in (lambda: cache.lookup(namespace, descriptor), lambda: cache.get(namespace, "k"),
-                     lambda: cache.put(namespace, "k", b"v"), lambda: cache.upsert(namespace, descriptor, "a")):
+                     lambda: cache.put(namespace, "k", b"v"), lambda: cache.upsert(namespace, descriptor, "a"),
+                     lambda: cache.warm(namespace, top=5)):
             started = time.monotonic()
             with pytest.raises(TeamCacheError):
                 call()
             assert time.monotonic() - started < 1.0
         assert tier.outbox == 0  # the namespace was never known to be keepable: nothing waits
+        started = time.monotonic()
+        tier.flush()  # reports and sends now: nothing waits on the service
+        assert time.monotonic() - started < 1.0
         # The follower names the cause: no connection, no answer in time, or the token refused.
         expected = {"refused": ("TransportError: ", "ConnectError"), "frozen": ("TransportError: ", "ReadTimeout"),
                     "unauthorized": ("ProblemError: 401", "")}[kind]

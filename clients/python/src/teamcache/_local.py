@@ -362,21 +362,27 @@ class LocalTier(FeedFollowing, HitReporting, OutboxSending):
 
     # Warming
 
-    def warm(self, namespace: str, *, top: int | None = None, tag: str | None = None) -> int:
+    def warm(self, namespace: str, *, top: int | None = None, tag: str | None = None,
+             caller: TeamCache | None = None) -> int:
         """Fills the tier with the namespace's ``top`` most-hit entries, or those tagged
         ``tag``, read without counting a lookup (the entry browser's routes: read scope).
-        Bodies over 64 KiB are left to the first read. Returns how many copies it holds now."""
+        Bodies over 64 KiB are left to the first read. Returns how many copies it holds now.
+        ``caller``: the client whose call this is; the keys are asked through it (its breaker
+        and deadlines), so a sick cache fails the call at once."""
         client = self._client
         if client is None or (top is None) == (tag is None):
             raise ValueError("warm needs top= or tag= (and a client)")
         feed = self._follow(namespace)
+        # The keys first: a cache that is down or refuses the token fails this at once, rather
+        # than after the wait for a follower that cannot become live (7 s at the default).
+        asking = caller or client
+        keys = [entry.key for entry in asking.stats(namespace, top=top).top] if top is not None \
+            else _tagged(asking, namespace, tag or "")
         deadline = time.monotonic() + self.feed_wait + 5
         # Kept only once the follower knows whether the namespace may be kept, and where it
         # follows from (so no change after the copies were read is missed).
         while feed.synced_at is None and time.monotonic() < deadline and not self._stop.is_set():
             time.sleep(0.02)
-        keys = [entry.key for entry in client.stats(namespace, top=top).top] if top is not None \
-            else _tagged(client, namespace, tag or "")
         kept = 0
         for key in keys:
             since = self.mark()

@@ -345,7 +345,7 @@ class LocalSyncMixin:
         ``tag`` (no lookup counted); how many copies it kept."""
         if self._tier is None:
             raise ValueError("warm needs a client with a local_tier")
-        return self._tier.warm(namespace, top=top, tag=tag)
+        return self._tier.warm(namespace, top=top, tag=tag, caller=self)  # type: ignore[arg-type]
 
 
 class LocalAsyncMixin:
