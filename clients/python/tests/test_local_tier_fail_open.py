@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from teamcache import LocalTier, TeamCache, TeamCacheError
+from teamcache import AsyncTeamCache, LocalTier, TeamCache, TeamCacheError
 from teamcache._local_feed import _Feed
 
 from .conftest import Server, eventually, free_port
@@ -61,6 +61,38 @@ def test_a_tiered_client_never_holds_up_the_callers_call(kind, server, namespace
         _close_at_once(cache)
         if frozen is not None:
             frozen.close()
+
+
+@pytest.mark.parametrize("kind", ["refused", "frozen", "unauthorized"])
+async def test_the_async_clients_warm_fails_at_once_on_a_sick_cache(kind, server, namespace):
+    """The async client's ``warm`` asks for its keys through the client itself (its breaker and
+    its deadlines), not the tier's own client on a thread, which has no breaker: against a
+    frozen cache it waited out that client's 5 s timeout after the caller knew the cache sick."""
+    frozen = Frozen() if kind == "frozen" else None
+    url = frozen.url if frozen is not None else \
+        {"refused": f"http://127.0.0.1:{free_port()}", "unauthorized": server.url}[kind]
+    tier = LocalTier(feed_wait=2)
+    cache = AsyncTeamCache(url, "tc_refused" if kind == "unauthorized" else "t", local_tier=tier,
+                           lookup_timeout=0.3, backoff=0.01)
+    try:
+        # A model call goes on without the cache (the caller's breaker learns it is sick) ...
+        assert await cache.cached(namespace, {"model": "m", "prompt": "p"}, _paid) == "paid"
+        # ... and warm, through the same client, fails at once.
+        for warm in (lambda: cache.warm(namespace, top=5), lambda: cache.warm(namespace, tag="t")):
+            started = time.monotonic()
+            with pytest.raises(TeamCacheError):
+                await warm()
+            assert time.monotonic() - started < 1.0
+    finally:
+        started = time.monotonic()
+        await cache.aclose()
+        assert time.monotonic() - started < 2.0
+        if frozen is not None:
+            frozen.close()
+
+
+async def _paid() -> str:
+    return "paid"
 
 
 def _close_at_once(cache: TeamCache) -> None:

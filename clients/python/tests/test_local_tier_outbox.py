@@ -8,6 +8,8 @@ from __future__ import annotations
 import sqlite3
 import time
 
+import pytest
+
 from teamcache import LocalTier, TeamCache
 from teamcache._local_feed import _Feed
 from teamcache._local_store import Record
@@ -152,3 +154,70 @@ def test_a_file_that_fails_is_set_aside_and_a_dropped_copy_never_comes_back(tmp_
     assert copies.get("ns", "k") is None and copies.db is None
     assert not path.exists()
     tier.close()
+
+
+def test_a_crash_between_a_rewrites_two_rows_keeps_the_new_write(tmp_path):
+    """A key written again offline: its new row is in the file before the earlier one goes, so
+    a crash between the two (here: the delete fails as a killed process's would never run)
+    leaves the new write for the next start, never neither."""
+    path = tmp_path / "tier.sqlite"
+    tier = LocalTier(path=path)
+    tier._feeds["ns"] = _Feed(allowed=True, floor=0)
+    record = Record(kind="raw", etag=None, body=b"v", content_type="x", metadata=None,
+                    expires_at=time.time() + 60, updated_at=time.time())
+    assert tier.queue("ns", "put", "k", {"body": "first"}, record) is not None
+
+    def crash(_item: object) -> None:
+        raise KeyboardInterrupt("the process dies here")
+    tier._copies.unqueue = crash  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        tier.queue("ns", "put", "k", {"body": "second"}, record)
+    tier.close()
+    with sqlite3.connect(path) as db:
+        payloads = [row[0] for row in db.execute("SELECT payload FROM outbox ORDER BY id")]
+    db.close()
+    assert payloads[-1] == '{"body": "second"}', payloads
+
+
+def test_a_file_whose_sizes_no_tier_wrote_opens_and_trims(tmp_path):
+    """Sizes outside any bound in the file (another client's bug, a corruption: 64-bit extremes
+    whose sum overflows SQLite's integers) neither raise at open nor stop the trim."""
+    path = tmp_path / "tier.sqlite"
+    LocalTier(path=path).close()  # the schema
+    with sqlite3.connect(path) as db:
+        for key, size in (("big", 2**63 - 1), ("also-big", 2**63 - 1), ("negative", -2**63)):
+            db.execute("INSERT INTO entries VALUES ('ns', ?, 'raw', NULL, x'00', 'x', NULL, ?, ?, 0, ?, ?)",
+                       (key, time.time() + 60, time.time(), size, time.time()))
+    db.close()
+    tier = LocalTier(path=path, max_bytes=1_000_000)
+    try:
+        assert tier._copies.disk_bytes <= 2 * 1_000_000
+        tier._copies.put("ns", "new", Record(kind="raw", etag=None, body=b"n" * 100, content_type="x", metadata=None,
+                                             expires_at=time.time() + 60, updated_at=time.time()))
+        assert tier._copies.disk_bytes <= 1_000_000
+        assert tier._copies.get("ns", "new") is not None
+        tier._copies.drop("ns", "negative")
+        assert tier._copies.disk_bytes >= 0
+    finally:
+        tier.close()
+
+
+def test_the_copies_of_own_writes_keep_their_stale_while_revalidate(server, token, namespace):
+    """A committed write's copy, and a queued one's, keep the write's stale-while-revalidate
+    window (as Swift's tier does): a copy answers as the service would have."""
+    switch, a, tier, b = a_and_b_behind_a_switch(server, token, namespace)
+    descriptor = {"model": "m", "prompt": "own write's window"}
+    b.put(namespace, "committed", b"v", ttl=60, stale_while_revalidate=30)
+    b.upsert(namespace, descriptor, "answer", ttl=60, stale_while_revalidate=20)
+    switch.off()
+    try:
+        assert b.put(namespace, "queued", b"q", ttl=60, stale_while_revalidate=40).queued
+    finally:
+        switch.on()
+    got = b.get(namespace, "committed")
+    assert got is not None and got.from_local and tier._copies.get(namespace, "committed").swr == 30
+    looked = b.lookup(namespace, descriptor)
+    assert looked.from_local and looked.stale_while_revalidate == 20
+    assert tier._copies.get(namespace, "queued").swr == 40
+    b.close()
+    a.close()

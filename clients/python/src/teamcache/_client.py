@@ -284,6 +284,8 @@ class AsyncTeamCache(_Common, LocalAsyncMixin, AsyncCachedMixin):
     _remote_delete = _async_route(op.delete)
     _remote_lookup = _async_route(op.lookup)
     _remote_upsert = _async_route(op.upsert)
+    _remote_stats = _async_route(op.stats)
+    _remote_entries_page = _async_route(op.entries_page)
     release = _async_route(op.release)
     evict = _async_route(op.evict)
     clear = _async_route(op.clear)

@@ -328,13 +328,16 @@ class LocalTier(FeedFollowing, HitReporting, OutboxSending):
                     or sum(item.size for item in others) + size > self.outbox_max_bytes:
                 return None
             if earlier is not None:
-                self._outbox.remove(earlier)
-                self._copies.unqueue(earlier)
                 base = earlier.base_etag
             else:
                 current = self._copies.get(namespace, key)
                 base = current.etag if current is not None else None
             item = self._copies.queue(Queued(0, namespace, kind, key, payload, base, time.time(), size))
+            # The new row before the earlier one goes (as Swift's tier does): a crash between the
+            # two leaves both (sent in order, the second meeting the first), never neither.
+            if earlier is not None:
+                self._outbox.remove(earlier)
+                self._copies.unqueue(earlier)
             self._outbox.append(item)
             self.counts["queued"] += 1
             # Read back by this client while offline (never as the service's own version).
@@ -372,12 +375,21 @@ class LocalTier(FeedFollowing, HitReporting, OutboxSending):
         client = self._client
         if client is None or (top is None) == (tag is None):
             raise ValueError("warm needs top= or tag= (and a client)")
-        feed = self._follow(namespace)
+        self._follow(namespace)
         # The keys first: a cache that is down or refuses the token fails this at once, rather
         # than after the wait for a follower that cannot become live (7 s at the default).
         asking = caller or client
         keys = [entry.key for entry in asking.stats(namespace, top=top).top] if top is not None \
-            else _tagged(asking, namespace, tag or "")
+            else tagged_keys(asking.entries_page, namespace, tag or "")
+        return self.warm_keys(namespace, keys)
+
+    def warm_keys(self, namespace: str, keys: list[str]) -> int:
+        """Keeps copies of ``keys`` (asked by the caller: ``warm``, or the async client's), once
+        the namespace's follower has synced; how many it kept."""
+        client = self._client
+        if client is None:
+            raise ValueError("warm needs a client")
+        feed = self._follow(namespace)
         deadline = time.monotonic() + self.feed_wait + 5
         # Kept only once the follower knows whether the namespace may be kept, and where it
         # follows from (so no change after the copies were read is missed).
@@ -406,11 +418,12 @@ def _status_ttl(status: str | None) -> int | None:
     return None
 
 
-def _tagged(client: TeamCache, namespace: str, tag: str) -> list[str]:
+def tagged_keys(entries_page: Callable[..., dict[str, Any]], namespace: str, tag: str) -> list[str]:
+    """The keys tagged ``tag`` (up to 10,000), page by page through ``entries_page``."""
     keys: list[str] = []
     after: str | None = None
     while len(keys) < 10_000:
-        page = client.entries_page(namespace, tag=tag, after=after)
+        page = entries_page(namespace, tag=tag, after=after)
         keys += [entry["key"] for entry in page.get("entries", []) if isinstance(entry.get("key"), str)]
         after = page.get("next")
         if not after:

@@ -10,7 +10,7 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -190,10 +190,10 @@ def _ttl(entry: Entry) -> int:
 
 
 def _offline_record(tier: LocalTier, kind: str, body: bytes, content_type: str, metadata: dict[str, Any] | None,
-                    ttl: int | None) -> Record:
+                    ttl: int | None, swr: int | None) -> Record:
     now = time.time()
     return Record(kind=kind, etag=None, body=body, content_type=content_type, metadata=metadata,
-                  expires_at=now + (ttl or tier.offline_ttl), updated_at=now)
+                  expires_at=now + (ttl or tier.offline_ttl), updated_at=now, swr=swr or 0)
 
 
 class _Write:
@@ -233,7 +233,8 @@ class _Write:
         tier = self.tier
         if tier is None or self.key is None or not self.queueable or not _never_sent(error):
             raise error
-        record = _offline_record(tier, self.kind, self.body, self.content_type, self.metadata, self.payload["ttl"])
+        record = _offline_record(tier, self.kind, self.body, self.content_type, self.metadata, self.payload["ttl"],
+                                 self.payload["stale_while_revalidate"])
         queued = tier.queue(self.namespace, "put" if self.kind == "raw" else "upsert", self.key, self.payload, record)
         if queued is None:
             raise error
@@ -241,7 +242,8 @@ class _Write:
 
     def committed(self, result: WriteResult) -> WriteResult:
         if self.tier is not None and self.key is not None:
-            record = _written(result, self.kind, self.body, self.content_type, self.metadata)
+            record = _written(result, self.kind, self.body, self.content_type, self.metadata,
+                              self.payload["stale_while_revalidate"])
             if record is not None:
                 self.tier.wrote(self.namespace, result.key if self.kind == "lookup" else self.key, record)
         return result
@@ -359,6 +361,8 @@ class LocalAsyncMixin:
     async def _remote_put(self, *args: Any, **kwargs: Any) -> Any: ...
     async def _remote_upsert(self, *args: Any, **kwargs: Any) -> Any: ...
     async def _remote_delete(self, *args: Any, **kwargs: Any) -> Any: ...
+    async def _remote_stats(self, *args: Any, **kwargs: Any) -> Any: ...  # warm's keys
+    async def _remote_entries_page(self, *args: Any, **kwargs: Any) -> Any: ...
 
     async def get(self, namespace: str, key: str | bytes, *, max_stale: int | None = None, no_cache: bool = False,
                   only_if_cached: bool = False, if_none_match: str | None = None,
@@ -432,8 +436,30 @@ class LocalAsyncMixin:
         return deleted
 
     async def warm(self, namespace: str, *, top: int | None = None, tag: str | None = None) -> int:
-        """As ``TeamCache.warm`` (on a thread: it makes one request per entry)."""
+        """As ``TeamCache.warm``: the keys asked through this client (its breaker and deadlines,
+        so a sick cache fails the call at once, as the sync client's does), the copies read on a
+        thread (one request per entry)."""
         tier = self._tier
         if tier is None:
             raise ValueError("warm needs a client with a local_tier")
-        return await asyncio.to_thread(tier.warm, namespace, top=top, tag=tag)
+        if (top is None) == (tag is None):
+            raise ValueError("warm needs top= or tag=")
+        tier._follow(namespace)  # syncing while the keys are asked
+        if top is not None:
+            keys = [entry.key for entry in (await self._remote_stats(namespace, top=top)).top]
+        else:
+            keys = await _tagged_keys(self._remote_entries_page, namespace, tag or "")
+        return await asyncio.to_thread(tier.warm_keys, namespace, keys)
+
+
+async def _tagged_keys(entries_page: Callable[..., Awaitable[dict[str, Any]]], namespace: str, tag: str) -> list[str]:
+    """As ``tagged_keys``, through an async client."""
+    keys: list[str] = []
+    after: str | None = None
+    while len(keys) < 10_000:
+        page = await entries_page(namespace, tag=tag, after=after)
+        keys += [entry["key"] for entry in page.get("entries", []) if isinstance(entry.get("key"), str)]
+        after = page.get("next")
+        if not after:
+            break
+    return keys

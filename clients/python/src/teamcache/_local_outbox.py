@@ -128,7 +128,8 @@ def _send_put(client: TeamCache, item: Queued, payload: dict[str, Any],
             return None
         conflict(item, "overwrote")
         result = client.put(item.namespace, item.key, body, **payload)
-    return _written(result, "raw", body, payload.get("content_type") or "application/octet-stream", None)
+    return _written(result, "raw", body, payload.get("content_type") or "application/octet-stream", None,
+                    payload.get("stale_while_revalidate"))
 
 
 def _send_upsert(client: TeamCache, item: Queued, payload: dict[str, Any],
@@ -142,7 +143,8 @@ def _send_upsert(client: TeamCache, item: Queued, payload: dict[str, Any],
             return None
         conflict(item, "overwrote")
     result = client.upsert(item.namespace, descriptor, response, **payload)
-    return _written(result, "lookup", response.encode(), "text/plain", payload.get("metadata"))
+    return _written(result, "lookup", response.encode(), "text/plain", payload.get("metadata"),
+                    payload.get("stale_while_revalidate"))
 
 
 def _modified(text: str | None) -> float | None:
@@ -153,11 +155,13 @@ def _modified(text: str | None) -> float | None:
 
 
 def _written(result: WriteResult, kind: str, body: bytes, content_type: str,
-             metadata: dict[str, Any] | None) -> Record | None:
-    """The copy of a committed write (None when its expiry is not known)."""
+             metadata: dict[str, Any] | None, swr: Any = None) -> Record | None:
+    """The copy of a committed write (None when its expiry is not known), with the write's
+    stale-while-revalidate window (``swr``: the caller's, which the service took as it is or
+    refused; none given: 0), as Swift's tier keeps it."""
     expires = instant(result.expires_at)
     if expires is None or result.etag is None:
         return None
     now = time.time()
     return Record(kind=kind, etag=result.etag, body=body, content_type=content_type, metadata=copy.deepcopy(metadata),
-                  expires_at=expires, updated_at=now)
+                  expires_at=expires, updated_at=now, swr=swr if isinstance(swr, int) and swr > 0 else 0)

@@ -109,7 +109,7 @@ class Copies:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(_SCHEMA)
-            self.disk_bytes = int(self.db.execute("SELECT coalesce(sum(size), 0) FROM entries").fetchone()[0])
+            self.disk_bytes = self._stored_bytes(self.db)
 
     @property
     def bytes(self) -> int:
@@ -190,7 +190,7 @@ class Copies:
                                  (namespace, key)).fetchone()
                 if row is not None:
                     db.execute("DELETE FROM entries WHERE namespace = ? AND key = ?", (namespace, key))
-                    self.disk_bytes -= int(row[0])
+                    self.disk_bytes -= max(0, min(int(row[0]), self.max_bytes))
             self._safely(delete)
 
     def _safely(self, work: Any) -> Any:
@@ -225,7 +225,7 @@ class Copies:
         def clear(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM entries WHERE namespace = ?", (namespace,))
             db.execute("DELETE FROM feeds WHERE namespace = ?", (namespace,))
-            self.disk_bytes = int(db.execute("SELECT coalesce(sum(size), 0) FROM entries").fetchone()[0])
+            self.disk_bytes = self._stored_bytes(db)
         self._safely(clear)
 
     def holds(self, namespace: str) -> bool:
@@ -245,9 +245,18 @@ class Copies:
             _, (_, dropped) = self.memory.popitem(last=False)
             self.memory_bytes -= dropped
 
+    def _stored_bytes(self, db: sqlite3.Connection) -> int:
+        """The file's copies' sizes summed, each bounded as the tier writes them (0 to the
+        budget) and summed by ``total`` (a float), so a file holding sizes no tier wrote (another
+        client's bug, a corruption) cannot raise SQLite's integer overflow at open, as Swift's
+        tier reads them."""
+        row = db.execute("SELECT total(max(0, min(size, ?))) FROM entries", (self.max_bytes,)).fetchone()
+        return int(row[0])
+
     def _trim_disk(self, db: sqlite3.Connection) -> None:
         while self.disk_bytes > self.max_bytes:
-            rows = db.execute("SELECT rowid, size FROM entries ORDER BY used_at LIMIT 64").fetchall()
+            rows = db.execute("SELECT rowid, max(0, min(size, ?)) FROM entries ORDER BY used_at LIMIT 64",
+                              (self.max_bytes,)).fetchall()
             if not rows:
                 self.disk_bytes = 0
                 return
