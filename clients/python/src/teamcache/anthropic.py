@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from ._json import loads
+from ._openai_plan import Plan, is_text
 from .keys import DescriptorError, descriptor_key
-from .openai import Plan, is_text
 
 ENDPOINT = "/v1/messages"
 #: Request members that never change the answer, left out of the key.

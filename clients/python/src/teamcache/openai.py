@@ -52,171 +52,16 @@ import importlib
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from ._breaker import CacheHealth
 from ._cached import _CACHE_FAILURES, _fails_open, _Health
 from ._client import AsyncTeamCache, TeamCache
-from ._json import RawNumber, dumps, loads
+from ._openai_plan import ENDPOINTS, NOT_IN_KEY, Plan, plan
+from ._openai_stream import UsageFilter, _usage, stream_outcome
 from .errors import CacheSkipped, ProblemError
-from .keys import DescriptorError, descriptor_key
 from .models import Lease, Lookup
-
-ENDPOINTS = ("/chat/completions", "/responses", "/embeddings", "/completions")
-#: Request members that never change the answer, left out of the key.
-NOT_IN_KEY = frozenset({"user", "safety_identifier", "metadata", "store", "prompt_cache_key",
-                        "prompt_cache_retention", "service_tier"})
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How one upstream request is cached."""
-
-    endpoint: str
-    descriptor: dict[str, Any]
-    stream: bool
-    #: The body to send upstream when it differs from the caller's (usage asked for a stream).
-    upstream_body: bytes | None = None
-
-    @property
-    def key(self) -> str:
-        return descriptor_key(self.descriptor)
-
-    @property
-    def strips_usage(self) -> bool:
-        """The usage-only event was asked for by this transport, not the caller: removed."""
-        return self.upstream_body is not None
-
-
-def plan(method: str, path: str, body: bytes) -> Plan | None:
-    """The descriptor of a cacheable request, or None to pass it through untouched. The
-    gateway builds the same (docs/gateway-keys.md; the vectors in tests/vectors/gateway_keys.json
-    pin both): numbers keep the text they were sent with, as the server's keys do."""
-    endpoint = next((name for name in ENDPOINTS if path.endswith(name)), None)
-    if method != "POST" or endpoint is None:
-        return None
-    try:
-        request = loads(body)
-    except ValueError:
-        return None
-    if not isinstance(request, dict) or not is_text(request.get("model")) or truthy(request.get("background")):
-        return None
-    stream = request.get("stream") is True
-    params = {name: value for name, value in request.items() if name not in NOT_IN_KEY and name != "model"}
-    params["endpoint"] = endpoint
-    params.pop("stream", None)
-    if stream:
-        params["stream"] = True
-    else:
-        params.pop("stream_options", None)
-    descriptor: dict[str, Any] = {"model": request["model"]}
-    if endpoint == "/chat/completions":
-        descriptor["messages"] = params.pop("messages", None)
-        schema = None if stream else params.pop("response_format", None)
-    else:
-        name = "prompt" if endpoint == "/completions" else "input"
-        value = params.pop(name, None)
-        if is_text(value):
-            descriptor["prompt"] = value
-        elif endpoint == "/responses" and isinstance(value, list) and all(isinstance(v, dict) for v in value):
-            descriptor["messages"] = value
-        elif value is not None:
-            descriptor["messages"] = [{name: value}]
-        schema = None
-        text = params.get("text")
-        if endpoint == "/responses" and not stream and isinstance(text, dict) and "format" in text:
-            rest = {name: item for name, item in text.items() if name != "format"}
-            schema = text["format"]
-            if rest:
-                params["text"] = rest
-            else:
-                params.pop("text")
-    if schema is not None:
-        descriptor["schema"] = schema
-    descriptor["params"] = params
-    try:
-        descriptor_key(descriptor)
-    except (DescriptorError, TypeError, ValueError):
-        return None
-    asks_usage = stream and endpoint == "/chat/completions"
-    return Plan(endpoint, descriptor, stream, _with_usage(request) if asks_usage else None)
-
-
-def is_text(value: Any) -> bool:
-    """A JSON string (``loads`` keeps numbers as ``RawNumber``, a ``str`` too)."""
-    return isinstance(value, str) and not isinstance(value, RawNumber)
-
-
-def truthy(value: Any) -> bool:
-    """Python's truth of a JSON value, with numbers read as numbers (``0`` is false)."""
-    if isinstance(value, RawNumber):
-        return float(value) != 0
-    return bool(value)
-
-
-def _with_usage(request: dict[str, Any]) -> bytes | None:
-    """The streamed chat request asking for usage, or None when the caller asked already."""
-    options = request.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage") is True:
-        return None
-    asked = dict(request)
-    asked["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-    return dumps(asked).encode()
-
-
-class UsageFilter:
-    """Drops the usage-only event (``choices: []`` with ``usage``) from a chat completion
-    stream, keeping its usage: the caller did not ask for it. Events are passed on whole, as
-    soon as each is complete."""
-
-    #: Held at most while looking for an event's end; past it the stream passes unfiltered.
-    LIMIT = 1 << 20
-
-    def __init__(self) -> None:
-        self.buffer = b""
-        self.usage: dict[str, Any] = {}
-        self.passing = False
-
-    def feed(self, chunk: bytes) -> bytes:
-        if self.passing:
-            return chunk
-        self.buffer += chunk
-        out = []
-        while True:
-            # Events end with a blank line, in any of SSE's line endings.
-            ends = [(found, len(mark)) for mark in (b"\r\n\r\n", b"\n\n", b"\r\r")
-                    if (found := self.buffer.find(mark)) >= 0]
-            if not ends:
-                break
-            end, width = min(ends)
-            event, self.buffer = self.buffer[:end + width], self.buffer[end + width:]
-            if not self._usage_only(event):
-                out.append(event)
-        if len(self.buffer) > self.LIMIT:
-            self.passing, rest, self.buffer = True, self.buffer, b""
-            out.append(rest)
-        return b"".join(out)
-
-    def finish(self) -> bytes:
-        rest, self.buffer = self.buffer, b""
-        # Only a remainder that is one usage-only event (and nothing else) is dropped.
-        single = rest.count(b"data:") == 1
-        return b"" if single and self._usage_only(rest) else rest
-
-    def _usage_only(self, event: bytes) -> bool:
-        for line in event.decode(errors="replace").splitlines():
-            if not line.startswith("data:"):
-                continue
-            try:
-                document = json.loads(line[5:].strip())
-            except ValueError:
-                return False
-            if isinstance(document, dict) and document.get("choices") == [] and isinstance(document.get("usage"), dict):
-                self.usage = _usage(document)
-                return True
-        return False
 
 
 def _bypass_reason(error: BaseException) -> str:
@@ -229,55 +74,6 @@ def _bypass_reason(error: BaseException) -> str:
     if "Timeout" in type(cause).__name__:
         return "timeout"
     return "unavailable"
-
-
-def _usage(document: Any) -> dict[str, Any]:
-    """input/output tokens and the finish reason from an upstream answer (or stream event)."""
-    out: dict[str, Any] = {}
-    if not isinstance(document, dict):
-        return out
-    usage = document.get("usage")
-    if isinstance(usage, dict):
-        inputs = usage.get("prompt_tokens", usage.get("input_tokens"))
-        outputs = usage.get("completion_tokens", usage.get("output_tokens", 0))
-        if isinstance(inputs, int):
-            out["input_tokens"] = inputs
-        if isinstance(outputs, int):
-            out["output_tokens"] = outputs
-    choices = document.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict) and choices[0].get("finish_reason"):
-        out["finish_reason"] = str(choices[0]["finish_reason"])
-    if isinstance(document.get("status"), str) and document.get("object") == "response":
-        out["finish_reason"] = document["status"]
-    return out
-
-
-def _events(text: str) -> Iterator[str]:
-    """The `data:` payloads of a server-sent event stream."""
-    for line in text.splitlines():
-        if line.startswith("data:"):
-            yield line[5:].strip()
-
-
-def stream_outcome(endpoint: str, text: str) -> tuple[bool, dict[str, Any]]:
-    """Whether a recorded stream completed, and its usage."""
-    complete, metadata = False, {}
-    for data in _events(text):
-        if data == "[DONE]":
-            complete = True
-            continue
-        try:
-            event = json.loads(data)
-        except ValueError:
-            continue
-        if not isinstance(event, dict):
-            continue
-        if endpoint == "/responses" and event.get("type") == "response.completed":
-            complete = True
-            metadata.update(_usage(event.get("response")))
-        else:
-            metadata.update(_usage(event))
-    return complete, metadata
 
 
 def _mark(found: Lookup) -> str:
