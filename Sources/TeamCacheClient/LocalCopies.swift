@@ -247,8 +247,12 @@ final class LocalCopies {
     // The outbox's rows, in the Python client's table and JSON payloads.
 
     func loadOutbox() -> [LocalTier.Queued] {
-        let rows = safely {
-            try $0.run("SELECT id, namespace, kind, key, payload, base_etag, written_at FROM outbox ORDER BY id")
+        let rows = safely { file in
+            // A key's earlier rows left beside its last (an earlier version replaced them in two
+            // steps): the last carries the base they were made over, and sent first they would win.
+            try file.run("DELETE FROM outbox WHERE id NOT IN (SELECT max(id) FROM outbox GROUP BY namespace, key)")
+            return try file.run("SELECT id, namespace, kind, key, payload, base_etag, written_at FROM outbox "
+                                + "ORDER BY id")
         }
         if rows != nil { outboxLoaded = true }
         return (rows ?? []).compactMap { row in
@@ -261,15 +265,22 @@ final class LocalCopies {
         }
     }
 
-    /// The row's id; 0 when it could not be written (the write waits in memory only).
-    func queue(_ item: LocalTier.Queued) -> Int64 {
+    /// The row's id; 0 when it could not be written (the write waits in memory only). The row
+    /// of `replacing` (the key's earlier write) goes in the same transaction: a crash leaves one
+    /// of the two, never both (sent in order, the earlier would win and the later be reported
+    /// superseded) and never neither.
+    func queue(_ item: LocalTier.Queued, replacing: Int64? = nil) -> Int64 {
         safely { file in
+            try file.run("BEGIN IMMEDIATE")
             try file.run("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
                          + "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", [
                 .text(item.namespace), .text(item.write.kind), .text(item.key), .text(item.write.payload.serialized),
                 item.baseETag.map { .text($0) } ?? .null, .double(item.writtenAt), .int(Int64(item.size)),
             ])
-            return try file.run("SELECT last_insert_rowid()").first?.first?.int ?? 0
+            let id = try file.run("SELECT last_insert_rowid()").first?.first?.int ?? 0
+            if let replacing { try file.run("DELETE FROM outbox WHERE id = ?1", [.int(replacing)]) }
+            try file.run("COMMIT")
+            return id
         } ?? 0
     }
 
@@ -294,22 +305,30 @@ final class LocalCopies {
         }
     }
 
-    /// Deletes the least recently used rows, 64 at a time, until the file is within its bound
+    /// Deletes the least recently used rows, up to 64 at a time, until the file is within its bound
     /// (a SELECT then a DELETE of the same rows: no RETURNING, as in `drop`).
     private func trimFile() {
         while fileBytes > maxBytes {
-            let trimmed = safely { file -> Int in
+            let excess = fileBytes - maxBytes
+            let trimmed = safely { file -> (rows: Int, bytes: Int) in
                 let rows = try file.run("SELECT rowid, size FROM entries ORDER BY used_at LIMIT 64")
-                let ids = rows.compactMap { $0.first?.int }
-                guard !ids.isEmpty else { return 0 }
+                // The oldest only until the excess is covered: a whole batch would take the copy
+                // just written too whenever the file holds fewer than 64 rows.
+                var ids: [Int64] = [], sum = 0
+                for row in rows where sum < excess || ids.isEmpty {
+                    guard let id = row.first?.int else { continue }
+                    ids.append(id)
+                    sum += min(bounded(row.count == 2 ? row[1].int : nil), Int.max - sum)
+                }
+                guard !ids.isEmpty else { return (0, 0) }
                 try file.run("DELETE FROM entries WHERE rowid IN (\(ids.map(String.init).joined(separator: ",")))")
-                return rows.reduce(0) { sum, row in sum + min(bounded(row.count == 2 ? row[1].int : nil), Int.max - sum) }
+                return (ids.count, sum)
             }
-            guard let trimmed, trimmed > 0 else {
+            guard let trimmed, trimmed.rows > 0 else {
                 fileBytes = 0  // nothing left to trim (or the file was given up)
                 return
             }
-            fileBytes = max(0, fileBytes - trimmed)
+            fileBytes = max(0, fileBytes - trimmed.bytes)
         }
     }
 

@@ -6,6 +6,7 @@ enum FollowerCall: String, Sendable {
     case stats = "stats call"
     case head = "call for the feed's head"
     case longPoll = "long poll"
+    case catchingUp = "catching-up call"
 }
 
 /// The follower of one namespace's change feed: drops copies as changes arrive, and says
@@ -20,9 +21,14 @@ extension LocalTier {
                 let from: String
                 if let cursor { from = cursor } else { from = try await start(namespace, client) }
                 cursor = from
-                asking(namespace, .longPoll)
+                // Not live (just started, behind, or after a failure): asked without a wait, so a
+                // quiet namespace is live after one round trip instead of one long poll (10 s at
+                // the default, which held every `warm` and every first local answer that long).
+                let waits = state.withLock { $0.feeds[namespace]?.syncedAt != nil }
+                asking(namespace, waits ? .longPoll : .catchingUp)
                 let asked = DispatchTime.now().uptimeNanoseconds
-                let page = try await client.changes(namespace: namespace, since: from, limit: 1000, wait: feedWait)
+                let page = try await client.changes(namespace: namespace, since: from, limit: 1000,
+                                                    wait: waits ? feedWait : nil)
                 state.withLock { state in
                     for change in page.changes { Self.apply(&state, namespace, change) }
                     state.copies.saveCursor(namespace, page.next)
@@ -36,7 +42,7 @@ extension LocalTier {
                 // An empty page at once (the service could not hold the request: its waiter room
                 // full, or a proxy that does not hold long polls): asked again after a rest, never
                 // in a tight loop that would add to an overloaded service's load.
-                if page.changes.isEmpty, !page.more, Self.seconds(since: asked) < feedWait / 2 {
+                if waits, page.changes.isEmpty, !page.more, Self.seconds(since: asked) < feedWait / 2 {
                     try? await Task.sleep(nanoseconds: UInt64(min(1, feedWait / 4) * 1e9))
                 }
             } catch TeamCacheClientError.problem(status: 410, _, _) {

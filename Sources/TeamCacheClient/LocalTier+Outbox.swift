@@ -93,9 +93,10 @@ extension LocalTier {
             let others = state.outbox.enumerated().filter { $0.offset != earlier }.map(\.element)
             guard others.count < Self.outboxMax,
                   others.reduce(item.size, { $0 + $1.size }) <= Self.outboxMaxBytes else { return false }
-            // The new row first: a crash between the two leaves both (sent in order: the later wins).
-            item.id = state.copies.queue(item)
-            if let earlier { state.copies.unqueue(state.outbox.remove(at: earlier).id) }
+            // The new row and the earlier one's removal in one transaction (`LocalCopies.queue`).
+            let replaced = earlier.map { state.outbox[$0].id }
+            item.id = state.copies.queue(item, replacing: replaced)
+            if let earlier { state.outbox.remove(at: earlier) }
             state.outbox.append(item)
             // Read back by this client while offline (never as the service's own version).
             state.copies.put(.init(namespace: namespace, key: key), copy)

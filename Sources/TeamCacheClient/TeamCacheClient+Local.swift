@@ -124,14 +124,17 @@ extension TeamCacheClient {
                                                                  staleWhileRevalidate: staleWhileRevalidate),
                              copy: LocalCopy(kind: .lookup, etag: nil, body: Data(answer.response.utf8),
                                              contentType: "text/plain", metadata: answer.metadata?.serialized,
-                                             expiresAt: now + Double(ttl ?? 3600), updatedAt: now)) else { throw error }
+                                             expiresAt: now + Double(ttl ?? 3600), updatedAt: now,
+                                             staleWhileRevalidate: max(0, staleWhileRevalidate ?? 0))) else {
+                throw error
+            }
             return .queued(key: descriptor.key)
         }
         if let tier = localTier, let expires = result.expiresAt.flatMap(Self.instant) {
             tier.wrote(namespace, result.key, LocalCopy(kind: .lookup, etag: result.etag, body: Data(answer.response.utf8),
                                                         contentType: "text/plain", metadata: answer.metadata?.serialized,
                                                         expiresAt: expires, updatedAt: Date().timeIntervalSince1970,
-                                                        staleWhileRevalidate: staleWhileRevalidate ?? 0))
+                                                        staleWhileRevalidate: max(0, staleWhileRevalidate ?? 0)))
         }
         return result
     }

@@ -29,6 +29,30 @@ extension ClientLocalTierTests {
         await tier.close()
     }
 
+    /// A follower started on a namespace nobody writes to is live after one round trip (its
+    /// first call asks without a wait), not after its first long poll's wait: `warm` at start
+    /// returns at once and the next read answers locally. (With the long poll first, `warm`
+    /// took the whole `feedWait`, 10 s here.)
+    @Test func aQuietNamespaceIsLiveAfterOneRoundTrip() async throws {
+        let namespace = TestService.namespace("swifttierquiet")
+        let token = try writer(namespace)
+        let a = client(service.port, token, tier: nil)
+        try await a.put(namespace: namespace, key: "quiet", body: Data("q".utf8), tags: ["quiet"])
+        // Quiet from here: the write is numbered in the feed (a moment after its commit), so the
+        // follower's head comes after it and its first long poll would find nothing.
+        for _ in 0..<200 where try await a.changes(namespace: namespace, since: "0").changes.isEmpty {
+            try await Task.sleep(nanoseconds: 50_000_000)
+        }
+        let tier = try LocalTier(feedWait: 10)
+        let b = client(service.port, token, tier: tier)
+        let started = ProcessInfo.processInfo.systemUptime
+        #expect(try await b.warm(namespace: namespace, tag: "quiet") == 1)
+        let took = ProcessInfo.processInfo.systemUptime - started
+        #expect(took < 3 && tier.isLive(namespace), "warm took \(took) s; \(tier.followerError(namespace) ?? "")")
+        #expect(try await b.get(namespace: namespace, key: "quiet")?.fromLocal == true)
+        await tier.close()
+    }
+
     /// When a call is late, by the rule, for each call; after a failure, both; and a namespace
     /// no follower runs for (a tier with no client) says so. (States set by hand: the clock is
     /// the subject, not the service.)

@@ -148,6 +148,30 @@ extension ClientLocalTierTests {
         await tier.close()
     }
 
+    /// A file an earlier version left with a key's earlier row beside its last (it replaced them
+    /// in two steps, and crashed between): only the last, made over the same base, is loaded.
+    /// (Sent in order, the earlier would have won and the later been reported superseded.)
+    @Test func aFileHoldingTwoRowsOfAKeyLoadsTheLast() async throws {
+        let file = try TierFile()
+        defer { file.remove() }
+        await (try LocalTier(path: file.path)).close()  // the schema
+        let sqlite = try LocalFile(path: file.path)
+        for body in ["first", "second"] {
+            try sqlite.run("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
+                           + "VALUES ('ns', 'put', 'k', ?1, NULL, 1.5, 10)",
+                           [.text(#"{"body": ""# + body + #"", "ttl": 60}"#)])
+        }
+        sqlite.close()
+        let tier = try LocalTier(path: file.path)
+        let queued = tier.state.withLock { $0.outbox }
+        guard queued.count == 1, case .put(let body, _, _, _) = queued[0].write else {
+            Issue.record("\(queued.map(\.write))")
+            return
+        }
+        #expect(body == Data("second".utf8))
+        await tier.close()
+    }
+
     /// A tier file belongs to one tier at a time: a second tier on it (another process, or this
     /// one) keeps its copies in memory and does not load, so never sends, the first's outbox.
     @Test func aFileHeldByOneTierIsNotOpenedByAnother() async throws {
@@ -222,6 +246,26 @@ extension ClientLocalTierTests {
         #expect((0...(1 << 16)).contains(copies.fileBytes))
         #expect(copies.peek(.init(namespace: "ns", key: "huge")) == nil)
         #expect(copies.get(.init(namespace: "ns", key: "k"))?.body == Data("v".utf8))
+        copies.close()
+    }
+
+    /// Past its bound, the file gives up its least recently used copies until it is within it,
+    /// not a whole batch: with fewer than 64 rows a batch took every copy, the one just written too.
+    @Test func theFilesTrimTakesTheOldestCopiesOnly() throws {
+        let file = try TierFile()
+        defer { file.remove() }
+        let copies = try LocalCopies(path: file.path, maxBytes: 1 << 16)
+        let now = Date().timeIntervalSince1970
+        for n in 0..<30 {
+            copies.put(.init(namespace: "ns", key: "k\(n)"),
+                       LocalCopy(kind: .raw, etag: nil, body: Data(repeating: 98, count: 7_000), contentType: "x",
+                                 expiresAt: now + 60, updatedAt: now))
+            let other = try LocalFile(path: file.path)
+            let keys = try other.run("SELECT key FROM entries ORDER BY used_at").compactMap { $0.first?.text }
+            other.close()
+            #expect(keys.last == "k\(n)" && keys.count >= min(n + 1, 8), "\(keys)")
+            #expect(copies.fileBytes <= 1 << 16)
+        }
         copies.close()
     }
 

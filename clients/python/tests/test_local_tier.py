@@ -301,6 +301,26 @@ async def test_the_async_client_answers_from_its_tier(server, token, namespace):
     a.close()
 
 
+def test_a_quiet_namespace_is_live_after_one_round_trip(server, token, namespace):
+    """A follower started on a namespace nobody writes to is live after one round trip (its first
+    call asks without a wait), not after its first long poll's wait: ``warm`` at start returns at
+    once and the next read answers locally. (With the long poll first, it took ``feed_wait``.)"""
+    a = TeamCache(server.url, token)
+    a.put(namespace, "quiet", b"q", tags=["quiet"])
+    # Quiet from here: the write is numbered in the feed (a moment after its commit), so the
+    # follower's head comes after it and its first long poll would find nothing.
+    assert eventually(lambda: bool(a.changes(namespace, since=0).changes), timeout=10)
+    tier = LocalTier(feed_wait=10)
+    b = TeamCache(server.url, token, local_tier=tier)
+    started = time.monotonic()
+    assert b.warm(namespace, tag="quiet") == 1
+    took = time.monotonic() - started
+    assert took < 3 and tier.live(namespace), (took, tier.follower_error(namespace))
+    assert b.get(namespace, "quiet").from_local
+    b.close()
+    a.close()
+
+
 def test_warm_fills_the_tier_from_the_top_entries_without_counting_lookups(server, token, namespace):
     a = TeamCache(server.url, token)
     a.upsert(namespace, {"model": "m", "prompt": "popular"}, "pre-warmed", metadata={"input_tokens": 2})

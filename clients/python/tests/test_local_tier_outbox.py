@@ -156,27 +156,81 @@ def test_a_file_that_fails_is_set_aside_and_a_dropped_copy_never_comes_back(tmp_
     tier.close()
 
 
-def test_a_crash_between_a_rewrites_two_rows_keeps_the_new_write(tmp_path):
-    """A key written again offline: its new row is in the file before the earlier one goes, so
-    a crash between the two (here: the delete fails as a killed process's would never run)
-    leaves the new write for the next start, never neither."""
+class _CrashingFile:
+    """A tier file's connection that dies (as a killed process would) at the outbox's delete."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def execute(self, sql: str, *args: object) -> object:
+        if sql.startswith("DELETE FROM outbox"):
+            raise KeyboardInterrupt("the process dies here")
+        return self.db.execute(sql, *args)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def _sent(server, token: str, namespace: str, path) -> bytes | None:
+    """What the service holds for "k" once a tier reopened on ``path`` has sent its outbox."""
+    tier = LocalTier(path=path, report_interval=60)
+    client = TeamCache(server.url, token, local_tier=tier)
+    tier.flush()
+    assert not tier._outbox and not tier.conflicts, (tier._outbox, list(tier.conflicts))
+    client.close()
+    stored = TeamCache(server.url, token).get(namespace, "k")
+    return stored.body if stored is not None else None
+
+
+def test_a_crash_while_a_key_is_rewritten_offline_leaves_one_write(server, token, namespace, tmp_path):
+    """A key written again offline replaces its row in one transaction: a crash in between (the
+    later write never acknowledged) leaves the earlier write alone in the file, which a restart
+    sends; never both (sent in order, the earlier would win and the later be reported
+    superseded) and never neither."""
     path = tmp_path / "tier.sqlite"
     tier = LocalTier(path=path)
-    tier._feeds["ns"] = _Feed(allowed=True, floor=0)
+    tier._feeds[namespace] = _Feed(allowed=True, floor=0)
     record = Record(kind="raw", etag=None, body=b"v", content_type="x", metadata=None,
                     expires_at=time.time() + 60, updated_at=time.time())
-    assert tier.queue("ns", "put", "k", {"body": "first"}, record) is not None
-
-    def crash(_item: object) -> None:
-        raise KeyboardInterrupt("the process dies here")
-    tier._copies.unqueue = crash  # type: ignore[method-assign]
+    assert tier.queue(namespace, "put", "k", {"body": "first", "ttl": 60}, record) is not None
+    tier._copies.db = _CrashingFile(tier._copies.db)  # type: ignore[assignment]
     with pytest.raises(KeyboardInterrupt):
-        tier.queue("ns", "put", "k", {"body": "second"}, record)
+        tier.queue(namespace, "put", "k", {"body": "second", "ttl": 60}, record)
     tier.close()
+    assert _sent(server, token, namespace, path) == b"first"
+
+
+def test_a_file_holding_two_rows_of_a_key_sends_the_last(server, token, namespace, tmp_path):
+    """A file an earlier version left with a key's earlier row beside its last (it replaced them
+    in two steps, and crashed between): the last, made over the same base, is the one sent."""
+    path = tmp_path / "tier.sqlite"
+    LocalTier(path=path).close()  # the schema
     with sqlite3.connect(path) as db:
-        payloads = [row[0] for row in db.execute("SELECT payload FROM outbox ORDER BY id")]
+        for body in ("first", "second"):
+            db.execute("INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
+                       "VALUES (?, 'put', 'k', ?, NULL, ?, 40)", (namespace, f'{{"body": "{body}", "ttl": 60}}',
+                                                                   time.time()))
     db.close()
-    assert payloads[-1] == '{"body": "second"}', payloads
+    assert _sent(server, token, namespace, path) == b"second"
+
+
+def test_the_files_trim_takes_the_oldest_copies_only(tmp_path):
+    """Past its bound, the file gives up its least recently used copies until it is within it,
+    not a whole batch: with fewer than 64 rows a batch took every copy, the one just written too."""
+    path = tmp_path / "tier.sqlite"
+    tier = LocalTier(path=path, max_bytes=65_536)
+    record = Record(kind="raw", etag=None, body=b"b" * 7_000, content_type="x", metadata=None,
+                    expires_at=time.time() + 60, updated_at=time.time())
+    try:
+        for n in range(30):
+            assert tier._copies.put("ns", f"k{n}", record)
+            with sqlite3.connect(path) as db:
+                keys = [row[0] for row in db.execute("SELECT key FROM entries ORDER BY used_at")]
+            db.close()
+            assert keys[-1] == f"k{n}" and len(keys) >= min(n + 1, 8), keys
+            assert tier._copies.disk_bytes <= 65_536
+    finally:
+        tier.close()
 
 
 def test_a_file_whose_sizes_no_tier_wrote_opens_and_trims(tmp_path):
@@ -192,32 +246,35 @@ def test_a_file_whose_sizes_no_tier_wrote_opens_and_trims(tmp_path):
     tier = LocalTier(path=path, max_bytes=1_000_000)
     try:
         assert tier._copies.disk_bytes <= 2 * 1_000_000
+        tier._copies.drop("ns", "negative")
+        assert 0 <= tier._copies.disk_bytes <= 2 * 1_000_000
         tier._copies.put("ns", "new", Record(kind="raw", etag=None, body=b"n" * 100, content_type="x", metadata=None,
                                              expires_at=time.time() + 60, updated_at=time.time()))
         assert tier._copies.disk_bytes <= 1_000_000
-        assert tier._copies.get("ns", "new") is not None
-        tier._copies.drop("ns", "negative")
-        assert tier._copies.disk_bytes >= 0
     finally:
         tier.close()
+    reopened = LocalTier(path=path, max_bytes=1_000_000)
+    try:
+        assert reopened._copies.get("ns", "new") is not None  # from the file: the trim left it
+    finally:
+        reopened.close()
 
 
 def test_the_copies_of_own_writes_keep_their_stale_while_revalidate(server, token, namespace):
     """A committed write's copy, and a queued one's, keep the write's stale-while-revalidate
-    window (as Swift's tier does): a copy answers as the service would have."""
+    window (as Swift's tier does for its upserts): a copy answers as the service would have."""
     switch, a, tier, b = a_and_b_behind_a_switch(server, token, namespace)
     descriptor = {"model": "m", "prompt": "own write's window"}
     b.put(namespace, "committed", b"v", ttl=60, stale_while_revalidate=30)
-    b.upsert(namespace, descriptor, "answer", ttl=60, stale_while_revalidate=20)
+    looked = b.upsert(namespace, descriptor, "answer", ttl=60, stale_while_revalidate=20)
+    assert tier._copies.get(namespace, "committed").swr == 30
+    assert tier._copies.get(namespace, looked.key).swr == 20
     switch.off()
     try:
         assert b.put(namespace, "queued", b"q", ttl=60, stale_while_revalidate=40).queued
+        # Read before the service is back: the queued write's own copy, not the one its sending keeps.
+        assert tier._copies.get(namespace, "queued").swr == 40
     finally:
         switch.on()
-    got = b.get(namespace, "committed")
-    assert got is not None and got.from_local and tier._copies.get(namespace, "committed").swr == 30
-    looked = b.lookup(namespace, descriptor)
-    assert looked.from_local and looked.stale_while_revalidate == 20
-    assert tier._copies.get(namespace, "queued").swr == 40
     b.close()
     a.close()

@@ -286,6 +286,7 @@ class AsyncTeamCache(_Common, LocalAsyncMixin, AsyncCachedMixin):
     _remote_upsert = _async_route(op.upsert)
     _remote_stats = _async_route(op.stats)
     _remote_entries_page = _async_route(op.entries_page)
+    _remote_inspect_entry = _async_route(op.inspect_entry)
     release = _async_route(op.release)
     evict = _async_route(op.evict)
     clear = _async_route(op.clear)

@@ -332,12 +332,10 @@ class LocalTier(FeedFollowing, HitReporting, OutboxSending):
             else:
                 current = self._copies.get(namespace, key)
                 base = current.etag if current is not None else None
-            item = self._copies.queue(Queued(0, namespace, kind, key, payload, base, time.time(), size))
-            # The new row before the earlier one goes (as Swift's tier does): a crash between the
-            # two leaves both (sent in order, the second meeting the first), never neither.
+            # The new row and the earlier one's removal in one transaction (`Copies.queue`).
+            item = self._copies.queue(Queued(0, namespace, kind, key, payload, base, time.time(), size), earlier)
             if earlier is not None:
                 self._outbox.remove(earlier)
-                self._copies.unqueue(earlier)
             self._outbox.append(item)
             self.counts["queued"] += 1
             # Read back by this client while offline (never as the service's own version).
@@ -381,29 +379,37 @@ class LocalTier(FeedFollowing, HitReporting, OutboxSending):
         asking = caller or client
         keys = [entry.key for entry in asking.stats(namespace, top=top).top] if top is not None \
             else tagged_keys(asking.entries_page, namespace, tag or "")
-        return self.warm_keys(namespace, keys)
+        return self.warm_keys(namespace, keys, asking.inspect_entry)
 
-    def warm_keys(self, namespace: str, keys: list[str]) -> int:
-        """Keeps copies of ``keys`` (asked by the caller: ``warm``, or the async client's), once
-        the namespace's follower has synced; how many it kept."""
-        client = self._client
-        if client is None:
-            raise ValueError("warm needs a client")
-        feed = self._follow(namespace)
-        deadline = time.monotonic() + self.feed_wait + 5
-        # Kept only once the follower knows whether the namespace may be kept, and where it
-        # follows from (so no change after the copies were read is missed).
-        while feed.synced_at is None and time.monotonic() < deadline and not self._stop.is_set():
-            time.sleep(0.02)
+    def warm_keys(self, namespace: str, keys: list[str],
+                  inspect: Callable[[str, str], Mapping[str, Any] | None]) -> int:
+        """Keeps copies of ``keys``, each read through ``inspect`` (the caller's client's
+        ``inspect_entry``: its breaker and deadlines), once the namespace's follower has synced;
+        how many it kept."""
+        self.wait_synced(namespace)
         kept = 0
         for key in keys:
             since = self.mark()
-            document = client.inspect_entry(namespace, key)
-            record = _inspected(document) if document is not None else None
-            if record is not None:
-                self.keep(namespace, key, record, since)
+            if self.keep_inspected(namespace, key, inspect(namespace, key), since):
                 kept += 1
         return kept
+
+    def wait_synced(self, namespace: str) -> None:
+        """Until the namespace's follower has synced (at most ``feed_wait`` + 5 s): copies are
+        kept only once it knows whether the namespace may be kept, and where it follows from
+        (so no change after a copy was read is missed)."""
+        feed = self._follow(namespace)
+        deadline = time.monotonic() + self.feed_wait + 5
+        while feed.synced_at is None and time.monotonic() < deadline and not self._stop.is_set():
+            time.sleep(0.02)
+
+    def keep_inspected(self, namespace: str, key: str, document: Mapping[str, Any] | None, since: int) -> bool:
+        """Keeps the copy an entry browser's document describes (``warm``); whether it could."""
+        record = _inspected(document) if document is not None else None
+        if record is None:
+            return False
+        self.keep(namespace, key, record, since)
+        return True
 
 
 def _status_ttl(status: str | None) -> int | None:

@@ -17,7 +17,7 @@ import httpx
 
 from ._local import LocalTier
 from ._local_outbox import _written
-from ._local_store import Record
+from ._local_store import Record, window
 from .errors import CacheSkipped, TransportError
 from .keys import descriptor_key
 from .models import Entry, EntryMiss, Lease, Lookup, WriteResult
@@ -193,7 +193,7 @@ def _offline_record(tier: LocalTier, kind: str, body: bytes, content_type: str, 
                     ttl: int | None, swr: int | None) -> Record:
     now = time.time()
     return Record(kind=kind, etag=None, body=body, content_type=content_type, metadata=metadata,
-                  expires_at=now + (ttl or tier.offline_ttl), updated_at=now, swr=swr or 0)
+                  expires_at=now + (ttl or tier.offline_ttl), updated_at=now, swr=window(swr))
 
 
 class _Write:
@@ -363,6 +363,7 @@ class LocalAsyncMixin:
     async def _remote_delete(self, *args: Any, **kwargs: Any) -> Any: ...
     async def _remote_stats(self, *args: Any, **kwargs: Any) -> Any: ...  # warm's keys
     async def _remote_entries_page(self, *args: Any, **kwargs: Any) -> Any: ...
+    async def _remote_inspect_entry(self, *args: Any, **kwargs: Any) -> Any: ...
 
     async def get(self, namespace: str, key: str | bytes, *, max_stale: int | None = None, no_cache: bool = False,
                   only_if_cached: bool = False, if_none_match: str | None = None,
@@ -436,9 +437,9 @@ class LocalAsyncMixin:
         return deleted
 
     async def warm(self, namespace: str, *, top: int | None = None, tag: str | None = None) -> int:
-        """As ``TeamCache.warm``: the keys asked through this client (its breaker and deadlines,
-        so a sick cache fails the call at once, as the sync client's does), the copies read on a
-        thread (one request per entry)."""
+        """As ``TeamCache.warm``: the keys and the entries asked through this client (its breaker
+        and deadlines, so a sick cache fails the call at once, as the sync client's does); the
+        wait for the follower on a thread."""
         tier = self._tier
         if tier is None:
             raise ValueError("warm needs a client with a local_tier")
@@ -449,7 +450,13 @@ class LocalAsyncMixin:
             keys = [entry.key for entry in (await self._remote_stats(namespace, top=top)).top]
         else:
             keys = await _tagged_keys(self._remote_entries_page, namespace, tag or "")
-        return await asyncio.to_thread(tier.warm_keys, namespace, keys)
+        await asyncio.to_thread(tier.wait_synced, namespace)
+        kept = 0
+        for key in keys:
+            since = tier.mark()
+            if tier.keep_inspected(namespace, key, await self._remote_inspect_entry(namespace, key), since):
+                kept += 1
+        return kept
 
 
 async def _tagged_keys(entries_page: Callable[..., Awaitable[dict[str, Any]]], namespace: str, tag: str) -> list[str]:

@@ -87,8 +87,12 @@ class FeedFollowing:
                 if cursor is None:
                     cursor = self._start(namespace, feed)
                 asked = time.monotonic()
-                feed.asking = ("long poll", asked)
-                page = client.changes(namespace, since=cursor, wait=self.feed_wait, limit=1000)
+                # Not live (just started, behind, or after a failure): asked without a wait, so a
+                # quiet namespace is live after one round trip instead of one long poll (10 s at
+                # the default, which held every `warm` and every first local answer that long).
+                waits = feed.synced_at is not None
+                feed.asking = ("long poll" if waits else "catching-up call", asked)
+                page = client.changes(namespace, since=cursor, wait=self.feed_wait if waits else None, limit=1000)
                 feed.asking = None
                 with self._lock:
                     for change in page.changes:
@@ -99,7 +103,7 @@ class FeedFollowing:
                 feed.synced_at = None if page.more else time.monotonic()
                 feed.last_error = None
                 pause = 0.2
-                if not page.changes and not page.more and time.monotonic() - asked < self.feed_wait / 2:
+                if waits and not page.changes and not page.more and time.monotonic() - asked < self.feed_wait / 2:
                     # An empty page at once (the server could not hold the request: its waiter
                     # room full, or a proxy): asked again after a rest, never in a tight loop.
                     self._stop.wait(min(1.0, self.feed_wait / 4))

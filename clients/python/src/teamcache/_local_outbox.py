@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
-from ._local_store import Copies, Queued, Record, instant
+from ._local_store import Copies, Queued, Record, instant, window
 from .errors import ProblemError
 from .models import Entry, WriteResult
 
@@ -164,4 +164,4 @@ def _written(result: WriteResult, kind: str, body: bytes, content_type: str,
         return None
     now = time.time()
     return Record(kind=kind, etag=result.etag, body=body, content_type=content_type, metadata=copy.deepcopy(metadata),
-                  expires_at=expires, updated_at=now, swr=swr if isinstance(swr, int) and swr > 0 else 0)
+                  expires_at=expires, updated_at=now, swr=window(swr))

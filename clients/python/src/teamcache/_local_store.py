@@ -260,8 +260,16 @@ class Copies:
             if not rows:
                 self.disk_bytes = 0
                 return
-            db.executemany("DELETE FROM entries WHERE rowid = ?", [(row[0],) for row in rows])
-            self.disk_bytes -= sum(int(row[1]) for row in rows)
+            # The oldest only until the excess is covered: a whole batch would take the copy just
+            # written too whenever the file holds fewer than 64 rows.
+            taken, excess = [], self.disk_bytes - self.max_bytes
+            for rowid, size in rows:
+                taken.append((rowid,))
+                excess -= int(size)
+                self.disk_bytes -= int(size)
+                if excess <= 0:
+                    break
+            db.executemany("DELETE FROM entries WHERE rowid = ?", taken)
 
     # The feed cursors and the outbox (persistent with a file, else in memory).
 
@@ -274,19 +282,34 @@ class Copies:
         self._safely(lambda db: db.execute("INSERT OR REPLACE INTO feeds VALUES (?, ?)", (namespace, cursor)))
 
     def load_outbox(self) -> list[Queued]:
-        if self.db is None:
+        def load(db: sqlite3.Connection) -> list[Any]:
+            # A key's earlier rows left beside its last (an earlier version replaced them in two
+            # steps): the last carries the base they were made over, and sent first they would win.
+            db.execute("DELETE FROM outbox WHERE id NOT IN (SELECT max(id) FROM outbox GROUP BY namespace, key)")
+            return db.execute("SELECT id, namespace, kind, key, payload, base_etag, written_at, size FROM outbox "
+                              "ORDER BY id").fetchall()
+        rows = self._safely(load)
+        if rows is None:
             return []
-        rows = self.db.execute("SELECT id, namespace, kind, key, payload, base_etag, written_at, size FROM outbox "
-                               "ORDER BY id").fetchall()
         self._outbox_loaded = True
         return [Queued(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6], row[7]) for row in rows]
 
-    def queue(self, item: Queued) -> Queued:
-        cursor = self._safely(lambda db: db.execute(
-            "INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (item.namespace, item.kind, item.key, json.dumps(item.payload, allow_nan=False), item.base_etag,
-             item.written_at, item.size)))
+    def queue(self, item: Queued, replacing: Queued | None = None) -> Queued:
+        """Writes ``item``'s row, and deletes ``replacing``'s (the key's earlier write) in the same
+        transaction: a crash leaves one of the two, never both (sent in order, the earlier would
+        win and the later be reported superseded) and never neither."""
+        def write(db: sqlite3.Connection) -> sqlite3.Cursor:
+            db.execute("BEGIN IMMEDIATE")
+            cursor = db.execute(
+                "INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (item.namespace, item.kind, item.key, json.dumps(item.payload, allow_nan=False), item.base_etag,
+                 item.written_at, item.size))
+            if replacing is not None:
+                db.execute("DELETE FROM outbox WHERE id = ?", (replacing.id,))
+            db.execute("COMMIT")
+            return cursor
+        cursor = self._safely(write)
         if cursor is not None:
             item.id = int(cursor.lastrowid or 0)
         return item
@@ -320,6 +343,15 @@ class Copies:
         if self._lock_file is not None:
             os.close(self._lock_file)  # the lock goes with it
             self._lock_file = None
+
+
+def window(value: Any) -> int:
+    """A write's stale-while-revalidate window as a copy keeps it: whole seconds, 0 when none
+    (None, negative, or not a number; the service refuses such a write anyway)."""
+    try:
+        return max(0, int(value)) if value is not None else 0
+    except (TypeError, ValueError):
+        return 0
 
 
 def instant(text: Any) -> float | None:

@@ -58,7 +58,7 @@ from typing import Any
 from ._breaker import CacheHealth
 from ._cached import _CACHE_FAILURES, _fails_open, _Health
 from ._client import AsyncTeamCache, TeamCache
-from ._openai_plan import ENDPOINTS, NOT_IN_KEY, Plan, plan
+from ._openai_plan import ENDPOINTS, NOT_IN_KEY, Plan, is_text, plan, truthy
 from ._openai_stream import UsageFilter, _usage, stream_outcome
 from .errors import CacheSkipped, ProblemError
 from .models import Lease, Lookup
@@ -467,4 +467,4 @@ def async_http_client(namespace: str, cache: AsyncTeamCache | None = None, *, ba
 
 
 __all__ = ["ENDPOINTS", "NOT_IN_KEY", "Plan", "UsageFilter", "async_http_client", "async_transport", "http_client",
-           "plan", "stream_outcome", "transport"]
+           "is_text", "plan", "stream_outcome", "transport", "truthy"]
