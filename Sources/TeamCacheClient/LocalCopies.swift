@@ -247,17 +247,26 @@ final class LocalCopies {
     // The outbox's rows, in the Python client's table and JSON payloads.
 
     func loadOutbox() -> [LocalTier.Queued] {
-        let rows = safely { file in
-            // A key's earlier rows left beside its last (an earlier version replaced them in two
-            // steps): the last carries the base they were made over, and sent first they would win.
-            try file.run("DELETE FROM outbox WHERE id NOT IN (SELECT max(id) FROM outbox GROUP BY namespace, key)")
-            return try file.run("SELECT id, namespace, kind, key, payload, base_etag, written_at FROM outbox "
-                                + "ORDER BY id")
+        let rows = safely {
+            try $0.run("SELECT id, namespace, kind, key, payload, base_etag, written_at FROM outbox ORDER BY id")
         }
         if rows != nil { outboxLoaded = true }
+        // A key's earlier rows left beside its last (an earlier version replaced them in two
+        // steps): the last carries the base they were made over, and sent first they would win.
+        var last: [Name: Int64] = [:]
+        for row in rows ?? [] where row.count == 7 {
+            guard let id = row[0].int, let namespace = row[1].text, let key = row[3].text else { continue }
+            last[Name(namespace: namespace, key: key)] = id
+        }
+        let kept = Set(last.values)
+        let stale = (rows ?? []).compactMap { $0.first?.int }.filter { !kept.contains($0) }
+        if !stale.isEmpty {
+            safely { try $0.run("DELETE FROM outbox WHERE id IN (\(stale.map(String.init).joined(separator: ",")))") }
+        }
         return (rows ?? []).compactMap { row in
-            guard row.count == 7, let id = row[0].int, let namespace = row[1].text, let kind = row[2].text,
-                  let key = row[3].text, let payload = row[4].text.flatMap({ try? JSONParser.parse(Array($0.utf8)) }),
+            guard row.count == 7, let id = row[0].int, kept.contains(id), let namespace = row[1].text,
+                  let kind = row[2].text, let key = row[3].text,
+                  let payload = row[4].text.flatMap({ try? JSONParser.parse(Array($0.utf8)) }),
                   let written = row[6].double, let write = LocalTier.Queued.Write(kind: kind, payload: payload)
             else { return nil }
             return LocalTier.Queued(id: id, namespace: namespace, key: key, write: write, baseETag: row[5].text,

@@ -44,6 +44,11 @@ extension LocalTier {
                 // in a tight loop that would add to an overloaded service's load.
                 if waits, page.changes.isEmpty, !page.more, Self.seconds(since: asked) < feedWait / 2 {
                     try? await Task.sleep(nanoseconds: UInt64(min(1, feedWait / 4) * 1e9))
+                } else if !waits, page.changes.isEmpty, page.more {
+                    // Behind with nothing to read yet (the service is numbering a backlog): a call
+                    // without a wait comes back at once, so rest as a long poll would have been
+                    // held (the service looks again every 0.2 s).
+                    try? await Task.sleep(nanoseconds: 200_000_000)
                 }
             } catch TeamCacheClientError.problem(status: 410, _, _) {
                 // The feed lost this cursor's place: nothing held can be trusted.

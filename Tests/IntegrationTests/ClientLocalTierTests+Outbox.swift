@@ -30,11 +30,15 @@ extension ClientLocalTierTests {
         let offline = ProcessInfo.processInfo.systemUptime
         let first = try await b.put(namespace: "box", key: "k", body: Data("first".utf8), ttl: 300)
         let second = try await b.put(namespace: "box", key: "k", body: Data("second".utf8), ttl: 300)
-        let upserted = try await b.upsert(namespace: "box", descriptor, answer: ModelAnswer(response: "from B"))
+        let upserted = try await b.upsert(namespace: "box", descriptor, answer: ModelAnswer(response: "from B"),
+                                          staleWhileRevalidate: 25)
         // Queued on the refusal, not after a deadline (5 s each).
         let queuing = ProcessInfo.processInfo.systemUptime - offline
         #expect(queuing < 2.5, "three offline writes took \(queuing) s to queue")
         #expect(first.queued && second.queued && upserted.queued && tier.outboxCount == 2)
+        // The queued upsert's copy keeps its window, as the service's answer would.
+        #expect(tier.state.withLock { $0.copies.peek(.init(namespace: "box", key: descriptor.key)) }?
+            .staleWhileRevalidate == 25)
         // B reads its own write meanwhile (marked stale: the service could not be asked).
         let own = try #require(try await b.get(namespace: "box", key: "k", maxStale: 0))
         #expect(own.fromLocal && String(decoding: own.body, as: UTF8.self) == "second")
@@ -247,6 +251,30 @@ extension ClientLocalTierTests {
         #expect(copies.peek(.init(namespace: "ns", key: "huge")) == nil)
         #expect(copies.get(.init(namespace: "ns", key: "k"))?.body == Data("v".utf8))
         copies.close()
+    }
+
+    /// A key's new outbox row and its earlier row's removal are one transaction: when the
+    /// removal fails (a trigger refuses it here, as a crash would stop it), the new row is not
+    /// left beside the earlier one either (sent in order, the earlier would win).
+    @Test func aRewrittenKeysRowsChangeInOneTransaction() throws {
+        let file = try TierFile()
+        defer { file.remove() }
+        let copies = try LocalCopies(path: file.path, maxBytes: 1 << 20)
+        func item(_ body: String) -> LocalTier.Queued {
+            LocalTier.Queued(namespace: "ns", key: "k", write: .put(body: Data(body.utf8), contentType: "x", ttl: 60,
+                                                                   tags: []), baseETag: nil, writtenAt: 1)
+        }
+        let first = copies.queue(item("first"))
+        #expect(first > 0)
+        let other = try LocalFile(path: file.path)
+        try other.run("CREATE TRIGGER refuse BEFORE DELETE ON outbox BEGIN SELECT RAISE(ABORT, 'refused'); END")
+        other.close()
+        #expect(copies.queue(item("second"), replacing: first) == 0, "the file failed: given up")
+        copies.close()
+        let after = try LocalFile(path: file.path)  // kept: its outbox was never loaded
+        let payloads = try after.run("SELECT payload FROM outbox ORDER BY id").compactMap { $0.first?.text }
+        after.close()
+        #expect(payloads.count == 1 && payloads[0].contains("first"), "\(payloads)")
     }
 
     /// Past its bound, the file gives up its least recently used copies until it is within it,

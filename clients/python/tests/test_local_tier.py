@@ -315,7 +315,8 @@ def test_a_quiet_namespace_is_live_after_one_round_trip(server, token, namespace
     started = time.monotonic()
     assert b.warm(namespace, tag="quiet") == 1
     took = time.monotonic() - started
-    assert took < 3 and tier.live(namespace), (took, tier.follower_error(namespace))
+    # Half the long poll's wait: a loaded machine's round trips fit many times over.
+    assert took < 5 and tier.live(namespace), (took, tier.follower_error(namespace))
     assert b.get(namespace, "quiet").from_local
     b.close()
     a.close()

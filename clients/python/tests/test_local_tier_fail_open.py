@@ -15,6 +15,7 @@ import pytest
 
 from teamcache import AsyncTeamCache, LocalTier, TeamCache, TeamCacheError
 from teamcache._local_feed import _Feed
+from teamcache.models import ChangePage
 
 from .conftest import Server, eventually, free_port
 from .test_fail_open import Frozen
@@ -154,6 +155,37 @@ def test_a_follower_answered_at_once_rests_between_polls(no_waiting_room, token,
         # One every 0.5 s: about 6 (fewer on a loaded machine); a tight loop makes hundreds.
         assert 1 <= polls <= 12, f"{polls} long polls in 3 s"
         assert eventually(lambda: tier.live(namespace), timeout=5)
+    finally:
+        cache.close()
+
+
+def test_a_follower_behind_a_busy_numbering_rests_between_calls(server, token, namespace):
+    """A follower that is not live asks without a wait; while the service is numbering a backlog
+    it answers an empty page with ``more`` at once (here every page, from a stub of the tier's
+    own client): the follower rests between such calls (0.2 s, as a held long poll would look
+    again) instead of asking in a tight loop, and is not live meanwhile."""
+    tier = LocalTier(feed_wait=2)
+    cache = TeamCache(server.url, token, local_tier=tier)
+    client = tier._client
+    assert client is not None
+    real = client.changes
+    calls: list[float] = []
+
+    def busy(namespace: str, *, since: str, **kwargs: object) -> ChangePage:
+        if since == "now":
+            return real(namespace, since=since, **kwargs)  # type: ignore[arg-type]
+        calls.append(time.monotonic())
+        return ChangePage(changes=(), next=since, more=True)
+
+    client.changes = busy  # type: ignore[method-assign]
+    try:
+        tier._follow(namespace)
+        assert eventually(lambda: len(calls) >= 1, timeout=10)
+        started = len(calls)
+        time.sleep(2)
+        # One every 0.2 s: about 10 (fewer on a loaded machine); a tight loop makes hundreds.
+        assert 1 <= len(calls) - started <= 15, f"{len(calls) - started} calls in 2 s"
+        assert not tier.live(namespace)
     finally:
         cache.close()
 

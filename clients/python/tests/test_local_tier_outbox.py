@@ -167,6 +167,10 @@ class _CrashingFile:
             raise KeyboardInterrupt("the process dies here")
         return self.db.execute(sql, *args)
 
+    @property
+    def in_transaction(self) -> bool:
+        return self.db.in_transaction
+
     def close(self) -> None:
         self.db.close()
 
@@ -178,7 +182,8 @@ def _sent(server, token: str, namespace: str, path) -> bytes | None:
     tier.flush()
     assert not tier._outbox and not tier.conflicts, (tier._outbox, list(tier.conflicts))
     client.close()
-    stored = TeamCache(server.url, token).get(namespace, "k")
+    with TeamCache(server.url, token) as reader:
+        stored = reader.get(namespace, "k")
     return stored.body if stored is not None else None
 
 
@@ -193,9 +198,16 @@ def test_a_crash_while_a_key_is_rewritten_offline_leaves_one_write(server, token
     record = Record(kind="raw", etag=None, body=b"v", content_type="x", metadata=None,
                     expires_at=time.time() + 60, updated_at=time.time())
     assert tier.queue(namespace, "put", "k", {"body": "first", "ttl": 60}, record) is not None
-    tier._copies.db = _CrashingFile(tier._copies.db)  # type: ignore[assignment]
+    real = tier._copies.db
+    tier._copies.db = _CrashingFile(real)  # type: ignore[assignment]
     with pytest.raises(KeyboardInterrupt):
         tier.queue(namespace, "put", "k", {"body": "second", "ttl": 60}, record)
+    # Interrupted, not killed: no transaction is left open for the file's next statements to join.
+    tier._copies.db = real
+    assert tier.queue(namespace, "put", "other", {"body": "later", "ttl": 60}, record) is not None
+    with sqlite3.connect(path) as db:
+        assert [row[0] for row in db.execute("SELECT key FROM outbox ORDER BY id")] == ["k", "other"]
+    db.close()
     tier.close()
     assert _sent(server, token, namespace, path) == b"first"
 

@@ -107,6 +107,11 @@ class FeedFollowing:
                     # An empty page at once (the server could not hold the request: its waiter
                     # room full, or a proxy): asked again after a rest, never in a tight loop.
                     self._stop.wait(min(1.0, self.feed_wait / 4))
+                elif not waits and not page.changes and page.more:
+                    # Behind with nothing to read yet (the service is numbering a backlog): a
+                    # call without a wait comes back at once, so rest as a long poll would have
+                    # been held (the service looks again every 0.2 s).
+                    self._stop.wait(0.2)
 
             except ProblemError as error:
                 feed.asking = None

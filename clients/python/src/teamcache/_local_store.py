@@ -282,32 +282,42 @@ class Copies:
         self._safely(lambda db: db.execute("INSERT OR REPLACE INTO feeds VALUES (?, ?)", (namespace, cursor)))
 
     def load_outbox(self) -> list[Queued]:
-        def load(db: sqlite3.Connection) -> list[Any]:
-            # A key's earlier rows left beside its last (an earlier version replaced them in two
-            # steps): the last carries the base they were made over, and sent first they would win.
-            db.execute("DELETE FROM outbox WHERE id NOT IN (SELECT max(id) FROM outbox GROUP BY namespace, key)")
-            return db.execute("SELECT id, namespace, kind, key, payload, base_etag, written_at, size FROM outbox "
-                              "ORDER BY id").fetchall()
-        rows = self._safely(load)
+        rows = self._safely(lambda db: db.execute(
+            "SELECT id, namespace, kind, key, payload, base_etag, written_at, size FROM outbox ORDER BY id").fetchall())
         if rows is None:
             return []
         self._outbox_loaded = True
-        return [Queued(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6], row[7]) for row in rows]
+        # A key's earlier rows left beside its last (an earlier version replaced them in two
+        # steps): the last carries the base they were made over, and sent first they would win.
+        last = {(row[1], row[3]): row[0] for row in rows}
+        stale = [(row[0],) for row in rows if last[(row[1], row[3])] != row[0]]
+        if stale:
+            self._safely(lambda db: db.executemany("DELETE FROM outbox WHERE id = ?", stale))
+        return [Queued(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6], row[7]) for row in rows
+                if last[(row[1], row[3])] == row[0]]
 
     def queue(self, item: Queued, replacing: Queued | None = None) -> Queued:
         """Writes ``item``'s row, and deletes ``replacing``'s (the key's earlier write) in the same
         transaction: a crash leaves one of the two, never both (sent in order, the earlier would
         win and the later be reported superseded) and never neither."""
+        payload = json.dumps(item.payload, allow_nan=False)
+
         def write(db: sqlite3.Connection) -> sqlite3.Cursor:
             db.execute("BEGIN IMMEDIATE")
-            cursor = db.execute(
-                "INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (item.namespace, item.kind, item.key, json.dumps(item.payload, allow_nan=False), item.base_etag,
-                 item.written_at, item.size))
-            if replacing is not None:
-                db.execute("DELETE FROM outbox WHERE id = ?", (replacing.id,))
-            db.execute("COMMIT")
+            try:
+                cursor = db.execute(
+                    "INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (item.namespace, item.kind, item.key, payload, item.base_etag, item.written_at, item.size))
+                if replacing is not None:
+                    db.execute("DELETE FROM outbox WHERE id = ?", (replacing.id,))
+                db.execute("COMMIT")
+            except BaseException:
+                # Whatever stopped it (an interrupt too): never a transaction left open, which
+                # every later statement of the file would join uncommitted.
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
             return cursor
         cursor = self._safely(write)
         if cursor is not None:
@@ -350,7 +360,7 @@ def window(value: Any) -> int:
     (None, negative, or not a number; the service refuses such a write anyway)."""
     try:
         return max(0, int(value)) if value is not None else 0
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return 0
 
 

@@ -1,0 +1,58 @@
+import Foundation
+import Locking
+import TestSupport
+
+/// A stand-in for a service numbering a backlog: every request (a GET, no body) is answered
+/// at once with an empty change page that says more may follow (`more: true`, `next: "7"`),
+/// as `/changes` answers while the feed's sequencer is busy; `asked` counts the requests that
+/// followed from that cursor. (The same document answers the tier's stats call, which reads
+/// it as "not encrypted".)
+final class BusyFeedServer: @unchecked Sendable {
+    // @unchecked: `listening` and `port` are set in init; the count is locked.
+    let port: Int
+    let asked = Locked(0)
+    private let listening: Int32
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        _ = Loopback.bind(fd, port: 0)
+        listen(fd, 64)
+        listening = fd
+        port = Loopback.boundPort(fd)
+        Thread.detachNewThread { [self] in
+            while true {
+                let client = accept(fd, nil, nil)
+                guard client >= 0 else { return }  // shut down
+                Thread.detachNewThread { self.answer(client) }
+            }
+        }
+    }
+
+    deinit {
+        shutdown(listening, Int32(SHUT_RDWR))
+        close(listening)
+    }
+
+    /// Answers each request head read on `client` until it closes.
+    private func answer(_ client: Int32) {
+        let body = #"{"changes":[],"next":"7","more":true}"#
+        let response = Array(("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)"
+            + "\r\n\r\n" + body).utf8)
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var pending = ""
+        while true {
+            let count = read(client, &buffer, buffer.count)
+            guard count > 0 else { break }
+            pending += String(decoding: buffer.prefix(count), as: UTF8.self)
+            while let end = pending.range(of: "\r\n\r\n") {
+                if pending[..<end.lowerBound].contains("since=7") { asked.withLock { $0 += 1 } }
+                pending.removeSubrange(..<end.upperBound)
+                guard response.withUnsafeBytes({ write(client, $0.baseAddress, $0.count) }) == response.count else {
+                    close(client)
+                    return
+                }
+            }
+        }
+        close(client)
+    }
+}
