@@ -8,24 +8,15 @@ import TestSupport
 /// followed from that cursor. (The same document answers the tier's stats call, which reads
 /// it as "not encrypted".)
 final class BusyFeedServer: @unchecked Sendable {
-    // @unchecked: `listening` and `port` are set in init; the count is locked.
+    // @unchecked: immutable after init; the count is locked.
     let port: Int
-    let asked = Locked(0)
+    let asked: Locked<Int>
     private let listening: Int32
 
-    init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        _ = Loopback.bind(fd, port: 0)
-        listen(fd, 64)
-        listening = fd
-        port = Loopback.boundPort(fd)
-        Thread.detachNewThread { [self] in
-            while true {
-                let client = accept(fd, nil, nil)
-                guard client >= 0 else { return }  // shut down
-                Thread.detachNewThread { self.answer(client) }
-            }
-        }
+    init() {
+        let asked = Locked(0)
+        self.asked = asked
+        (listening, port) = Loopback.serve { client in Self.answer(client, counting: asked) }
     }
 
     deinit {
@@ -34,7 +25,7 @@ final class BusyFeedServer: @unchecked Sendable {
     }
 
     /// Answers each request head read on `client` until it closes.
-    private func answer(_ client: Int32) {
+    private static func answer(_ client: Int32, counting asked: Locked<Int>) {
         let body = #"{"changes":[],"next":"7","more":true}"#
         let response = Array(("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)"
             + "\r\n\r\n" + body).utf8)

@@ -7,39 +7,36 @@ import TestSupport
 /// stats route fails while the rest answers. A request is recognised by the start of the
 /// bytes read at once from the client (a client sends a GET's head in one write).
 final class StatsRefusingProxy: @unchecked Sendable {
-    // @unchecked: `listening` and `port` are set in init; the rest is locked.
+    // @unchecked: immutable after init; the rest is locked.
     let port: Int
-    let refusing = Locked(false)
-    let refused = Locked(0)
+    let refusing: Locked<Bool>
+    let refused: Locked<Int>
     private let listening: Int32
 
-    init(to target: Int) throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        _ = Loopback.bind(fd, port: 0)
-        listen(fd, 64)
-        listening = fd
-        port = Loopback.boundPort(fd)
-        Thread.detachNewThread { [self] in
-            while true {
-                let client = accept(fd, nil, nil)
-                guard client >= 0 else { return }  // shut down
-                let upstream = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-                guard Loopback.connect(upstream, port: target) else {
-                    close(client)
-                    close(upstream)
-                    continue
-                }
-                // Both ends are closed by the pump that finishes last (a descriptor closed while the
-                // other still wrote to it could be reused by the next connection meanwhile).
-                let running = Locked(2)
-                let done: @Sendable () -> Void = {
-                    guard running.withLock({ $0 -= 1; return $0 }) == 0 else { return }
-                    close(client)
-                    close(upstream)
-                }
-                Thread.detachNewThread { self.pump(from: client, to: upstream, inspecting: true); done() }
-                Thread.detachNewThread { self.pump(from: upstream, to: client, inspecting: false); done() }
+    init(to target: Int) {
+        let (refusing, refused) = (Locked(false), Locked(0))
+        (self.refusing, self.refused) = (refusing, refused)
+        (listening, port) = Loopback.serve { client in
+            let upstream = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            guard Loopback.connect(upstream, port: target) else {
+                close(client)
+                close(upstream)
+                return
             }
+            // Both ends are closed by the pump that finishes last (a descriptor closed while the
+            // other still wrote to it could be reused by the next connection meanwhile).
+            let running = Locked(2)
+            let done: @Sendable () -> Void = {
+                guard running.withLock({ $0 -= 1; return $0 }) == 0 else { return }
+                close(client)
+                close(upstream)
+            }
+            Thread.detachNewThread {
+                Self.pump(from: client, to: upstream, refusing: refusing, refused: refused)
+                done()
+            }
+            Self.pump(from: upstream, to: client, refusing: nil, refused: refused)
+            done()
         }
     }
 
@@ -49,12 +46,13 @@ final class StatsRefusingProxy: @unchecked Sendable {
     }
 
     /// Copies bytes until either side closes, then shuts both down (so the other pump ends too).
-    private func pump(from source: Int32, to sink: Int32, inspecting: Bool) {
+    /// `refusing`: this pump reads the client's requests (nil: the service's answers).
+    private static func pump(from source: Int32, to sink: Int32, refusing: Locked<Bool>?, refused: Locked<Int>) {
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while true {
             let count = read(source, &buffer, buffer.count)
             guard count > 0 else { break }
-            if inspecting, refusing.value, Self.asksForStats(buffer.prefix(count)) {
+            if let refusing, refusing.value, Self.asksForStats(buffer.prefix(count)) {
                 refused.withLock { $0 += 1 }
                 break
             }
