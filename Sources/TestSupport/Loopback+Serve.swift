@@ -2,16 +2,21 @@ import Foundation
 
 extension Loopback {
     /// A listening socket on 127.0.0.1 (a port the kernel picks) whose connections are handed,
-    /// each on a thread of its own, to `handle`; the accept loop ends when `fd` is shut down.
-    /// For the stand-in services tests run (a proxy, a canned feed).
+    /// each on a thread of its own, to `handle`. Stop it with `shutdown(fd, SHUT_RDWR)` only:
+    /// the accept loop then ends and closes `fd` itself (closed elsewhere, its number could be
+    /// reused by another test's socket while the loop still accepts on it). For the stand-in
+    /// services tests run (a proxy, a canned feed).
     public static func serve(_ handle: @escaping @Sendable (Int32) -> Void) -> (fd: Int32, port: Int) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        _ = bind(fd, port: 0)
-        listen(fd, 64)
+        precondition(fd >= 0 && bind(fd, port: 0) && listen(fd, 64) == 0, "no loopback socket to listen on")
         Thread.detachNewThread {
             while true {
                 let client = accept(fd, nil, nil)
-                guard client >= 0 else { return }  // shut down
+                if client < 0 {
+                    if errno == EINTR || errno == ECONNABORTED { continue }
+                    close(fd)  // shut down
+                    return
+                }
                 Thread.detachNewThread { handle(client) }
             }
         }

@@ -19,10 +19,7 @@ final class BusyFeedServer: @unchecked Sendable {
         (listening, port) = Loopback.serve { client in Self.answer(client, counting: asked) }
     }
 
-    deinit {
-        shutdown(listening, Int32(SHUT_RDWR))
-        close(listening)
-    }
+    deinit { shutdown(listening, Int32(SHUT_RDWR)) }  // the accept loop closes it
 
     /// Answers each request head read on `client` until it closes.
     private static func answer(_ client: Int32, counting asked: Locked<Int>) {

@@ -40,10 +40,7 @@ final class StatsRefusingProxy: @unchecked Sendable {
         }
     }
 
-    deinit {
-        shutdown(listening, Int32(SHUT_RDWR))
-        close(listening)
-    }
+    deinit { shutdown(listening, Int32(SHUT_RDWR)) }  // the accept loop closes it
 
     /// Copies bytes until either side closes, then shuts both down (so the other pump ends too).
     /// `refusing`: this pump reads the client's requests (nil: the service's answers).

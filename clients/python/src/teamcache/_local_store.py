@@ -303,8 +303,8 @@ class Copies:
         payload = json.dumps(item.payload, allow_nan=False)
 
         def write(db: sqlite3.Connection) -> sqlite3.Cursor:
-            db.execute("BEGIN IMMEDIATE")
             try:
+                db.execute("BEGIN IMMEDIATE")
                 cursor = db.execute(
                     "INSERT INTO outbox (namespace, kind, key, payload, base_etag, written_at, size) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -314,9 +314,11 @@ class Copies:
                 db.execute("COMMIT")
             except BaseException:
                 # Whatever stopped it (an interrupt too): never a transaction left open, which
-                # every later statement of the file would join uncommitted.
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
+                # every later statement of the file would join uncommitted; and what stopped it
+                # is what is raised (a rollback that fails too must not replace it).
+                with contextlib.suppress(sqlite3.Error):
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
                 raise
             return cursor
         cursor = self._safely(write)
