@@ -324,10 +324,11 @@ final class LocalCopies {
                 // The oldest only until the excess is covered: a whole batch would take the copy
                 // just written too whenever the file holds fewer than 64 rows.
                 var ids: [Int64] = [], sum = 0
-                for row in rows where sum < excess || ids.isEmpty {
+                for row in rows {
                     guard let id = row.first?.int else { continue }
                     ids.append(id)
                     sum += min(bounded(row.count == 2 ? row[1].int : nil), Int.max - sum)
+                    if sum >= excess { break }
                 }
                 guard !ids.isEmpty else { return (0, 0) }
                 try file.run("DELETE FROM entries WHERE rowid IN (\(ids.map(String.init).joined(separator: ",")))")

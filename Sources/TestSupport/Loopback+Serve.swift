@@ -6,9 +6,16 @@ extension Loopback {
     /// the accept loop then ends and closes `fd` itself (closed elsewhere, its number could be
     /// reused by another test's socket while the loop still accepts on it). For the stand-in
     /// services tests run (a proxy, a canned feed).
-    public static func serve(_ handle: @escaping @Sendable (Int32) -> Void) -> (fd: Int32, port: Int) {
+    /// Throws when no socket can listen (out of descriptors, no loopback): the test fails, the
+    /// process goes on.
+    public static func serve(_ handle: @escaping @Sendable (Int32) -> Void) throws -> (fd: Int32, port: Int) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        precondition(fd >= 0 && bind(fd, port: 0) && listen(fd, 64) == 0, "no loopback socket to listen on")
+        guard fd >= 0 else { throw NoListener(errno: errno) }
+        guard bind(fd, port: 0), listen(fd, 64) == 0 else {
+            let failure = NoListener(errno: errno)
+            close(fd)
+            throw failure
+        }
         Thread.detachNewThread {
             while true {
                 let client = accept(fd, nil, nil)
@@ -22,4 +29,9 @@ extension Loopback {
         }
         return (fd, boundPort(fd))
     }
+}
+
+/// No loopback socket could listen, with the `errno` that said why.
+public struct NoListener: Error {
+    public let errno: Int32
 }

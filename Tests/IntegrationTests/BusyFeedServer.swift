@@ -13,10 +13,10 @@ final class BusyFeedServer: @unchecked Sendable {
     let asked: Locked<Int>
     private let listening: Int32
 
-    init() {
+    init() throws {
         let asked = Locked(0)
         self.asked = asked
-        (listening, port) = Loopback.serve { client in Self.answer(client, counting: asked) }
+        (listening, port) = try Loopback.serve { client in Self.answer(client, counting: asked) }
     }
 
     deinit { shutdown(listening, Int32(SHUT_RDWR)) }  // the accept loop closes it

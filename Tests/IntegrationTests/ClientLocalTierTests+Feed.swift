@@ -63,7 +63,7 @@ extension ClientLocalTierTests {
     /// between such calls (0.2 s, as a held long poll would look again) instead of asking in a
     /// tight loop, and is not live meanwhile.
     @Test func aFollowerBehindABusyNumberingRestsBetweenCalls() async throws {
-        let busy = BusyFeedServer()
+        let busy = try BusyFeedServer()
         let tier = try LocalTier(feedWait: 2)
         _ = TeamCacheClient(.init(baseURL: URL(string: "http://127.0.0.1:\(busy.port)")!, token: "tc_busy"),
                             localTier: tier)
@@ -151,7 +151,7 @@ extension ClientLocalTierTests {
     /// feed answers): the answer held stays, the feed goes on, and the recheck is tried again in
     /// 10 s, not at every turn (a failing recheck used to stop the feed until it succeeded).
     @Test func anEncryptionRecheckThatFailsDoesNotHoldUpTheFeed() async throws {
-        let proxy = StatsRefusingProxy(to: service.port)
+        let proxy = try StatsRefusingProxy(to: service.port)
         let namespace = TestService.namespace("swiftrecheck")
         let token = try writer(namespace)
         let tier = try LocalTier(feedWait: 2)

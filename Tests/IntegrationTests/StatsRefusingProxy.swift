@@ -13,10 +13,10 @@ final class StatsRefusingProxy: @unchecked Sendable {
     let refused: Locked<Int>
     private let listening: Int32
 
-    init(to target: Int) {
+    init(to target: Int) throws {
         let (refusing, refused) = (Locked(false), Locked(0))
         (self.refusing, self.refused) = (refusing, refused)
-        (listening, port) = Loopback.serve { client in
+        (listening, port) = try Loopback.serve { client in
             let upstream = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
             guard Loopback.connect(upstream, port: target) else {
                 close(client)
