@@ -138,6 +138,17 @@ extension EntryStore {
     /// Up to `limit` changes of `namespace` after `cursor`, in feed order, with the bodies
     /// of puts still current when `bodies` (at most `feedPageBytes` of them, and then the
     /// page ends early). Throws `FeedCursorError` for a cursor that cannot be followed.
+    /// Whether the head was numbered on another WAL timeline than the one written now: a
+    /// promotion moments ago, before the sequencer's first run on the new timeline recorded its
+    /// gap. A cursor past the head then comes from the lost history (a CI run asked in that
+    /// window and was told "unknown"). Asked only on that error path; false when it cannot be
+    /// told (the answer is then "unknown", as before).
+    static func headOnAnotherTimeline(_ connection: PostgresConnection) -> Bool {
+        let moved = try? connection.query(
+            "SELECT timeline IS DISTINCT FROM tc_wal_timeline() AS moved FROM change_feed_head").first?.bool("moved")
+        return moved == true
+    }
+
     public func changes(_ namespace: Namespace, after cursor: Int64, limit: Int, bodies: Bool) throws -> FeedPage {
         let limit = min(max(1, limit), 10_000)
         let caughtUp = numberIfFree()
@@ -149,7 +160,9 @@ extension EntryStore {
             }
             if cursor < floor { throw FeedCursorError.gone(floor: floor) }
             if try rows.first?.bool("lost") == true { throw FeedCursorError.lost }
-            if cursor > head { throw FeedCursorError.ahead(head: head) }
+            if cursor > head {
+                throw Self.headOnAnotherTimeline(connection) ? FeedCursorError.lost : FeedCursorError.ahead(head: head)
+            }
             var changes = try rows.compactMap(Self.change)
             // Changes may still be waiting for their numbers (the reader could not number
             // them: a backlog is being numbered in the background): what is numbered is
