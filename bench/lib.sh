@@ -135,8 +135,15 @@ wal_segments_ready() {
     -c "DROP TABLE bench_wal_warmup" -c "CHECKPOINT"
 }
 
-# start_nginx FILE...: serves the given files from $WORK/www, 2 workers, buffered access log.
+# start_nginx: serves the files under $WORK/www, 2 workers (1 when pinned), buffered access log,
+# and open file descriptors cached, as a production static server runs: without the cache every
+# request opens, stats and closes its file, which cost nginx 15-20% of its rate on ~2 KB files
+# here (bench/results/2026-12-07-anchor.md). BENCH_NGINX_UNCACHED=1 gives the anchor the results
+# before that file used, for comparison. sendfile stays off (nginx's default): for these sizes it
+# was slower than a read and a write.
 start_nginx() {
+  local file_cache="open_file_cache max=65536 inactive=300s; open_file_cache_valid 300s;"
+  [ "${BENCH_NGINX_UNCACHED:-0}" = 1 ] && file_cache=""
   mkdir -p "$WORK/www" "$WORK/nginx"
   cat > "$WORK/nginx/nginx.conf" <<CONF
 worker_processes $NGINX_WORKERS;
@@ -148,6 +155,7 @@ http {
   default_type application/json;
   keepalive_requests 100000;
   gzip_static on;
+  $file_cache
   server {
     listen 127.0.0.1:$NGINX_PORT reuseport backlog=4096;
     root $WORK/www;
