@@ -104,8 +104,7 @@ extension DumpedEntry {
     /// since it goes into every hit's head, no control characters (a CR or LF would split it).
     private static func contentTypeMember(_ json: JSONValue) throws(DumpLineError) -> String {
         guard let value = json["content_type"], value != .null else { return "application/octet-stream" }
-        guard let text = value.stringValue, (1...256).contains(text.utf8.count), text.utf8.contains(UInt8(ascii: "/")),
-              text.utf8.allSatisfy({ ($0 >= 0x20 && $0 != 0x7F) || $0 == 0x09 }) else {
+        guard let text = value.stringValue, MediaType.isStorable(text) else {
             throw DumpLineError("content_type must be a media type of at most 256 bytes without control characters")
         }
         return text

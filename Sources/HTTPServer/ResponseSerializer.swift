@@ -78,7 +78,7 @@ enum ResponseSerializer {
             for field in response.headers.fields {
                 out.put(field.name)
                 out.put(": ")
-                out.put(field.value)
+                out.putFieldValue(field.value)
                 out.put("\r\n")
             }
             response.staticFields.forEach { out.put($0) }
@@ -195,6 +195,19 @@ struct WireWriter {
         put("\r\n")
     }
 
+    /// A header's value, with any CR, LF or NUL in it written as a space: whatever a route put
+    /// in a value (a stored content type, a name taken from a request), it can never end the
+    /// field early and start another header or response on a shared connection.
+    mutating func putFieldValue(_ text: String) {
+        let from = count
+        put(text)
+        guard let target = buffer.baseAddress else { return }
+        for index in from..<count where target[index] < 0x20 {
+            let byte = target[index]
+            if byte == 0x0D || byte == 0x0A || byte == 0 { target[index] = 0x20 }
+        }
+    }
+
     mutating func put(_ text: String) {
         // Not `initialize(from: text.utf8)`: that traps when the room is short, and checking
         // the room first cost more than this route saves.
@@ -231,7 +244,7 @@ extension ResponseSerializer {
         var head = statusLine(response.status) + response.renderedFields
         var fields = ""
         for (name, value) in response.headers where !Self.framingFields.contains(name.lowercased()) {
-            fields += name + ": " + value + "\r\n"
+            fields += name + ": " + Self.fieldValue(value) + "\r\n"
         }
         response.staticFields.forEach { fields += $0.name + ": " + $0.value + "\r\n" }
         if !requestID.isEmpty { fields += "X-Request-Id: " + requestID.text + "\r\n" }
@@ -244,6 +257,12 @@ extension ResponseSerializer {
         }
         head += Array((fields + "\r\n").utf8)
         return head
+    }
+
+    /// `value` with any CR, LF or NUL written as a space, as `WireWriter.putFieldValue` writes it.
+    static func fieldValue(_ value: String) -> String {
+        guard value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else { return value }
+        return String(decoding: value.utf8.map { $0 == 0x0D || $0 == 0x0A || $0 == 0 ? 0x20 : $0 }, as: UTF8.self)
     }
 
     /// Fields the connection decides for a stream: a handler's own would contradict its framing.

@@ -175,6 +175,11 @@ extension CacheAPI {
         if let reason = value["finish_reason"], reason != .null, reason.stringValue == nil {
             throw HTTPError(422, "`metadata.finish_reason` must be a string.")
         }
+        // The gateway answers a hit with it: see `MediaType`.
+        if let type = value["content_type"], type != .null, !(type.stringValue.map(MediaType.isStorable) ?? false) {
+            throw HTTPError(422, "`metadata.content_type` must be a media type of at most 256 bytes "
+                + "without control characters.")
+        }
         write.metadata = value.serialized
     }
 }

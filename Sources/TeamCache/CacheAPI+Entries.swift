@@ -198,8 +198,8 @@ extension CacheAPI {
     static func contentType(_ header: String?) throws -> String {
         guard let header, !header.isEmpty else { return "application/octet-stream" }
         // Bytes, as an import checks it (a `/` followed by a combining mark is not a Character `/`).
-        guard header.utf8.count <= 256, header.utf8.contains(UInt8(ascii: "/")) else {
-            throw HTTPError(400, "Content-Type must be a media type of at most 256 bytes.")
+        guard MediaType.isStorable(header) else {
+            throw HTTPError(400, "Content-Type must be a media type of at most 256 bytes without control characters.")
         }
         return header
     }

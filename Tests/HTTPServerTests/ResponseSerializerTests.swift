@@ -159,4 +159,21 @@ import Testing
         #expect(RequestID("given-1").text == "given-1" && !RequestID("given-1").isEmpty && RequestID("").isEmpty)
         #expect(!RequestID(prefix: "", number: 0).isEmpty && RequestID(prefix: "", number: 0).text == "0")
     }
+
+    /// A value holding CR, LF or NUL (a stored content type, a relayed upstream header) is
+    /// written with spaces in their place, buffered or streamed: it can never end its field
+    /// and start another header, or another response, on a kept-alive connection.
+    @Test func aFieldValueCannotSplitTheHead() {
+        let hostile = "text/plain\r\nSet-Cookie: a=b\r\n\r\nHTTP/1.1 200 OK\u{0}x"
+        let spaced = "text/plain  Set-Cookie: a=b    HTTP/1.1 200 OK x"
+        let response = HTTPResponse(status: 200, headers: HTTPHeaders([("Content-Type", hostile), ("Vary", "A")]),
+                                    body: [0x61])
+        #expect(wire(response) == "HTTP/1.1 200 OK\r\nContent-Type: \(spaced)\r\nVary: A\r\n" + date
+            + "Content-Length: 1\r\n\r\na")
+        let streamed = String(decoding: ResponseSerializer.streamHead(response, framing: .chunked, version: .http11,
+                                                                      keepAlive: true, requestID: "", date: "D",
+                                                                      server: "S"), as: UTF8.self)
+        #expect(streamed.hasPrefix("HTTP/1.1 200 OK\r\nContent-Type: \(spaced)\r\nVary: A\r\n"))
+        #expect(!streamed.contains("Set-Cookie: a=b\r\n") && !streamed.contains("\u{0}"))
+    }
 }

@@ -1,6 +1,7 @@
 import CacheCore
 import Foundation
 import Locking
+import Postgres
 import TeamCache
 import Testing
 import TestSupport
@@ -272,6 +273,34 @@ import TestSupport
         #expect(stale.header("X-TeamCache") == "hit; stale")
         #expect(stale.body == stored.body)
         #expect(try post("local", "chat/completions", body, headers: headers + [("TeamCache-TTL", "0")]).status == 400)
+    }
+
+    /// A stored answer's recorded content type goes into every hit's head: one holding CR or LF
+    /// (a row written before the descriptor route refused it, or by SQL) is not used, and a
+    /// descriptor upsert that gives one is refused, so no writer can add headers, or a second
+    /// response, to another caller's hit.
+    @Test func aStoredContentTypeCannotSplitAHit() throws {
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        let body = ModelBodies.chat(ModelBodies.unique("split"))
+        #expect(try post("local", "chat/completions", body, headers: headers).header("X-TeamCache") == "miss")
+        let connection = try PostgresConnection(url: try TestDatabase.shared.migratedDefault(), limits: .unbounded)
+        let hostile = "'application/json' || chr(13) || chr(10) || 'Set-Cookie: stolen=1' || chr(13) || chr(10)"
+            + " || chr(13) || chr(10) || 'HTTP/1.1 200 OK'"
+        let updated = try connection.query("UPDATE entries SET metadata = jsonb_set(metadata, '{content_type}', "
+            + "to_jsonb(\(hostile))) WHERE namespace = $1 RETURNING 1", [.text(namespace)])
+        #expect(updated.rowCount == 1)
+        Thread.sleep(forTimeInterval: 0.3)  // the change's notification empties the near-cache
+        let hit = try post("local", "chat/completions", body, headers: headers)
+        #expect(hit.header("X-TeamCache") == "hit")
+        #expect(hit.header("Content-Type") == "application/json")
+        #expect(hit.header("Set-Cookie") == nil)
+        let descriptor = "{\"model\":\"m\",\"prompt\":\"p\",\"response\":\"x\",\"metadata\":"
+            + "{\"content_type\":\"text/plain\\r\\nSet-Cookie: a=b\"}}"
+        let refused = try service.request("POST", "/v1/caches/\(namespace)/upsert", token: try token(), json: descriptor)
+        #expect(refused.status == 422)
+        let lookup = try service.request("POST", "/v1/caches/\(namespace)/lookup", token: try token(),
+                                         json: "{\"model\":\"m\",\"prompt\":\"p\"}")
+        #expect(lookup.text.contains("\"hit\":false"))
     }
 
     /// A second caller here while the first call streams follows it live: its events come

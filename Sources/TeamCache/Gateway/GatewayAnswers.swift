@@ -14,7 +14,9 @@ enum GatewayAnswers {
                     api: CacheAPI) throws -> HTTPResponse {
         var headers = HTTPHeaders(capacity: 8)
         let metadata = entry.metadata.flatMap { try? JSONParser.parse($0) }
-        headers.add("Content-Type", metadata?["content_type"]?.stringValue ?? entry.contentType)
+        // Checked again here: rows written before the descriptor route checked it (`MediaType`).
+        let recorded = metadata?["content_type"]?.stringValue.flatMap { MediaType.isStorable($0) ? $0 : nil }
+        headers.add("Content-Type", recorded ?? entry.contentType)
         headers.add("Age", String(max(0, Freshness.wholeSeconds(now.timeIntervalSince(entry.updatedAt), up: false))))
         var marks = ""
         let ttl: Int

@@ -58,7 +58,8 @@ final class GatewayExchange: HTTPCallDelegate {
     func callReceivedHead(_ head: ClientResponseHead) {
         status = head.status
         // An answer that names no type is passed on as bytes, not claimed to be JSON.
-        contentType = head["Content-Type"] ?? "application/octet-stream"
+        // Stored and replayed in every hit's head: only a media type `MediaType` takes.
+        contentType = head["Content-Type"].flatMap { MediaType.isStorable($0) ? $0 : nil } ?? "application/octet-stream"
         encoded = head["Content-Encoding"].map { $0.lowercased() != "identity" } ?? false
         gateway.metrics?.observeFirstByte(call.upstream.name, seconds: elapsed)
         broadcast.begin(Broadcast.Head(status: head.status, headers: GatewayHeaders.relayed(head.headers),
