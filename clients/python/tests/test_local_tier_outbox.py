@@ -47,6 +47,29 @@ def test_offline_writes_reach_the_service_when_it_answers_again(server, token, n
     a.close()
 
 
+def test_an_offline_write_is_sent_as_it_was_made_whatever_the_caller_does_to_its_descriptor(server, token,
+                                                                                            namespace):
+    """A chat's history list is appended to after each turn: the queued write of turn 1 must reach
+    the service under turn 1's key, not under the key of the history it has grown into."""
+    switch, a, tier, b = a_and_b_behind_a_switch(server, token, namespace)
+    history = [{"role": "user", "content": "turn 1"}]
+    descriptor = {"model": "m", "messages": history, "params": {"temperature": 0}}
+    turn_1 = {"model": "m", "messages": [{"role": "user", "content": "turn 1"}], "params": {"temperature": 0}}
+    switch.off()
+    try:
+        assert b.upsert(namespace, descriptor, "answer 1").queued
+        history.extend([{"role": "assistant", "content": "answer 1"}, {"role": "user", "content": "turn 2"}])
+        descriptor["params"]["temperature"] = 1
+    finally:
+        switch.on()
+    assert eventually(lambda: tier.outbox == 0, timeout=10)
+    assert a.lookup(namespace, turn_1).response == "answer 1"
+    assert not a.lookup(namespace, descriptor).hit
+    assert not tier.conflicts
+    b.close()
+    a.close()
+
+
 def test_an_offline_write_that_meets_a_newer_one_is_reported_not_lost(server, token, namespace):
     switch = Switch(server.port)
     a = TeamCache(server.url, token)

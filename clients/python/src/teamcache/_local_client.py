@@ -223,7 +223,10 @@ class _Write:
                   metadata: Mapping[str, Any] | None, ttl: int | None, tags: Iterable[str],
                   stale_while_revalidate: int | None) -> _Write:
         kept = copy.deepcopy(dict(metadata)) if metadata is not None else None
-        payload = {"descriptor": dict(descriptor), "response": response, "metadata": kept, "ttl": ttl,
+        # A queued write is sent later, from this payload: a deep copy, or the caller's own lists
+        # (a chat's history, appended to after each turn) would send it under another key.
+        sent = copy.deepcopy(dict(descriptor)) if tier is not None else dict(descriptor)
+        payload = {"descriptor": sent, "response": response, "metadata": kept, "ttl": ttl,
                    "tags": list(tags), "stale_while_revalidate": stale_while_revalidate}
         key = _key_of(descriptor) if tier is not None else None
         return _Write(tier, namespace, key, "lookup", response.encode(), "text/plain", kept, payload, queueable=True)
