@@ -148,3 +148,64 @@ def test_check_reports_each_missing_scope(server, namespace):
         TeamCache(server.url, server.token(scopes="read", namespaces=namespace), strict=True).check(namespace)
     down = TeamCache(f"http://127.0.0.1:{free_port()}", "t").check(namespace)
     assert not down.reachable and not down.ok
+
+
+class _WrongService:
+    """Something else at the cache's URL: it answers every request 200 with ``document``."""
+
+    def __init__(self, document: bytes) -> None:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(document)))
+                self.end_headers()
+                self.wfile.write(document)
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("document", [b'{"hit":true,"response":123}', b'{"hit":true}',
+                                      b'{"hit":true,"response":"x","metadata":[1]}',
+                                      b'{"hit":false,"retry_after":"soon"}', b'{"hit":true,"response":"x","age":true}'])
+def test_a_hit_of_the_wrong_shape_is_the_caches_failure_not_the_callers(document):
+    """A proxy or another service at the URL answering a lookup with the wrong types: the call
+    is made and its answer returned (the hit was not handed on, to fail in the caller's code)."""
+    wrong = _WrongService(document)
+    cache = TeamCache(wrong.url, "tc_x")
+    try:
+        assert cache.cached("ns", {"model": "m", "prompt": "p"}, lambda: "paid") == "paid"
+        with pytest.raises(TransportError, match="malformed"):
+            cache.lookup("ns", {"model": "m", "prompt": "q"})
+    finally:
+        cache.close()
+        wrong.close()
+
+
+def test_a_result_the_write_cannot_carry_is_returned_not_raised(server, token, namespace, caplog):
+    """The model was paid: a result with a lone surrogate (no UTF-8 for it), or usage numbers
+    JSON has no form for, is returned and warned of, and its lease let go (the next caller
+    is not held waiting for a fill that will never come)."""
+    cache = TeamCache(server.url, token)
+    odd = "half a pair \ud800"
+    with caplog.at_level(logging.WARNING, logger="teamcache"):
+        assert cache.cached(namespace, {"model": "m", "prompt": "surrogate"}, lambda: odd) == odd
+        assert cache.cached(namespace, {"model": "m", "prompt": "nan"}, lambda: "fine",
+                            usage=lambda _result: {"input_tokens": float("nan")}) == "fine"
+    assert "could not store a result" in caplog.text
+    found = cache.lookup(namespace, {"model": "m", "prompt": "surrogate"}, lease=30)
+    assert not found.hit and found.lease is not None, "the lease was let go"
+    cache.close()

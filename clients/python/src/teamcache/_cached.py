@@ -85,6 +85,11 @@ class CacheOptions(TypedDict, total=False):
 _CACHE_FAILURES: tuple[type[BaseException], ...] = (TeamCacheError, OSError, httpx.HTTPError, json.JSONDecodeError)
 
 
+def _unstorable(error: Exception) -> None:
+    _warn_once(f"encode:{type(error).__name__}",
+               "TeamCache could not store a result (encode, usage or the write failed): %r", error)
+
+
 @dataclass
 class Options:
     ttl: int | None = None
@@ -341,22 +346,22 @@ class CachedMixin:
                 except _CACHE_FAILURES as error:
                     self._health.failed(error)
             raise
+        # The call was paid for: its result is returned whatever storing it meets. A result the
+        # write cannot carry (a lone surrogate, usage numbers JSON has no form for) is the
+        # cache's loss, warned once, and its lease let go.
         try:
             text, metadata = _encode(options, result)
-        except Exception as error:  # noqa: BLE001 - the call was paid for: its result is returned
-            _warn_once(f"encode:{type(error).__name__}",
-                       "TeamCache could not store a result (encode or usage failed): %r", error)
+            self.upsert(namespace, descriptor, text, metadata=metadata or None, ttl=options.ttl,
+                        tags=options.tags, lease=lease, stale_while_revalidate=options.stale_while_revalidate)
+        except _CACHE_FAILURES as error:
+            self._health.failed(error)
+        except Exception as error:  # noqa: BLE001
+            _unstorable(error)
             if lease is not None:
                 try:
                     self._run(op.release(namespace, self._key(descriptor), lease))
                 except _CACHE_FAILURES as failure:
                     self._health.failed(failure)
-            return result
-        try:
-            self.upsert(namespace, descriptor, text, metadata=metadata or None, ttl=options.ttl,
-                        tags=options.tags, lease=lease, stale_while_revalidate=options.stale_while_revalidate)
-        except _CACHE_FAILURES as error:
-            self._health.failed(error)
         return result
 
     @staticmethod
@@ -477,21 +482,19 @@ class AsyncCachedMixin:
                 except _CACHE_FAILURES as error:
                     self._health.failed(error)
             raise
+        # As the sync fill: the result is returned whatever storing it meets.
         try:
             text, metadata = _encode(options, result)
-        except Exception as error:  # noqa: BLE001 - the call was paid for: its result is returned
-            _warn_once(f"encode:{type(error).__name__}",
-                       "TeamCache could not store a result (encode or usage failed): %r", error)
-            if lease is not None:
-                try:
-                    await self._run(op.release(namespace, CachedMixin._key(descriptor), lease))
-                except _CACHE_FAILURES as failure:
-                    self._health.failed(failure)
-            return result
-        try:
             await self.upsert(namespace, descriptor, text, metadata=metadata or None,
                               ttl=options.ttl, tags=options.tags, lease=lease,
                               stale_while_revalidate=options.stale_while_revalidate)
         except _CACHE_FAILURES as error:
             self._health.failed(error)
+        except Exception as error:  # noqa: BLE001
+            _unstorable(error)
+            if lease is not None:
+                try:
+                    await self._run(op.release(namespace, CachedMixin._key(descriptor), lease))
+                except _CACHE_FAILURES as failure:
+                    self._health.failed(failure)
         return result

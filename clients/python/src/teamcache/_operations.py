@@ -68,6 +68,15 @@ def problem(status: int, body: bytes) -> ProblemError:
     return ProblemError(status, document if isinstance(document, dict) else None)
 
 
+def _member(document: Document, name: str, kind: type) -> Any:
+    """``document[name]`` when it is absent or null (None) or of ``kind``; otherwise the answer
+    is malformed (ValueError). A bool is not taken for an int."""
+    value = document.get(name)
+    if value is None or (isinstance(value, kind) and not (kind is int and isinstance(value, bool))):
+        return value
+    raise ValueError(f"`{name}` is not a {kind.__name__}")
+
+
 def _json_body(data: bytes) -> Document:
     document = json.loads(data) if data else {}
     if not isinstance(document, dict):
@@ -228,11 +237,17 @@ def lookup(namespace: str, descriptor: Mapping[str, Any], *, max_stale: int | No
 
     def parse(_status: int, _headers: Mapping[str, str], body: bytes) -> Lookup:
         answer = _json_body(body)
-        return Lookup(hit=bool(answer.get("hit")), key=str(answer.get("key", expected_key)),
-                      response=answer.get("response"), metadata=answer.get("metadata"), age=answer.get("age"),
+        # Checked, not trusted: what a hit carries is handed to the caller as its model's answer,
+        # and a wrong type (a proxy or another service at the URL) would raise later, outside
+        # the client, where nothing takes it for the cache's failure.
+        response, metadata = _member(answer, "response", str), _member(answer, "metadata", dict)
+        if answer.get("hit") is True and not answer.get("not_modified") and response is None:
+            raise ValueError("a hit without a response")
+        return Lookup(hit=bool(answer.get("hit")), key=_member(answer, "key", str) or expected_key,
+                      response=response, metadata=metadata, age=_member(answer, "age", int),
                       stale=bool(answer.get("stale")), collapsed=bool(answer.get("collapsed")),
                       lease=_lease(answer.get("lease"), "id"), pending=bool(answer.get("pending")),
-                      retry_after=answer.get("retry_after"),
+                      retry_after=_member(answer, "retry_after", int),
                       revalidate=_lease(answer.get("revalidate"), "lease"),
                       etag=answer.get("etag") if isinstance(answer.get("etag"), str) else None,
                       ttl=answer.get("ttl") if isinstance(answer.get("ttl"), int) else None,
