@@ -190,6 +190,32 @@ import TestSupport
         #expect(try harness.count(prompt) == 2)
     }
 
+    /// A 200 whose document is an error, a stream with an error event before its `[DONE]`, and
+    /// a 202 are relayed as they came and never stored: every call reaches the upstream.
+    @Test func anAnswerReportingAFailureIsRelayedButNotStored() throws {
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        let broken = ModelBodies.unique("broken200")
+        for _ in 0..<2 {
+            let answer = try post("local", "chat/completions", ModelBodies.chat(broken), headers: headers)
+            #expect(answer.status == 200 && answer.text.contains("engine broke"))
+            #expect(answer.header("X-TeamCache") == "miss")
+        }
+        #expect(try harness.count(broken) == 2)
+        let streamed = ModelBodies.unique("broken200 streamed")
+        for _ in 0..<2 {
+            let answer = try StreamedAnswer.read(port: try service.port, path("local", "chat/completions"),
+                                                 headers: headers, body: ModelBodies.chat(streamed, stream: true))
+            #expect(answer.head.header("X-TeamCache") == "miss")
+            #expect(answer.text.contains("engine broke") && answer.text.contains("[DONE]"))
+        }
+        #expect(try harness.count(streamed) == 2)
+        let accepted = ModelBodies.unique("accepted202")
+        for _ in 0..<2 {
+            #expect(try post("local", "chat/completions", ModelBodies.chat(accepted), headers: headers).status == 202)
+        }
+        #expect(try harness.count(accepted) == 2)
+    }
+
     @Test func anUnreachableUpstreamIs502AndASilentOneIs504() throws {
         let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
         let down = try post("down", "chat/completions", ModelBodies.chat(ModelBodies.unique("down")), headers: headers)

@@ -94,7 +94,8 @@ final class GatewayExchange: HTTPCallDelegate {
             self.recorder = recorder
             broadcast.send(rest)
         }
-        let storable = cached && (200..<300).contains(status) && !call.controls.noStore && !encoded && completeStream
+        // 200 only: a 201 or 202 is a job or a creation, not an answer to replay.
+        let storable = cached && status == 200 && !call.controls.noStore && !encoded && completeStream
         let transcript = storable ? broadcast.transcript : nil
         let usage = transcript.flatMap { usageOf($0) }
         gateway.metrics?.observeUpstream(call.upstream.name, seconds: elapsed)
@@ -136,11 +137,11 @@ final class GatewayExchange: HTTPCallDelegate {
     }
 
     /// The usage of a complete answer; nil when it cannot be stored (a non-streamed answer
-    /// that is not JSON, or one larger than an entry may be).
+    /// that is not JSON or reports a failure, or one larger than an entry may be).
     private func usageOf(_ transcript: [UInt8]) -> AnswerUsage? {
         guard !transcript.isEmpty, transcript.count <= gateway.api.policy.maxBodyBytes else { return nil }
         if let recorder { return recorder.usage }
-        guard let document = try? JSONParser.parse(transcript) else { return nil }
+        guard let document = try? JSONParser.parse(transcript), !AnswerFailure.reported(by: document) else { return nil }
         var usage = AnswerUsage()
         usage.read(document)
         return usage

@@ -70,10 +70,9 @@ struct StreamRecorder {
             // with its reason); an error is not an answer.
             switch document["type"]?.stringValue {
             case "response.completed", "response.incomplete", "message_stop": complete = true
-            case "response.failed", "error": failed = true
             default: break
             }
-            if case .object? = document["error"] { failed = true }
+            if AnswerFailure.reported(by: document) { failed = true }
             if case .array(let choices)? = document["choices"], choices.isEmpty, case .object? = document["usage"] {
                 usageOnly = true
             }
@@ -84,7 +83,7 @@ struct StreamRecorder {
     private static let dataPrefix = Array("data:".utf8)
     private static let done = Array("[DONE]".utf8)
     private static let markers = ["usage", "finish_reason", "stop_reason", "response.completed", "response.incomplete",
-                                  "response.failed", "message_stop", "error"]
+                                  "response.failed", "response.cancelled", "message_stop", "error"]
         .map { Array($0.utf8) }
 
     /// Whether an event's data may carry usage, a reason or the end (most carry a few words

@@ -4,7 +4,9 @@ streamed and not, recording its calls (path, body, headers). Prompts steer it:
 "fail" answers 500, "busy" 429, "slow" takes 300 ms, "drip" streams its events 250 ms apart,
 "hold" streams its first event and then waits 5 s before the rest,
 "gate" streams its first chunk and then waits for ``gate`` to be set before the rest, "cut"
-ends a stream after its first chunk.
+ends a stream after its first chunk, "broken200" answers a chat 200 with an error document (a
+stream: its first chunk, an error event in vLLM's shape, then ``[DONE]``, as that server does),
+"accepted202" answers a chat 202.
 
 It also serves the plain HTTP shapes the Swift HTTP client's tests need (``GET /_test/...``),
 and runs on its own, plain and over TLS, for those tests and the benches:
@@ -62,6 +64,11 @@ class Upstream:
                     owner.calls.append({"path": self.path, "body": body, "text": text,
                                         "auth": self.headers.get("Authorization"),
                                         "headers": {k.lower(): v for k, v in self.headers.items()}})
+                if "broken200" in text and not body.get("stream"):
+                    return self._json(200, {"error": {"message": "engine broke", "type": "server_error"}})
+                if "accepted202" in text:
+                    return self._json(202, {"id": "chatcmpl-2", "object": "chat.completion", "created": 1,
+                                            "model": body["model"], "choices": [], "usage": USAGE})
                 if "fail" in text:
                     return self._json(500, {"error": {"message": "upstream broke", "type": "server_error"}})
                 if "busy" in text:
@@ -156,6 +163,10 @@ class Upstream:
                     if (body.get("stream_options") or {}).get("include_usage"):
                         chunks.append({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
                                        "model": body["model"], "choices": [], "usage": USAGE})
+                    if "broken200" in text:
+                        # vLLM's shape of an error: no `error` member, `object: "error"`.
+                        chunks = [chunks[0], {"object": "error", "message": "engine broke", "type": "server_error",
+                                              "code": 500}]
                     payloads = [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
                 self._send_events(text, payloads)
 

@@ -3,6 +3,7 @@ its calls, and a real TeamCache server."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import httpx
@@ -102,6 +103,25 @@ def test_an_upstream_error_is_not_cached(upstream, cache, namespace):
         with pytest.raises(openai.InternalServerError):
             client.chat.completions.create(model="gpt-x", messages=failing)
     assert upstream.count() == 2
+
+
+def test_an_answer_or_stream_reporting_a_failure_is_not_cached(upstream, cache, namespace):
+    """A 200 whose document is an error, a stream with an error event before its [DONE], and a
+    202 are passed on as they came and never replayed."""
+    client = sdk(upstream, cache, namespace)
+    broken = [{"role": "user", "content": "broken200 please"}]
+    for _ in range(2):
+        client.chat.completions.with_raw_response.create(model="gpt-x", messages=broken)
+    assert upstream.count() == 2
+    for _ in range(2):
+        # Whether the SDK raises on the event is its business: the stream is not stored either way.
+        with contextlib.suppress(openai.APIError):
+            list(client.chat.completions.create(model="gpt-x", messages=broken, stream=True))
+    assert upstream.count() == 4
+    for _ in range(2):
+        assert client.chat.completions.with_raw_response.create(
+            model="gpt-x", messages=[{"role": "user", "content": "accepted202"}]).status_code == 202
+    assert upstream.count() == 6
 
 
 def test_twenty_concurrent_identical_calls_make_one_upstream_call(upstream, cache, namespace):

@@ -90,9 +90,28 @@ def _events(text: str) -> Iterator[str]:
             yield line[5:].strip()
 
 
+#: Events and answers that report a failure, not an answer: never stored, even when the
+#: stream then ends with ``[DONE]`` (some OpenAI-compatible servers send an error event and
+#: then close the stream as usual). The gateway applies the same rules (StreamRecorder,
+#: AnswerFailure).
+_FAILED_TYPES = frozenset({"error", "response.failed", "response.cancelled"})
+_UNFINISHED_STATUSES = frozenset({"failed", "cancelled", "queued", "in_progress"})
+
+
+def is_failure(document: Any) -> bool:
+    """Whether an answer or stream event reports a failure rather than an answer."""
+    if not isinstance(document, dict):
+        return False
+    if document.get("error") is not None or document.get("object") == "error":
+        return True
+    if document.get("type") in _FAILED_TYPES:
+        return True
+    return document.get("object") == "response" and document.get("status") in _UNFINISHED_STATUSES
+
+
 def stream_outcome(endpoint: str, text: str) -> tuple[bool, dict[str, Any]]:
-    """Whether a recorded stream completed, and its usage."""
-    complete, metadata = False, {}
+    """Whether a recorded stream completed (and reported no failure), and its usage."""
+    complete, failed, metadata = False, False, {}
     for data in _events(text):
         if data == "[DONE]":
             complete = True
@@ -103,9 +122,11 @@ def stream_outcome(endpoint: str, text: str) -> tuple[bool, dict[str, Any]]:
             continue
         if not isinstance(event, dict):
             continue
-        if endpoint == "/responses" and event.get("type") == "response.completed":
+        failed = failed or is_failure(event)
+        if endpoint == "/responses" and event.get("type") in ("response.completed", "response.incomplete"):
+            # An answer cut by its token limit is complete, as a chat's `length` is.
             complete = True
             metadata.update(_usage(event.get("response")))
         else:
             metadata.update(_usage(event))
-    return complete, metadata
+    return complete and not failed, metadata

@@ -59,7 +59,7 @@ from ._breaker import CacheHealth
 from ._cached import _CACHE_FAILURES, _fails_open, _Health
 from ._client import AsyncTeamCache, TeamCache
 from ._openai_plan import ENDPOINTS, NOT_IN_KEY, Plan, is_text, plan, truthy
-from ._openai_stream import UsageFilter, _usage, stream_outcome
+from ._openai_stream import UsageFilter, _usage, is_failure, stream_outcome
 from .errors import CacheSkipped, ProblemError
 from .models import Lease, Lookup
 
@@ -97,9 +97,10 @@ class _Policy:
 
     def storable(self, the_plan: Plan, status: int, body: bytes, content_type: str,
                  usage: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]] | None:
-        """The text and metadata to store, or None (not a 2xx, cut short, not text). `usage`:
+        """The text and metadata to store, or None (not a 200, a failure, cut short, not text). `usage`:
         what a usage-only event this transport asked for (and removed) said."""
-        if not 200 <= status < 300:
+        # 200 only: a 201 or 202 is a job or a creation, not an answer to replay.
+        if status != 200:
             return None
         try:
             text = body.decode()
@@ -112,9 +113,12 @@ class _Policy:
             metadata.update(usage or {})
         else:
             try:
-                metadata = _usage(json.loads(text))
+                document = json.loads(text)
             except ValueError:
                 return None
+            if is_failure(document):
+                return None
+            metadata = _usage(document)
         metadata["content_type"] = content_type or ("text/event-stream" if the_plan.stream else "application/json")
         metadata["endpoint"] = the_plan.endpoint
         return text, metadata
