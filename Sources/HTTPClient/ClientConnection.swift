@@ -174,9 +174,21 @@ final class ClientConnection {
         watch(writable: false)
     }
 
-    /// Whether an idle connection can carry a request: not closed by the upstream meanwhile
-    /// (its readability closes it at once, so a live idle one is quiet).
-    var isReusable: Bool { state == .idle && !spoiled }
+    /// Whether an idle connection can carry a request: not closed by the upstream meanwhile,
+    /// and quiet. Its readability closes it, but only when the loop sees the event: bytes that
+    /// arrived after the last answer ended (a Content-Length that undercounted, an answer sent
+    /// before the request was read, then the rest of it drained) would otherwise be read as
+    /// the next call's answer, which may be another tenant's.
+    var isReusable: Bool { state == .idle && !spoiled && isQuiet }
+
+    /// Nothing to read on the socket, nor in the TLS session's buffer: one `recv` peek, at
+    /// each reuse.
+    private var isQuiet: Bool {
+        if let tls, tls.hasBuffered { return false }
+        var byte: UInt8 = 0
+        let count = recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+        return count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
+    }
 
     // MARK: Events
 
@@ -306,7 +318,9 @@ final class ClientConnection {
     private func complete(_ call: HTTPCall, reusable: Bool) {
         served += 1
         self.call = nil
-        let keep = reusable && !spoiled
+        // An answer that came before the whole request was written (a refusal of a large body)
+        // leaves the rest unsent, or the upstream reading it as the next request: not reused.
+        let keep = reusable && !spoiled && output.isEmpty
         call.succeeded()
         if state == .active { pool.release(self, reusable: keep) }
     }
