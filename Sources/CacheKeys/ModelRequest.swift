@@ -19,7 +19,9 @@ public struct ModelRequest: Sendable {
     /// (`stream_options.include_usage`) so a stored stream records its tokens. Nil: as sent.
     public let upstreamBody: [UInt8]?
 
-    /// Members that never change an answer, left out of the key (OpenAI).
+    /// Members that never change an answer, left out of the key (OpenAI). Not for `/responses`:
+    /// a Responses object echoes each of them, so one caller's `user` or `metadata` would reach
+    /// another in a hit.
     static let openAIIgnored: Set<String> = ["user", "safety_identifier", "metadata", "store", "prompt_cache_key",
                                              "prompt_cache_retention", "service_tier"]
     /// Members that never change an answer, left out of the key (Anthropic).
@@ -48,8 +50,10 @@ public struct ModelRequest: Sendable {
 
     private static func openAI(endpoint: String, _ json: JSONValue, _ members: [(String, JSONValue)]) -> ModelRequest? {
         if let background = json["background"], truthy(background) { return nil }
+        if endpoint == "/responses" && keepsServerState(json) { return nil }
         let stream = json["stream"] == .bool(true)
-        var params = members.filter { !openAIIgnored.contains($0.0) && !["model", "stream", "endpoint"].contains($0.0) }
+        let ignored = endpoint == "/responses" ? [] : openAIIgnored
+        var params = members.filter { !ignored.contains($0.0) && !["model", "stream", "endpoint"].contains($0.0) }
         if !stream { params.removeAll { $0.0 == "stream_options" } }
         params.append(("endpoint", .string(endpoint)))
         if stream { params.append(("stream", .bool(true))) }
@@ -61,7 +65,9 @@ public struct ModelRequest: Sendable {
         } else {
             let inputName = endpoint == "/completions" ? "prompt" : "input"
             switch take(inputName, from: &params) {
-            case .string(let text)?:
+            // A string the key's normalising would change (whitespace at its ends, a CR) is kept
+            // as sent: "hello\n" and "hello" are different inputs to a model.
+            case .string(let text)? where Descriptor.normalise(prompt: text) == text:
                 descriptor.append(("prompt", .string(text)))
             case .array(let items)? where endpoint == "/responses"
                 && items.allSatisfy({ if case .object = $0 { true } else { false } }):
@@ -103,6 +109,15 @@ public struct ModelRequest: Sendable {
                                              ("params", .object(params))])
         guard let made = try? Descriptor(json: descriptor) else { return nil }
         return ModelRequest(endpoint: endpoint, descriptor: made, stream: stream, upstreamBody: nil)
+    }
+
+    /// Whether a Responses request's answer depends on state the server keeps and changes: a
+    /// `conversation` (each call adds to it, and a hit would skip that), or a `prompt` template
+    /// without a `version` (its current version).
+    private static func keepsServerState(_ json: JSONValue) -> Bool {
+        if let conversation = json["conversation"], conversation != .null { return true }
+        guard let prompt = json["prompt"], case .object = prompt else { return false }
+        return prompt["version"] == nil || prompt["version"] == .null
     }
 
     /// Removes and returns a member (a JSON `null` counts as absent, as in the Python client).

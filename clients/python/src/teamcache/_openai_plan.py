@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._json import RawNumber, dumps, loads
-from .keys import DescriptorError, descriptor_key
+from .keys import DescriptorError, descriptor_key, normalise_prompt
 
 ENDPOINTS = ("/chat/completions", "/responses", "/embeddings", "/completions")
-#: Request members that never change the answer, left out of the key.
+#: Request members that never change the answer, left out of the key. Not for ``/responses``:
+#: a Responses object echoes each of them, so one caller's ``user`` or ``metadata`` would reach
+#: another in a hit.
 NOT_IN_KEY = frozenset({"user", "safety_identifier", "metadata", "store", "prompt_cache_key",
                         "prompt_cache_retention", "service_tier"})
 
@@ -49,8 +51,11 @@ def plan(method: str, path: str, body: bytes) -> Plan | None:
         return None
     if not isinstance(request, dict) or not is_text(request.get("model")) or truthy(request.get("background")):
         return None
+    if endpoint == "/responses" and _server_state(request):
+        return None
     stream = request.get("stream") is True
-    params = {name: value for name, value in request.items() if name not in NOT_IN_KEY and name != "model"}
+    ignored = NOT_IN_KEY if endpoint != "/responses" else frozenset()
+    params = {name: value for name, value in request.items() if name not in ignored and name != "model"}
     params["endpoint"] = endpoint
     params.pop("stream", None)
     if stream:
@@ -64,7 +69,9 @@ def plan(method: str, path: str, body: bytes) -> Plan | None:
     else:
         name = "prompt" if endpoint == "/completions" else "input"
         value = params.pop(name, None)
-        if is_text(value):
+        # A string the key's normalising would change (whitespace at its ends, a CR) is kept
+        # as sent: "hello\n" and "hello" are different inputs to a model.
+        if is_text(value) and normalise_prompt(value) == value:
             descriptor["prompt"] = value
         elif endpoint == "/responses" and isinstance(value, list) and all(isinstance(v, dict) for v in value):
             descriptor["messages"] = value
@@ -88,6 +95,14 @@ def plan(method: str, path: str, body: bytes) -> Plan | None:
         return None
     asks_usage = stream and endpoint == "/chat/completions"
     return Plan(endpoint, descriptor, stream, _with_usage(request) if asks_usage else None)
+
+
+def _server_state(request: dict[str, Any]) -> bool:
+    """Whether a Responses request's answer depends on state the server keeps and changes: a
+    ``conversation`` (each call adds to it, and a hit would skip that), or a ``prompt`` template
+    without a ``version`` (its current version)."""
+    prompt = request.get("prompt")
+    return request.get("conversation") is not None or (isinstance(prompt, dict) and prompt.get("version") is None)
 
 
 def is_text(value: Any) -> bool:

@@ -15,15 +15,19 @@ its ``schema``; every other request member that can change the answer in ``param
 the endpoint. Left out: the API key, base URL, organisation and project (they are headers
 and the URL, never read), and the members that do not change the answer: ``user``,
 ``safety_identifier``, ``metadata``, ``store``, ``prompt_cache_key``,
-``prompt_cache_retention``, ``service_tier``; ``stream_options`` except on a streamed call.
+``prompt_cache_retention``, ``service_tier`` (except for ``/responses``, whose answer echoes
+them); ``stream_options`` except on a streamed call. A string input with whitespace at its
+ends or a CR is keyed as sent. Not cached: a Responses call with ``background``, a
+``conversation``, or a ``prompt`` template without a ``version`` (docs/gateway-keys.md).
 
 A streamed call (``stream: true``) has an entry of its own: its answer is stored as the
 server-sent events the upstream sent and replayed as the same events, so an SDK reading a
 replay reads exactly what it read the first time; a non-streamed call's answer is the JSON
 document. (Sharing one entry would mean synthesising events, or a document, the upstream
 never sent.) A streamed miss reaches the caller chunk by chunk as it arrives and is stored
-once it completed (``[DONE]``, or ``response.completed``); a stream cut short is not stored.
-Non-2xx upstream answers are never stored. Usage (``prompt_tokens`` / ``input_tokens``...)
+once it completed (``[DONE]``, or ``response.completed`` / ``response.incomplete``); a stream
+cut short is not stored. Only a 200 is stored, and never an answer or stream that reports a
+failure (``is_failure``). Usage (``prompt_tokens`` / ``input_tokens``...)
 is stored as ``input_tokens`` / ``output_tokens`` so TeamCache counts the tokens a hit saves.
 Replayed answers carry ``X-TeamCache: hit`` (``; collapsed`` when answered by waiting for
 another caller's fill, ``; stale`` when stale); answers from the upstream ``X-TeamCache:
