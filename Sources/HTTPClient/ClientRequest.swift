@@ -31,11 +31,16 @@ public struct ClientDeadlines: Sendable, Equatable {
     public var firstByte: Double
     /// The longest silence between two reads of the response once it has begun.
     public var idle: Double
+    /// The whole call, from its start to the response's last byte: without it, an upstream
+    /// that sends a byte of its head, an interim answer or a comment just inside `idle` each
+    /// time would hold the call (and everyone following it) for ever.
+    public var total: Double
 
-    public init(connect: Double = 10, firstByte: Double = 600, idle: Double = 120) {
+    public init(connect: Double = 10, firstByte: Double = 600, idle: Double = 120, total: Double = 1800) {
         self.connect = connect
         self.firstByte = firstByte
         self.idle = idle
+        self.total = total
     }
 }
 

@@ -28,6 +28,8 @@ public final class HTTPCall {
     /// is entered: a call failed "soon" (overloaded, no TLS context) is tracked meanwhile, and
     /// the deadline sweep must not beat that failure to it with a time-out of its own.
     var deadline: UInt64 = .max
+    /// When the whole call must be over (`ClientDeadlines.total`), set by the first phase.
+    private(set) var endBy: UInt64 = .max
     var connection: ClientConnection?
     /// Tried again once on a new connection after a reused one failed before answering.
     var retried = false
@@ -73,7 +75,17 @@ public final class HTTPCall {
 
     func enter(_ next: Phase, deadline seconds: Double, now: UInt64) {
         phase = next
-        deadline = now + UInt64(max(0, seconds) * 1e9)
+        if endBy == .max { endBy = now + Self.nanoseconds(request.deadlines.total) }
+        deadline = min(now + Self.nanoseconds(seconds), endBy)
+    }
+
+    /// Whether the call's whole time is up (the phase's deadline is never later).
+    func isPastTotal(_ now: UInt64) -> Bool { now >= endBy }
+
+    /// `seconds` as nanoseconds, bounded: a day at most (the upstreams file's bound), so the
+    /// sum with a monotonic clock cannot overflow whatever a caller passes.
+    private static func nanoseconds(_ seconds: Double) -> UInt64 {
+        UInt64(min(max(0, seconds.isNaN ? 0 : seconds), 86_400) * 1e9)
     }
 
     func receivedHead(_ head: ClientResponseHead) { delegate?.callReceivedHead(head) }

@@ -15,6 +15,8 @@ public struct HTTPClientError: Error, Sendable, CustomStringConvertible {
         case firstByteTimeout = "first_byte_timeout"
         /// A pause between response bytes longer than the idle deadline.
         case idleTimeout = "idle_timeout"
+        /// The whole call took longer than its total deadline.
+        case totalTimeout = "total_timeout"
         /// The response broke HTTP/1.1's rules.
         case malformed
         /// The response was larger than the request allows.
@@ -36,7 +38,9 @@ public struct HTTPClientError: Error, Sendable, CustomStringConvertible {
     }
 
     /// Whether the failure is a deadline (a gateway answers 504 rather than 502).
-    public var isTimeout: Bool { code == .connectTimeout || code == .firstByteTimeout || code == .idleTimeout }
+    public var isTimeout: Bool {
+        code == .connectTimeout || code == .firstByteTimeout || code == .idleTimeout || code == .totalTimeout
+    }
 
     public var description: String { "\(code.rawValue): \(detail)" }
 }

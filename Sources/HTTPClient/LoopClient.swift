@@ -77,9 +77,9 @@ final class LoopClient {
         guard now >= nextSweep else { return }
         nextSweep = now + 50_000_000
         for call in tracked.values where call.deadline <= now && !call.isDone {
-            // A paused reader is the caller's slowness, not the upstream's.
-            if call.phase == .readingBody && call.isPaused { continue }
-            timeOut(call)
+            // A paused reader is the caller's slowness, not the upstream's (but not for ever).
+            if call.phase == .readingBody && call.isPaused && !call.isPastTotal(now) { continue }
+            timeOut(call, now: now)
         }
         if now >= nextIdleSweep {
             nextIdleSweep = now + 1_000_000_000
@@ -88,9 +88,11 @@ final class LoopClient {
         }
     }
 
-    private func timeOut(_ call: HTTPCall) {
+    private func timeOut(_ call: HTTPCall, now: UInt64) {
         let error: HTTPClientError
         switch call.phase {
+        case _ where call.isPastTotal(now) && call.phase != .done:
+            error = HTTPClientError(.totalTimeout, "\(call.origin.hostHeader) did not finish within \(call.request.deadlines.total) s")
         case .waiting, .connecting:
             error = HTTPClientError(.connectTimeout, "no connection to \(call.origin.hostHeader) within \(call.request.deadlines.connect) s")
         case .sending, .awaitingHead:

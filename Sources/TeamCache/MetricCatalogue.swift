@@ -132,8 +132,8 @@ public enum MetricCatalogue {
     public static let gatewayUpstreamErrorsTotal = MetricDefinition(.counter, "teamcache_gateway_upstream_errors_total",
         "Gateway calls that failed, by upstream and kind.",
         labels: ["upstream", "kind"],
-        notes: "`kind`: dns, connect, tls, connect_timeout, first_byte_timeout, idle_timeout, malformed, too_large, "
-            + "closed, overloaded, store")
+        notes: "`kind`: dns, connect, tls, connect_timeout, first_byte_timeout, idle_timeout, total_timeout, malformed, "
+            + "too_large, closed, overloaded, store")
 
     // MARK: The HTTP server's and the database pool's own families: those libraries name them, under
     /// the service's prefix (a test keeps these entries equal to what they serve).

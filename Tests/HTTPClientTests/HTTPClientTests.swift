@@ -132,6 +132,24 @@ import TestSupport
         #expect(recorder.partCount == 1)
     }
 
+    /// An upstream that keeps a call alive with a little just inside the idle deadline each
+    /// time is stopped by the total one.
+    @Test func aCallKeptAliveByTricklesEndsAtItsTotalDeadline() throws {
+        let harness = try ClientHarness()
+        let started = Date()
+        let recorder = try harness.start(get("/_test/chunks?n=40&gap_ms=200&size=4") {
+            $0.deadlines.idle = 1
+            $0.deadlines.total = 1.5
+        }, to: try base)
+        #expect(recorder.wait())
+        #expect(recorder.error?.code == .totalTimeout && recorder.error?.isTimeout == true)
+        let took = Date().timeIntervalSince(started)
+        #expect(took > 1.4 && took < 4, "\(took)")
+        #expect(recorder.partCount > 3, "the parts before the deadline were handed over")
+        harness.onLoop {}
+        #expect(harness.client.openSockets == 0)
+    }
+
     @Test func aHandshakeThatNeverComesIsAConnectTimeout() throws {
         // A listener that never accepts: the kernel completes TCP, nobody answers TLS.
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

@@ -8,7 +8,7 @@ import HTTPClient
 /// wrong stops the service at start, naming the file, the upstream and the problem.
 enum UpstreamsFile {
     static let members: Set<String> = ["url", "kind", "key_file", "ca_file", "connect_timeout",
-                                       "first_byte_timeout", "idle_timeout"]
+                                       "first_byte_timeout", "idle_timeout", "total_timeout"]
 
     typealias Problem = ConfigurationFile.Problem
 
@@ -51,6 +51,7 @@ enum UpstreamsFile {
         deadlines.connect = try seconds(entry["connect_timeout"], "connect_timeout", default: deadlines.connect)
         deadlines.firstByte = try seconds(entry["first_byte_timeout"], "first_byte_timeout", default: deadlines.firstByte)
         deadlines.idle = try seconds(entry["idle_timeout"], "idle_timeout", default: deadlines.idle)
+        deadlines.total = try seconds(entry["total_timeout"], "total_timeout", default: deadlines.total)
         let key = try entry["key_file"].map { try credential($0) }
         var tls: TLSContext?
         if origin.secure {
