@@ -26,6 +26,7 @@ from teamcache.openai import async_http_client, http_client
 
 from .conftest import eventually, free_port
 from .fake_upstream import Upstream
+from .stand_in import StandIn
 
 MESSAGES = [{"role": "user", "content": "Say hello"}]
 
@@ -361,3 +362,53 @@ def test_the_async_transport_goes_on_for_completions_whatever_the_cache(sickness
     raw, paid = asyncio.run(call())
     assert raw.parse().choices[0].text == "Hello" and paid < 1.0
     assert raw.headers["x-teamcache"].startswith("bypass; reason=")
+
+
+def _writes_sick(kind: str) -> StandIn:
+    """A cache whose lookups answer at once (a miss) and whose writes stall 5 s (its primary
+    stuck while a standby answers reads), or are refused 503 with Retry-After: 1."""
+    def answer(_method: str, path: str) -> tuple[int, dict[str, str], bytes]:
+        if path.endswith("/lookup"):
+            return 200, {}, b'{"hit":false}'
+        if kind == "503":
+            return 503, {"Retry-After": "1"}, b'{"title":"busy","status":503}'
+        return 200, {}, b'{"key":"k","etag":"e","created":true}'
+    return StandIn(answer, delay=lambda _method, path: 5.0 if kind == "stall" and not path.endswith("/lookup") else 0)
+
+
+@pytest.mark.parametrize("kind", ["stall", "503"])
+def test_a_cache_slow_to_write_costs_a_paid_call_at_most_the_write_deadline(kind):
+    """The write after a paid call is on its caller's path: it gets the short write deadline
+    (1 s by default) and no Retry-After or backoff sleeps, whatever the client's timeout."""
+    sick = _writes_sick(kind)
+    cache = TeamCache(sick.url, "tc_x", timeout=30, backoff=1, circuit_breaker=False)
+    try:
+        answer, took = timed(lambda: cache.cached("ns", {"model": "m", "prompt": "p"}, lambda: "paid"))
+        assert answer == "paid" and took < 1.8, took
+    finally:
+        cache.close()
+        sick.close()
+
+
+@pytest.mark.parametrize("kind", ["stall", "503"])
+def test_an_async_cache_slow_to_write_costs_a_paid_call_at_most_the_write_deadline(kind):
+    sick = _writes_sick(kind)
+
+    async def run() -> tuple[str, float]:
+        cache = AsyncTeamCache(sick.url, "tc_x", timeout=30, backoff=1, circuit_breaker=False)
+        try:
+            started = time.monotonic()
+            answer = await cache.cached("ns", {"model": "m", "prompt": "p"}, lambda: _paid())
+            return answer, time.monotonic() - started
+        finally:
+            await cache.aclose()
+
+    try:
+        answer, took = asyncio.run(run())
+        assert answer == "paid" and took < 1.8, took
+    finally:
+        sick.close()
+
+
+async def _paid() -> str:
+    return "paid"

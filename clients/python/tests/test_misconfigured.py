@@ -15,6 +15,7 @@ from teamcache import ConfigurationError, LocalTier, TeamCache, TeamCacheError, 
 from teamcache._settings import _holds_credentials, without_credentials
 
 from .conftest import eventually, free_port
+from .stand_in import StandIn
 
 
 def test_a_token_read_with_its_newline_works_and_a_broken_one_is_never_quoted(server, token, namespace):
@@ -150,41 +151,13 @@ def test_check_reports_each_missing_scope(server, namespace):
     assert not down.reachable and not down.ok
 
 
-class _WrongService:
-    """Something else at the cache's URL: it answers every request 200 with ``document``."""
-
-    def __init__(self, document: bytes) -> None:
-        import http.server
-        import threading
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(document)))
-                self.end_headers()
-                self.wfile.write(document)
-
-            def log_message(self, *_args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.mark.parametrize("document", [b'{"hit":true,"response":123}', b'{"hit":true}',
                                       b'{"hit":true,"response":"x","metadata":[1]}',
                                       b'{"hit":false,"retry_after":"soon"}', b'{"hit":true,"response":"x","age":true}'])
 def test_a_hit_of_the_wrong_shape_is_the_caches_failure_not_the_callers(document):
     """A proxy or another service at the URL answering a lookup with the wrong types: the call
     is made and its answer returned (the hit was not handed on, to fail in the caller's code)."""
-    wrong = _WrongService(document)
+    wrong = StandIn(lambda *_: (200, {}, document))
     cache = TeamCache(wrong.url, "tc_x")
     try:
         assert cache.cached("ns", {"model": "m", "prompt": "p"}, lambda: "paid") == "paid"

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypedDict, TypeVar, 
 import httpx
 
 from . import _operations as op
+from ._settings import on_callers_path
 from .errors import ConfigurationError, TeamCacheError
 from .keys import descriptor_key
 from .models import Lease, Lookup, WriteResult
@@ -342,10 +343,16 @@ class CachedMixin:
         except BaseException:
             if lease is not None:
                 try:
-                    self._run(op.release(namespace, self._key(descriptor), lease))
+                    with on_callers_path():
+                        self._run(op.release(namespace, self._key(descriptor), lease))
                 except _CACHE_FAILURES as error:
                     self._health.failed(error)
             raise
+        with on_callers_path():
+            return self._store(namespace, descriptor, options, lease, result)
+
+    def _store(self, namespace: str, descriptor: Mapping[str, Any], options: Options, lease: Lease | None,
+               result: Any) -> Any:
         # The call was paid for: its result is returned whatever storing it meets. A result the
         # write cannot carry (a lone surrogate, usage numbers JSON has no form for) is the
         # cache's loss, warned once, and its lease let go.
@@ -478,10 +485,16 @@ class AsyncCachedMixin:
         except BaseException:
             if lease is not None:
                 try:
-                    await self._run(op.release(namespace, CachedMixin._key(descriptor), lease))
+                    with on_callers_path():
+                        await self._run(op.release(namespace, CachedMixin._key(descriptor), lease))
                 except _CACHE_FAILURES as error:
                     self._health.failed(error)
             raise
+        with on_callers_path():
+            return await self._store(namespace, descriptor, options, lease, result)
+
+    async def _store(self, namespace: str, descriptor: Mapping[str, Any], options: Options, lease: Lease | None,
+                     result: Any) -> Any:
         # As the sync fill: the result is returned whatever storing it meets.
         try:
             text, metadata = _encode(options, result)

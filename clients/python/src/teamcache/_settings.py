@@ -4,10 +4,13 @@ often; and how an answer or a failure is judged and explained."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import random
 import re
 import threading
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import httpx
@@ -71,6 +74,24 @@ def _first_warning(base_url: str) -> bool:
         return True
 
 
+#: Set while a write is made on a caller's path, after the model call it stores (``cached``,
+#: the transports, LangChain's ``update``): the caller is waiting for its answer, which it
+#: already has. Such a write gets a short deadline (``fill_timeout``) and is never slept on
+#: (no Retry-After, no backoff), so a cache that is slow to write (its primary stalled while
+#: lookups still answer) costs a caller that at most, not the client's whole timeout.
+_callers_path: contextvars.ContextVar[bool] = contextvars.ContextVar("teamcache_callers_path", default=False)
+
+
+@contextlib.contextmanager
+def on_callers_path() -> Iterator[None]:
+    """Marks the writes made inside as on a caller's path (see ``_callers_path``)."""
+    token = _callers_path.set(True)
+    try:
+        yield
+    finally:
+        _callers_path.reset(token)
+
+
 class _Settings:
     """What both clients share: where, who, how long, how often."""
 
@@ -88,6 +109,8 @@ class _Settings:
             logger.warning("TeamCache at %s: %s", self.base_url, self.url_problem)
         #: A lookup that does not wait gets this long in all (a hit takes milliseconds).
         self.lookup_timeout = lookup_timeout
+        #: A write on a caller's path, after its paid call, gets this long (``_callers_path``).
+        self.fill_timeout = max(1.0, 2 * lookup_timeout)
         #: None: no breaker (every call is tried, as a plain API client would).
         self.breaker = breaker
         #: Raise ``ConfigurationError`` for a refused token or scope instead of skipping the cache.
@@ -146,8 +169,9 @@ class _Settings:
         if status in call.accept or status not in RETRYABLE:
             return False
         # A quick lookup is on a caller's path: it is never slept on (a 429's Retry-After, or
-        # backoff); the caller is better off calling the upstream now.
-        if call.quick:
+        # backoff); the caller is better off calling the upstream now. So is a write after a
+        # paid call: the caller has its answer.
+        if call.quick or _callers_path.get():
             return False
         return status == 429 or call.idempotent
 
@@ -155,13 +179,15 @@ class _Settings:
     def may_retry(call: op.Call[Any], error: httpx.TransportError) -> bool:
         """A call that is not idempotent is retried only if it never reached the server; a
         timeout never is (each try would cost its caller the whole deadline again)."""
-        if isinstance(error, httpx.TimeoutException):
+        if isinstance(error, httpx.TimeoutException) or _callers_path.get():
             return False
         return call.idempotent or isinstance(error, httpx.ConnectError)
 
     def timeout_for(self, call: op.Call[Any]) -> httpx.Timeout:
         if call.quick:
             return httpx.Timeout(self.lookup_timeout)
+        if _callers_path.get():
+            return httpx.Timeout(self.fill_timeout, connect=self.lookup_timeout)
         if call.reads and call.extra_timeout:
             # A lookup that waits: its wait, and the short deadline for the answer after it.
             return httpx.Timeout(call.extra_timeout + self.lookup_timeout, connect=self.lookup_timeout)

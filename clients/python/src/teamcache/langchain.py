@@ -41,6 +41,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generati
 
 from ._cached import _fails_open, _Health
 from ._client import AsyncTeamCache, TeamCache
+from ._settings import on_callers_path
 from .keys import descriptor_key
 from .models import Lease, Lookup
 
@@ -237,7 +238,8 @@ class TeamCacheLLMCache(BaseCache):
         if write is None:
             return
         try:
-            self._cache.upsert(self.namespace, write.pop("descriptor"), write.pop("response"), **write)
+            with on_callers_path():
+                self._cache.upsert(self.namespace, write.pop("descriptor"), write.pop("response"), **write)
         except Exception as error:  # noqa: BLE001 - a cache never fails the model call
             self._failed(error)
 
@@ -264,7 +266,8 @@ class TeamCacheLLMCache(BaseCache):
         if write is None:
             return
         try:
-            await self._async().upsert(self.namespace, write.pop("descriptor"), write.pop("response"), **write)
+            with on_callers_path():
+                await self._async().upsert(self.namespace, write.pop("descriptor"), write.pop("response"), **write)
         except Exception as error:  # noqa: BLE001 - a cache never fails the model call
             self._failed(error)
 

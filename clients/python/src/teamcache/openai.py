@@ -64,6 +64,7 @@ from ._cached import _CACHE_FAILURES, _fails_open, _Health
 from ._client import AsyncTeamCache, TeamCache
 from ._openai_plan import ENDPOINTS, NOT_IN_KEY, Plan, is_text, plan, truthy
 from ._openai_stream import UsageFilter, _usage, is_failure, stream_outcome
+from ._settings import on_callers_path
 from .errors import CacheSkipped, ProblemError
 from .models import Lease, Lookup
 
@@ -289,11 +290,12 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
 
         def _store(self, the_plan: Plan, lease: Lease | None, stored: tuple[str, dict[str, Any]] | None) -> None:
             try:
-                if stored is not None:
-                    cache.upsert(namespace, the_plan.descriptor, stored[0], metadata=stored[1], ttl=policy.ttl,
-                                 lease=lease, stale_while_revalidate=policy.stale_while_revalidate)
-                elif lease is not None:
-                    cache.release(namespace, the_plan.key, lease)
+                with on_callers_path():
+                    if stored is not None:
+                        cache.upsert(namespace, the_plan.descriptor, stored[0], metadata=stored[1], ttl=policy.ttl,
+                                     lease=lease, stale_while_revalidate=policy.stale_while_revalidate)
+                    elif lease is not None:
+                        cache.release(namespace, the_plan.key, lease)
             except _CACHE_FAILURES as error:
                 policy.health.failed(error)
 
@@ -434,11 +436,13 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
 
         async def _store(self, the_plan: Plan, lease: Lease | None, stored: tuple[str, dict[str, Any]] | None) -> None:
             try:
-                if stored is not None:
-                    await cache.upsert(namespace, the_plan.descriptor, stored[0], metadata=stored[1], ttl=policy.ttl,
-                                       lease=lease, stale_while_revalidate=policy.stale_while_revalidate)
-                elif lease is not None:
-                    await cache.release(namespace, the_plan.key, lease)
+                with on_callers_path():
+                    if stored is not None:
+                        await cache.upsert(namespace, the_plan.descriptor, stored[0], metadata=stored[1],
+                                           ttl=policy.ttl, lease=lease,
+                                           stale_while_revalidate=policy.stale_while_revalidate)
+                    elif lease is not None:
+                        await cache.release(namespace, the_plan.key, lease)
             except _CACHE_FAILURES as error:
                 policy.health.failed(error)
 
