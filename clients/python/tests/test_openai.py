@@ -124,6 +124,24 @@ def test_an_answer_or_stream_reporting_a_failure_is_not_cached(upstream, cache, 
     assert upstream.count() == 6
 
 
+def test_a_query_string_is_part_of_the_key_and_a_beta_header_passes_through(upstream, cache, namespace):
+    """Azure's api-version (or any extra_query) can change the answer where the body does not
+    show it: each version has its own entry. A beta-feature header is passed through uncached."""
+    client = sdk(upstream, cache, namespace)
+    asked = [{"role": "user", "content": "versions"}]
+    for version in ("1", "2", "1", "2"):
+        reply = client.chat.completions.with_raw_response.create(model="gpt-x", messages=asked,
+                                                                  extra_query={"api-version": version})
+        assert reply.status_code == 200
+    assert upstream.count() == 2, "one call for each version, then hits"
+    beta = [{"role": "user", "content": "beta"}]
+    for _ in range(2):
+        reply = client.chat.completions.with_raw_response.create(model="gpt-x", messages=beta,
+                                                                  extra_headers={"OpenAI-Beta": "assistants=v2"})
+        assert "x-teamcache" not in reply.headers or reply.headers["x-teamcache"] != "hit"
+    assert upstream.count() == 4
+
+
 def test_twenty_concurrent_identical_calls_make_one_upstream_call(upstream, cache, namespace):
     client = sdk(upstream, cache, namespace)
     slow = [{"role": "user", "content": "slow question"}]

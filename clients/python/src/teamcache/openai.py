@@ -208,7 +208,7 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
     BaseTransport: Any = _base(http, "BaseTransport")
     class CachingTransport(BaseTransport):
         def handle_request(self, request: Any) -> Any:
-            the_plan = plan(request.method, request.url.path, request.read())
+            the_plan = _plan_of(request, request.read())
             if the_plan is None:
                 return upstream.handle_request(request)
             try:
@@ -320,6 +320,22 @@ def _refused_usage(the_plan: Plan, status: int) -> bool:
     return the_plan.upstream_body is not None and status in (400, 422)
 
 
+def _plan_of(request: Any, body: bytes) -> Plan | None:
+    """How ``request`` is cached, or None to pass it through. Its answer can depend on more than
+    the body shows: a beta-feature header passes it through, as the gateway does; a query string
+    (Azure's ``api-version``, an SDK's ``extra_query``) goes into the key as ``params.query``, so
+    two API versions never share an entry (the gateway does not cache such a call at all)."""
+    if "openai-beta" in request.headers or "anthropic-beta" in request.headers:
+        return None
+    the_plan = plan(request.method, request.url.path, body)
+    raw = request.url.query
+    query = raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw or "")
+    if the_plan is None or not query:
+        return the_plan
+    descriptor = {**the_plan.descriptor, "params": {**the_plan.descriptor["params"], "query": query}}
+    return dataclasses.replace(the_plan, descriptor=descriptor)
+
+
 def _without_length(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """A relayed stream's headers once events may be removed from it."""
     return [(name, value) for name, value in headers if name.lower() != "content-length"]
@@ -367,7 +383,7 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
     AsyncBaseTransport: Any = _base(http, "AsyncBaseTransport")
     class CachingTransport(AsyncBaseTransport):
         async def handle_async_request(self, request: Any) -> Any:
-            the_plan = plan(request.method, request.url.path, await request.aread())
+            the_plan = _plan_of(request, await request.aread())
             if the_plan is None:
                 return await upstream.handle_async_request(request)
             try:
