@@ -6,7 +6,7 @@ streamed and not, recording its calls (path, body, headers). Prompts steer it:
 "gate" streams its first chunk and then waits for ``gate`` to be set before the rest, "cut"
 ends a stream after its first chunk, "broken200" answers a chat 200 with an error document (a
 stream: its first chunk, an error event in vLLM's shape, then ``[DONE]``, as that server does),
-"accepted202" answers a chat 202.
+"accepted202" answers a chat 202, "gzipped" compresses a chat's answer whatever was asked.
 
 It also serves the plain HTTP shapes the Swift HTTP client's tests need (``GET /_test/...``),
 and runs on its own, plain and over TLS, for those tests and the benches:
@@ -15,6 +15,7 @@ until its standard input closes; ``GET /_test/calls`` answers the calls recorded
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import json
 import ssl
@@ -103,7 +104,7 @@ class Upstream:
                     "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": body["model"],
                     "choices": [{"index": 0, "finish_reason": "stop",
                                  "message": {"role": "assistant", "content": "Hello there"}}],
-                    "usage": USAGE})
+                    "usage": USAGE}, gzipped="gzipped" in text)
 
             def _anthropic(self, text: str, body: dict) -> None:
                 message = {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
@@ -124,10 +125,14 @@ class Upstream:
                 ]
                 self._send_events(text, [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events])
 
-            def _json(self, status: int, document: dict) -> None:
+            def _json(self, status: int, document: dict, gzipped: bool = False) -> None:
                 data = json.dumps(document).encode()
+                if gzipped:
+                    data = gzip.compress(data)
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
+                if gzipped:
+                    self.send_header("Content-Encoding", "gzip")
                 self.send_header("X-Upstream-Account", "org-of-this-caller")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

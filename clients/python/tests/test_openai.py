@@ -142,6 +142,16 @@ def test_a_query_string_is_part_of_the_key_and_a_beta_header_passes_through(upst
     assert upstream.count() == 4
 
 
+def test_an_answer_compressed_although_identity_was_asked_reads_once(upstream, cache, namespace):
+    client = sdk(upstream, cache, namespace)
+    asked = [{"role": "user", "content": "gzipped please"}]
+    first = client.chat.completions.create(model="gpt-x", messages=asked)
+    second = client.chat.completions.with_raw_response.create(model="gpt-x", messages=asked)
+    assert first.choices[0].message.content == "Hello there"
+    assert second.headers["x-teamcache"] == "hit" and second.parse().choices[0].message.content == "Hello there"
+    assert upstream.count() == 1
+
+
 def test_twenty_concurrent_identical_calls_make_one_upstream_call(upstream, cache, namespace):
     client = sdk(upstream, cache, namespace)
     slow = [{"role": "user", "content": "slow question"}]

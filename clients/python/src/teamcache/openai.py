@@ -276,7 +276,8 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
             body = response.read()
             response.close()
             self._store(the_plan, lease, policy.storable(the_plan, response.status_code, body, content_type))
-            return http.Response(response.status_code, headers=headers, content=body, extensions=response.extensions)
+            return http.Response(response.status_code, headers=_decoded(headers), content=body,
+                                 extensions=response.extensions)
 
         @property
         def health(self) -> CacheHealth:
@@ -334,6 +335,12 @@ def _plan_of(request: Any, body: bytes) -> Plan | None:
         return the_plan
     descriptor = {**the_plan.descriptor, "params": {**the_plan.descriptor["params"], "query": query}}
     return dataclasses.replace(the_plan, descriptor=descriptor)
+
+
+def _decoded(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The headers of an answer whose body was read, and so decoded: an upstream that compressed
+    it although asked for identity would otherwise have it decoded twice (every call failing)."""
+    return [(name, value) for name, value in headers if name.lower() not in ("content-encoding", "content-length")]
 
 
 def _without_length(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -448,7 +455,8 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
             body = await response.aread()
             await response.aclose()
             await self._store(the_plan, lease, policy.storable(the_plan, response.status_code, body, content_type))
-            return http.Response(response.status_code, headers=headers, content=body, extensions=response.extensions)
+            return http.Response(response.status_code, headers=_decoded(headers), content=body,
+                                 extensions=response.extensions)
 
         async def _store(self, the_plan: Plan, lease: Lease | None, stored: tuple[str, dict[str, Any]] | None) -> None:
             try:
