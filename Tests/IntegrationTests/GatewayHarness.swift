@@ -37,6 +37,7 @@ final class GatewayHarness: @unchecked Sendable {
                 "raw": ["url": "http://127.0.0.1:\(port)", "kind": "openai", "first_byte_timeout": 0.5,
                         "idle_timeout": 0.5],
                 "down": ["url": "http://127.0.0.1:1/v1", "kind": "openai", "connect_timeout": 1],
+                "impatient": ["url": "http://127.0.0.1:\(port)/v1", "kind": "openai", "first_byte_timeout": 2],
             ]
         }
         file = folder.appendingPathComponent("upstreams.json").path

@@ -216,6 +216,25 @@ import TestSupport
         #expect(try harness.count(accepted) == 2)
     }
 
+    /// A stale answer served when the upstream fails is held to the caller's `max-stale` when
+    /// the failure comes, not only when the call began: a call that failed after its deadline
+    /// may have left the entry staler than the caller takes.
+    @Test func aStaleAnswerAfterAFailureKeepsToMaxStale() throws {
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        let body = ModelBodies.chat(ModelBodies.unique("stall"))
+        let stored = try post("local", "chat/completions", body, headers: headers + [("TeamCache-TTL", "1")])
+        #expect(stored.header("X-TeamCache") == "miss")
+        Thread.sleep(forTimeInterval: 2)
+        // About 1 s overdue when asked, about 3 s when the upstream's 2 s first-byte deadline ends.
+        let tooStale = try post("impatient", "chat/completions", body,
+                                headers: headers + [("Cache-Control", "max-stale=2")])
+        #expect(tooStale.status == 504, "\(tooStale.status) \(tooStale.header("X-TeamCache") ?? "")")
+        let taken = try post("impatient", "chat/completions", body,
+                             headers: headers + [("Cache-Control", "max-stale=60")])
+        #expect(taken.status == 200 && taken.header("X-TeamCache") == "hit; stale")
+        #expect(taken.body == stored.body)
+    }
+
     @Test func anUnreachableUpstreamIs502AndASilentOneIs504() throws {
         let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
         let down = try post("down", "chat/completions", ModelBodies.chat(ModelBodies.unique("down")), headers: headers)

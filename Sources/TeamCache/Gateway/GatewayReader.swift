@@ -64,8 +64,7 @@ final class GatewayReader {
             gateway.look(call, responder, mayFollow: false)
             return
         }
-        if case .owner(let stale?, _) = role, head.status >= 500 || head.status == 429 {
-            answerStale(stale)
+        if case .owner(let stale?, _) = role, head.status >= 500 || head.status == 429, answerStale(stale) {
             return
         }
         self.head = head
@@ -127,8 +126,8 @@ final class GatewayReader {
                 stream.abort()
             } else if !isOwner {
                 gateway.look(call, responder, mayFollow: false)
-            } else if case .owner(let stale?, _) = role {
-                answerStale(stale)
+            } else if case .owner(let stale?, _) = role, answerStale(stale) {
+                return
             } else {
                 responder.respond(GatewayAnswers.failure(error, upstream: call.upstream).response(
                     requestID: call.request.requestID))
@@ -136,15 +135,20 @@ final class GatewayReader {
         }
     }
 
-    private func answerStale(_ entry: StoredEntry) {
+    /// Answers with the stale entry the caller's `max-stale` took when the call began, if it
+    /// still takes it now (the call may have run for minutes since); false when it does not,
+    /// and the failure is the answer.
+    private func answerStale(_ entry: StoredEntry) -> Bool {
+        let api = gateway.api, now = api.clock.now()
+        let freshness = Freshness.of(entry, now: now, maxStale: call.controls.maxStale)
+        if case .expired = freshness { return false }
         done = true
-        let api = gateway.api
         responder.respond {
-            let now = api.clock.now()
             api.tracker.record(.stale, namespace: call.namespace.name, entry: entry, at: now)
-            return try GatewayAnswers.hit(entry, freshness: Freshness.of(entry, now: now, maxStale: Int.max),
-                                          collapsed: false, now: now, request: call.request, api: api)
+            return try GatewayAnswers.hit(entry, freshness: freshness, collapsed: false, now: now,
+                                          request: call.request, api: api)
         }
+        return true
     }
 
     private func response(_ head: Broadcast.Head, body: [UInt8], stored: Bool) -> HTTPResponse {

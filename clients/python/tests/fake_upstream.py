@@ -6,7 +6,7 @@ streamed and not, recording its calls (path, body, headers). Prompts steer it:
 "gate" streams its first chunk and then waits for ``gate`` to be set before the rest, "cut"
 ends a stream after its first chunk, "broken200" answers a chat 200 with an error document (a
 stream: its first chunk, an error event in vLLM's shape, then ``[DONE]``, as that server does),
-"accepted202" answers a chat 202, "gzipped" compresses a chat's answer whatever was asked.
+"accepted202" answers a chat 202, "gzipped" compresses a chat's answer whatever was asked, "stall" answers after 3 s.
 
 It also serves the plain HTTP shapes the Swift HTTP client's tests need (``GET /_test/...``),
 and runs on its own, plain and over TLS, for those tests and the benches:
@@ -76,6 +76,8 @@ class Upstream:
                     return self._json(429, {"error": {"message": "slow down", "type": "rate_limit"}})
                 if "slow" in text:
                     time.sleep(0.3)
+                if "stall" in text:
+                    time.sleep(3)
                 if self.path.endswith("/messages"):
                     return self._anthropic(text, body)
                 if self.path.endswith("/completions") and not self.path.endswith("/chat/completions"):
