@@ -235,6 +235,32 @@ import TestSupport
         #expect(taken.body == stored.body)
     }
 
+    /// An answer the upstream compressed (although asked for identity) is not stored, and a
+    /// caller following it here is told its encoding, as the caller who made the call is.
+    @Test func aFollowerOfAnEncodedAnswerIsToldItsEncoding() throws {
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        let prompt = ModelBodies.unique("gzipped slow")
+        let body = ModelBodies.chat(prompt)
+        let answers = Locked<[RawClient.Response]>([])
+        let service = try self.service, path = self.path("local", "chat/completions")
+        // The others ask once the first call is under way (the upstream answers after 0.3 s).
+        DispatchQueue.concurrentPerform(iterations: 3) { index in
+            if index > 0 { Thread.sleep(forTimeInterval: 0.15) }
+            if let answer = try? service.request("POST", path, headers: headers, json: body) {
+                answers.withLock { $0.append(answer) }
+            }
+        }
+        let all = answers.withLock { $0 }
+        #expect(all.count == 3)
+        #expect(all.contains { $0.header("X-TeamCache") == "hit; collapsed" }, "a caller followed")
+        for answer in all {
+            #expect(answer.header("Content-Encoding") == "gzip")
+            let text = (try? Gzip.decompress(answer.body, limit: 1 << 20)).map { String(decoding: $0, as: UTF8.self) }
+            #expect(text?.contains("Hello there") == true)
+        }
+        #expect(try harness.count(prompt) < 3)
+    }
+
     @Test func anUnreachableUpstreamIs502AndASilentOneIs504() throws {
         let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
         let down = try post("down", "chat/completions", ModelBodies.chat(ModelBodies.unique("down")), headers: headers)

@@ -153,8 +153,13 @@ final class GatewayReader {
 
     private func response(_ head: Broadcast.Head, body: [UInt8], stored: Bool) -> HTTPResponse {
         var headers = HTTPHeaders(capacity: head.headers.count + 3)
-        // The upstream's own fields go to the caller whose call it was, and to no one else.
-        if isOwner { for (name, value) in head.headers { headers.add(name, value) } }
+        // The upstream's own fields go to the caller whose call it was, and to no one else, but
+        // for how the bytes are encoded: a follower gets the same bytes, and must be able to read them.
+        if isOwner {
+            for (name, value) in head.headers { headers.add(name, value) }
+        } else if let encoding = head.headers.first(where: { $0.0.lowercased() == "content-encoding" }) {
+            headers.add(encoding.0, encoding.1)
+        }
         headers.add("Content-Type", head.contentType)
         switch role {
         case .owner(_, cached: false):
