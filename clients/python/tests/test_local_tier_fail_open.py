@@ -15,7 +15,7 @@ import pytest
 
 from teamcache import AsyncTeamCache, LocalTier, TeamCache, TeamCacheError
 from teamcache._local_feed import _Feed
-from teamcache.models import ChangePage
+from teamcache.models import Change, ChangePage
 
 from .conftest import Server, eventually, free_port
 from .test_fail_open import Frozen
@@ -255,3 +255,50 @@ def test_a_write_lost_then_refused_on_its_retry_is_not_queued():
         assert tier.outbox == 0 and hang_up.accepted == 1
     finally:
         _close_at_once(cache)
+
+
+def test_a_long_page_of_changes_is_applied_a_few_at_a_time(server, token, namespace):
+    """Every local answer takes the tier's lock (on an asyncio client, on its event loop): a
+    page of 100 changes is applied in holds of at most 32, not in one."""
+    tier = LocalTier(feed_wait=2)
+    cache = TeamCache(server.url, token, local_tier=tier)
+    client = tier._client
+    assert client is not None
+    real = client.changes
+    served: list[bool] = []
+
+    def long_page(namespace: str, *, since: str, **kwargs: object) -> ChangePage:
+        if since == "now" or served:
+            return real(namespace, since=since, **kwargs)  # type: ignore[arg-type]
+        served.append(True)
+        changes = tuple(Change(cursor=since, kind="delete", key=f"k{i}") for i in range(100))
+        return ChangePage(changes=changes, next=since, more=False)
+
+    applied: list[int] = []
+    holds: list[int] = []
+    lock, apply = tier._lock, tier._apply
+
+    class Counting:
+        def __enter__(self) -> None:
+            lock.__enter__()
+            holds.append(len(applied))
+
+        def __exit__(self, *exc: object) -> None:
+            holds.append(len(applied))
+            lock.__exit__(*exc)
+
+    def counted(*args: object) -> None:
+        applied.append(1)
+        apply(*args)  # type: ignore[arg-type]
+
+    client.changes = long_page  # type: ignore[method-assign]
+    tier._lock = Counting()  # type: ignore[assignment]
+    tier._apply = counted  # type: ignore[method-assign]
+    try:
+        tier._follow(namespace)
+        assert eventually(lambda: len(applied) >= 100, timeout=10)
+        spans = [holds[i + 1] - holds[i] for i in range(0, len(holds) - 1, 2)]
+        assert max(spans) <= 32, spans
+    finally:
+        tier._lock = lock  # type: ignore[assignment]
+        cache.close()

@@ -24,6 +24,10 @@ logger = logging.getLogger("teamcache.local")
 _CHANGED_KEYS = 10_000
 
 
+#: Changes applied under one hold of the tier's lock (see ``_follow_feed``).
+_APPLIED_AT_ONCE = 32
+
+
 @dataclass
 class _Feed:
     """One followed namespace."""
@@ -94,9 +98,14 @@ class FeedFollowing:
                 feed.asking = ("long poll" if waits else "catching-up call", asked)
                 page = client.changes(namespace, since=cursor, wait=self.feed_wait if waits else None, limit=1000)
                 feed.asking = None
+                # A few changes at a time: the lock is the one every local answer takes (on an
+                # asyncio client, on its event loop), so a page of 1000 must not hold it whole.
+                # Applying a change twice (a crash before the cursor is saved) drops nothing more.
+                for start in range(0, len(page.changes), _APPLIED_AT_ONCE):
+                    with self._lock:
+                        for change in page.changes[start:start + _APPLIED_AT_ONCE]:
+                            self._apply(namespace, change.key, change.kind, change.etag, change.expires_at)
                 with self._lock:
-                    for change in page.changes:
-                        self._apply(namespace, change.key, change.kind, change.etag, change.expires_at)
                     self._copies.save_cursor(namespace, page.next)
                 cursor = page.next
                 # Behind (more to read): not live until caught up.
