@@ -102,12 +102,17 @@ public final class LocalTier: Sendable {
 
     /// The tier's own client (no breaker, no retries: it works in the background and tries
     /// again on its own schedule). A tier given to several clients (copies of one, say) keeps
-    /// the first's: they share its copies, and one connection follows the feed for all.
-    func attach(_ client: TeamCacheClient) {
+    /// the first's: they share its copies, and one connection follows the feed for all. False
+    /// for a client of another service or token, which must not read or write through it.
+    func attach(_ client: TeamCacheClient) -> Bool {
         state.withLock { state in
-            guard state.client == nil else { return }
+            if let first = state.client {
+                return first.configuration.baseURL == client.configuration.baseURL
+                    && first.configuration.token == client.configuration.token
+            }
             state.client = client
             state.reporter = Task.detached { [weak self] in await self?.reportEvery() }
+            return true
         }
     }
 

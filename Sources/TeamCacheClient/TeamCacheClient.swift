@@ -33,20 +33,22 @@ public struct TeamCacheClient: Sendable {
 
     public let configuration: Configuration
     private let session: URLSession
-    /// Answers fresh copies without a network call (see `LocalTier`); nil: none.
+    /// Answers fresh copies without a network call (see `LocalTier`); nil: none, or the tier
+    /// given serves another service or token (its copies are what that token may read, and its
+    /// queued writes go out with it): such a client works without one.
     public let localTier: LocalTier?
 
     public init(_ configuration: Configuration, session: URLSession = TeamCacheClient.sharedSession,
                 localTier: LocalTier? = nil) {
         self.configuration = configuration
         self.session = session
-        self.localTier = localTier
         // The tier's own copy of this client: no breaker (its failures are its own, and must not
         // skip the caller's calls), no retries (it tries again on its own schedule).
         var background = configuration
         background.breaker = nil
         background.maxRetries = 0
-        localTier?.attach(TeamCacheClient(background, session: session))
+        let taken = localTier?.attach(TeamCacheClient(background, session: session)) ?? false
+        self.localTier = taken ? localTier : nil
     }
 
     /// A client at `baseURL` with `token`, through `localTier`.

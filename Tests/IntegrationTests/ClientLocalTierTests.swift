@@ -62,6 +62,18 @@ import TestSupport
         return asked
     }
 
+    /// A tier's copies are what one token may read, and its queued writes go out with that token:
+    /// a client of another token, or another service, works without it rather than through it.
+    @Test func aTierServesOneServiceAndOneToken() throws {
+        let tier = try LocalTier(path: nil)
+        let token = try writer(TestService.namespace("one-token"))
+        let first = client(service.port, token, tier: tier)
+        #expect(first.localTier === tier)
+        #expect(client(service.port, token, tier: tier).localTier === tier, "the same service and token share it")
+        #expect(client(service.port, "tc_" + String(repeating: "9", count: 40), tier: tier).localTier == nil)
+        #expect(client(service.port + 1, token, tier: tier).localTier == nil)
+    }
+
     @Test func freshCopiesAnswerLocallyAndAWriteElsewhereIsSeenWithinASecond() async throws {
         let namespace = TestService.namespace("swifttier")
         let token = try writer(namespace)

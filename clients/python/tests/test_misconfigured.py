@@ -182,3 +182,19 @@ def test_a_result_the_write_cannot_carry_is_returned_not_raised(server, token, n
     found = cache.lookup(namespace, {"model": "m", "prompt": "surrogate"}, lease=30)
     assert not found.hit and found.lease is not None, "the lease was let go"
     cache.close()
+
+
+def test_a_local_tier_serves_one_service_and_one_token(server, token, namespace):
+    """Its copies are what one token may read, and its queued writes go out with that token: a
+    client with another token (or service) is refused the tier at once, not served through it."""
+    tier = LocalTier()
+    first = TeamCache(server.url, token, local_tier=tier)
+    again = TeamCache(server.url, token, local_tier=tier)  # the same service and token: shared
+    try:
+        with pytest.raises(ValueError, match="one token"):
+            TeamCache(server.url, "tc_" + "9" * 40, local_tier=tier)
+        with pytest.raises(ValueError, match="one token"):
+            TeamCache(f"http://127.0.0.1:{free_port()}", token, local_tier=tier)
+    finally:
+        again.close()
+        first.close()

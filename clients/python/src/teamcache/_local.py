@@ -119,6 +119,12 @@ class LocalTier(FeedFollowing, HitReporting, OutboxSending):
         from ._client import TeamCache
         if self._client is not None:
             # Given to a second client: both share its copies; the first's connection follows.
+            # Only for the same service and token: the copies are what that token may read, and
+            # queued writes are sent with it, so another token would read and write through it.
+            first = self._client._settings
+            if (first.base_url, first.token) != (settings.base_url, settings.token):
+                raise ValueError("a LocalTier serves one service and one token: give a client with "
+                                         "another URL or token a LocalTier of its own")
             return
         http = self._http_client or lent
         if http is None and unlent:
