@@ -183,7 +183,7 @@ final class ClientConnection {
 
     /// Nothing to read on the socket, nor in the TLS session's buffer: one `recv` peek, at
     /// each reuse.
-    private var isQuiet: Bool {
+    var isQuiet: Bool {
         if let tls, tls.hasBuffered { return false }
         var byte: UInt8 = 0
         let count = recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))

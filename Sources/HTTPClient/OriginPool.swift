@@ -48,7 +48,9 @@ final class OriginPool {
 
     /// A connection finished an exchange: it serves the next waiting call, or rests idle.
     func release(_ connection: ClientConnection, reusable: Bool) {
-        guard reusable, connection.state == .active else {
+        // Quiet too when handed straight to a waiting call, as when taken from the idle list:
+        // bytes already there after the answer's end would be read as that call's answer.
+        guard reusable, connection.state == .active, connection.isQuiet else {
             connection.close()
             return
         }

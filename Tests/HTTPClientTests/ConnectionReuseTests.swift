@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import HTTPClient
+import Locking
 import Testing
 import TestSupport
 
@@ -89,6 +90,51 @@ import TestSupport
                             delegate: second.delegate(on: loop))
         }
         #expect(second.wait())
+        #expect(String(decoding: second.body, as: UTF8.self) == "right")
+        #expect(harness.client.socketsOpened == 2)
+    }
+
+    /// An upstream that answers `GET /first` with exactly 64 KiB (the client's read buffer) and
+    /// at once a second answer nobody asked for; `GET /second` on a connection of its own gets
+    /// "right".
+    static func bufferFillingUpstream() throws -> Int {
+        try Loopback.serve { fd in
+            defer { close(fd) }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let count = read(fd, &buffer, buffer.count)
+            guard count > 0 else { return }
+            if buffer[0..<count].starts(with: Array("GET /second".utf8)) {
+                _ = write(fd, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nright", 43)
+                return
+            }
+            let head = Array("HTTP/1.1 200 OK\r\nContent-Length: 65494\r\n\r\n".utf8)
+            let answer = head + [UInt8](repeating: 0x61, count: 65536 - head.count)
+                + Array("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nstolen".utf8)
+            _ = answer.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            _ = read(fd, &buffer, buffer.count)
+        }.port
+    }
+
+    /// A connection handed straight to a call waiting for one (the origin at its cap) is quiet
+    /// too: the first call's answer fills one read exactly, so the stray answer after it is
+    /// still in the socket when the connection is released.
+    @Test func bytesAfterAnAnswerEndedKeepTheConnectionFromAWaitingCall() throws {
+        let port = try Self.bufferFillingUpstream()
+        var configuration = HTTPClient.Configuration()
+        configuration.maxConnectionsPerOrigin = 1
+        let harness = try ClientHarness(configuration)
+        let paused = Locked<LoopBound<HTTPCall>?>(nil)
+        // Paused until every byte is in the socket, so one read takes exactly the first answer.
+        let first = try harness.start(ClientRequest(method: "GET", path: "/first"), to: "http://127.0.0.1:\(port)") {
+            call, _ in
+            call.value.pause()
+            paused.withLock { $0 = call }
+        }
+        let second = try harness.start(ClientRequest(method: "GET", path: "/second"), to: "http://127.0.0.1:\(port)")
+        Thread.sleep(forTimeInterval: 0.3)
+        harness.onLoop { paused.withLock { $0 }?.value.resume() }
+        #expect(first.wait() && second.wait())
+        #expect(first.body.count == 65494)
         #expect(String(decoding: second.body, as: UTF8.self) == "right")
         #expect(harness.client.socketsOpened == 2)
     }
