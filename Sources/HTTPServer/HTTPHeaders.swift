@@ -87,13 +87,14 @@ public struct HTTPHeaders: Sendable, Sequence {
     }
 
     /// The fields as the serializer writes them, `Name: value\r\n` each (for
-    /// `HTTPResponse.renderedFields`).
+    /// `HTTPResponse.renderedFields`), with CR, LF and NUL in a value as spaces, as the
+    /// serializer writes every other value (`WireWriter.putFieldValue`).
     public var wireForm: [UInt8] {
         var bytes: [UInt8] = []
         for field in fields {
             bytes += field.name.utf8
             bytes += ": ".utf8
-            bytes += field.value.utf8
+            bytes += field.value.utf8.map { $0 == 0x0D || $0 == 0x0A || $0 == 0 ? 0x20 : $0 }
             bytes += "\r\n".utf8
         }
         return bytes

@@ -107,13 +107,25 @@ public final class LocalTier: Sendable {
     func attach(_ client: TeamCacheClient) -> Bool {
         state.withLock { state in
             if let first = state.client {
-                return first.configuration.baseURL == client.configuration.baseURL
+                return Self.sameService(first.configuration.baseURL, client.configuration.baseURL)
                     && first.configuration.token == client.configuration.token
             }
             state.client = client
             state.reporter = Task.detached { [weak self] in await self?.reportEvery() }
             return true
         }
+    }
+
+    /// URLs that name one service: equal but for a trailing slash, and the scheme and host's case.
+    static func sameService(_ a: URL, _ b: URL) -> Bool {
+        func form(_ url: URL) -> String {
+            var text = url.absoluteString
+            while text.hasSuffix("/") { text.removeLast() }
+            guard let scheme = url.scheme, let host = url.host else { return text }
+            return text.replacingOccurrences(of: scheme + "://" + host, with: (scheme + "://" + host).lowercased(),
+                                             options: [.anchored, .caseInsensitive])
+        }
+        return form(a) == form(b)
     }
 
     /// Stops following and reporting (after one last report), closes the file.

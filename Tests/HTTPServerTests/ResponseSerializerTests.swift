@@ -175,5 +175,8 @@ import Testing
                                                                       server: "S"), as: UTF8.self)
         #expect(streamed.hasPrefix("HTTP/1.1 200 OK\r\nContent-Type: \(spaced)\r\nVary: A\r\n"))
         #expect(!streamed.contains("Set-Cookie: a=b\r\n") && !streamed.contains("\u{0}"))
+        // Fields rendered ahead (a near-cache copy's) are written the same way.
+        #expect(String(decoding: HTTPHeaders([("Content-Type", hostile)]).wireForm, as: UTF8.self)
+            == "Content-Type: \(spaced)\r\n")
     }
 }

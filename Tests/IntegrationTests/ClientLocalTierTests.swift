@@ -72,6 +72,9 @@ import TestSupport
         #expect(client(service.port, token, tier: tier).localTier === tier, "the same service and token share it")
         #expect(client(service.port, "tc_" + String(repeating: "9", count: 40), tier: tier).localTier == nil)
         #expect(client(service.port + 1, token, tier: tier).localTier == nil)
+        let slashed = TeamCacheClient.Configuration(baseURL: URL(string: "HTTP://127.0.0.1:\(service.port)/")!,
+                                                     token: token)
+        #expect(TeamCacheClient(slashed, localTier: tier).localTier === tier, "a trailing slash is the same service")
     }
 
     @Test func freshCopiesAnswerLocallyAndAWriteElsewhereIsSeenWithinASecond() async throws {

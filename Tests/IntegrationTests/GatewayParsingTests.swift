@@ -124,6 +124,14 @@ import Testing
             ("event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{}}\n\n", false, true),
             ("data: {\"type\":\"response.incomplete\",\"response\":{\"status\":\"incomplete\"}}\n\n", true, false),
             ("data: {\"choices\":[{\"delta\":{\"content\":\"an error in the text\"}}]}\n\ndata: [DONE]\n\n", true, false),
+            // The Python transport's rules, word for word (`is_failure`): vLLM's error shape, a
+            // string error, a Responses object that did not finish, an `error: null` that is none.
+            ("data: {\"object\":\"error\",\"message\":\"engine broke\"}\n\ndata: [DONE]\n\n", true, true),
+            ("data: {\"error\":\"engine broke\"}\n\ndata: [DONE]\n\n", true, true),
+            ("data: {\"object\":\"response\",\"status\":\"cancelled\"}\n\ndata: [DONE]\n\n", true, true),
+            ("data: {\"object\":\"response\",\"status\":\"queued\"}\n\ndata: [DONE]\n\n", true, true),
+            ("data: {\"choices\":[],\"usage\":{},\"error\":null}\n\ndata: [DONE]\n\n", true, false),
+            ("data: {\"type\":[\"error\"],\"usage\":{}}\n\ndata: [DONE]\n\n", true, false),
         ] {
             var recorder = StreamRecorder(stripsUsage: false)
             _ = recorder.feed(Array(text.utf8))

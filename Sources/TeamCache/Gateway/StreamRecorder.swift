@@ -82,8 +82,9 @@ struct StreamRecorder {
 
     private static let dataPrefix = Array("data:".utf8)
     private static let done = Array("[DONE]".utf8)
+    /// Every word `AnswerFailure` reads is here: an event without one cannot report a failure.
     private static let markers = ["usage", "finish_reason", "stop_reason", "response.completed", "response.incomplete",
-                                  "response.failed", "response.cancelled", "message_stop", "error"]
+                                  "failed", "cancelled", "message_stop", "error", "queued", "in_progress"]
         .map { Array($0.utf8) }
 
     /// Whether an event's data may carry usage, a reason or the end (most carry a few words

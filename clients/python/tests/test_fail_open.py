@@ -19,6 +19,7 @@ from teamcache import (
     AsyncTeamCache,
     CircuitBreaker,
     ConfigurationError,
+    Lease,
     TeamCache,
     TokenCounts,
 )
@@ -412,3 +413,28 @@ def test_an_async_cache_slow_to_write_costs_a_paid_call_at_most_the_write_deadli
 
 async def _paid() -> str:
     return "paid"
+
+
+def test_background_work_keeps_the_clients_timeout_inside_a_callers_write():
+    """A refresh nobody waits for runs through the same fill as a caller's, which marks its
+    write as on a caller's path: background work keeps the client's timeout and retries."""
+    from teamcache import _operations as op
+    from teamcache._settings import _Settings, in_background, on_callers_path
+    settings = _Settings("http://127.0.0.1:1", None, 5.0, 2, 0.1, 5.0)
+    write = op.release("ns", "k", Lease(id="x", expires_in=1))
+    assert settings.timeout_for(write).read == 5.0
+    with on_callers_path():
+        assert settings.timeout_for(write).read == 1.0
+    with in_background(), on_callers_path():
+        assert settings.timeout_for(write).read == 5.0
+
+
+def test_a_write_the_service_refuses_gives_its_lease_back(server, token, namespace):
+    """A result whose metadata the service refuses (422): the lease is let go at once, so the
+    next caller is handed it instead of waiting for it to expire."""
+    cache = TeamCache(server.url, token)
+    descriptor = {"model": "m", "prompt": "refused write"}
+    assert cache.cached(namespace, descriptor, lambda: "paid", usage=lambda _r: {"content_type": "json"}) == "paid"
+    found = cache.lookup(namespace, descriptor, lease=30)
+    assert not found.hit and found.lease is not None and not found.pending
+    cache.close()

@@ -4,6 +4,7 @@ its calls, and a real TeamCache server."""
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 
 import httpx
@@ -254,3 +255,49 @@ async def test_async_openai(upstream, server, token, namespace):
             streams.append([chunk.choices[0].delta.content async for chunk in stream])
         assert streams[0] == streams[1] == ["Hel", "lo", " there"]
         assert upstream.count() == 2
+
+
+def test_a_query_goes_into_the_key_as_a_digest_never_as_text():
+    """A query may carry a credential (an API gateway's subscription key): the key, and any
+    queued write holding the descriptor, get its SHA-256, not the text."""
+    from teamcache.openai import _plan_of
+    body = b'{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}'
+    secret = httpx.Request("POST", "https://llm.example/v1/chat/completions?api-version=1&key=SECRET", content=body)
+    other = httpx.Request("POST", "https://llm.example/v1/chat/completions?api-version=2&key=SECRET", content=body)
+    planned, again = _plan_of(secret, body), _plan_of(other, body)
+    assert planned is not None and again is not None and planned.key != again.key
+    assert "SECRET" not in json.dumps(planned.descriptor) and "url_query_sha256" in planned.descriptor["params"]
+
+
+def test_failure_rules_take_any_json_without_raising():
+    from teamcache._openai_stream import is_failure
+    assert not is_failure({"type": ["error"]}) and not is_failure({"object": "response", "status": {"a": 1}})
+    assert is_failure({"type": "error"}) and is_failure({"object": "response", "status": "failed"})
+    assert is_failure({"error": "text"}) and not is_failure({"error": None}) and not is_failure([1])
+
+
+def test_only_a_media_type_the_service_takes_is_recorded():
+    from teamcache.openai import _storable_type
+    assert _storable_type("application/json; charset=utf-8") and _storable_type("text/plain\tx")
+    assert not _storable_type("json") and not _storable_type("") and not _storable_type("a/b\r\nX: y")
+    assert not _storable_type("a/" + "b" * 300)
+
+
+@pytest.mark.parametrize(("endpoint", "text", "storable"), [
+    ("/chat/completions",
+     'data: {"choices":[]}\n\ndata: {"error":{"message":"overloaded"}}\n\ndata: [DONE]\n\n', False),
+    ("/chat/completions", 'event: error\ndata: {"type":"error","error":{"type":"overloaded_error"}}\n\n', False),
+    ("/responses", 'event: response.failed\ndata: {"type":"response.failed","response":{}}\n\n', False),
+    ("/responses", 'data: {"type":"response.incomplete","response":{"status":"incomplete"}}\n\n', True),
+    ("/chat/completions", 'data: {"choices":[{"delta":{"content":"an error in the text"}}]}\n\ndata: [DONE]\n\n', True),
+    ("/chat/completions", 'data: {"object":"error","message":"engine broke"}\n\ndata: [DONE]\n\n', False),
+    ("/chat/completions", 'data: {"error":"engine broke"}\n\ndata: [DONE]\n\n', False),
+    ("/chat/completions", 'data: {"object":"response","status":"cancelled"}\n\ndata: [DONE]\n\n', False),
+    ("/chat/completions", 'data: {"object":"response","status":"queued"}\n\ndata: [DONE]\n\n', False),
+    ("/chat/completions", 'data: {"choices":[],"usage":{},"error":null}\n\ndata: [DONE]\n\n', True),
+    ("/chat/completions", 'data: {"type":["error"],"usage":{}}\n\ndata: [DONE]\n\n', True),
+])
+def test_stream_failure_rules_are_the_gateways(endpoint, text, storable):
+    """The same streams as the gateway's `anErrorEventIsNotAnAnswer`, with the same verdicts."""
+    from teamcache._openai_stream import stream_outcome
+    assert stream_outcome(endpoint, text)[0] is storable

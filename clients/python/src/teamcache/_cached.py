@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypedDict, TypeVar, 
 import httpx
 
 from . import _operations as op
-from ._settings import on_callers_path
-from .errors import ConfigurationError, TeamCacheError
+from ._settings import in_background, on_callers_path
+from .errors import ConfigurationError, ProblemError, TeamCacheError
 from .keys import descriptor_key
 from .models import Lease, Lookup, WriteResult
 
@@ -84,6 +84,12 @@ class CacheOptions(TypedDict, total=False):
 #: Failures of the cache itself (as opposed to the call): the caller is never failed by these.
 #: (A descriptor the server would refuse is the caller's bug, and is raised.)
 _CACHE_FAILURES: tuple[type[BaseException], ...] = (TeamCacheError, OSError, httpx.HTTPError, json.JSONDecodeError)
+
+
+def refused_write(error: BaseException) -> bool:
+    """Whether the service refused what a write carried (400, 413, 422): the lease it held is
+    given back at once, so the callers waiting on it are not held until it expires."""
+    return isinstance(error, ProblemError) and error.status in (400, 413, 422)
 
 
 def _unstorable(error: Exception) -> None:
@@ -332,7 +338,8 @@ class CachedMixin:
     def _refresh(self, namespace: str, descriptor: Mapping[str, Any], call: Callable[[], Any], options: Options,
                  lease: Lease) -> None:
         try:
-            self._fill(namespace, descriptor, call, options, lease)
+            with in_background():
+                self._fill(namespace, descriptor, call, options, lease)
         except Exception as error:  # noqa: BLE001 - a background refresh has nobody to raise to
             logger.warning("TeamCache background refresh failed: %r", error)
 
@@ -362,6 +369,11 @@ class CachedMixin:
                         tags=options.tags, lease=lease, stale_while_revalidate=options.stale_while_revalidate)
         except _CACHE_FAILURES as error:
             self._health.failed(error)
+            if lease is not None and refused_write(error):
+                try:
+                    self._run(op.release(namespace, self._key(descriptor), lease))
+                except _CACHE_FAILURES as failure:
+                    self._health.failed(failure)
         except Exception as error:  # noqa: BLE001
             _unstorable(error)
             if lease is not None:
@@ -474,7 +486,8 @@ class AsyncCachedMixin:
     async def _refresh(self, namespace: str, descriptor: Mapping[str, Any], call: Callable[[], Awaitable[Any]],
                        options: Options, lease: Lease) -> None:
         try:
-            await self._fill(namespace, descriptor, call, options, lease)
+            with in_background():
+                await self._fill(namespace, descriptor, call, options, lease)
         except Exception as error:  # noqa: BLE001 - a background refresh has nobody to raise to
             logger.warning("TeamCache background refresh failed: %r", error)
 
@@ -503,6 +516,11 @@ class AsyncCachedMixin:
                               stale_while_revalidate=options.stale_while_revalidate)
         except _CACHE_FAILURES as error:
             self._health.failed(error)
+            if lease is not None and refused_write(error):
+                try:
+                    await self._run(op.release(namespace, CachedMixin._key(descriptor), lease))
+                except _CACHE_FAILURES as failure:
+                    self._health.failed(failure)
         except Exception as error:  # noqa: BLE001
             _unstorable(error)
             if lease is not None:

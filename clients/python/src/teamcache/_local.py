@@ -37,6 +37,7 @@ from ._local_feed import FeedFollowing, _Feed
 from ._local_outbox import OutboxConflict, OutboxSending
 from ._local_reports import HitReporting, _Report
 from ._local_store import Copies, Queued, Record, instant
+from ._settings import in_background
 from .models import Entry, Lookup, WriteResult
 
 if TYPE_CHECKING:
@@ -45,6 +46,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("teamcache.local")
 
+
+
+def _in_background(work: Callable[..., None], *args: Any) -> None:
+    """Runs a tier thread's work as background work (``in_background``): a thread that inherits
+    its starter's context (free-threaded Python does) may have been started inside a caller's
+    write, whose short deadline must not become every long poll's."""
+    with in_background():
+        work(*args)
 
 class LocalTier(FeedFollowing, HitReporting, OutboxSending):
     """A bounded local tier for one client (see the module's documentation).
@@ -137,7 +146,8 @@ class LocalTier(FeedFollowing, HitReporting, OutboxSending):
         # A client's own http_client is lent, not given: the client closes it, not the tier
         # (a second client sharing the tier may close it while the first still uses it).
         self._owns_http = lent is None or self._http_client is not None
-        self._worker = threading.Thread(target=self._work, name="teamcache-local-tier", daemon=True)
+        self._worker = threading.Thread(target=_in_background, args=(self._work,), name="teamcache-local-tier",
+                                        daemon=True)
         self._worker.start()
 
     def close(self) -> None:
@@ -202,7 +212,7 @@ class LocalTier(FeedFollowing, HitReporting, OutboxSending):
                 if feed is None:
                     feed = self._feeds[namespace] = _Feed()
                     if not self._stop.is_set() and self._client is not None:
-                        feed.thread = threading.Thread(target=self._follow_feed, args=(namespace, feed),
+                        feed.thread = threading.Thread(target=_in_background, args=(self._follow_feed, namespace, feed),
                                                        name=f"teamcache-feed-{namespace}", daemon=True)
                         feed.thread.start()
         return feed

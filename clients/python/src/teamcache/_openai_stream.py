@@ -104,9 +104,10 @@ def is_failure(document: Any) -> bool:
         return False
     if document.get("error") is not None or document.get("object") == "error":
         return True
-    if document.get("type") in _FAILED_TYPES:
+    kind, status = document.get("type"), document.get("status")
+    if isinstance(kind, str) and kind in _FAILED_TYPES:
         return True
-    return document.get("object") == "response" and document.get("status") in _UNFINISHED_STATUSES
+    return document.get("object") == "response" and isinstance(status, str) and status in _UNFINISHED_STATUSES
 
 
 def stream_outcome(endpoint: str, text: str) -> tuple[bool, dict[str, Any]]:

@@ -79,17 +79,36 @@ def _first_warning(base_url: str) -> bool:
 #: already has. Such a write gets a short deadline (``fill_timeout``) and is never slept on
 #: (no Retry-After, no backoff), so a cache that is slow to write (its primary stalled while
 #: lookups still answer) costs a caller that at most, not the client's whole timeout.
-_callers_path: contextvars.ContextVar[bool] = contextvars.ContextVar("teamcache_callers_path", default=False)
+#: None: not said; False: background work (a refresh nobody waits for, the local tier's own
+#: threads), which keeps the client's timeout and retries even through the same code.
+_callers_path: contextvars.ContextVar[bool | None] = contextvars.ContextVar("teamcache_callers_path", default=None)
 
 
 @contextlib.contextmanager
 def on_callers_path() -> Iterator[None]:
-    """Marks the writes made inside as on a caller's path (see ``_callers_path``)."""
-    token = _callers_path.set(True)
+    """Marks the writes made inside as on a caller's path (see ``_callers_path``), unless they
+    are made by background work."""
+    token = _callers_path.set(True) if _callers_path.get() is None else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _callers_path.reset(token)
+
+
+@contextlib.contextmanager
+def in_background() -> Iterator[None]:
+    """Marks the work inside as nobody's wait: its writes keep the client's timeout and retries."""
+    token = _callers_path.set(False)
     try:
         yield
     finally:
         _callers_path.reset(token)
+
+
+def waited_on() -> bool:
+    """Whether a caller is waiting on the call being made (``on_callers_path``)."""
+    return _callers_path.get() is True
 
 
 class _Settings:
@@ -171,7 +190,7 @@ class _Settings:
         # A quick lookup is on a caller's path: it is never slept on (a 429's Retry-After, or
         # backoff); the caller is better off calling the upstream now. So is a write after a
         # paid call: the caller has its answer.
-        if call.quick or _callers_path.get():
+        if call.quick or waited_on():
             return False
         return status == 429 or call.idempotent
 
@@ -179,14 +198,14 @@ class _Settings:
     def may_retry(call: op.Call[Any], error: httpx.TransportError) -> bool:
         """A call that is not idempotent is retried only if it never reached the server; a
         timeout never is (each try would cost its caller the whole deadline again)."""
-        if isinstance(error, httpx.TimeoutException) or _callers_path.get():
+        if isinstance(error, httpx.TimeoutException) or waited_on():
             return False
         return call.idempotent or isinstance(error, httpx.ConnectError)
 
     def timeout_for(self, call: op.Call[Any]) -> httpx.Timeout:
         if call.quick:
             return httpx.Timeout(self.lookup_timeout)
-        if _callers_path.get():
+        if waited_on():
             return httpx.Timeout(self.fill_timeout, connect=self.lookup_timeout)
         if call.reads and call.extra_timeout:
             # A lookup that waits: its wait, and the short deadline for the answer after it.

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import importlib
 import json
 import threading
@@ -60,11 +61,11 @@ from types import ModuleType
 from typing import Any
 
 from ._breaker import CacheHealth
-from ._cached import _CACHE_FAILURES, _fails_open, _Health
+from ._cached import _CACHE_FAILURES, _fails_open, _Health, refused_write
 from ._client import AsyncTeamCache, TeamCache
 from ._openai_plan import ENDPOINTS, NOT_IN_KEY, Plan, is_text, plan, truthy
 from ._openai_stream import UsageFilter, _usage, is_failure, stream_outcome
-from ._settings import on_callers_path
+from ._settings import in_background, on_callers_path
 from .errors import CacheSkipped, ProblemError
 from .models import Lease, Lookup
 
@@ -124,7 +125,9 @@ class _Policy:
             if is_failure(document):
                 return None
             metadata = _usage(document)
-        metadata["content_type"] = content_type or ("text/event-stream" if the_plan.stream else "application/json")
+        # Only a media type the service stores (it answers hits with it); else the endpoint's own.
+        metadata["content_type"] = content_type if _storable_type(content_type) else (
+            "text/event-stream" if the_plan.stream else "application/json")
         metadata["endpoint"] = the_plan.endpoint
         return text, metadata
 
@@ -236,6 +239,10 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
             return self._call(request, the_plan, found.lease)
 
         def _refresh(self, request: Any, the_plan: Plan, lease: Lease) -> None:
+            with in_background():
+                self._refresh_now(request, the_plan, lease)
+
+        def _refresh_now(self, request: Any, the_plan: Plan, lease: Lease) -> None:
             request.headers["accept-encoding"] = "identity"
             try:
                 response = upstream.handle_request(request)
@@ -299,6 +306,8 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
                         cache.release(namespace, the_plan.key, lease)
             except _CACHE_FAILURES as error:
                 policy.health.failed(error)
+                if stored is not None and lease is not None and refused_write(error):
+                    self._store(the_plan, lease, None)
 
         def close(self) -> None:
             upstream.close()
@@ -321,11 +330,21 @@ def _refused_usage(the_plan: Plan, status: int) -> bool:
     return the_plan.upstream_body is not None and status in (400, 422)
 
 
+def _storable_type(text: str) -> bool:
+    """A media type as the service takes one (CacheCore's ``MediaType.isStorable``): 1 to 256
+    bytes with a ``/``, no control character but a tab."""
+    data = text.encode(errors="replace")
+    return 1 <= len(data) <= 256 and b"/" in data and all(byte >= 0x20 and byte != 0x7F or byte == 0x09
+                                                            for byte in data)
+
+
 def _plan_of(request: Any, body: bytes) -> Plan | None:
     """How ``request`` is cached, or None to pass it through. Its answer can depend on more than
     the body shows: a beta-feature header passes it through, as the gateway does; a query string
-    (Azure's ``api-version``, an SDK's ``extra_query``) goes into the key as ``params.query``, so
-    two API versions never share an entry (the gateway does not cache such a call at all)."""
+    (Azure's ``api-version``, an SDK's ``extra_query``) goes into the key as its SHA-256
+    (``params.url_query_sha256``: a query may carry a credential, which no key or queued write
+    should hold), so two API versions never share an entry (the gateway does not cache such a
+    call at all)."""
     if "openai-beta" in request.headers or "anthropic-beta" in request.headers:
         return None
     the_plan = plan(request.method, request.url.path, body)
@@ -333,7 +352,8 @@ def _plan_of(request: Any, body: bytes) -> Plan | None:
     query = raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw or "")
     if the_plan is None or not query:
         return the_plan
-    descriptor = {**the_plan.descriptor, "params": {**the_plan.descriptor["params"], "query": query}}
+    digest = hashlib.sha256(query.encode()).hexdigest()
+    descriptor = {**the_plan.descriptor, "params": {**the_plan.descriptor["params"], "url_query_sha256": digest}}
     return dataclasses.replace(the_plan, descriptor=descriptor)
 
 
@@ -417,6 +437,10 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
             return await self._call(request, the_plan, found.lease)
 
         async def _refresh(self, request: Any, the_plan: Plan, lease: Lease) -> None:
+            with in_background():
+                await self._refresh_now(request, the_plan, lease)
+
+        async def _refresh_now(self, request: Any, the_plan: Plan, lease: Lease) -> None:
             request.headers["accept-encoding"] = "identity"
             try:
                 response = await upstream.handle_async_request(request)
@@ -469,6 +493,8 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
                         await cache.release(namespace, the_plan.key, lease)
             except _CACHE_FAILURES as error:
                 policy.health.failed(error)
+                if stored is not None and lease is not None and refused_write(error):
+                    await self._store(the_plan, lease, None)
 
         async def aclose(self) -> None:
             await upstream.aclose()
