@@ -55,9 +55,9 @@ import TestSupport
         #expect(harness.client.socketsOpened == 2)
     }
 
-    /// An upstream whose answer to `GET /first` says 2 bytes and sends them, then, 30 ms later,
-    /// a whole second answer nobody asked for; `GET /second` on a connection of its own gets "right".
-    static func overtalkingUpstream() throws -> Int {
+    /// A stand-in upstream: `GET /second` gets "right" on whatever connection asks for it, and
+    /// any other request what `first` writes.
+    static func upstream(_ first: @escaping @Sendable (Int32) -> Void) throws -> Int {
         try Loopback.serve { fd in
             defer { close(fd) }
             var buffer = [UInt8](repeating: 0, count: 4096)
@@ -67,11 +67,19 @@ import TestSupport
                 _ = write(fd, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nright", 43)
                 return
             }
+            first(fd)
+            _ = read(fd, &buffer, buffer.count)
+        }.port
+    }
+
+    /// Its answer to `GET /first` says 2 bytes and sends them, then, 30 ms later, a whole second
+    /// answer nobody asked for.
+    static func overtalkingUpstream() throws -> Int {
+        try upstream { fd in
             _ = write(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 40)
             usleep(30_000)
             _ = write(fd, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nstolen", 44)
-            _ = read(fd, &buffer, buffer.count)
-        }.port
+        }
     }
 
     @Test func bytesAfterAnAnswerEndedLeaveTheConnectionUnused() throws {
@@ -94,25 +102,15 @@ import TestSupport
         #expect(harness.client.socketsOpened == 2)
     }
 
-    /// An upstream that answers `GET /first` with exactly 64 KiB (the client's read buffer) and
-    /// at once a second answer nobody asked for; `GET /second` on a connection of its own gets
-    /// "right".
+    /// Its answer to `GET /first` is exactly 64 KiB (the client's read buffer), and at once a
+    /// second answer nobody asked for.
     static func bufferFillingUpstream() throws -> Int {
-        try Loopback.serve { fd in
-            defer { close(fd) }
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            let count = read(fd, &buffer, buffer.count)
-            guard count > 0 else { return }
-            if buffer[0..<count].starts(with: Array("GET /second".utf8)) {
-                _ = write(fd, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nright", 43)
-                return
-            }
+        try upstream { fd in
             let head = Array("HTTP/1.1 200 OK\r\nContent-Length: 65494\r\n\r\n".utf8)
             let answer = head + [UInt8](repeating: 0x61, count: 65536 - head.count)
                 + Array("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nstolen".utf8)
             _ = answer.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            _ = read(fd, &buffer, buffer.count)
-        }.port
+        }
     }
 
     /// A connection handed straight to a call waiting for one (the origin at its cap) is quiet

@@ -159,15 +159,21 @@ def test_a_follower_answered_at_once_rests_between_polls(no_waiting_room, token,
         cache.close()
 
 
+def _tier_and_its_client(server, token: str) -> tuple[LocalTier, TeamCache, TeamCache]:
+    """A client with a tier, and the tier's own client (whose calls a test stubs)."""
+    tier = LocalTier(feed_wait=2)
+    cache = TeamCache(server.url, token, local_tier=tier)
+    client = tier._client
+    assert client is not None
+    return tier, cache, client
+
+
 def test_a_follower_behind_a_busy_numbering_rests_between_calls(server, token, namespace):
     """A follower that is not live asks without a wait; while the service is numbering a backlog
     it answers an empty page with ``more`` at once (here every page, from a stub of the tier's
     own client): the follower rests between such calls (0.2 s, as a held long poll would look
     again) instead of asking in a tight loop, and is not live meanwhile."""
-    tier = LocalTier(feed_wait=2)
-    cache = TeamCache(server.url, token, local_tier=tier)
-    client = tier._client
-    assert client is not None
+    tier, cache, client = _tier_and_its_client(server, token)
     real = client.changes
     calls: list[float] = []
 
@@ -260,10 +266,7 @@ def test_a_write_lost_then_refused_on_its_retry_is_not_queued():
 def test_a_long_page_of_changes_is_applied_a_few_at_a_time(server, token, namespace):
     """Every local answer takes the tier's lock (on an asyncio client, on its event loop): a
     page of 100 changes is applied in holds of at most 32, not in one."""
-    tier = LocalTier(feed_wait=2)
-    cache = TeamCache(server.url, token, local_tier=tier)
-    client = tier._client
-    assert client is not None
+    tier, cache, client = _tier_and_its_client(server, token)
     real = client.changes
     served: list[bool] = []
 

@@ -348,12 +348,8 @@ class CachedMixin:
         try:
             result = call()
         except BaseException:
-            if lease is not None:
-                try:
-                    with on_callers_path():
-                        self._run(op.release(namespace, self._key(descriptor), lease))
-                except _CACHE_FAILURES as error:
-                    self._health.failed(error)
+            with on_callers_path():
+                self._let_go(namespace, descriptor, lease)
             raise
         with on_callers_path():
             return self._store(namespace, descriptor, options, lease, result)
@@ -369,19 +365,21 @@ class CachedMixin:
                         tags=options.tags, lease=lease, stale_while_revalidate=options.stale_while_revalidate)
         except _CACHE_FAILURES as error:
             self._health.failed(error)
-            if lease is not None and refused_write(error):
-                try:
-                    self._run(op.release(namespace, self._key(descriptor), lease))
-                except _CACHE_FAILURES as failure:
-                    self._health.failed(failure)
+            if refused_write(error):
+                self._let_go(namespace, descriptor, lease)
         except Exception as error:  # noqa: BLE001
             _unstorable(error)
-            if lease is not None:
-                try:
-                    self._run(op.release(namespace, self._key(descriptor), lease))
-                except _CACHE_FAILURES as failure:
-                    self._health.failed(failure)
+            self._let_go(namespace, descriptor, lease)
         return result
+
+    def _let_go(self, namespace: str, descriptor: Mapping[str, Any], lease: Lease | None) -> None:
+        """Gives back a lease whose fill will not come, so its waiters are not held until it expires."""
+        if lease is None:
+            return
+        try:
+            self._run(op.release(namespace, self._key(descriptor), lease))
+        except _CACHE_FAILURES as failure:
+            self._health.failed(failure)
 
     @staticmethod
     def _key(descriptor: Mapping[str, Any]) -> str:
@@ -496,12 +494,8 @@ class AsyncCachedMixin:
         try:
             result = await call()
         except BaseException:
-            if lease is not None:
-                try:
-                    with on_callers_path():
-                        await self._run(op.release(namespace, CachedMixin._key(descriptor), lease))
-                except _CACHE_FAILURES as error:
-                    self._health.failed(error)
+            with on_callers_path():
+                await self._let_go(namespace, descriptor, lease)
             raise
         with on_callers_path():
             return await self._store(namespace, descriptor, options, lease, result)
@@ -516,16 +510,18 @@ class AsyncCachedMixin:
                               stale_while_revalidate=options.stale_while_revalidate)
         except _CACHE_FAILURES as error:
             self._health.failed(error)
-            if lease is not None and refused_write(error):
-                try:
-                    await self._run(op.release(namespace, CachedMixin._key(descriptor), lease))
-                except _CACHE_FAILURES as failure:
-                    self._health.failed(failure)
+            if refused_write(error):
+                await self._let_go(namespace, descriptor, lease)
         except Exception as error:  # noqa: BLE001
             _unstorable(error)
-            if lease is not None:
-                try:
-                    await self._run(op.release(namespace, CachedMixin._key(descriptor), lease))
-                except _CACHE_FAILURES as failure:
-                    self._health.failed(failure)
+            await self._let_go(namespace, descriptor, lease)
         return result
+
+    async def _let_go(self, namespace: str, descriptor: Mapping[str, Any], lease: Lease | None) -> None:
+        """As ``CachedMixin._let_go``."""
+        if lease is None:
+            return
+        try:
+            await self._run(op.release(namespace, CachedMixin._key(descriptor), lease))
+        except _CACHE_FAILURES as failure:
+            self._health.failed(failure)
