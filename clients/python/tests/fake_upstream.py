@@ -6,7 +6,9 @@ streamed and not, recording its calls (path, body, headers). Prompts steer it:
 "gate" streams its first chunk and then waits for ``gate`` to be set before the rest, "cut"
 ends a stream after its first chunk, "broken200" answers a chat 200 with an error document (a
 stream: its first chunk, an error event in vLLM's shape, then ``[DONE]``, as that server does),
-"accepted202" answers a chat 202, "gzipped" compresses a chat's answer whatever was asked, "stall" answers after 3 s.
+"accepted202" answers a chat 202, "gzipped" compresses a chat's answer whatever was asked,
+"stall" answers after 3 s, "nousage" refuses a request with ``stream_options`` (400) as some
+OpenAI-compatible servers do, "badrequest" answers 400.
 
 It also serves the plain HTTP shapes the Swift HTTP client's tests need (``GET /_test/...``),
 and runs on its own, plain and over TLS, for those tests and the benches:
@@ -65,6 +67,11 @@ class Upstream:
                     owner.calls.append({"path": self.path, "body": body, "text": text,
                                         "auth": self.headers.get("Authorization"),
                                         "headers": {k.lower(): v for k, v in self.headers.items()}})
+                if "nousage" in text and "stream_options" in body:
+                    return self._json(400, {"error": {"message": "Unrecognized request argument supplied: "
+                                                                 "stream_options", "type": "invalid_request_error"}})
+                if "badrequest" in text:
+                    return self._json(400, {"error": {"message": "too many messages", "type": "invalid_request_error"}})
                 if "broken200" in text and not body.get("stream"):
                     return self._json(200, {"error": {"message": "engine broke", "type": "server_error"}})
                 if "accepted202" in text:

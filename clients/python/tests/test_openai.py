@@ -153,6 +153,22 @@ def test_an_answer_compressed_although_identity_was_asked_reads_once(upstream, c
     assert upstream.count() == 1
 
 
+def test_only_a_refusal_of_the_usage_member_is_sent_again(upstream, cache, namespace):
+    """The transport asks a streamed chat for its usage; an upstream that refuses that member gets
+    the caller's request as sent (and the stream is stored). Any other 400 is the caller's answer:
+    the request is not sent a second time."""
+    client = sdk(upstream, cache, namespace)
+    no_usage = [{"role": "user", "content": "nousage please"}]
+    assert len(list(client.chat.completions.create(model="gpt-x", messages=no_usage, stream=True))) >= 1
+    assert upstream.count() == 2, "refused, then sent as the caller sent it"
+    list(client.chat.completions.create(model="gpt-x", messages=no_usage, stream=True))
+    assert upstream.count() == 2, "stored, and replayed"
+    with pytest.raises(openai.BadRequestError):
+        list(client.chat.completions.create(model="gpt-x", messages=[{"role": "user", "content": "badrequest"}],
+                                            stream=True))
+    assert upstream.count() == 3
+
+
 def test_twenty_concurrent_identical_calls_make_one_upstream_call(upstream, cache, namespace):
     client = sdk(upstream, cache, namespace)
     slow = [{"role": "user", "content": "slow question"}]

@@ -262,11 +262,15 @@ def transport(cache: TeamCache, namespace: str, *, http_module: ModuleType | str
             try:
                 response = upstream.handle_request(request)
                 if _refused_usage(the_plan, response.status_code):
-                    # An upstream that refuses the usage member gets the caller's request as sent.
+                    refusal = response.read()
                     response.close()
-                    the_plan = dataclasses.replace(the_plan, upstream_body=None)
-                    original.headers["accept-encoding"] = "identity"
-                    response = upstream.handle_request(original)
+                    if _names_usage(refusal):
+                        # An upstream that refuses the usage member gets the caller's request as sent.
+                        the_plan = dataclasses.replace(the_plan, upstream_body=None)
+                        original.headers["accept-encoding"] = "identity"
+                        response = upstream.handle_request(original)
+                    else:
+                        response = _refused_as_read(http, response, refusal)
             except BaseException:
                 self._store(the_plan, lease, None)
                 raise
@@ -328,6 +332,18 @@ def _refused_usage(the_plan: Plan, status: int) -> bool:
     """An upstream that rejects `stream_options` (some OpenAI-compatible servers) answered the
     request this transport augmented: it is sent again as the caller sent it."""
     return the_plan.upstream_body is not None and status in (400, 422)
+
+
+def _names_usage(refusal: bytes) -> bool:
+    """Whether a refusal of the augmented request is of its usage member: any other (a bad
+    request, a context too long) is the caller's answer, not a reason to call again."""
+    return b"stream_options" in refusal or b"include_usage" in refusal
+
+
+def _refused_as_read(http: ModuleType, response: Any, refusal: bytes) -> Any:
+    """The refusal, read already, handed on as the upstream's answer."""
+    return http.Response(response.status_code, headers=_decoded(list(response.headers.multi_items())),
+                         content=refusal, extensions=response.extensions)
 
 
 def _storable_type(text: str) -> bool:
@@ -459,10 +475,14 @@ def async_transport(cache: AsyncTeamCache, namespace: str, *, http_module: Modul
             try:
                 response = await upstream.handle_async_request(request)
                 if _refused_usage(the_plan, response.status_code):
+                    refusal = await response.aread()
                     await response.aclose()
-                    the_plan = dataclasses.replace(the_plan, upstream_body=None)
-                    original.headers["accept-encoding"] = "identity"
-                    response = await upstream.handle_async_request(original)
+                    if _names_usage(refusal):
+                        the_plan = dataclasses.replace(the_plan, upstream_body=None)
+                        original.headers["accept-encoding"] = "identity"
+                        response = await upstream.handle_async_request(original)
+                    else:
+                        response = _refused_as_read(http, response, refusal)
             except BaseException:
                 await self._store(the_plan, lease, None)
                 raise
