@@ -56,9 +56,15 @@ enum TokensCommand {
         var scopes = Set<Scope>()
         for word in scopeList.split(separator: ",") {
             guard let scope = Scope(rawValue: word.trimmingCharacters(in: .whitespaces)) else {
-                throw Arguments.Failure(description: "--scopes takes read, write, admin (got '\(word)')")
+                throw Arguments.Failure(description: "--scopes takes read, write, admin, metrics (got '\(word)')")
             }
             scopes.insert(scope)
+        }
+        // /metrics shows every namespace: a metrics token narrower than the store would read
+        // other teams' series.
+        if scopes.contains(.metrics) && pattern != "*" {
+            throw Arguments.Failure(description: "the metrics scope reads /metrics, which shows every namespace: "
+                + "give it --namespaces '*' (and no other scope), in a token of its own")
         }
         return (name, pattern, scopes)
     }

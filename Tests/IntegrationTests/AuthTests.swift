@@ -98,6 +98,11 @@ import TestSupport
         #expect(try service.request("GET", entryPath(namespace, "a"), token: scraper).status == 403)
         #expect(try service.request("GET", "/v1/stats", token: scraper).status == 403)
         #expect(try service.request("GET", "/metrics", token: try service.token([.admin], namespaces: "*")).status == 200)
+        // /metrics shows every namespace's series: a token for some namespaces does not read it.
+        let narrow = try service.token([.metrics], namespaces: "team-a*")
+        #expect(try service.request("GET", "/metrics", token: narrow).status == 403)
+        #expect(try service.request("GET", "/metrics", token: try service.token([.admin], namespaces: "team-a*")).status
+            == 403)
         let open = try TestService { $0.metricsRequireAuth = false }
         defer { open.stop() }
         #expect(try open.request("GET", "/metrics").status == 200)

@@ -110,6 +110,32 @@ import TestSupport
         #expect(try harness.count(refused) == 0)
     }
 
+    /// The server-held key is lent only for the model calls the gateway caches, not for the rest
+    /// of the account (files, batches, stored responses), which holds every tenant's data under
+    /// that one key. A caller's own key goes where it likes, as before.
+    @Test func theServerHeldKeyIsLentOnlyForModelCalls() throws {
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        let before = try harness.calls().count
+        #expect(try service.request("GET", path("keyed", "files"), headers: headers).status == 403)
+        #expect(try service.request("DELETE", path("keyed", "files/file-1"), headers: headers).status == 403)
+        #expect(try post("keyed", "files", "{}", headers: headers).status == 403)
+        #expect(try harness.calls().count == before, "nothing reached the upstream")
+        let own = try service.request("GET", path("keyed", "files"), headers: headers + [("Authorization", "Bearer sk-own")])
+        #expect(own.status != 403)
+    }
+
+    /// A TeamCache token of any shape given as the SDK's key (a secret registered before the
+    /// strength rule, say) is never forwarded either.
+    @Test func aTokenOfAnyShapeIsNeverForwarded() throws {
+        let prompt = ModelBodies.unique("weak token shape")
+        #expect(try post("keyed", "chat/completions", ModelBodies.chat(prompt), headers: [
+            ("TeamCache-Authorization", "Bearer \(try token())"), ("x-api-key", "tc_change-me-please"),
+        ]).status == 200)
+        let sent = try #require(try harness.call(prompt)?["headers"] as? [String: String])
+        #expect(!sent.values.contains { $0.contains("tc_change-me") })
+        #expect(sent["authorization"] == "Bearer \(GatewayHarness.serverKey)")
+    }
+
     @Test func withoutATokenOrWithoutScopeNothingIsCalled() throws {
         let prompt = ModelBodies.unique("unauthorized")
         #expect(try post("local", "chat/completions", ModelBodies.chat(prompt),

@@ -89,12 +89,13 @@ public final class APIToken: Sendable, Equatable {
 
     /// Every scope needs the namespace to match the pattern; admin there also reads and
     /// writes it. Store-wide routes (no namespace: the global stats, `/metrics`) need admin
-    /// on every namespace (the pattern `*`), or for `/metrics` the metrics scope: an admin of
-    /// `team-a*` administers team-a's namespaces, not the store.
+    /// on every namespace (the pattern `*`), or for `/metrics` the metrics scope on every
+    /// namespace too: `/metrics` shows every namespace's series, so a token for `team-a*`
+    /// (admin or metrics) reads team-a's namespaces, not the store's.
     public func allows(_ scope: Scope, namespace: Namespace?) -> Bool {
         guard let namespace else {
-            let storeAdmin = has(.admin) && everyNamespace
-            return scope == .metrics ? storeAdmin || has(.metrics) : scope == .admin && storeAdmin
+            guard everyNamespace else { return false }
+            return scope == .metrics ? has(.admin) || has(.metrics) : scope == .admin && has(.admin)
         }
         guard scope != .metrics, everyNamespace || Self.glob(namespacePattern, matches: namespace.name) else {
             return false

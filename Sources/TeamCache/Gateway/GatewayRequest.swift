@@ -59,7 +59,10 @@ enum GatewayHeaders {
         "cache-control", "pragma", "x-request-id",
     ]
 
-    static func forwarded(_ headers: HTTPHeaders, upstream: Upstream) throws -> [(name: String, value: String)] {
+    /// The caller's headers as the upstream gets them, and whether the server-held key was lent
+    /// (the caller sent no credential of its own).
+    static func forwarded(_ headers: HTTPHeaders, upstream: Upstream) throws
+        -> (headers: [(name: String, value: String)], lentKey: Bool) {
         // Fields the caller's `Connection` names are hop-by-hop too.
         let named = Set(HeaderList.elements(headers, "Connection").map(\.name))
         var out: [(name: String, value: String)] = []
@@ -70,7 +73,7 @@ enum GatewayHeaders {
             // The gateway relays bytes as they come and stores identity bytes: it decodes no
             // encoding, so it asks for none (below).
             if lower == "accept-encoding" { continue }
-            if containsTokenSecret(value) {
+            if containsTokenSecret(value) || namesATeamCacheToken(lower, value) {
                 // A TeamCache token, wherever the caller put it (`Authorization` in any scheme,
                 // `x-api-key`, Azure's `api-key`, any field): never forwarded.
                 guard upstream.key != nil else {
@@ -84,9 +87,20 @@ enum GatewayHeaders {
             out.append((name, value))
         }
         // The server-held key stands in when the caller sent none of its own.
-        if !credential { out += upstream.credentialHeaders() }
+        let lent = !credential && upstream.key != nil
+        if lent { out += upstream.credentialHeaders() }
         out.append(("Accept-Encoding", "identity"))
-        return out
+        return (out, lent)
+    }
+
+    /// A credential field whose value is a TeamCache token of any shape (`tc_…`, after a scheme
+    /// such as `Bearer`): the gateway takes one there as its caller's token, so it is never
+    /// forwarded, even one not shaped as `newSecret` makes them (a secret registered before the
+    /// strength rule). No model provider's key begins with `tc_`.
+    static func namesATeamCacheToken(_ lowercasedName: String, _ value: String) -> Bool {
+        guard ["authorization", "x-api-key", "api-key"].contains(lowercasedName) else { return false }
+        let credential = value.split(separator: " ", omittingEmptySubsequences: true).last ?? ""
+        return credential.hasPrefix(APIToken.secretPrefix)
     }
 
     /// Whether the request switches on a beta feature (`anthropic-beta`, `OpenAI-Beta`).
