@@ -89,7 +89,13 @@ public final class LocalTier: Sendable {
                 feedWait: TimeInterval = 10, reportInterval: TimeInterval = 2) throws {
         guard maxBytes >= 64 * 1024 else { throw LocalFile.Failure(description: "maxBytes must be at least 64 KiB") }
         // 0 would make every long poll an empty page at once, asked again in a tight loop.
-        guard feedWait > 0 else { throw LocalFile.Failure(description: "feedWait must be above 0") }
+        guard feedWait > 0, feedWait <= 3600 else {
+            throw LocalFile.Failure(description: "feedWait must be above 0 and at most 3600 s")
+        }
+        // A negative, NaN or huge interval trapped converting to nanoseconds in the reporter.
+        guard reportInterval > 0, reportInterval <= 3600 else {
+            throw LocalFile.Failure(description: "reportInterval must be above 0 and at most 3600 s")
+        }
         self.maxBytes = maxBytes
         self.keepEncrypted = keepEncrypted
         self.feedWait = feedWait

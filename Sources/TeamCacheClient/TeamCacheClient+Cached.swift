@@ -49,7 +49,9 @@ extension TeamCacheClient {
             case .hit(let answer, _, _, _)?:
                 return answer
             case .revalidate(let answer, _, _, let refresh)?:
-                Task { try? await fill(namespace, descriptor, options, lease: refresh, produce: produce) }
+                Task {
+                    try? await fill(namespace, descriptor, options, lease: refresh, waitedOn: false, produce: produce)
+                }
                 return answer
             case .leased(_, let granted)?:
                 lease = granted
@@ -59,7 +61,7 @@ extension TeamCacheClient {
             }
         }
         do {
-            return try await fill(namespace, descriptor, options, lease: lease, produce: produce)
+            return try await fill(namespace, descriptor, options, lease: lease, waitedOn: true, produce: produce)
         } catch {
             if let window = options.staleOnError,
                case .hit(let stale, _, _, _)? = try? await lookup(namespace: namespace, descriptor, maxStale: window) {
@@ -80,17 +82,34 @@ extension TeamCacheClient {
     }
 
     /// Calls `produce` and stores its answer with `lease`; gives the lease back if it throws.
+    /// `waitedOn`: a caller waits for this fill (not a background refresh): its writes are on
+    /// that caller's path (`onCallersPath`).
     private func fill(_ namespace: String, _ descriptor: Descriptor, _ options: CachedOptions, lease: MissLease?,
-                      produce: @Sendable () async throws -> ModelAnswer) async throws -> ModelAnswer {
+                      waitedOn: Bool, produce: @Sendable () async throws -> ModelAnswer) async throws -> ModelAnswer {
         let answer: ModelAnswer
         do {
             answer = try await produce()
         } catch {
-            if let lease { _ = try? await release(namespace: namespace, key: descriptor.key, lease: lease) }
+            await Self.$onCallersPath.withValue(waitedOn) { await letGo(namespace, descriptor, lease) }
             throw error
         }
-        _ = try? await upsert(namespace: namespace, descriptor, answer: answer, ttl: options.ttl, tags: options.tags,
-                              lease: lease, staleWhileRevalidate: options.staleWhileRevalidate)
+        await Self.$onCallersPath.withValue(waitedOn) {
+            do {
+                _ = try await upsert(namespace: namespace, descriptor, answer: answer, ttl: options.ttl,
+                                     tags: options.tags, lease: lease,
+                                     staleWhileRevalidate: options.staleWhileRevalidate)
+            } catch let error as TeamCacheClientError where error.refusedWrite {
+                // Refused for what it carried: the lease goes back at once, so the callers
+                // waiting on it are not held until it expires.
+                await letGo(namespace, descriptor, lease)
+            } catch {}
+        }
         return answer
+    }
+
+    /// Gives back a lease whose fill will not come.
+    private func letGo(_ namespace: String, _ descriptor: Descriptor, _ lease: MissLease?) async {
+        guard let lease else { return }
+        _ = try? await release(namespace: namespace, key: descriptor.key, lease: lease)
     }
 }

@@ -25,7 +25,9 @@ extension TeamCacheClient {
         }
         switch fetched {
         case .notModified(let ttl):
-            guard let held else { return try await get(namespace: namespace, key: key, maxStale: maxStale) }
+            // A 304 to a request that named no version is not an answer (and asking again in
+            // the same way would loop for as long as it came).
+            guard let held else { throw TeamCacheClientError.malformedResponse }
             tier.revalidated(namespace, key, ttl: ttl ?? 0, etag: held.etag)
             // Answered with the service's word on its freshness, not the copy's old expiry.
             return Self.entry(Self.renewed(held, ttl: ttl), fromLocal: false)
@@ -131,10 +133,13 @@ extension TeamCacheClient {
             return .queued(key: descriptor.key)
         }
         if let tier = localTier, let expires = result.expiresAt.flatMap(Self.instant) {
-            tier.wrote(namespace, result.key, LocalCopy(kind: .lookup, etag: result.etag, body: Data(answer.response.utf8),
-                                                        contentType: "text/plain", metadata: answer.metadata?.serialized,
-                                                        expiresAt: expires, updatedAt: Date().timeIntervalSince1970,
-                                                        staleWhileRevalidate: max(0, staleWhileRevalidate ?? 0)))
+            // Under the key this client derived, not the one the answer names: a mixed-up answer
+            // must not plant this response as another key's fresh copy.
+            let copy = LocalCopy(kind: .lookup, etag: result.etag, body: Data(answer.response.utf8),
+                                 contentType: "text/plain", metadata: answer.metadata?.serialized, expiresAt: expires,
+                                 updatedAt: Date().timeIntervalSince1970,
+                                 staleWhileRevalidate: max(0, staleWhileRevalidate ?? 0))
+            tier.wrote(namespace, descriptor.key, copy)
         }
         return result
     }
@@ -162,6 +167,15 @@ extension TeamCacheClient {
         return (try? JSONParser.parse(Array(data))) ?? .null
     }
 
+    /// Whole seconds of `interval` (rounded down), within a century either way: a copy's times
+    /// come from the service's numbers (`Age`, `ttl`) and from a file another client wrote, and
+    /// `Int(_:)` of a `Double` past `Int`'s range traps, which would take the app down.
+    static func wholeSeconds(_ interval: Double) -> Int {
+        let century = 100.0 * 365 * 86_400
+        guard interval.isFinite else { return interval > 0 ? Int(century) : interval < 0 ? -Int(century) : 0 }
+        return Int(min(max(interval, -century), century).rounded(.down))
+    }
+
     /// A copy the service has just said is current: fresh for its `ttl` from now (an answer
     /// without one leaves the copy's own expiry).
     static func renewed(_ copy: LocalCopy, ttl: Int?) -> LocalCopy {
@@ -174,11 +188,11 @@ extension TeamCacheClient {
     /// `stale`: answered while the service could not be reached (it cannot say the copy was not replaced).
     static func entry(_ copy: LocalCopy, fromLocal: Bool, stale: Bool = false) -> CachedEntry {
         let now = Date().timeIntervalSince1970
-        let ttl = Int((copy.expiresAt - now).rounded(.down))
+        let ttl = wholeSeconds(copy.expiresAt - now)
         var entry = CachedEntry(body: copy.body, contentType: copy.contentType, etag: copy.etag,
                                 cacheStatus: "teamcache; hit; ttl=\(ttl)" + (fromLocal ? "; local" : "")
                                     + (stale ? "; stale" : ""),
-                                age: max(0, Int(now - copy.updatedAt)))
+                                age: max(0, wholeSeconds(now - copy.updatedAt)))
         entry.fromLocal = fromLocal
         return entry
     }
@@ -188,7 +202,8 @@ extension TeamCacheClient {
         var answer = ModelAnswer(response: String(decoding: copy.body, as: UTF8.self),
                                  metadata: copy.metadata.flatMap { try? JSONParser.parse(Array($0.utf8)) })
         answer.fromLocal = fromLocal
-        return .hit(answer, key: key, age: max(0, Int(now - copy.updatedAt)), stale: stale || !copy.isFresh(now))
+        return .hit(answer, key: key, age: max(0, wholeSeconds(now - copy.updatedAt)),
+                    stale: stale || !copy.isFresh(now))
     }
 
     /// Seconds since 1970 of an RFC 3339 instant (as the service writes `expires_at`), with or
@@ -220,6 +235,12 @@ extension TeamCacheClientError {
         case .skipped: true
         case .timedOut, .problem, .malformedResponse: false
         }
+    }
+
+    /// The service refused what a write carried (400, 413, 422): its lease is given back.
+    var refusedWrite: Bool {
+        if case .problem(let status, _, _) = self { return [400, 413, 422].contains(status) }
+        return false
     }
 
     /// The service could not be reached (or was not asked: the breaker is open).

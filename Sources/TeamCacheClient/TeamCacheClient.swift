@@ -205,6 +205,16 @@ public struct TeamCacheClient: Sendable {
     func send(_ method: String, _ path: String, headers: [String: String] = [:], body: Data? = nil,
               accept: Set<Int>, timeout: TimeInterval? = nil, idempotent: Bool = true, quick: Bool = false) async throws
         -> (Data, HTTPURLResponse) {
+        // A write after a paid call, on its caller's path: a short deadline and no sleeps.
+        let waitedOn = Self.onCallersPath
+        let timeout = waitedOn ? max(1, 2 * configuration.lookupTimeout) : timeout
+        let quick = quick || waitedOn
+        // Asked before the call's verdict is awaited: a call skipped here gives none, so it
+        // must not abandon the probe another call is making (the next would probe too).
+        if let breaker = configuration.breaker, !breaker.allow() {
+            let health = breaker.health
+            throw TeamCacheClientError.skipped(reason: health.misconfiguration ?? health.lastError ?? "")
+        }
         do {
             return try await attempts(method, path, headers: headers, body: body, accept: accept, timeout: timeout,
                                       idempotent: idempotent, quick: quick)
@@ -237,9 +247,6 @@ public struct TeamCacheClient: Sendable {
         let refusal = unsendable
             ?? (token.isEmpty ? "the token is missing" : "the token is refused (unknown, expired or revoked)")
         let breaker = configuration.breaker
-        if let breaker, !breaker.allow() {
-            throw TeamCacheClientError.skipped(reason: breaker.health.misconfiguration ?? breaker.health.lastError ?? "")
-        }
         var attempt = 0
         // A try that may have reached the service (its connection lost after sending): what a
         // later try that never left says must not hide it (a write would be queued and sent twice).
@@ -277,10 +284,19 @@ public struct TeamCacheClient: Sendable {
                     throw TeamCacheClientError.transport("\(maybeSent ?? error.code)")
                 }
                 attempt += 1
-                try await pause(attempt: attempt, retryAfter: nil)
+                // A lookup on a caller's path is never slept on: it tries again at once (a
+                // connection the service closed meanwhile), or the caller calls the upstream.
+                if !quick { try await pause(attempt: attempt, retryAfter: nil) }
             }
         }
     }
+
+    /// Set while a write is made on a caller's path, after the model call it stores (`cached`):
+    /// the caller waits for an answer it already has. Such a write gets a short deadline (twice
+    /// `lookupTimeout`, 1 s at least) and is never slept on (no Retry-After, no backoff), so a
+    /// cache that is slow to write (its primary stalled while lookups still answer) costs the
+    /// caller that at most, not `timeout` and the retries. A background refresh is not on it.
+    @TaskLocal static var onCallersPath = false
 
     /// Why `token` cannot go in a header (nil: it can): a character outside printable ASCII.
     /// Says where, never what.

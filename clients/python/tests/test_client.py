@@ -188,12 +188,19 @@ def test_problems_are_exceptions_with_the_document(server, namespace):
 
 
 def test_a_stopped_server_is_a_transport_error_after_retries():
+    """A write tries again after a backoff; a read on a caller's path (a GET without a wait)
+    tries again at once, never after a sleep (here its first would be 1 s or more)."""
     port = free_port()
     started = time.monotonic()
     with TeamCache(f"http://127.0.0.1:{port}", "t", max_retries=2, backoff=0.2) as client, \
             pytest.raises(TransportError):
-        client.get("n", "k")
+        client.put("n", "k", b"v")
     assert time.monotonic() - started >= 0.2, "it retried with backoff"
+    started = time.monotonic()
+    with TeamCache(f"http://127.0.0.1:{port}", "t", max_retries=2, backoff=2) as client, \
+            pytest.raises(TransportError):
+        client.get("n", "k")
+    assert time.monotonic() - started < 0.9, "a read on a caller's path was slept on"
 
 
 class _Flaky(http.server.BaseHTTPRequestHandler):

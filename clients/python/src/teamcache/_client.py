@@ -246,7 +246,10 @@ class TeamCache(_Common, LocalSyncMixin, CachedMixin):
                     failed = maybe_sent or error
                     raise settings.unreachable(failed) from settings.cause(failed)
                 attempt += 1
-                time.sleep(settings.pause(attempt, None))
+                # A lookup on a caller's path is never slept on (as for a status): it tries again
+                # at once, or the caller calls the upstream.
+                if not call.quick:
+                    time.sleep(settings.pause(attempt, None))
                 continue
             if settings.retries(call, response.status_code) and attempt < settings.max_retries:
                 settings.judge(call, response)
@@ -355,7 +358,8 @@ class AsyncTeamCache(_Common, LocalAsyncMixin, AsyncCachedMixin):
                     failed = maybe_sent or error
                     raise settings.unreachable(failed) from settings.cause(failed)
                 attempt += 1
-                await asyncio.sleep(settings.pause(attempt, None))
+                if not call.quick:
+                    await asyncio.sleep(settings.pause(attempt, None))
                 continue
             if settings.retries(call, response.status_code) and attempt < settings.max_retries:
                 settings.judge(call, response)
