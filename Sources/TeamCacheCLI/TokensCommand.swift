@@ -64,7 +64,7 @@ enum TokensCommand {
         // other teams' series.
         if scopes.contains(.metrics) && pattern != "*" {
             throw Arguments.Failure(description: "the metrics scope reads /metrics, which shows every namespace: "
-                + "give it --namespaces '*' (and no other scope), in a token of its own")
+                + "give it --namespaces '*', in a token of its own")
         }
         return (name, pattern, scopes)
     }

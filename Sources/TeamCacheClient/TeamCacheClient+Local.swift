@@ -27,7 +27,7 @@ extension TeamCacheClient {
         case .notModified(let ttl):
             // A 304 to a request that named no version is not an answer (and asking again in
             // the same way would loop for as long as it came).
-            guard let held else { throw TeamCacheClientError.malformedResponse }
+            guard let held, held.etag != nil else { throw TeamCacheClientError.malformedResponse }
             tier.revalidated(namespace, key, ttl: ttl ?? 0, etag: held.etag)
             // Answered with the service's word on its freshness, not the copy's old expiry.
             return Self.entry(Self.renewed(held, ttl: ttl), fromLocal: false)
@@ -237,9 +237,10 @@ extension TeamCacheClientError {
         }
     }
 
-    /// The service refused what a write carried (400, 413, 422): its lease is given back.
+    /// The service refused what a write carried (400, 413, 422) or had no room for it (507):
+    /// nothing was stored, and its lease is given back.
     var refusedWrite: Bool {
-        if case .problem(let status, _, _) = self { return [400, 413, 422].contains(status) }
+        if case .problem(let status, _, _) = self { return [400, 413, 422, 507].contains(status) }
         return false
     }
 

@@ -207,7 +207,8 @@ public struct TeamCacheClient: Sendable {
         -> (Data, HTTPURLResponse) {
         // A write after a paid call, on its caller's path: a short deadline and no sleeps.
         let waitedOn = Self.onCallersPath
-        let timeout = waitedOn ? max(1, 2 * configuration.lookupTimeout) : timeout
+        // A whole deadline: a large answer gets a second a megabyte more to go up.
+        let timeout = waitedOn ? max(1, 2 * configuration.lookupTimeout) + Double(body?.count ?? 0) / 1_000_000 : timeout
         let quick = quick || waitedOn
         // Asked before the call's verdict is awaited: a call skipped here gives none, so it
         // must not abandon the probe another call is making (the next would probe too).

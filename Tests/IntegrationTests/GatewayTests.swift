@@ -122,6 +122,12 @@ import TestSupport
         #expect(try harness.calls().count == before, "nothing reached the upstream")
         let own = try service.request("GET", path("keyed", "files"), headers: headers + [("Authorization", "Bearer sk-own")])
         #expect(own.status != 403)
+        // Calls that read nothing stored under the account go with it: the model list an SDK
+        // asks at start, one model, token counts.
+        #expect(try service.request("GET", path("keyed", "models"), headers: headers).status != 403)
+        #expect(try service.request("GET", path("keyed", "models/gpt-x"), headers: headers).status != 403)
+        #expect(try service.request("GET", path("keyed", "models/gpt-x/more"), headers: headers).status == 403)
+        #expect(try post("keyedclaude", "v1/messages/count_tokens", "{}", headers: headers).status != 403)
     }
 
     /// A TeamCache token of any shape given as the SDK's key (a secret registered before the

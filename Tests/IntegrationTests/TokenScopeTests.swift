@@ -8,8 +8,11 @@ import Testing
 @Suite struct TokenScopeTests {
     static func reference(_ token: APIToken, _ scope: Scope, _ namespace: Namespace?) -> Bool {
         guard let namespace else {
-            let storeAdmin = token.scopes.contains(.admin) && token.namespacePattern == "*"
-            return scope == .metrics ? storeAdmin || token.scopes.contains(.metrics) : scope == .admin && storeAdmin
+            // /metrics shows every namespace: only a token for every namespace reads it.
+            let everyNamespace = token.namespacePattern == "*"
+            let storeAdmin = token.scopes.contains(.admin) && everyNamespace
+            return scope == .metrics ? storeAdmin || (everyNamespace && token.scopes.contains(.metrics))
+                : scope == .admin && storeAdmin
         }
         guard scope != .metrics, Glob.matches(token.namespacePattern, namespace.name) else { return false }
         return token.scopes.contains(scope) || token.scopes.contains(.admin)

@@ -133,10 +133,11 @@ final class Gateway: Sendable {
         let (headers, lentKey) = try GatewayHeaders.forwarded(request.headers, upstream: upstream)
         // The server-held key is lent for the model calls the gateway caches, not for the rest of
         // the account it opens (files, batches, stored responses: every tenant's, under one key).
-        if lentKey && !(request.method == "POST" && ModelRequest.cachedPaths(upstream.kind).contains(path)) {
+        if lentKey && !upstream.lendsKey(request.method, path) {
             throw HTTPError(403, "Upstream \(upstream.name)'s own key is lent only for its model calls (POST "
                 + ModelRequest.cachedPaths(upstream.kind).joined(separator: ", ")
-                + "): send your own key for \(request.method) \(path).", title: "Not with the server's key")
+                + ") and the calls that read no account data (models, token counts, moderations): send your own "
+                + "key for \(request.method) \(path).", title: "Not with the server's key")
         }
         return GatewayRequest(request: request, upstream: upstream, namespace: namespace, target: target, plan: plan,
                               controls: controls, headers: headers, principal: principal)

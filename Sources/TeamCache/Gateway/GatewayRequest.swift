@@ -99,7 +99,7 @@ enum GatewayHeaders {
     /// strength rule). No model provider's key begins with `tc_`.
     static func namesATeamCacheToken(_ lowercasedName: String, _ value: String) -> Bool {
         guard ["authorization", "x-api-key", "api-key"].contains(lowercasedName) else { return false }
-        let credential = value.split(separator: " ", omittingEmptySubsequences: true).last ?? ""
+        let credential = value.split(whereSeparator: { $0 == " " || $0 == "\t" }).last ?? ""
         return credential.hasPrefix(APIToken.secretPrefix)
     }
 

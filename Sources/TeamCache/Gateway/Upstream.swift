@@ -43,6 +43,23 @@ public struct Upstream: Sendable {
     }
 
     /// The headers that carry a server-held credential for this kind of API.
+    /// Whether the server-held key goes with `method` `path` (relative, no leading slash): the
+    /// cached model calls, and the calls that read nothing stored under the account (the model
+    /// list an SDK asks at start, token counts, moderations). Not files, batches, stored
+    /// responses or deletes: behind one key they are every tenant's.
+    func lendsKey(_ method: String, _ path: String) -> Bool {
+        if method == "POST" && ModelRequest.cachedPaths(kind).contains(path) { return true }
+        let segments = path.split(separator: "/", omittingEmptySubsequences: false)
+        let models = kind == .openai ? ["models"] : ["v1", "models"]
+        if method == "GET", segments.count >= models.count, segments.count <= models.count + 1,
+           segments.prefix(models.count).elementsEqual(models.map { Substring($0) }),
+           segments.dropFirst(models.count).allSatisfy({ !$0.isEmpty }) {
+            return true
+        }
+        let stateless: Set<String> = kind == .openai ? ["moderations"] : ["v1/messages/count_tokens"]
+        return method == "POST" && stateless.contains(path)
+    }
+
     func credentialHeaders() -> [(name: String, value: String)] {
         guard let key else { return [] }
         switch kind {

@@ -5,8 +5,10 @@ refuses the token, and a cache that raises whatever it raises."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
+import os
 import socket
 import threading
 import time
@@ -430,11 +432,18 @@ def test_background_work_keeps_the_clients_timeout_inside_a_callers_write():
 
 
 def test_a_write_the_service_refuses_gives_its_lease_back(server, token, namespace):
-    """A result whose metadata the service refuses (422): the lease is let go at once, so the
-    next caller is handed it instead of waiting for it to expire."""
+    """A result whose metadata the service refuses (422), or one past the namespace's byte cap
+    (507): the lease is let go at once, so the next caller is handed it instead of waiting for it
+    to expire."""
     cache = TeamCache(server.url, token)
     descriptor = {"model": "m", "prompt": "refused write"}
     assert cache.cached(namespace, descriptor, lambda: "paid", usage=lambda _r: {"content_type": "json"}) == "paid"
     found = cache.lookup(namespace, descriptor, lease=30)
+    assert not found.hit and found.lease is not None and not found.pending
+    cache.set_settings(namespace, max_bytes=1000)
+    large = {"model": "m", "prompt": "past the cap"}
+    answer = base64.b64encode(os.urandom(6000)).decode()  # does not compress below the cap
+    assert cache.cached(namespace, large, lambda: answer) == answer
+    found = cache.lookup(namespace, large, lease=30)
     assert not found.hit and found.lease is not None and not found.pending
     cache.close()

@@ -87,9 +87,10 @@ _CACHE_FAILURES: tuple[type[BaseException], ...] = (TeamCacheError, OSError, htt
 
 
 def refused_write(error: BaseException) -> bool:
-    """Whether the service refused what a write carried (400, 413, 422): the lease it held is
-    given back at once, so the callers waiting on it are not held until it expires."""
-    return isinstance(error, ProblemError) and error.status in (400, 413, 422)
+    """Whether the service refused what a write carried (400, 413, 422) or had no room for it
+    (507): nothing was stored, and the lease it held is given back at once, so the callers waiting
+    on it are not held until it expires."""
+    return isinstance(error, ProblemError) and error.status in (400, 413, 422, 507)
 
 
 def _unstorable(error: Exception) -> None:
