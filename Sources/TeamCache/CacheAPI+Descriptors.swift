@@ -21,7 +21,7 @@ extension CacheAPI {
         guard json["refresh"] == nil || json["refresh"]?.boolValue != nil else {
             throw HTTPError(422, "`refresh` must be a boolean.")
         }
-        let leaseSeconds = try Self.optionalInteger(json["lease"], name: "lease", 1...Lease.maxSeconds)
+        let asked = try Self.optionalInteger(json["lease"], name: "lease", 1...Lease.maxSeconds)
         let wait = try Self.waitMember(json["wait"])
         // A local copy's ETag: a hit on that very version answers without the response (the
         // caller has it), as a raw GET's `If-None-Match` answers 304.
@@ -36,12 +36,14 @@ extension CacheAPI {
         let model = descriptor.model
         let holder = context.holder
         let labelled = context.principal.mayWrite(namespace)
+        // A lease is the right to fill (see `planGet`): not for a token that cannot write.
+        let leaseSeconds = labelled ? asked : nil
         let budget = wait.flatMap { $0 > 0 ? WaitBudget(seconds: $0) : nil }
         let answers = Self.lookupMissAnswers(key: key)
         return .read(namespace, entryKey, standby: leaseSeconds == nil && budget == nil) { [self] entry, mayPark in
             let now = clock.now()
             // The model must match exactly: a defence against collisions and mix-ups.
-            let question = HitQuestion(namespace: namespace, key: entryKey, maxStale: maxStale, mayRefresh: true,
+            let question = HitQuestion(namespace: namespace, key: entryKey, maxStale: maxStale, mayRefresh: labelled,
                                        leaseSeconds: leaseSeconds, holder: holder, collapsed: budget?.waited == true)
             if let answer = try hitStep(entry.flatMap { $0.model == model ? $0 : nil }, question, now: now,
                                         render: { [self] entry, freshness, collapsed, lease in

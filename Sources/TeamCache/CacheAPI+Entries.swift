@@ -12,7 +12,11 @@ extension CacheAPI {
         let control = RequestCacheControl(request.headers)
         // Only GET takes a lease (`?lease=N`): a HEAD is a question, not a promise to fill.
         let query = request.method == "GET" ? try RequestParsing.query(request) : [:]
-        let leaseSeconds = try RequestParsing.integer("lease", in: query, 1...Lease.maxSeconds)
+        // A lease is the right to fill: a token that cannot write is answered as if it asked none
+        // (a hit, or a miss), never handed one it could neither fill nor give back while others wait.
+        let mayFill = context.principal.mayWrite(namespace)
+        let asked = try RequestParsing.integer("lease", in: query, 1...Lease.maxSeconds)
+        let leaseSeconds = mayFill ? asked : nil
         let budget = try Self.waitSeconds(query["wait"], status: 400).flatMap { $0 > 0 ? WaitBudget(seconds: $0) : nil }
         if control.noCache {
             tracker.record(.bypass, namespace: namespace.name, at: clock.now())
@@ -30,7 +34,7 @@ extension CacheAPI {
             }
             // A watch that saw a change is an update, not a fill it waited for.
             let question = HitQuestion(namespace: namespace, key: key, maxStale: control.maxStale,
-                                       mayRefresh: request.method == "GET" && !control.onlyIfCached,
+                                       mayRefresh: request.method == "GET" && !control.onlyIfCached && mayFill,
                                        leaseSeconds: leaseSeconds, holder: holder,
                                        collapsed: budget?.waited == true && watched == nil)
             let now = clock.now()

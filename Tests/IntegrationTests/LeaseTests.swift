@@ -96,6 +96,27 @@ import TestSupport
         #expect(again.header("TeamCache-Lease") != nil, "the released key was not free for the next caller")
     }
 
+    /// A lease is the right to fill: a token that cannot write the namespace is answered as if
+    /// it asked none (a miss, then a hit; and no refresh lease on a stale-while-revalidate
+    /// entry), never handed one it could neither fill nor give back while others wait on it.
+    @Test func aTokenThatCannotWriteIsNeverHandedALease() throws {
+        let service = TestService.shared
+        let namespace = TestService.namespace("lease-read-only")
+        let reader = try service.token([.read], namespaces: namespace)
+        let writer = try service.token([.read, .write], namespaces: namespace)
+        let miss = try service.request("GET", entryPath(namespace, "k") + "?lease=30", token: reader)
+        #expect(miss.status == 404 && miss.header("TeamCache-Lease") == nil)
+        let lookup = try Self.json(try service.request("POST", "/v1/caches/\(namespace)/lookup", token: reader,
+                                                       json: "{\(Self.descriptor),\"lease\":30}"))
+        #expect(lookup["hit"] as? Bool == false && lookup["lease"] == nil)
+        // The key is free for a caller that can fill it.
+        let filler = try service.request("GET", entryPath(namespace, "k") + "?lease=30", token: writer)
+        #expect(filler.header("TeamCache-Lease") != nil)
+        let fillerLookup = try Self.json(try service.request("POST", "/v1/caches/\(namespace)/lookup", token: writer,
+                                                             json: "{\(Self.descriptor),\"lease\":30}"))
+        #expect(fillerLookup["lease"] != nil)
+    }
+
     /// A lease that runs out unfilled frees the key for the next caller.
     @Test func anExpiredLeaseIsGrantedAgain() throws {
         let service = try TestService { $0.authEnabled = false }
