@@ -87,17 +87,25 @@ public struct HTTPHeaders: Sendable, Sequence {
     }
 
     /// The fields as the serializer writes them, `Name: value\r\n` each (for
-    /// `HTTPResponse.renderedFields`), with CR, LF and NUL in a value as spaces, as the
-    /// serializer writes every other value (`WireWriter.putFieldValue`).
+    /// `HTTPResponse.renderedFields`), values written `wireSafe`.
     public var wireForm: [UInt8] {
         var bytes: [UInt8] = []
         for field in fields {
             bytes += field.name.utf8
             bytes += ": ".utf8
-            bytes += field.value.utf8.map { $0 == 0x0D || $0 == 0x0A || $0 == 0 ? 0x20 : $0 }
+            bytes += field.value.utf8.map(Self.wireSafe)
             bytes += "\r\n".utf8
         }
         return bytes
+    }
+
+    /// A header value's byte as it is written: CR, LF and NUL as a space, so no value (a stored
+    /// content type, a name taken from a request or an upstream) can end its field early and
+    /// start another header, or another response, on a kept-alive connection. The one rule of
+    /// every way a head is written (`wireForm`, `ResponseSerializer`).
+    @inlinable
+    public static func wireSafe(_ byte: UInt8) -> UInt8 {
+        byte == 0x0D || byte == 0x0A || byte == 0 ? 0x20 : byte
     }
 
     /// ASCII case-insensitive comparison without allocating (header names are ASCII tokens).

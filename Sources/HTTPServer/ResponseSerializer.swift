@@ -195,17 +195,12 @@ struct WireWriter {
         put("\r\n")
     }
 
-    /// A header's value, with any CR, LF or NUL in it written as a space: whatever a route put
-    /// in a value (a stored content type, a name taken from a request), it can never end the
-    /// field early and start another header or response on a shared connection.
+    /// A header's value, written `HTTPHeaders.wireSafe`.
     mutating func putFieldValue(_ text: String) {
         let from = count
         put(text)
         guard let target = buffer.baseAddress else { return }
-        for index in from..<count where target[index] < 0x20 {
-            let byte = target[index]
-            if byte == 0x0D || byte == 0x0A || byte == 0 { target[index] = 0x20 }
-        }
+        for index in from..<count where target[index] < 0x20 { target[index] = HTTPHeaders.wireSafe(target[index]) }
     }
 
     mutating func put(_ text: String) {
@@ -259,10 +254,10 @@ extension ResponseSerializer {
         return head
     }
 
-    /// `value` with any CR, LF or NUL written as a space, as `WireWriter.putFieldValue` writes it.
+    /// `value` written `HTTPHeaders.wireSafe`.
     static func fieldValue(_ value: String) -> String {
-        guard value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else { return value }
-        return String(decoding: value.utf8.map { $0 == 0x0D || $0 == 0x0A || $0 == 0 ? 0x20 : $0 }, as: UTF8.self)
+        guard value.utf8.contains(where: { HTTPHeaders.wireSafe($0) != $0 }) else { return value }
+        return String(decoding: value.utf8.map(HTTPHeaders.wireSafe), as: UTF8.self)
     }
 
     /// Fields the connection decides for a stream: a handler's own would contradict its framing.

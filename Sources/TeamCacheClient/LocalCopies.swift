@@ -253,25 +253,31 @@ final class LocalCopies {
         if rows != nil { outboxLoaded = true }
         // A key's earlier rows left beside its last (an earlier version replaced them in two
         // steps): the last carries the base they were made over, and sent first they would win.
+        let named = (rows ?? []).compactMap(Self.outboxName)
         var last: [Name: Int64] = [:]
-        for row in rows ?? [] where row.count == 7 {
-            guard let id = row[0].int, let namespace = row[1].text, let key = row[3].text else { continue }
-            last[Name(namespace: namespace, key: key)] = id
-        }
+        for (id, name, _) in named { last[name] = id }
         let kept = Set(last.values)
         let stale = (rows ?? []).compactMap { $0.first?.int }.filter { !kept.contains($0) }
         if !stale.isEmpty {
             safely { try $0.run("DELETE FROM outbox WHERE id IN (\(stale.map(String.init).joined(separator: ",")))") }
         }
-        return (rows ?? []).compactMap { row in
-            guard row.count == 7, let id = row[0].int, kept.contains(id), let namespace = row[1].text,
-                  let kind = row[2].text, let key = row[3].text,
+        return named.compactMap { id, name, row in
+            guard kept.contains(id), let kind = row[2].text,
                   let payload = row[4].text.flatMap({ try? JSONParser.parse(Array($0.utf8)) }),
                   let written = row[6].double, let write = LocalTier.Queued.Write(kind: kind, payload: payload)
             else { return nil }
-            return LocalTier.Queued(id: id, namespace: namespace, key: key, write: write, baseETag: row[5].text,
-                                    writtenAt: written)
+            return LocalTier.Queued(id: id, namespace: name.namespace, key: name.key, write: write,
+                                    baseETag: row[5].text, writtenAt: written)
         }
+    }
+
+    /// An outbox row's id and key, with the row; nil for a row that is not the seven columns
+    /// `loadOutbox` selects (every column read after this is inside them).
+    private static func outboxName(_ row: [LocalFile.Value]) -> (Int64, Name, [LocalFile.Value])? {
+        guard row.count == 7, let id = row[0].int, let namespace = row[1].text, let key = row[3].text else {
+            return nil
+        }
+        return (id, Name(namespace: namespace, key: key), row)
     }
 
     /// The row's id; 0 when it could not be written (the write waits in memory only). The row

@@ -56,8 +56,12 @@ public final class TestDatabase: Sendable {
 
     /// A pool of up to `maxConnections` on a new migrated database.
     public func migratedPool(prefix: String = "m", maxConnections: Int) throws -> ConnectionPool {
-        let database = try migratedDatabase(prefix: prefix)
-        return ConnectionPool(.init(url: url, overrides: overrides(database: database), maxConnections: maxConnections))
+        pool(on: try migratedDatabase(prefix: prefix), maxConnections: maxConnections)
+    }
+
+    /// A pool of up to `maxConnections` on `database` (a test that also connects to it by name).
+    public func pool(on database: String, maxConnections: Int) -> ConnectionPool {
+        ConnectionPool(.init(url: url, overrides: overrides(database: database), maxConnections: maxConnections))
     }
 }
 

@@ -13,8 +13,7 @@ import TestSupport
 @Suite struct FeedTimelineTests {
     @Test func aCursorPastAHeadFromAnotherTimelineIsLost() throws {
         let database = try TestDatabase.shared.migratedDatabase(prefix: "feedtimeline")
-        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
-                                        overrides: TestDatabase.shared.overrides(database: database), maxConnections: 2))
+        let pool = TestDatabase.shared.pool(on: database, maxConnections: 2)
         defer { pool.closeIdle() }
         let store = EntryStore(pool: pool, policy: CachePolicy())
         let namespace = try #require(Namespace("followed"))

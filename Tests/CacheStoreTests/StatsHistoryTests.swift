@@ -209,9 +209,7 @@ extension StatsHistoryTests {
     /// without prices, then with them. The prices were once sent as text to a parameter the
     /// first call had let PostgreSQL type as jsonb ("unsupported jsonb version number 91").
     @Test func pricesFollowSettingsWithoutThemOnOneConnection() throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "prices")
-        let pool = ConnectionPool(.init(url: TestDatabase.shared.url,
-                                        overrides: TestDatabase.shared.overrides(database: database), maxConnections: 1))
+        let pool = try TestDatabase.shared.migratedPool(prefix: "prices", maxConnections: 1)
         defer { pool.closeIdle() }
         let store = EntryStore(pool: pool, policy: CachePolicy())
         let namespace = try #require(Namespace("priced"))

@@ -69,9 +69,13 @@ def _plan_of(request: Any, body: bytes) -> Plan | None:
 def _decoded(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The headers of an answer whose body was read, and so decoded: an upstream that compressed
     it although asked for identity would otherwise have it decoded twice (every call failing)."""
-    return [(name, value) for name, value in headers if name.lower() not in ("content-encoding", "content-length")]
+    return _without(headers, "content-encoding", "content-length")
 
 
 def _without_length(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """A relayed stream's headers once events may be removed from it."""
-    return [(name, value) for name, value in headers if name.lower() != "content-length"]
+    return _without(headers, "content-length")
+
+
+def _without(headers: list[tuple[str, str]], *names: str) -> list[tuple[str, str]]:
+    return [(name, value) for name, value in headers if name.lower() not in names]
