@@ -267,32 +267,6 @@ import TestSupport
         #expect(taken.body == stored.body)
     }
 
-    /// An answer the upstream compressed (although asked for identity) is not stored, and a
-    /// caller following it here is told its encoding, as the caller who made the call is.
-    @Test func aFollowerOfAnEncodedAnswerIsToldItsEncoding() throws {
-        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
-        let prompt = ModelBodies.unique("gzipped slow")
-        let body = ModelBodies.chat(prompt)
-        let answers = Locked<[RawClient.Response]>([])
-        let service = try self.service, path = self.path("local", "chat/completions")
-        // The others ask once the first call is under way (the upstream answers after 0.3 s).
-        DispatchQueue.concurrentPerform(iterations: 3) { index in
-            if index > 0 { Thread.sleep(forTimeInterval: 0.15) }
-            if let answer = try? service.request("POST", path, headers: headers, json: body) {
-                answers.withLock { $0.append(answer) }
-            }
-        }
-        let all = answers.withLock { $0 }
-        #expect(all.count == 3)
-        #expect(all.contains { $0.header("X-TeamCache") == "hit; collapsed" }, "a caller followed")
-        for answer in all {
-            #expect(answer.header("Content-Encoding") == "gzip")
-            let text = (try? Gzip.decompress(answer.body, limit: 1 << 20)).map { String(decoding: $0, as: UTF8.self) }
-            #expect(text?.contains("Hello there") == true)
-        }
-        #expect(try harness.count(prompt) < 3)
-    }
-
     @Test func anUnreachableUpstreamIs502AndASilentOneIs504() throws {
         let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
         let down = try post("down", "chat/completions", ModelBodies.chat(ModelBodies.unique("down")), headers: headers)
@@ -406,56 +380,6 @@ import TestSupport
         #expect(lookup.text.contains("\"hit\":false"))
     }
 
-    /// A second caller here while the first call streams follows it live: its events come
-    /// as the upstream sends them (not after the end), and the upstream is called once.
-    @Test func aCallerHereFollowsTheLiveStream() throws {
-        let prompt = ModelBodies.unique("drip follow")
-        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
-        let port = try service.port, target = path("local", "chat/completions")
-        let started = Date()
-        let first = Locked<StreamedAnswer?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            first.withLock { $0 = try? StreamedAnswer.read(port: port, target, headers: headers,
-                                                          body: ModelBodies.chat(prompt, stream: true)) }
-            done.signal()
-        }
-        Thread.sleep(forTimeInterval: 0.3)
-        let second = try StreamedAnswer.read(port: port, target, headers: headers,
-                                             body: ModelBodies.chat(prompt, stream: true))
-        #expect(done.wait(timeout: .now() + 10) == .success)
-        let owner = try #require(first.value)
-        #expect(second.head.header("X-TeamCache") == "hit; collapsed")
-        #expect(second.body == owner.body)
-        // The first caller's account fields are its own: a follower is not shown them.
-        #expect(owner.head.header("X-Upstream-Account") != nil && second.head.header("X-Upstream-Account") == nil)
-        // The follower had its first event within the stream's life, well before its end,
-        // and each later event within 50 ms of the caller whose call it is.
-        let firstPart = try #require(second.parts.first).at.timeIntervalSince(started)
-        let lastPart = try #require(second.parts.last).at.timeIntervalSince(started)
-        #expect(lastPart - firstPart > 0.3, "the follower's events came at \(firstPart) and \(lastPart) s")
-        for marker in ["\" there\"", "[DONE]"] {
-            let lag = try #require(second.arrival(of: marker)).timeIntervalSince(try #require(owner.arrival(of: marker)))
-            #expect(abs(lag) < 0.05, "the follower read \(marker) \(lag) s after the caller")
-        }
-        #expect(try harness.count(prompt) == 1)
-    }
-
-    /// The caller that made the call hangs up mid-stream: the gateway reads on and stores it.
-    @Test func aCallerWhoLeavesDoesNotCancelTheCall() throws {
-        let prompt = ModelBodies.unique("drip leave")
-        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
-        let client = try RawClient(port: try service.port, timeout: 10)
-        let body = ModelBodies.chat(prompt, stream: true)
-        try client.send("POST \(path("local", "chat/completions")) HTTP/1.1\r\nHost: t\r\n"
-                        + "TeamCache-Authorization: \(headers[0].1)\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
-        #expect(try client.readHead().status == 200)
-        client.hangUp()
-        Thread.sleep(forTimeInterval: 1.5)
-        let again = try post("local", "chat/completions", body, headers: headers)
-        #expect(again.header("X-TeamCache") == "hit")
-        #expect(try harness.count(prompt) == 1)
-    }
     /// `no-store` on a streamed chat call: forwarded as sent (no usage asked for on its behalf,
     /// so no usage-only event it would not expect), nothing stored; likewise a beta header.
     @Test func uncachedCallsAreForwardedAsSent() throws {
