@@ -60,7 +60,10 @@ extension GatewayTests {
                                                           body: ModelBodies.chat(prompt, stream: true)) }
             done.signal()
         }
-        Thread.sleep(forTimeInterval: 0.3)
+        // The second caller asks once the upstream has the first call (a fixed head start
+        // could be outrun on a loaded machine, and the first would then follow the second).
+        let deadline = Date().addingTimeInterval(10)
+        while try harness.count(prompt) == 0 && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
         let second = try StreamedAnswer.read(port: port, target, headers: headers,
                                              body: ModelBodies.chat(prompt, stream: true))
         #expect(done.wait(timeout: .now() + 10) == .success)
