@@ -75,6 +75,29 @@ public final class AccessTracker: Sendable {
         var namespaces: [String: NamespaceState] = [:]
         /// Folds namespaces that hold nothing into one label, so `namespaces` stays bounded.
         var labels: NamespaceLabels
+        /// Every namespace known to hold entries or settings, past the labels' cap too. The
+        /// cap bounds metric series only: such a namespace's counts still go to PostgreSQL
+        /// under its own name (its stats, history and dashboard), while its series fold into
+        /// `_other`. Bounded by the store's namespaces, which only writers make.
+        var held: Set<String> = []
+        /// Counts not written yet of held namespaces without a label of their own; each flush
+        /// takes them all, so this holds at most the namespaces asked for since the last one.
+        var unlabelled: [String: NamespaceState] = [:]
+
+        /// Counts a lookup (or a report) of a namespace not counted under its own label yet:
+        /// its label's state, and, when it holds something but its label is `_other`, the
+        /// counts to be written under its own name (the `_other` series only keeps the total).
+        mutating func countNew(_ namespace: String, hit: Bool, mayLabel: Bool, pending: Bool,
+                               _ record: (inout NamespaceState, _ pending: Bool) -> Void) {
+            if hit { held.insert(namespace) }
+            let label = newLabel(namespace, hit: hit, mayLabel: mayLabel)
+            guard label == NamespaceLabels.other, held.contains(namespace) else {
+                record(&namespaces[label, default: NamespaceState()], pending)
+                return
+            }
+            record(&namespaces[label, default: NamespaceState()], false)
+            record(&unlabelled[namespace, default: NamespaceState()], pending)
+        }
 
         /// The label for a namespace not counted yet.
         mutating func newLabel(_ namespace: String, hit: Bool, mayLabel: Bool) -> String {
@@ -84,7 +107,8 @@ public final class AccessTracker: Sendable {
         }
     }
 
-    private let state: Locked<State>
+    // Not private: the tests read what a failed flush gave back.
+    let state: Locked<State>
     /// Held for a whole flush, so flushes run one at a time: a flush called while another is
     /// writing waits for it, and when it returns every count recorded before the call is in
     /// PostgreSQL (but rows a writer held). The service's own flushes (ticks, then the stop's)
@@ -162,9 +186,9 @@ public final class AccessTracker: Sendable {
             if let index = state.namespaces.index(forKey: namespace) {
                 state.namespaces.values[index].record(lookup, entry, costNanos: cost, minute: minute, pending: enabled)
             } else {
-                let label = state.newLabel(namespace, hit: entry != nil, mayLabel: mayLabel)
-                state.namespaces[label, default: NamespaceState()].record(lookup, entry, costNanos: cost, minute: minute,
-                                                                          pending: enabled)
+                state.countNew(namespace, hit: entry != nil, mayLabel: mayLabel, pending: enabled) { counted, pending in
+                    counted.record(lookup, entry, costNanos: cost, minute: minute, pending: pending)
+                }
             }
             guard enabled, let entry else { return false }
             // Not `entries[id, default: …]`: its default's closure context, capturing the
@@ -205,9 +229,13 @@ public final class AccessTracker: Sendable {
         let full = state.withLock { state -> Bool in
             // A report on keys the namespace does not hold admits no label of its own (else a
             // reader could fill the labels with names and push real namespaces into `_other`).
-            let label = state.namespaces[namespace] != nil
-                ? namespace : state.newLabel(namespace, hit: entry != nil, mayLabel: false)
-            state.namespaces[label, default: NamespaceState()].record(counts, minute: minute, pending: enabled)
+            if let index = state.namespaces.index(forKey: namespace) {
+                state.namespaces.values[index].record(counts, minute: minute, pending: enabled)
+            } else {
+                state.countNew(namespace, hit: entry != nil, mayLabel: false, pending: enabled) { counted, pending in
+                    counted.record(counts, minute: minute, pending: pending)
+                }
+            }
             guard enabled, let entry else { return false }
             var access = state.entries[entry.id] ?? EntryAccess(namespace: namespace, lastAccess: now)
             access.hits = NamespaceCounts.saturating(access.hits, count)
@@ -254,12 +282,20 @@ public final class AccessTracker: Sendable {
 
     /// A namespace that now holds an entry or settings (this replica's own write).
     public func admitNamespace(_ namespace: String) {
-        state.withLock { $0.labels.admit(namespace) }
+        state.withLock { state in
+            state.labels.admit(namespace)
+            state.held.insert(namespace)
+        }
     }
 
     /// The namespaces the store holds entries or settings for (from the periodic refresh).
+    /// Kept with those known before: a namespace written here just after the store was read
+    /// must not drop out until the next refresh.
     public func learnNamespaces(_ held: Set<String>) {
-        state.withLock { $0.labels.learn(held) }
+        state.withLock { state in
+            state.labels.learn(held)
+            state.held.formUnion(held)
+        }
     }
 
     /// Entries with hits pending past which a periodic flush may wait (`flushIfDue`): at ~16 µs
@@ -311,6 +347,12 @@ public final class AccessTracker: Sendable {
                     counts.append(PendingCounts(namespace: name, minute: minute, counts: taken))
                 }
             }
+            for (name, var unlabelled) in state.unlabelled {
+                for (minute, taken) in unlabelled.takePending() {
+                    counts.append(PendingCounts(namespace: name, minute: minute, counts: taken))
+                }
+            }
+            state.unlabelled = [:]
             let entries = state.entries
             state.entries = [:]
             state.earlyFlushAsked = false
@@ -385,7 +427,11 @@ public final class AccessTracker: Sendable {
             }
             // Back into pending only: the running totals counted them already.
             for pending in pendingNamespaces {
-                state.namespaces[pending.namespace, default: NamespaceState()].restore(pending.minute, pending.counts)
+                if let index = state.namespaces.index(forKey: pending.namespace) {
+                    state.namespaces.values[index].restore(pending.minute, pending.counts)
+                } else {
+                    state.unlabelled[pending.namespace, default: NamespaceState()].restore(pending.minute, pending.counts)
+                }
             }
         }
     }

@@ -128,7 +128,10 @@ extension Application {
             folder,
             sequencer,
             flusher,
-            PeriodicService(name: "namespace-gauges", interval: 15) { gauges.refresh() },
+            // Once before the server listens: until the namespaces are known, lookups of a
+            // namespace not yet asked for since the start would count under `_other` (its
+            // stats and history would lose them).
+            PeriodicService(name: "namespace-gauges", interval: 15, runOnStart: true) { gauges.refresh() },
             // Every replica asks four times an interval; one per interval gets the slot and runs.
             PeriodicService(name: "eviction", interval: configuration.evictionInterval / 4, jitter: 0.1) {
                 eviction.runScheduledCycle(interval: configuration.evictionInterval)

@@ -62,11 +62,13 @@ public final class ServiceGroup: Sendable {
 }
 
 /// Runs `work` every `interval` (± `jitter`, so replicas do not act in lockstep) on its own
-/// thread, and once more when stopped if `runOnStop`.
+/// thread, once in `start` if `runOnStart` (what later services need before they start), and
+/// once more when stopped if `runOnStop`.
 public final class PeriodicService: Service, Sendable {
     public let name: String
     private let interval: TimeInterval
     private let jitter: Double
+    private let runOnStart: Bool
     private let runOnStop: Bool
     private let work: @Sendable () -> Void
     /// Run on stop instead of `work` (with `runOnStop`): a last run that must do everything.
@@ -79,17 +81,20 @@ public final class PeriodicService: Service, Sendable {
         var wakeEarly = false
     }
 
-    public init(name: String, interval: TimeInterval, jitter: Double = 0, runOnStop: Bool = false,
-                finalWork: (@Sendable () -> Void)? = nil, work: @escaping @Sendable () -> Void) {
+    public init(name: String, interval: TimeInterval, jitter: Double = 0, runOnStart: Bool = false,
+                runOnStop: Bool = false, finalWork: (@Sendable () -> Void)? = nil,
+                work: @escaping @Sendable () -> Void) {
         self.name = name
         self.interval = interval
         self.jitter = jitter
+        self.runOnStart = runOnStart
         self.runOnStop = runOnStop
         self.finalWork = finalWork
         self.work = work
     }
 
     public func start() throws {
+        if runOnStart { work() }
         flags.withLock { $0.running = true }
         let thread = Thread { [self] in loop() }
         thread.name = name

@@ -67,4 +67,25 @@ import TestSupport
         #expect(labelled.count == NamespaceLabels.defaultProvisionalCapacity, "\(labelled.count) labelled")
         #expect(try service.metrics().contains("teamcache_lookups_total{namespace=\"_other\",result=\"miss\"} 10200"))
     }
+
+    /// A replica just started knows the namespaces the store holds before it listens: a
+    /// namespace it has not been asked about yet gets its first lookups counted as its own
+    /// (before, they went to `_other` until the first refresh, 15 s after every deploy).
+    @Test func aServiceJustStartedCountsAHeldNamespaceAsItsOwn() throws {
+        let name = try TestDatabase.shared.migratedDatabase(prefix: "card")
+        let base = TestDatabase.shared.url
+        let url = base + (base.contains("?") ? "&" : "?") + "dbname=\(name)"
+        let held = TestService.namespace("held")
+        let writer = try TestService { $0.databaseURL = url }
+        let token = try writer.token([.read, .write], namespaces: "*")
+        #expect(try writer.request("PUT", entryPath(held, "k"), token: token, body: [1]).status == 201)
+        writer.stop()
+        let started = try TestService { $0.databaseURL = url }
+        defer { started.stop() }
+        let reader = try started.token([.read], namespaces: "*")
+        #expect(try started.request("GET", entryPath(held, "nope"), token: reader).status == 404)
+        let metrics = try started.metrics()
+        #expect(metrics.contains("teamcache_lookups_total{namespace=\"\(held)\",result=\"miss\"} 1"),
+                "the first lookup went to `_other`")
+    }
 }
