@@ -22,7 +22,7 @@ extension AccessTracker {
 
         var isEmpty: Bool { hits == 0 && misses == 0 && stale == 0 && bypass == 0 }
 
-        mutating func add(_ lookup: Lookup, _ entry: StoredEntry?, costNanos cost: Int) {
+        mutating func add(_ lookup: Lookup, input: Int?, output: Int?, costNanos cost: Int) {
             costNanos = Self.saturating(costNanos, cost)
             switch lookup {
             case .hit: hits += 1
@@ -38,8 +38,8 @@ extension AccessTracker {
             }
             // An entry's token counts are its writer's word (up to a bigint): each hit counts
             // at most `maxPricedTokens`, and sums saturate rather than wrap or trap.
-            inputTokens = Self.saturating(inputTokens, Self.tokens(entry?.inputTokens))
-            outputTokens = Self.saturating(outputTokens, Self.tokens(entry?.outputTokens))
+            inputTokens = Self.saturating(inputTokens, Self.tokens(input))
+            outputTokens = Self.saturating(outputTokens, Self.tokens(output))
         }
 
         static func tokens(_ count: Int?) -> Int { min(max(count ?? 0, 0), PriceTable.maxPricedTokens) }
@@ -93,16 +93,16 @@ extension AccessTracker {
 
         var hasPending: Bool { !pending.isEmpty || !earlier.isEmpty }
 
-        mutating func record(_ lookup: Lookup, _ entry: StoredEntry?, costNanos: Int, minute: Int,
+        mutating func record(_ lookup: Lookup, input: Int?, output: Int?, costNanos: Int, minute: Int,
                              pending isPending: Bool) {
-            total.add(lookup, entry, costNanos: costNanos)
+            total.add(lookup, input: input, output: output, costNanos: costNanos)
             guard isPending else { return }
             if minute != pendingMinute {
                 if !pending.isEmpty { keepEarlier(pendingMinute, pending) }
                 pending = NamespaceCounts()
                 pendingMinute = minute
             }
-            pending.add(lookup, entry, costNanos: costNanos)
+            pending.add(lookup, input: input, output: output, costNanos: costNanos)
         }
 
         /// Minutes kept apart while flushes fail; past them, earlier counts are kept by hour

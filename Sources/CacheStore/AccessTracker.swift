@@ -18,6 +18,9 @@ public final class AccessTracker: Sendable {
         /// `collapsed`: a hit answered by waiting for another caller's fill (counted as a hit too).
         /// `local`: a hit a client's local tier answered and reported (`POST …/hits`), also a hit.
         case hit, stale, miss, bypass, collapsed, local
+
+        /// An answer that spared a model call: its tokens and price count as saved.
+        var saves: Bool { self != .miss && self != .bypass }
     }
 
     /// The start of the minute `date` falls in, epoch seconds.
@@ -172,33 +175,47 @@ public final class AccessTracker: Sendable {
     /// label bound still holds, as for every other way a namespace becomes known.
     public func record(_ lookup: Lookup, namespace: String, entry: StoredEntry? = nil, at now: Date,
                        mayLabel: Bool = false) {
+        count(lookup, namespace, model: entry?.model, input: entry?.inputTokens, output: entry?.outputTokens,
+              entryID: entry?.id, at: now, mayLabel: mayLabel)
+    }
+
+    /// Records an answer given from a model call in progress rather than from an entry (the
+    /// gateway's callers who followed another's call): what it saved is the call's, and no
+    /// entry's hit count moves.
+    public func record(_ lookup: Lookup, namespace: String, model: String?, inputTokens: Int?, outputTokens: Int?,
+                       at now: Date, mayLabel: Bool) {
+        count(lookup, namespace, model: model, input: inputTokens, output: outputTokens, entryID: nil, at: now,
+              mayLabel: mayLabel)
+    }
+
+    private func count(_ lookup: Lookup, _ namespace: String, model: String?, input: Int?, output: Int?,
+                       entryID: Int64?, at now: Date, mayLabel: Bool) {
         let enabled = self.enabled, batchSize = self.batchSize
         let minute = Self.minute(now)
         var cost = 0
-        if let entry, priced.load(ordering: .relaxed) {
-            cost = prices.withLock {
-                $0.nanos(namespace: namespace, model: entry.model, input: entry.inputTokens, output: entry.outputTokens)
-            }
+        if lookup.saves, priced.load(ordering: .relaxed) {
+            cost = prices.withLock { $0.nanos(namespace: namespace, model: model, input: input ?? 0, output: output ?? 0) }
         }
         let full = state.withLock { state in
             // The common case, a namespace already counted, costs one hash and changes the
             // state in place (no copy out and back).
             if let index = state.namespaces.index(forKey: namespace) {
-                state.namespaces.values[index].record(lookup, entry, costNanos: cost, minute: minute, pending: enabled)
+                state.namespaces.values[index].record(lookup, input: input, output: output, costNanos: cost,
+                                                      minute: minute, pending: enabled)
             } else {
-                state.countNew(namespace, hit: entry != nil, mayLabel: mayLabel, pending: enabled) { counted, pending in
-                    counted.record(lookup, entry, costNanos: cost, minute: minute, pending: pending)
+                state.countNew(namespace, hit: entryID != nil, mayLabel: mayLabel, pending: enabled) { counted, pending in
+                    counted.record(lookup, input: input, output: output, costNanos: cost, minute: minute, pending: pending)
                 }
             }
-            guard enabled, let entry else { return false }
+            guard enabled, let entryID else { return false }
             // Not `entries[id, default: …]`: its default's closure context, capturing the
             // namespace, was a heap allocation on every hit.
-            if let index = state.entries.index(forKey: entry.id) {
+            if let index = state.entries.index(forKey: entryID) {
                 state.entries.values[index].add(at: now)
             } else {
                 var access = EntryAccess(namespace: namespace, lastAccess: now)
                 access.add(at: now)
-                state.entries[entry.id] = access
+                state.entries[entryID] = access
             }
             // At (not only exactly at) the batch size: after a failed flush the restored
             // entries can already be past it. Once per flush, and not again for a second

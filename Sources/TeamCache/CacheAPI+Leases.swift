@@ -19,15 +19,18 @@ extension CacheAPI {
     /// burst that paid once read as half misses.)
     func missStep(_ namespace: Namespace, _ key: EntryKey, lease seconds: Int?, holder: Int64?,
                   budget: WaitBudget?, mayPark: Bool, request: HTTPRequest, answers: MissAnswers,
-                  labelled: Bool) -> ReadAnswer {
+                  labelled: Bool, countsMiss: Bool = true) -> ReadAnswer {
         let waiters = self.waiters
+        // The gateway counts its callers itself, once their answer is settled: a miss may
+        // still end as a collapsed hit (a call here to follow) or a stale answer.
+        let countMiss: @Sendable () -> Void = { [self] in if countsMiss { recordMiss(namespace, labelled: labelled) } }
         guard let seconds else {
             if mayPark, let budget, let waiters, budget.remaining > 0 {
                 budget.waited = true
                 return .park(seconds: waiters.recheckDelay(untilDeadline: budget.remaining))
             }
             if budget?.waited == true { waiters?.count("timeout") }
-            recordMiss(namespace, labelled: labelled)
+            countMiss()
             return .response(answers.miss())
         }
         return .blocking { [self] in
@@ -38,7 +41,7 @@ extension CacheAPI {
                     waiters?.count("handed_over")
                     leases.countHandOver()
                 }
-                recordMiss(namespace, labelled: labelled)
+                countMiss()
                 // A grant that waited past the request's deadline (on a row lock, say) is given
                 // back when its answer cannot be delivered: nobody else knows its id.
                 var answer = answers.granted(lease)
@@ -53,7 +56,7 @@ extension CacheAPI {
                     return .park(seconds: delay)
                 }
                 if budget?.waited == true { waiters?.count("timeout") }
-                recordMiss(namespace, labelled: labelled)
+                countMiss()
                 return .response(answers.pending(retryAfter))
             }
         }

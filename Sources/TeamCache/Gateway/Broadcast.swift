@@ -16,8 +16,9 @@ final class Broadcast: Sendable {
     }
 
     enum Ending: Sendable {
-        /// The answer is complete; `stored`: it is (being) stored.
-        case complete(stored: Bool)
+        /// The answer is complete; `stored`: it is (being) stored; `usage`: what it reported
+        /// (what a follower saved), when known.
+        case complete(stored: Bool, usage: AnswerUsage?)
         /// The call failed, or the upstream answered an error followers should not take as theirs.
         case failed(HTTPClientError?)
     }

@@ -202,7 +202,6 @@ final class Gateway: Sendable {
               stale: StoredEntry? = nil, mayFollow: Bool = true) {
         guard let loop = loop ?? responder?.loop else { return }
         let bypass = !cached || call.controls.noCache
-        if responder != nil { metrics?.count(call.upstream.name, bypass ? "bypass" : "miss") }
         let streamed = call.plan.map(\.stream) ?? true
         let broadcast = Broadcast(streamed: !cached || streamed, maxTranscript: cached ? api.policy.maxBodyBytes : 0)
         var liveName: String?
@@ -222,6 +221,9 @@ final class Gateway: Sendable {
         }
         var owner: GatewayReader?
         if let responder {
+            // Counted here, not before a call to follow was looked for: a follower is counted
+            // as collapsed alone.
+            metrics?.count(call.upstream.name, bypass ? "bypass" : "miss")
             let reader = GatewayReader(gateway: self, call: call, responder: responder,
                                        role: .owner(stale: stale, cached: cached), streamed: broadcast.streamed)
             _ = broadcast.join(reader.follower())

@@ -103,7 +103,7 @@ final class GatewayExchange: HTTPCallDelegate {
         // at once, and must not find this finished call to follow.
         guard let transcript, let usage else {
             leaveLive()
-            broadcast.end(.complete(stored: false))
+            broadcast.end(.complete(stored: false, usage: usage))
             if let lease { gateway.giveBack(lease, call) }
             return
         }
@@ -113,7 +113,7 @@ final class GatewayExchange: HTTPCallDelegate {
         let broadcast = self.broadcast, live = gateway.live, liveName = self.liveName
         store(transcript, usage) { stored in
             if let liveName { live.remove(liveName, broadcast) }
-            broadcast.end(.complete(stored: stored))
+            broadcast.end(.complete(stored: stored, usage: usage))
         }
     }
 

@@ -64,7 +64,8 @@ final class GatewayLookup: Sendable {
                 return answer
             }
             return api.missStep(call.namespace, key, lease: leaseSeconds, holder: call.holder, budget: budget,
-                                mayPark: mayPark, request: call.request, answers: answers, labelled: labelled)
+                                mayPark: mayPark, request: call.request, answers: answers, labelled: labelled,
+                                countsMiss: false)
         }
     }
 

@@ -28,6 +28,12 @@ final class GatewayReader {
     private var head: Broadcast.Head?
     private var body: [UInt8] = []
     private var done = false
+    /// This caller's lookup is counted once, when its answer is settled (the gateway's read
+    /// leaves it uncounted, as it may still end otherwise): the owner of a cached call as a
+    /// miss, or as stale when a stale entry answers the upstream's failure; a follower as a
+    /// collapsed hit once answered from the call it followed (else it asks again, and that is
+    /// counted). `no-cache` was counted as a bypass already; an uncached call is no lookup.
+    private var counted = false
 
     init(gateway: Gateway, call: GatewayRequest, responder: Responder, role: Role, streamed: Bool,
          broadcast: Broadcast? = nil) {
@@ -70,7 +76,31 @@ final class GatewayReader {
         self.head = head
         guard streamed else { return }
         stream = responder.stream(response(head, body: [], stored: false))
-        if stream == nil { done = true }
+        if stream == nil {
+            done = true
+            countOwnersMiss()
+        }
+    }
+
+    private func countOwnersMiss() {
+        guard !counted, case .owner(_, cached: true) = role, !call.controls.noCache else { return }
+        counted = true
+        let api = gateway.api
+        api.tracker.record(.miss, namespace: call.namespace.name, at: api.clock.now(),
+                           mayLabel: call.principal.mayWrite(call.namespace))
+    }
+
+    /// A follower answered from the call it followed: a collapsed hit, saving what the call's
+    /// answer reported. Labelled as the owner's miss is (it may be counted first: the callers
+    /// of one answer are told on their own loops).
+    private func countFollowed(_ usage: AnswerUsage?) {
+        guard !counted, !isOwner else { return }
+        counted = true
+        let api = gateway.api
+        api.tracker.record(.collapsed, namespace: call.namespace.name, model: call.plan?.descriptor.model,
+                           inputTokens: usage?.inputTokens, outputTokens: usage?.outputTokens, at: api.clock.now(),
+                           mayLabel: call.principal.mayWrite(call.namespace))
+        gateway.metrics?.count(call.upstream.name, "collapsed")
     }
 
     /// Unread bytes a reader of a shared (cached) call may fall behind by before it is cut:
@@ -84,6 +114,7 @@ final class GatewayReader {
             if shared && stream.unreadBytes > Self.maxUnread {
                 done = true
                 stream.abort()
+                countOwnersMiss()
                 return
             }
             stream.send(part)
@@ -103,17 +134,18 @@ final class GatewayReader {
         guard !done else { return }
         done = true
         switch ending {
-        case .complete(let stored):
-            if !isOwner {
-                gateway.api.tracker.record(.collapsed, namespace: call.namespace.name, at: gateway.api.clock.now())
-                gateway.metrics?.count(call.upstream.name, "collapsed")
-            }
+        case .complete(let stored, let usage):
+            countOwnersMiss()
+            // Counted before the answer goes: a caller who reads its answer and then the stats
+            // finds itself in them (after a flush).
             if let stream {
+                countFollowed(usage)
                 stream.finish()
             } else if let head {
                 if isOwner {
                     responder.respond(response(head, body: body, stored: stored))
                 } else if let whole = broadcast?.transcript {
+                    countFollowed(usage)
                     responder.respond(response(head, body: whole, stored: stored))
                 } else {
                     // Too large to have been kept for followers: this caller makes its own way.
@@ -124,11 +156,13 @@ final class GatewayReader {
             if let stream {
                 // Part of the answer is out: the client sees it cut, never a complete wrong one.
                 stream.abort()
+                countOwnersMiss()
             } else if !isOwner {
                 gateway.look(call, responder, mayFollow: false)
             } else if case .owner(let stale?, _) = role, answerStale(stale) {
                 return
             } else {
+                countOwnersMiss()
                 responder.respond(GatewayAnswers.failure(error, upstream: call.upstream).response(
                     requestID: call.request.requestID))
             }
@@ -143,6 +177,7 @@ final class GatewayReader {
         let freshness = Freshness.of(entry, now: now, maxStale: call.controls.maxStale)
         if case .expired = freshness { return false }
         done = true
+        counted = true
         responder.respond {
             api.tracker.record(.stale, namespace: call.namespace.name, entry: entry, at: now)
             return try GatewayAnswers.hit(entry, freshness: freshness, collapsed: false, now: now,
