@@ -7,7 +7,11 @@ extension EntryStore {
     /// parameter is NULL, so one prepared statement serves every combination. The conditions
     /// on the entry are repeated on the row deleted (see `EvictionJob`: a row rewritten
     /// after selection is rechecked in its new version), and an entry written after the
-    /// eviction began (`$9`) is newer than the request: it stays.
+    /// eviction began (`$9`) is newer than the request: it stays. That condition is in the
+    /// select too: a row it locks and then finds rewritten (PostgreSQL rechecks a locked row's
+    /// new version) is passed over for the next one, so a batch is short only when no match
+    /// is left. Without it the batch kept the rewritten row, deleted one fewer than a batch,
+    /// and the loop took that for the end.
     ///
     /// Rows are locked in key order, the order in which a group of writes locks them, so an
     /// eviction and a group of writes over the same keys queue behind each other and never
@@ -32,6 +36,7 @@ extension EntryStore {
               AND ($5::text IS NULL OR e.version = $5::text)
               AND ($6::timestamptz IS NULL OR e.created_at < $6::timestamptz)
               AND ($7::timestamptz IS NULL OR a.last_accessed_at < $7::timestamptz)
+              AND e.updated_at <= $9
             ORDER BY e.key LIMIT $8 FOR UPDATE OF e))
               AND namespace = $1 AND updated_at <= $9
               AND ($2::bytea[] IS NULL OR key = ANY($2::bytea[]))
