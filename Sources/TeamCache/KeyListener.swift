@@ -78,10 +78,11 @@ final class KeyListener: @unchecked Sendable {
             // Off while notifications cannot arrive; on again once a heartbeat comes back.
             if !open { near?.disable() }
             waiters.setListener(up: open)
-            if open {
-                leases?.forgetHeld(namespace: nil, key: nil)
-                waiters.wakeAll(final: false)
-            }
+            if open { leases?.forgetHeld(namespace: nil, key: nil) }
+            // Down: the waiters parked until their deadline, counting on a notification that
+            // can no longer come, re-check now and park again for a second at most while it
+            // is down. Up: any notification may have been missed meanwhile.
+            waiters.wakeAll(final: false)
         }
         connection.attach(to: loop)
         loop.onEachIteration { [self] in
