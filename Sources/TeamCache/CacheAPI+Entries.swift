@@ -33,10 +33,12 @@ extension CacheAPI {
                 return .park(seconds: waiters.recheckDelay(untilDeadline: budget.remaining))
             }
             // A watch that saw a change is an update, not a fill it waited for.
+            // A watch is not a lookup: it is not counted, however it ends (a watcher asking
+            // again every `wait` seconds once read as a stream of hits that saved money).
             let question = HitQuestion(namespace: namespace, key: key, maxStale: control.maxStale,
                                        mayRefresh: request.method == "GET" && !control.onlyIfCached && mayFill,
                                        leaseSeconds: leaseSeconds, holder: holder,
-                                       collapsed: budget?.waited == true && watched == nil)
+                                       collapsed: budget?.waited == true && watched == nil, counted: watched == nil)
             let now = clock.now()
             if let answer = try hitStep(entry, question, now: now, rendering: EntryHit(api: self, request: request, now: now)) {
                 return answer
@@ -44,17 +46,14 @@ extension CacheAPI {
             // A caller that takes only cached answers neither fills a key nor waits for one;
             // a watched entry that went away is answered at once (404).
             guard !control.onlyIfCached else {
-                recordMiss(namespace, labelled: labelled)
+                if watched == nil { recordMiss(namespace, labelled: labelled) }
                 return .response(miss(true, request))
             }
-            if watched != nil && budget?.waited == true {
-                recordMiss(namespace, labelled: labelled)
-                return .response(miss(false, request))
-            }
+            if watched != nil && budget?.waited == true { return .response(miss(false, request)) }
             // Made here, not with the plan: a hit never needs them (three closures a read).
             let answers = Self.entryMissAnswers(requestID: request.requestID) { [self] in miss(false, request) }
             return missStep(namespace, key, lease: leaseSeconds, holder: holder, budget: budget, mayPark: mayPark,
-                            request: request, answers: answers, labelled: labelled)
+                            request: request, answers: answers, labelled: labelled, countsMiss: watched == nil)
         }
     }
 

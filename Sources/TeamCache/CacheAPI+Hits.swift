@@ -21,6 +21,8 @@ extension CacheAPI {
         let holder: Int64?
         /// The answer comes from waiting for another caller's fill.
         let collapsed: Bool
+        /// Counted in the stats (false for a watch: its 304s and updates spare no model call).
+        var counted = true
     }
 
     /// Renders a route's hit: the entry, its freshness now, whether it was collapsed, and the
@@ -74,6 +76,7 @@ extension CacheAPI {
     /// A stale answer (past expiry, in a window or within `max-stale`) is counted stale; a
     /// fresh one a hit, or a collapsed hit when it waited for the fill.
     private func countHit(_ entry: StoredEntry, _ freshness: Freshness, _ question: HitQuestion, now: Date) {
+        guard question.counted else { return }
         let lookup: AccessTracker.Lookup = switch freshness {
         case .stale, .revalidate: .stale
         case .fresh, .expired: question.collapsed ? .collapsed : .hit

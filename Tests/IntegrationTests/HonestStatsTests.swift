@@ -116,4 +116,25 @@ import TestSupport
         }
         #expect(counted == ["hit": 19, "miss": 1, "stale": 0, "bypass": 0, "collapsed": 19, "local": 0])
     }
+
+    /// A watch (`wait` with If-None-Match) is not a lookup: one that ends unchanged (304), or
+    /// on a key that was never there, counts nothing; a plain read beside it counts.
+    @Test func aWatchCountsNothing() throws {
+        let service = TestService.shared
+        let namespace = TestService.namespace("watch-stats")
+        let token = try writer(namespace)
+        let put = try service.request("PUT", entryPath(namespace, "k"), token: token, body: [1])
+        let etag = try #require(put.header("ETag"))
+        #expect(try service.request("GET", entryPath(namespace, "k"), token: token).status == 200)
+        let unchanged = try service.request("GET", entryPath(namespace, "k") + "?wait=1", token: token,
+                                            headers: [("If-None-Match", etag)])
+        #expect(unchanged.status == 304)
+        let absent = try service.request("GET", entryPath(namespace, "none") + "?wait=1", token: token,
+                                         headers: [("If-None-Match", etag)])
+        #expect(absent.status == 404)
+        try service.app.tracker.flush()
+        let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: token))
+        #expect(Self.lookups(stats) == ["hit": 1, "miss": 0, "stale": 0, "bypass": 0, "collapsed": 0, "local": 0],
+                "\(stats)")
+    }
 }
