@@ -114,7 +114,9 @@ function topEntries(name, top) {
 export async function namespaceView(name, rangeKey) {
   const range = RANGES[rangeKey] ? rangeKey : '24h';
   const { seconds, step } = RANGES[range];
-  const since = Math.floor(Date.now() / 1000) - seconds;
+  // The range's points end with the current one: since is one step less than the range back
+  // (else the history, floored to the step, gives 25 hours for "24 hours", as the overview's do not).
+  const since = Math.floor(Date.now() / 1000) - seconds + step;
   // The cap is in the settings, which only an admin may read: others are not sent to be refused.
   const admin = await mayAdminister();
   const [stats, history, settings] = await Promise.all([

@@ -342,6 +342,7 @@ def test_a_namespace_draws_its_history_with_the_seeded_numbers(seeded: Seeded, b
     # Thirty days: the rollup three days back is there too, in its own day.
     watched.go("#/ns/shop?range=30d")
     daily = watched.values(f"{chart('Requests by outcome')} rect[data-series='hit']")
+    assert len(daily) == 30  # thirty days, as the overview's "30 d" sums (not 31)
     assert sum(daily) == LIVE_HITS - LOCAL_HITS + PAST["hits"]
     assert sum(watched.values(f"{chart('Requests by outcome')} rect[data-series='local']")) == LOCAL_HITS
     assert sorted(v for v in daily if v)[-1] >= PAST["hits"]
