@@ -23,6 +23,16 @@ public final class LeaseStore: LeaseStorage {
         SELECT false, false, ceil(extract(epoch FROM l.expires_at - now()))::int8 FROM leases l
         WHERE l.namespace = $1 AND l.key = $2 AND NOT EXISTS (SELECT 1 FROM granted)
         """
+    /// A lease just granted, withdrawn when the key holds a fresh entry after all: the caller
+    /// read before a fill committed and its lease was completed, and would otherwise pay for
+    /// the answer again. A statement of its own, so its snapshot is taken after the grant's:
+    /// the grant found the filler's lease gone, so this sees the entry its filler committed
+    /// first. Fresh by the service's clock (`$4`), which judged the read.
+    static let withdrawIfFilled = """
+        DELETE FROM leases l WHERE l.namespace = $1 AND l.key = $2 AND l.id_digest = $3
+           AND EXISTS (SELECT 1 FROM entries e WHERE e.namespace = $1 AND e.key = $2 AND e.expires_at > $4)
+        RETURNING 1 AS withdrawn
+        """
     /// Ends a lease, for its holder only: `live` says whether it had not yet run out.
     static let finish = """
         DELETE FROM leases WHERE namespace = $1 AND key = $2 AND id_digest = $3 AND holder IS NOT DISTINCT FROM $4
@@ -32,23 +42,34 @@ public final class LeaseStore: LeaseStorage {
 
 
     private let pool: ConnectionPool
+    private let clock: any Clock
     private let outcomes: CounterFamily?
     private let held = HeldLeases()
 
-    public init(pool: ConnectionPool, metrics: StoreMetrics? = nil) {
+    public init(pool: ConnectionPool, metrics: StoreMetrics? = nil, clock: any Clock = SystemClock()) {
         self.pool = pool
+        self.clock = clock
         outcomes = metrics.map { $0.registry.counter($0.leases) }
     }
 
     /// A lease of `seconds` on (namespace, key) for `holder`, unless a live one is held.
     public func grant(_ namespace: Namespace, _ key: EntryKey, seconds: Int, holder: Int64?) throws -> LeaseGrant {
         let id = Lease.newID()
-        let row = try pool.withConnection { connection in
-            try connection.query(Self.grant, [
-                .text(namespace.name), .bytes(key.bytes), .bytes(SHA256.hash(id)),
+        let digest = SHA256.hash(id)
+        let (row, withdrawn) = try pool.withConnection { connection in
+            let row = try connection.query(Self.grant, [
+                .text(namespace.name), .bytes(key.bytes), .bytes(digest),
                 holder.map { .int($0) } ?? .null, .int(min(max(seconds, 1), Lease.maxSeconds)),
             ]).first
+            guard try row?.bool("granted") == true else { return (row, false) }
+            let withdrawn = try connection.query(Self.withdrawIfFilled, [
+                .text(namespace.name), .bytes(key.bytes), .bytes(digest), .timestamp(clock.now()),
+            ]).first != nil
+            return (row, withdrawn)
         }
+        // Filled meanwhile: as if held by the filler a moment ago. A caller who may wait reads
+        // again at once (the fill's notification is noted), any other is told to ask again.
+        if withdrawn { return .held(retryAfter: 1) }
         guard let row, try row.bool("granted") == true else {
             // Held; or just granted to another and not visible to this snapshot yet.
             return .held(retryAfter: max(1, try row?.int("remaining") ?? 1))

@@ -48,7 +48,7 @@ public final class Application: Sendable {
         // Namespaces' own prices now; the namespace refresh keeps them current after.
         if let tables = try? store.namespacePrices() { tracker.setNamespacePrices(tables) }
         tokens = TokenStore(pool: pool)
-        let leases = LeaseStore(pool: pool, metrics: storeMetrics)
+        let leases = LeaseStore(pool: pool, metrics: storeMetrics, clock: clock)
         directSessions = Self.directSessions(configuration, database)
         eviction = EvictionJob(store: store, metrics: storeMetrics, leases: leases, sessions: directSessions)
         let auth = Authenticator(enabled: configuration.authEnabled, store: tokens,
