@@ -73,13 +73,14 @@ extension GatewayTests {
         // The first caller's account fields are its own: a follower is not shown them.
         #expect(owner.head.header("X-Upstream-Account") != nil && second.head.header("X-Upstream-Account") == nil)
         // The follower had its first event within the stream's life, well before its end,
-        // and each later event within 50 ms of the caller whose call it is.
+        // and each later event close behind the caller whose call it is (well within the
+        // 250 ms between the upstream's events; a loaded machine schedules two readers late).
         let firstPart = try #require(second.parts.first).at.timeIntervalSince(started)
         let lastPart = try #require(second.parts.last).at.timeIntervalSince(started)
         #expect(lastPart - firstPart > 0.3, "the follower's events came at \(firstPart) and \(lastPart) s")
         for marker in ["\" there\"", "[DONE]"] {
             let lag = try #require(second.arrival(of: marker)).timeIntervalSince(try #require(owner.arrival(of: marker)))
-            #expect(abs(lag) < 0.05, "the follower read \(marker) \(lag) s after the caller")
+            #expect(abs(lag) < 0.2, "the follower read \(marker) \(lag) s after the caller")
         }
         #expect(try harness.count(prompt) == 1)
     }
@@ -94,8 +95,14 @@ extension GatewayTests {
                         + "TeamCache-Authorization: \(headers[0].1)\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
         #expect(try client.readHead().status == 200)
         client.hangUp()
-        Thread.sleep(forTimeInterval: 1.5)
-        let again = try post("local", "chat/completions", body, headers: headers)
+        // Asked again until stored (a repeat while the stream still runs follows it, calling
+        // nothing): a call cancelled with its caller would be called a second time.
+        var again = try post("local", "chat/completions", body, headers: headers)
+        for _ in 0..<100 where again.header("X-TeamCache") != "hit" {
+            #expect(again.header("X-TeamCache") == "hit; collapsed", "\(again.header("X-TeamCache") ?? "")")
+            Thread.sleep(forTimeInterval: 0.1)
+            again = try post("local", "chat/completions", body, headers: headers)
+        }
         #expect(again.header("X-TeamCache") == "hit")
         #expect(try harness.count(prompt) == 1)
     }

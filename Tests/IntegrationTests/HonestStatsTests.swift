@@ -46,18 +46,30 @@ import TestSupport
 
     static func lookups(_ stats: [String: Any]) -> [String: Int] { stats["lookups"] as? [String: Int] ?? [:] }
 
+    /// Waits (up to 10 s) until `count` requests are parked on `service` (its own: on the shared
+    /// one, other suites' long polls are parked too), rather than sleeping a fixed time a
+    /// loaded machine can outrun: a caller not parked yet when the fill lands is a plain hit.
+    static func waitForParked(_ count: Int, on service: TestService) throws -> Bool {
+        for _ in 0..<200 {
+            if metricSample(try service.metrics(), "teamcache_waiters") >= Double(count) { return true }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return false
+    }
+
     /// 20 identical descriptor lookups with a lease and a wait: one fills, 19 collapse.
     /// Stats say miss 1, hit 19 (collapsed 19), hit ratio 0.95; the metrics name the
     /// namespace itself although it held nothing when the burst began.
     @Test func aDescriptorBurstReadsAsOneMissAndNineteenHits() throws {
-        let service = TestService.shared
+        let service = try TestService()
+        defer { service.stop() }
         let namespace = TestService.namespace("burst-stats")
-        let token = try writer(namespace)
+        let token = try service.token([.read, .write], namespaces: namespace)
         let descriptor = "\"model\":\"m\",\"prompt\":\"counted once\""
         let body = "{\(descriptor),\"lease\":30,\"wait\":10}"
         let (group, answers) = Self.burst(20, ports: [service.port]) { Self.lookupRequest(namespace, body, token: token) }
         let lease = try #require(Self.lease(answers))
-        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try Self.waitForParked(19, on: service))
         #expect(try service.request("POST", "/v1/caches/\(namespace)/upsert", token: token,
                                     json: "{\(descriptor),\"response\":\"r\",\"lease\":\"\(lease)\"}").status == 201)
         #expect(group.wait(timeout: .now() + 15) == .success)
@@ -75,15 +87,16 @@ import TestSupport
 
     /// The same on raw entries: `GET …?lease=30&wait=10` from 20 clients, one PUT.
     @Test func aRawBurstReadsAsOneMissAndNineteenHits() throws {
-        let service = TestService.shared
+        let service = try TestService()
+        defer { service.stop() }
         let namespace = TestService.namespace("raw-burst-stats")
-        let token = try writer(namespace)
+        let token = try service.token([.read, .write], namespaces: namespace)
         let path = entryPath(namespace, "k")
         let (group, answers) = Self.burst(20, ports: [service.port]) {
             Self.getRequest(path + "?lease=30&wait=10", token: token)
         }
         let lease = try #require(Self.lease(answers))
-        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try Self.waitForParked(19, on: service))
         #expect(try service.request("PUT", path, token: token, headers: [("TeamCache-Lease", lease)], body: [1]).status == 201)
         #expect(group.wait(timeout: .now() + 15) == .success)
         #expect(answers.value.filter { $0.status == 200 }.count == 19)
@@ -103,7 +116,7 @@ import TestSupport
         let body = "{\(descriptor),\"lease\":30,\"wait\":10}"
         let (group, answers) = Self.burst(20, ports: replicas.map(\.port)) { Self.lookupRequest("two", body, token: nil) }
         let lease = try #require(Self.lease(answers))
-        Thread.sleep(forTimeInterval: 0.5)
+        #expect(WaitTests.waitForParked(19, ports: replicas.map(\.port)))
         #expect(try WaitTests.upsert(replicas[1].port, "two", descriptor, lease: lease) == 201)
         #expect(group.wait(timeout: .now() + 15) == .success)
         var counted: [String: Int] = [:]

@@ -58,6 +58,22 @@ import TestSupport
         #expect(took < 3, "waiters answered \(took) s after the fill")
     }
 
+    /// Waits (up to 10 s) until at least `count` requests are parked on `ports` together (the
+    /// `teamcache_waiters` gauges summed; auth off), so a step that must find them parked is
+    /// not taken after a fixed sleep a loaded machine can outrun.
+    static func waitForParked(_ count: Int, ports: [Int]) -> Bool {
+        for _ in 0..<200 {
+            let parked = ports.reduce(0.0) { sum, port in
+                let text = (try? RawClient(port: port, timeout: 5).request("GET", "/metrics"))
+                    .map { String(decoding: $0.body, as: UTF8.self) } ?? ""
+                return sum + max(0, metricSample(text, "teamcache_waiters"))
+            }
+            if parked >= Double(count) { return true }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return false
+    }
+
     static func waitForLease(_ answers: Locked<[Answer]>) -> String? {
         for _ in 0..<100 {
             if let lease = answers.value.compactMap({ ($0.object["lease"] as? [String: Any])?["id"] as? String }).first {
@@ -69,7 +85,7 @@ import TestSupport
     }
 
     /// 50 lookups with `lease` and `wait` over two replicas: one fills, 49 are answered by
-    /// its upsert as collapsed hits within 100 ms of the upsert's answer.
+    /// its upsert as collapsed hits at once (within a second, on a loaded machine).
     @Test func fortyNineWaitersCollapseOntoOneFillAcrossReplicas() throws {
         let database = try TestDatabase.shared.migratedDatabase(prefix: "wait")
         let replicas = [try ServeProcess(database: database), try ServeProcess(database: database)]
@@ -79,7 +95,7 @@ import TestSupport
         let (group, answers) = Self.burst(50, ports: replicas.map(\.port), namespace: "wait",
                                           body: "{\(descriptor),\"lease\":30,\"wait\":10}")
         let lease = try #require(Self.waitForLease(answers))
-        Thread.sleep(forTimeInterval: 0.5)
+        #expect(Self.waitForParked(49, ports: replicas.map(\.port)), "the other 49 parked")
         #expect(answers.value.count == 1, "only the filler is answered before the fill")
         #expect(try Self.upsert(replicas[0].port, "wait", descriptor, lease: lease) == 201)
         let filled = ProcessInfo.processInfo.systemUptime
@@ -87,7 +103,9 @@ import TestSupport
         let collapsed = answers.value.filter { $0.object["collapsed"] as? Bool == true && $0.object["hit"] as? Bool == true }
         #expect(collapsed.count == 49, "\(answers.value.map(\.object))")
         let slowest = (collapsed.map(\.at).max() ?? filled) - filled
-        #expect(slowest < 0.1, "the last waiter was answered \(slowest) s after the fill")
+        // Milliseconds when the notification arrives (bench/burst.sh measures it); a lost one
+        // answers at the 10 s wait. A second's bound stands 50 threads' scheduling on a loaded CI.
+        #expect(slowest < 1, "the last waiter was answered \(slowest) s after the fill")
     }
 
     /// The holder gives its lease back: exactly one waiter is handed it, and the others
@@ -103,7 +121,7 @@ import TestSupport
         let key = try #require(firstObject["key"] as? String)
         let (group, answers) = Self.burst(10, ports: [service.port], namespace: namespace,
                                           body: "{\(descriptor),\"lease\":30,\"wait\":10}")
-        Thread.sleep(forTimeInterval: 0.5)
+        #expect(Self.waitForParked(10, ports: [service.port]), "the 10 parked")
         #expect(answers.value.isEmpty)
         #expect(try service.request("POST", "/v1/caches/\(namespace)/release",
                                     json: "{\"key\":\"\(key)\",\"lease\":\"\(lease)\"}").status == 204)
@@ -147,7 +165,7 @@ import TestSupport
             waiting.withLock { $0 = response }
             done.signal()
         }
-        Thread.sleep(forTimeInterval: 0.3)
+        #expect(Self.waitForParked(1, ports: [service.port]), "the GET parked")
         #expect(try service.request("PUT", entryPath(namespace, "new"), body: [7]).status == 201)
         #expect(done.wait(timeout: .now() + 3) == .success)
         #expect(waiting.value?.status == 200 && waiting.value?.body == [7])
@@ -156,8 +174,9 @@ import TestSupport
         #expect(bad.status == 400)
     }
 
-    /// A watch: GET with If-None-Match and `wait` returns within 100 ms of a PUT on the other
-    /// replica, `404` when the entry is deleted, and `304` after the wait when nothing changes.
+    /// A watch: GET with If-None-Match and `wait` returns at once (within a second) on a PUT
+    /// on the other replica, `404` when the entry is deleted, and `304` after the wait when
+    /// nothing changes.
     @Test func aWatchReturnsWhenTheEntryChangesOnAnotherReplica() throws {
         let database = try TestDatabase.shared.migratedDatabase(prefix: "watch")
         let replicas = [try ServeProcess(database: database), try ServeProcess(database: database)]
@@ -184,13 +203,13 @@ import TestSupport
             result.withLock { $0 = answer }
             done.signal()
         }
-        Thread.sleep(forTimeInterval: 0.5)
+        #expect(Self.waitForParked(1, ports: [port]), "the watch parked")
         #expect(try RawClient(port: replicas[0].port, timeout: 10).request("PUT", path, body: [2]).status == 200)
         let written = ProcessInfo.processInfo.systemUptime
         #expect(done.wait(timeout: .now() + 5) == .success)
         let (changed, at) = result.value
         #expect(changed?.status == 200 && changed?.body == [2])
-        #expect(at - written < 0.1, "the watch answered \(at - written) s after the write")
+        #expect(at - written < 1, "the watch answered \(at - written) s after the write")
         // A DELETE ends a watch of the new version with 404.
         let newTag = try #require(changed?.header("ETag"))
         Thread.detachNewThread {
@@ -199,7 +218,7 @@ import TestSupport
             result.withLock { $0 = (response, ProcessInfo.processInfo.systemUptime) }
             done.signal()
         }
-        Thread.sleep(forTimeInterval: 0.5)
+        #expect(Self.waitForParked(1, ports: [port]), "the watch parked")
         #expect(try RawClient(port: replicas[0].port, timeout: 10).request("DELETE", path).status == 204)
         #expect(done.wait(timeout: .now() + 5) == .success)
         #expect(result.value.0?.status == 404)
