@@ -47,9 +47,14 @@ import TestSupport
             #expect(statuses.value[key]?.1 == "https://teamcache.dev/problems/outcome-unknown")
         }
         try holder.execute("COMMIT")
-        Thread.sleep(forTimeInterval: 1)
-        // The write that was committing went through; the one still queued at its deadline never started.
-        #expect(try service.request("GET", entryPath("abandon", "held")).body == Array("v2".utf8))
+        // The write that was committing went through (once the lock is let go: asked until
+        // seen, not after a fixed second); the one still queued at its deadline never started.
+        var held = try service.request("GET", entryPath("abandon", "held")).body
+        for _ in 0..<100 where held != Array("v2".utf8) {
+            Thread.sleep(forTimeInterval: 0.1)
+            held = try service.request("GET", entryPath("abandon", "held")).body
+        }
+        #expect(held == Array("v2".utf8))
         #expect(try service.request("GET", entryPath("abandon", "queued")).status == 404)
     }
 
@@ -71,7 +76,13 @@ import TestSupport
             let status = (try? service.request("PUT", entryPath("heldgroup", "held"), body: Array("v2".utf8)))?.status
             heldStatus.withLock { $0 = status ?? -1 }
         }
-        Thread.sleep(forTimeInterval: 0.3)
+        // "free" goes once the held write waits for the row lock (its group is running then).
+        let watcher = try PostgresConnection(url: url, limits: .unbounded)
+        let waiting = Date().addingTimeInterval(10)
+        while try watcher.query("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+            .first?.int("n") == 0, Date() < waiting {
+            Thread.sleep(forTimeInterval: 0.01)
+        }
         let started = Date()
         #expect(try service.request("PUT", entryPath("heldgroup", "free"), body: Array("v1".utf8)).status == 201)
         let seconds = Date().timeIntervalSince(started)

@@ -24,11 +24,21 @@ import TestSupport
         let neighbour = try RawClient(port: service.port, timeout: 10, from: "127.0.0.2")
         #expect(try neighbour.request("GET", "/healthz").status == 200)
         held.removeLast()
-        Thread.sleep(forTimeInterval: 0.2)
-        #expect(try RawClient(port: service.port, timeout: 10).request("GET", "/healthz").status == 200)
+        // Served again once the loop has seen the close (asked until then: 503s meanwhile).
+        let port = service.port
+        func health() -> Int { (try? RawClient(port: port, timeout: 10).request("GET", "/healthz").status) ?? 503 }
+        var again = health()
+        for _ in 0..<100 where again == 503 {
+            Thread.sleep(forTimeInterval: 0.05)
+            again = health()
+        }
+        #expect(again == 200)
         held.removeAll()
-        Thread.sleep(forTimeInterval: 0.2)
-        let metrics = try service.metrics()
+        var metrics = (try? service.metrics()) ?? ""
+        for _ in 0..<100 where metrics.isEmpty {
+            Thread.sleep(forTimeInterval: 0.05)
+            metrics = (try? service.metrics()) ?? ""
+        }
         #expect(metricSample(metrics, "teamcache_http_connections_refused_total{limit=\"client_limit\"}") >= 1)
     }
 }

@@ -43,7 +43,12 @@ import TestSupport
                 }
             }
         }
-        Thread.sleep(forTimeInterval: 2)
+        // At least two seconds of writes, and at least 200 acknowledged (a loaded machine
+        // may take longer to get there), before everything dies.
+        let writing = Date()
+        while Date().timeIntervalSince(writing) < 2 || (acknowledged.value.count < 200 && Date().timeIntervalSince(writing) < 30) {
+            Thread.sleep(forTimeInterval: 0.1)
+        }
         // Everything dies at once, mid-commit: the database first (no clean shutdown, no
         // checkpoint), then the server.
         Self.killCluster(data)
