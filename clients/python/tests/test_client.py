@@ -10,6 +10,7 @@ import pathlib
 import threading
 import time
 
+import httpx
 import pytest
 
 from teamcache import (
@@ -127,13 +128,21 @@ def test_leases_release_and_single_flight(cache, namespace):
     assert cache.get_or_lease(namespace, "raw-key").body == b"v"
 
 
-def test_a_waiter_is_answered_by_the_fill(cache, namespace):
+def parked(server, token) -> float:
+    """The service's ``teamcache_waiters`` gauge: requests parked for a fill."""
+    text = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=5).text
+    return next((float(line.split()[1]) for line in text.splitlines() if line.startswith("teamcache_waiters ")), 0.0)
+
+
+def test_a_waiter_is_answered_by_the_fill(cache, namespace, server, token):
     descriptor = {"model": "m", "prompt": "wait for it"}
     lease = cache.lookup(namespace, descriptor, lease=30).lease
     answers = []
+    waiting = parked(server, token)
     waiter = threading.Thread(target=lambda: answers.append(cache.lookup(namespace, descriptor, lease=30, wait=10)))
     waiter.start()
-    time.sleep(0.3)
+    # Filled once the waiter is parked (a fixed head start can be outrun on a loaded machine).
+    assert eventually(lambda: parked(server, token) > waiting, timeout=10, every=0.05)
     cache.upsert(namespace, descriptor, "done", lease=lease)
     waiter.join(10)
     assert answers and answers[0].hit and answers[0].collapsed and answers[0].response == "done"
