@@ -21,6 +21,12 @@ export function ratio(value) {
   return value === null || value === undefined ? '–' : `${(value * 100).toFixed(1)} %`;
 }
 
+// A namespace's hit ratio, or null when nothing was looked up: the service reads 0 then, which
+// would show an idle namespace as a cache that misses everything (its chart shows '–').
+export function hitRatio(stats) {
+  return stats.lookups.hit + stats.lookups.miss === 0 ? null : stats.hit_ratio;
+}
+
 export function money(value, currency) {
   const digits = value !== 0 && Math.abs(value) < 0.01 ? 6 : 2;
   return `${value.toFixed(digits)} ${currency}`;

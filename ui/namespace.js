@@ -29,7 +29,7 @@ function totals(stats, currency) {
   return h('dl', { class: 'figures', id: 'totals' },
     figure('Entries', f.count(stats.entries), stats.entries),
     figure('Stored', f.bytes(stats.bytes.stored), stats.bytes.stored),
-    figure('Hit ratio', f.ratio(stats.hit_ratio), stats.hit_ratio),
+    figure('Hit ratio', f.ratio(f.hitRatio(stats)), f.hitRatio(stats)),
     figure('Hits', f.count(stats.lookups.hit), stats.lookups.hit),
     figure('Waited for a fill', f.count(stats.lookups.collapsed), stats.lookups.collapsed),
     figure('Answered by client tiers', f.count(stats.lookups.local), stats.lookups.local),

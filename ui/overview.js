@@ -65,7 +65,7 @@ export async function overview() {
     return [
       h('a', { href: `#/ns/${encodeURIComponent(c.namespace)}` }, c.namespace),
       h('span', { 'data-value': c.entries }, f.count(c.entries)),
-      h('span', { 'data-value': c.hit_ratio }, f.ratio(c.hit_ratio)),
+      h('span', { 'data-value': f.hitRatio(c) }, f.ratio(f.hitRatio(c))),
       s ? h('span', { 'data-value': s.tokensDay }, f.count(s.tokensDay)) : '–',
       s ? h('span', { 'data-value': s.tokensMonth }, f.count(s.tokensMonth)) : '–',
       s ? h('span', { 'data-value': s.costDay }, f.money(s.costDay, s.currency)) : '–',

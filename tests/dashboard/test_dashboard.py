@@ -134,6 +134,8 @@ class Seeded:
             assert client.put("/v1/caches/docs/entries/readme", content=b"hello").status_code == 201
             for _ in range(2):
                 assert client.get("/v1/caches/docs/entries/readme").status_code == 200
+            # Written, never looked up: no hit ratio to show.
+            assert client.put("/v1/caches/quiet/entries/k", content=b"q").status_code == 201
         # Three days back, as the fold writes an hour's rollup.
         service.sql(f"""
             INSERT INTO stats_history (namespace, step, t, hits, misses, input_tokens_saved, output_tokens_saved,
@@ -297,7 +299,8 @@ def test_the_overview_lists_every_namespace_with_its_savings(seeded: Seeded, bro
         "#namespaces tbody tr", "rows => rows.map(r => [...r.children].map(c => c.querySelector('[data-value]')"
         "?.dataset.value ?? c.textContent))")
     by_name = {row[0]: row for row in rows}
-    assert set(by_name) == {"shop", "docs"}
+    assert set(by_name) == {"shop", "docs", "quiet"}
+    assert by_name["quiet"][2] == "–"  # nothing looked up: not "0.0 %"
     shop = by_name["shop"]
     assert int(shop[1]) == 4  # entries
     assert abs(float(shop[2]) - LIVE_HITS / (LIVE_HITS + LIVE_MISSES)) < 1e-4
