@@ -126,12 +126,27 @@ enum EntryGroupWrite {
         guard result.rowCount == writes.count else {
             throw PostgresError(.decoding, serverMessage: "a group write returned \(result.rowCount) rows")
         }
-        return try result.rows.map { row in
+        let outcomes: [WriteOutcome] = try result.rows.map { row in
             if try row.int("entry_id") != nil {
                 let expiresAt = try row.date("expires_at") ?? now
                 return try row.bool("created") == true ? .created(expiresAt: expiresAt) : .replaced(expiresAt: expiresAt)
             }
             return try row.bool("admitted") == true ? .preconditionFailed : .storeFull
+        }
+        return retryRefused(writes, outcomes, store: store)
+    }
+
+    /// The caps' running sums count every write of the group before a row, refused ones too,
+    /// so a write that fits alone could be refused beside a larger one that does not. Each
+    /// write a cap refused (it wrote nothing) is tried again alone, where the caps are asked
+    /// of what is stored. A retry that fails leaves the refusal: nothing was stored either way,
+    /// and the group's committed writes must not be run again with it.
+    private static func retryRefused(_ writes: [EntryWrite], _ outcomes: [WriteOutcome], store: EntryStore)
+        -> [WriteOutcome] {
+        guard writes.count > 1 else { return outcomes }
+        return zip(writes, outcomes).map { write, outcome in
+            guard case .storeFull = outcome else { return outcome }
+            return (try? store.putOne(write)) ?? outcome
         }
     }
 
