@@ -95,7 +95,7 @@ public struct TeamCacheClient: Sendable {
         let query = ttl.map { "?ttl=\($0)" } ?? ""
         let (data, response) = try await send("PUT", entryPath(namespace, key) + query, headers: headers, body: body,
                                               accept: [200, 201])
-        return try Self.writeResult(data, created: response.statusCode == 201)
+        return try answered { try Self.writeResult(data, created: response.statusCode == 201) }
     }
 
     func remoteDelete(namespace: String, key: String) async throws -> Bool {
@@ -119,12 +119,27 @@ public struct TeamCacheClient: Sendable {
         let (data, _) = try await sendJSON("POST", "/v1/caches/\(namespace)/lookup", .object(members), accept: [200],
                                            timeout: (wait ?? 0) + configuration.lookupTimeout,
                                            idempotent: lease == nil, quick: wait == nil)
-        let json = try Self.parse(data)
-        let notModified = json["not_modified"]?.boolValue == true
-        return LookupAnswer(result: notModified ? .miss(key: json["key"]?.stringValue ?? "") : try Self.lookupResult(json),
-                            etag: json["etag"]?.stringValue, ttl: json["ttl"]?.integerValue,
-                            staleWhileRevalidate: json["stale_while_revalidate"]?.integerValue ?? 0,
-                            notModified: notModified, metadata: json["metadata"])
+        return try answered {
+            let json = try Self.parse(data)
+            let notModified = json["not_modified"]?.boolValue == true
+            return LookupAnswer(result: notModified ? .miss(key: json["key"]?.stringValue ?? "") : try Self.lookupResult(json),
+                                etag: json["etag"]?.stringValue, ttl: json["ttl"]?.integerValue,
+                                staleWhileRevalidate: json["stale_while_revalidate"]?.integerValue ?? 0,
+                                notModified: notModified, metadata: json["metadata"])
+        }
+    }
+
+    /// `parse`'s result; when the body is not TeamCache's answer (another service at the URL,
+    /// a proxy), the breaker opens at once: its status was counted a success a moment ago, so a
+    /// run of such answers would never add up to the threshold, and each call would pay another
+    /// round trip to the wrong service.
+    func answered<T>(_ parse: () throws -> T) throws -> T {
+        do {
+            return try parse()
+        } catch TeamCacheClientError.malformedResponse {
+            configuration.breaker?.failed("malformed answer", atOnce: true)
+            throw TeamCacheClientError.malformedResponse
+        }
     }
 
     static func lookupResult(_ json: JSONValue) throws -> LookupResult {
@@ -158,7 +173,7 @@ public struct TeamCacheClient: Sendable {
         if !tags.isEmpty { members.append(("tags", .array(tags.map(JSONValue.string)))) }
         let (data, response) = try await sendJSON("POST", "/v1/caches/\(namespace)/upsert", .object(members),
                                                   accept: [200, 201])
-        return try Self.writeResult(data, created: response.statusCode == 201)
+        return try answered { try Self.writeResult(data, created: response.statusCode == 201) }
     }
 
     /// Gives a lease back (the call to fill it failed) so the next caller can; false when it

@@ -156,13 +156,17 @@ def test_check_reports_each_missing_scope(server, namespace):
                                       b'{"hit":false,"retry_after":"soon"}', b'{"hit":true,"response":"x","age":true}'])
 def test_a_hit_of_the_wrong_shape_is_the_caches_failure_not_the_callers(document):
     """A proxy or another service at the URL answering a lookup with the wrong types: the call
-    is made and its answer returned (the hit was not handed on, to fail in the caller's code)."""
-    wrong = StandIn(lambda *_: (200, {}, document))
+    is made and its answer returned (the hit was not handed on, to fail in the caller's code),
+    and the breaker opens at once: the calls after it do not ask that service again."""
+    asked: list[str] = []
+    wrong = StandIn(lambda _method, path: asked.append(path) or (200, {}, document))
     cache = TeamCache(wrong.url, "tc_x")
     try:
-        assert cache.cached("ns", {"model": "m", "prompt": "p"}, lambda: "paid") == "paid"
         with pytest.raises(TransportError, match="malformed"):
             cache.lookup("ns", {"model": "m", "prompt": "q"})
+        assert cache.cache_health.state == "open" and len(asked) == 1
+        assert cache.cached("ns", {"model": "m", "prompt": "p"}, lambda: "paid") == "paid"
+        assert len(asked) == 1, "the open breaker asked the wrong service again"
     finally:
         cache.close()
         wrong.close()

@@ -282,7 +282,9 @@ class _Settings:
             try:
                 return call.parse(response.status_code, response.headers, response.content)
             except Exception as error:  # noqa: BLE001 - not TeamCache's answer (a wrong base URL?)
+                # At once: the status was counted a success a moment ago, so a run of these would
+                # never add up to the threshold, and every call would pay another round trip.
                 if self.breaker is not None:
-                    self.breaker.failed(f"malformed answer: {type(error).__name__}")
+                    self.breaker.failed(f"malformed answer: {type(error).__name__}", at_once=True)
                 raise TransportError(f"TeamCache at {self.base_url} gave a malformed answer to {call.path}") from error
         raise op.problem(response.status_code, response.content)
