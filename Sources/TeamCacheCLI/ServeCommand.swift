@@ -33,13 +33,28 @@ enum ServeCommand {
         }
         let application = try Application(configuration: configuration)
         try application.start()
-        if configuration.authEnabled, (try? application.tokens.list().isEmpty) == true {
-            logger.warn("auth is on and no token exists yet; create one with: teamcache tokens create --name admin "
-                + "--namespaces '*' --scopes admin")
+        if configuration.authEnabled, let tokens = try? application.tokens.list() {
+            if tokens.isEmpty {
+                logger.warn("auth is on and no token exists yet; create one with: teamcache tokens create --name admin "
+                    + "--namespaces '*' --scopes admin")
+            }
+            warnOfNarrowMetricsTokens(tokens, logger: logger)
         }
         print("listening on http://\(configuration.http.host):\(application.server.port)")
         fflush(nil)
         application.runUntilSignalled()
         return 0
+    }
+
+    /// A metrics token whose pattern is narrower than `*` (made before `/metrics` required it)
+    /// is refused `/metrics`: said at start, by name and id (never its secret), so a scraper
+    /// that stopped after an upgrade is not a mystery.
+    static func warnOfNarrowMetricsTokens(_ tokens: [APIToken], logger: Logger) {
+        let now = Date()
+        for token in tokens where token.isUsable(at: now) && token.scopes.contains(.metrics)
+            && token.namespacePattern != "*" {
+            logger.warn("token \(token.id) (\(token.name)) has the metrics scope for '\(token.namespacePattern)': "
+                + "/metrics needs the pattern '*' and refuses it (403); make a metrics token for '*'")
+        }
     }
 }
