@@ -53,17 +53,31 @@ enum EntryGroupWrite {
             LEFT JOIN LATERAL (SELECT stored_size, expires_at > coalesce($17::timestamptz, now()) AS fresh
                                FROM entries WHERE namespace = b.namespace AND key = b.key) o
                 ON true),
+        -- What the caps count each row against: the store's and its namespace's folded totals.
+        sized AS (
+            SELECT i.*, f.store_stored, f.namespace_stored,
+                   (($19::int8 = 0 OR f.store_stored + i.growth <= $19::int8)
+                    AND (i.quota IS NULL OR f.namespace_stored + i.growth <= i.quota * $20::float8)) AS fits_alone
+            FROM input i
+            CROSS JOIN LATERAL (
+                SELECT (SELECT coalesce(sum(stored_bytes), 0) FROM namespace_counters WHERE namespace = '') AS store_stored,
+                       (SELECT coalesce(sum(c.stored_bytes), 0) FROM namespace_counters c
+                        WHERE c.namespace = i.namespace) AS namespace_stored) f),
+        -- A row's running sums count the rows before it that could be admitted at all: one too
+        -- large to fit even alone is refused and takes no room from the rows after it (it once
+        -- did, and a write that fit was refused beside it). Never over a cap: a row that fits
+        -- alone counts whether or not the sums then admit it.
         admitted AS (
             SELECT i.* FROM (
-                SELECT i.*, sum(i.growth) OVER (PARTITION BY i.namespace ORDER BY i.ordinal) AS namespace_growth,
-                       sum(i.growth) OVER (ORDER BY i.ordinal) AS store_growth
-                FROM input i) AS i
+                SELECT i.*,
+                       sum(CASE WHEN i.fits_alone THEN i.growth ELSE 0 END)
+                           OVER (PARTITION BY i.namespace ORDER BY i.ordinal) AS namespace_growth,
+                       sum(CASE WHEN i.fits_alone THEN i.growth ELSE 0 END) OVER (ORDER BY i.ordinal) AS store_growth
+                FROM sized i) AS i
             WHERE i.growth <= 0
-               OR (($19::int8 = 0 OR (SELECT coalesce(sum(stored_bytes), 0) FROM namespace_counters
-                                      WHERE namespace = '') + i.store_growth <= $19::int8)
-                   AND (i.quota IS NULL OR (SELECT coalesce(sum(c.stored_bytes), 0) FROM namespace_counters c
-                                            WHERE c.namespace = i.namespace) + i.namespace_growth
-                                           <= i.quota * $20::float8))),
+               OR (i.fits_alone
+                   AND ($19::int8 = 0 OR i.store_stored + i.store_growth <= $19::int8)
+                   AND (i.quota IS NULL OR i.namespace_stored + i.namespace_growth <= i.quota * $20::float8))),
         written AS (
             INSERT INTO entries AS e (namespace, key, body, encoding, content_type, identity_size, stored_size, etag,
                                       model, version, prompt_digest, tags, metadata, input_tokens, output_tokens,
@@ -126,27 +140,12 @@ enum EntryGroupWrite {
         guard result.rowCount == writes.count else {
             throw PostgresError(.decoding, serverMessage: "a group write returned \(result.rowCount) rows")
         }
-        let outcomes: [WriteOutcome] = try result.rows.map { row in
+        return try result.rows.map { row in
             if try row.int("entry_id") != nil {
                 let expiresAt = try row.date("expires_at") ?? now
                 return try row.bool("created") == true ? .created(expiresAt: expiresAt) : .replaced(expiresAt: expiresAt)
             }
             return try row.bool("admitted") == true ? .preconditionFailed : .storeFull
-        }
-        return retryRefused(writes, outcomes, store: store)
-    }
-
-    /// The caps' running sums count every write of the group before a row, refused ones too,
-    /// so a write that fits alone could be refused beside a larger one that does not. Each
-    /// write a cap refused (it wrote nothing) is tried again alone, where the caps are asked
-    /// of what is stored. A retry that fails leaves the refusal: nothing was stored either way,
-    /// and the group's committed writes must not be run again with it.
-    private static func retryRefused(_ writes: [EntryWrite], _ outcomes: [WriteOutcome], store: EntryStore)
-        -> [WriteOutcome] {
-        guard writes.count > 1 else { return outcomes }
-        return zip(writes, outcomes).map { write, outcome in
-            guard case .storeFull = outcome else { return outcome }
-            return (try? store.putOne(write)) ?? outcome
         }
     }
 

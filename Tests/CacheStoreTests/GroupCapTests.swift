@@ -7,7 +7,8 @@ import TestSupport
 
 /// In one group, a write too large for its namespace's cap is refused, and a small write
 /// after it that fits is stored: the refused write's bytes do not count against it (they
-/// once did, in the group's running sum: 507 for a write that fit).
+/// once did, in the group's running sum: 507 for a write that fit). Writes that each fit but
+/// not together are still held to the cap.
 @Suite struct GroupCapTests {
     @Test func aWriteThatFitsIsStoredBesideOneThatDoesNot() throws {
         let database = try TestDatabase.shared.migratedDatabase(prefix: "groupcap")
@@ -33,5 +34,13 @@ import TestSupport
         if case .created = outcomes[1] {} else { Issue.record("the small write, which fits: \(outcomes[1])") }
         #expect(try store.fetch(namespace, try #require(EntryKey(Array("small".utf8)))) != nil)
         #expect(try store.fetch(namespace, try #require(EntryKey(Array("big".utf8)))) == nil)
+        // Writes that each fit alone but not together: the first is stored, the rest refused
+        // (never over the cap: 100 + 1,500 stored of 2,000).
+        let each = try EntryGroupWrite.run([try write("a", bytes: 1500), try write("b", bytes: 1500),
+                                            try write("c", bytes: 1500)], createOnly: false, store: store)
+        let stored = each.filter { if case .created = $0 { true } else { false } }.count
+        #expect(stored == 1, "\(each)")
+        let total = try connection.query("SELECT sum(stored_size)::int8 AS n FROM entries WHERE namespace = 'capped'")
+        #expect(try (total.first?.int("n") ?? 0) <= Int(Double(2000) * policy.hardCapRatio))
     }
 }
