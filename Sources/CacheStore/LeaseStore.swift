@@ -27,10 +27,13 @@ public final class LeaseStore: LeaseStorage {
     /// read before a fill committed and its lease was completed, and would otherwise pay for
     /// the answer again. A statement of its own, so its snapshot is taken after the grant's:
     /// the grant found the filler's lease gone, so this sees the entry its filler committed
-    /// first. Fresh by the service's clock (`$4`), which judged the read.
+    /// first. Fresh by the service's clock (`$4`), which judged the read; of the read's model
+    /// (`$6`) unless any entry answers it (`$5`): an entry the read does not take (a raw PUT
+    /// under a descriptor's key) must not take the lease away.
     static let withdrawIfFilled = """
         DELETE FROM leases l WHERE l.namespace = $1 AND l.key = $2 AND l.id_digest = $3
-           AND EXISTS (SELECT 1 FROM entries e WHERE e.namespace = $1 AND e.key = $2 AND e.expires_at > $4)
+           AND EXISTS (SELECT 1 FROM entries e WHERE e.namespace = $1 AND e.key = $2 AND e.expires_at > $4
+                       AND ($5::bool OR e.model IS NOT DISTINCT FROM $6::text))
         RETURNING 1 AS withdrawn
         """
     /// Ends a lease, for its holder only: `live` says whether it had not yet run out.
@@ -53,7 +56,8 @@ public final class LeaseStore: LeaseStorage {
     }
 
     /// A lease of `seconds` on (namespace, key) for `holder`, unless a live one is held.
-    public func grant(_ namespace: Namespace, _ key: EntryKey, seconds: Int, holder: Int64?) throws -> LeaseGrant {
+    public func grant(_ namespace: Namespace, _ key: EntryKey, seconds: Int, holder: Int64?,
+                      unlessFilled fill: FillCheck?) throws -> LeaseGrant {
         let id = Lease.newID()
         let digest = SHA256.hash(id)
         let (row, withdrawn) = try pool.withConnection { connection in
@@ -61,15 +65,18 @@ public final class LeaseStore: LeaseStorage {
                 .text(namespace.name), .bytes(key.bytes), .bytes(digest),
                 holder.map { .int($0) } ?? .null, .int(min(max(seconds, 1), Lease.maxSeconds)),
             ]).first
-            guard try row?.bool("granted") == true else { return (row, false) }
-            let withdrawn = try connection.query(Self.withdrawIfFilled, [
+            guard let fill, try row?.bool("granted") == true else { return (row, false) }
+            let model: PostgresValue
+            if case .model(let name) = fill { model = name.map { .text($0) } ?? .null } else { model = .null }
+            // A withdrawal that fails keeps the grant: the lease is the caller's, as before the
+            // check (thrown, it would be held by no one until it ran out).
+            let withdrawn = (try? connection.query(Self.withdrawIfFilled, [
                 .text(namespace.name), .bytes(key.bytes), .bytes(digest), .timestamp(clock.now()),
-            ]).first != nil
+                .bool(fill == .anyEntry), model,
+            ]))?.first != nil
             return (row, withdrawn)
         }
-        // Filled meanwhile: as if held by the filler a moment ago. A caller who may wait reads
-        // again at once (the fill's notification is noted), any other is told to ask again.
-        if withdrawn { return .held(retryAfter: 1) }
+        if withdrawn { return .filled }
         guard let row, try row.bool("granted") == true else {
             // Held; or just granted to another and not visible to this snapshot yet.
             return .held(retryAfter: max(1, try row?.int("remaining") ?? 1))
@@ -93,7 +100,7 @@ public final class LeaseStore: LeaseStorage {
         case .held(let retryAfter)?:
             held.note(namespace.name, key.bytes, seconds: retryAfter, since: generation)
             return nil
-        case nil:
+        case .filled?, nil:
             return nil
         }
     }

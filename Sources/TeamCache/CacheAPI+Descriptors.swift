@@ -54,7 +54,8 @@ extension CacheAPI {
                 return answer
             }
             return missStep(namespace, entryKey, lease: leaseSeconds, holder: holder, budget: budget,
-                            mayPark: mayPark, request: request, answers: answers, labelled: labelled)
+                            mayPark: mayPark, request: request, answers: answers, labelled: labelled,
+                            filledBy: .model(model))
         }
     }
 

@@ -53,7 +53,8 @@ extension CacheAPI {
             // Made here, not with the plan: a hit never needs them (three closures a read).
             let answers = Self.entryMissAnswers(requestID: request.requestID) { [self] in miss(false, request) }
             return missStep(namespace, key, lease: leaseSeconds, holder: holder, budget: budget, mayPark: mayPark,
-                            request: request, answers: answers, labelled: labelled, countsMiss: watched == nil)
+                            request: request, answers: answers, labelled: labelled, countsMiss: watched == nil,
+                            filledBy: .anyEntry)
         }
     }
 

@@ -76,7 +76,10 @@ extension CacheAPI {
     /// A stale answer (past expiry, in a window or within `max-stale`) is counted stale; a
     /// fresh one a hit, or a collapsed hit when it waited for the fill.
     private func countHit(_ entry: StoredEntry, _ freshness: Freshness, _ question: HitQuestion, now: Date) {
-        guard question.counted else { return }
+        guard question.counted else {
+            tracker.touch(entry, at: now)
+            return
+        }
         let lookup: AccessTracker.Lookup = switch freshness {
         case .stale, .revalidate: .stale
         case .fresh, .expired: question.collapsed ? .collapsed : .hit

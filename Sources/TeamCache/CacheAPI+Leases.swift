@@ -19,7 +19,7 @@ extension CacheAPI {
     /// burst that paid once read as half misses.)
     func missStep(_ namespace: Namespace, _ key: EntryKey, lease seconds: Int?, holder: Int64?,
                   budget: WaitBudget?, mayPark: Bool, request: HTTPRequest, answers: MissAnswers,
-                  labelled: Bool, countsMiss: Bool = true) -> ReadAnswer {
+                  labelled: Bool, countsMiss: Bool = true, filledBy: FillCheck? = nil) -> ReadAnswer {
         let waiters = self.waiters
         // The gateway counts its callers itself, once their answer is settled: a miss may
         // still end as a collapsed hit (a call here to follow) or a stale answer.
@@ -33,8 +33,15 @@ extension CacheAPI {
             countMiss()
             return .response(answers.miss())
         }
+        // A lease granted after a fill committed (the read came just before it) is withdrawn,
+        // so the caller reads the entry rather than pay for it again: only for a caller that
+        // may wait for it, and once a request (an entry the read does not take could otherwise
+        // have it go round, granted and withdrawn, for its whole wait).
+        let check = mayPark && budget.map { !$0.leaseWithdrawn && $0.remaining > 0 } == true ? filledBy : nil
         return .blocking { [self] in
-            let grant = try guarded(request) { try leases.grant(namespace, key, seconds: seconds, holder: holder) }
+            let grant = try guarded(request) {
+                try leases.grant(namespace, key, seconds: seconds, holder: holder, unlessFilled: check)
+            }
             switch grant {
             case .granted(let lease):
                 if budget?.waited == true {
@@ -58,6 +65,15 @@ extension CacheAPI {
                 if budget?.waited == true { waiters?.count("timeout") }
                 countMiss()
                 return .response(answers.pending(retryAfter))
+            case .filled:
+                // Read again: the lease's withdrawal and the fill wake it, or a second's recheck.
+                budget?.leaseWithdrawn = true
+                if mayPark, let budget, let waiters, budget.remaining > 0 {
+                    budget.waited = true
+                    return .park(seconds: min(waiters.recheckDelay(untilDeadline: budget.remaining), 1))
+                }
+                countMiss()
+                return .response(answers.pending(1))
             }
         }
     }
@@ -201,6 +217,14 @@ final class WaitBudget: Sendable {
     var waited: Bool {
         get { waitedFlag.value }
         set { waitedFlag.withLock { $0 = newValue } }
+    }
+
+    private let withdrawnFlag = Locked(false)
+
+    /// Whether a lease granted to this request was withdrawn for a fill (once is enough).
+    var leaseWithdrawn: Bool {
+        get { withdrawnFlag.value }
+        set { withdrawnFlag.withLock { $0 = newValue } }
     }
 
     init(seconds: TimeInterval) {

@@ -32,16 +32,22 @@ import TestSupport
         _ = try store.put(write)
         #expect(try leases.complete(namespace, key, id: filler.id, holder: 1))
         // Its grant, after the fill.
-        guard case .held = try leases.grant(namespace, key, seconds: 30, holder: 2) else {
-            Issue.record("a lease was granted on a key just filled")
-            return
-        }
+        #expect(try leases.grant(namespace, key, seconds: 30, holder: 2, unlessFilled: .anyEntry) == .filled,
+                "a lease was granted on a key just filled")
         let connection = try TestDatabase.shared.connect(database: database)
         let left = try connection.query("SELECT count(*)::int8 AS n FROM leases WHERE namespace = 'raced'")
         #expect(try left.first?.int("n") == 0, "the withdrawn lease is gone")
+        // An entry the read does not take (another model: a raw PUT under a descriptor's key)
+        // leaves the lease granted: withdrawn, the read would find the same miss again.
+        guard case .granted(let other) = try leases.grant(namespace, key, seconds: 30, holder: 2,
+                                                          unlessFilled: .model("another-model")) else {
+            Issue.record("a lease was withdrawn for an entry of another model")
+            return
+        }
+        #expect(try leases.release(namespace, key, id: other.id, holder: 2))
         // Once the entry has expired, a miss gets its lease again.
         try connection.execute("UPDATE entries SET expires_at = now() - interval '1 second' WHERE namespace = 'raced'")
-        guard case .granted = try leases.grant(namespace, key, seconds: 30, holder: 2) else {
+        guard case .granted = try leases.grant(namespace, key, seconds: 30, holder: 2, unlessFilled: .anyEntry) else {
             Issue.record("no lease on an expired entry")
             return
         }

@@ -27,7 +27,8 @@ import TestSupport
             }
             return false
         }
-        #expect(try waitFor("teamcache_near_cache_enabled", 1), "the listener is up")
+        // The listener's own gauge (not the near-cache's: CI runs this with the near-cache off).
+        #expect(try waitFor("teamcache_notify_listener_up", 1), "the listener is up")
         let path = "/v1/caches/loss/entries/k"
         let answer = Locked<(status: Int, at: Date)?>(nil)
         let port = service.port
@@ -44,7 +45,7 @@ import TestSupport
             SELECT pg_terminate_backend(pid) FROM pg_stat_activity
             WHERE application_name = 'teamcache-listen' AND datname = '\(database)'
             """)
-        #expect(try waitFor("teamcache_near_cache_enabled", 0), "the listener is down")
+        #expect(try waitFor("teamcache_notify_listener_up", 0), "the listener is down")
         let written = Date()
         #expect(try service.request("PUT", path, body: [7]).status == 201)
         for _ in 0..<200 where answer.value == nil { Thread.sleep(forTimeInterval: 0.05) }

@@ -79,8 +79,10 @@ public protocol EntryStorage: AnyObject, Sendable {
 
 /// Miss leases: one caller fills a missed key while the others wait for it.
 public protocol LeaseStorage: AnyObject, Sendable {
-    /// A lease of `seconds` on (namespace, key) for `holder`, unless a live one is held.
-    func grant(_ namespace: Namespace, _ key: EntryKey, seconds: Int, holder: Int64?) throws -> LeaseGrant
+    /// A lease of `seconds` on (namespace, key) for `holder`, unless a live one is held; with
+    /// `unlessFilled`, withdrawn again when the key now holds such a fresh entry (`.filled`).
+    func grant(_ namespace: Namespace, _ key: EntryKey, seconds: Int, holder: Int64?, unlessFilled: FillCheck?) throws
+        -> LeaseGrant
     /// A refresh lease (stale-while-revalidate), or nil when one is held or cannot be asked for.
     func refresh(_ namespace: Namespace, _ key: EntryKey, seconds: Int, holder: Int64?) -> Lease?
     /// Whether this process knows (namespace, key) to be leased right now, without asking.
@@ -94,6 +96,13 @@ public protocol LeaseStorage: AnyObject, Sendable {
     func releaseUndelivered(_ namespace: Namespace, _ key: EntryKey, _ lease: Lease, holder: Int64?)
     /// Counts a grant that went to a caller who waited for the key.
     func countHandOver()
+}
+
+extension LeaseStorage {
+    /// A lease, with no check for a fill (a refresh lease, a test).
+    public func grant(_ namespace: Namespace, _ key: EntryKey, seconds: Int, holder: Int64?) throws -> LeaseGrant {
+        try grant(namespace, key, seconds: seconds, holder: holder, unlessFilled: nil)
+    }
 }
 
 /// The listeners of one store's changes in this process (the near-cache, the shared feed

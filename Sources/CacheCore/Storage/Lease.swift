@@ -31,4 +31,14 @@ public enum LeaseGrant: Sendable, Equatable {
     case granted(Lease)
     /// Another caller holds a live lease; it runs out in `retryAfter` seconds (at least 1).
     case held(retryAfter: Int)
+    /// Granted, then withdrawn at once: the key holds a fresh entry (`FillCheck`) that the
+    /// caller's read came too early to see. Read it again rather than pay for it again.
+    case filled
+}
+
+/// Which fresh entry makes a lease just granted moot: any (a raw key), or one of the model
+/// the read asked for (a descriptor lookup and the gateway take no other as their hit).
+public enum FillCheck: Sendable, Equatable {
+    case anyEntry
+    case model(String?)
 }

@@ -22,7 +22,9 @@ public final class MemoryLeases: LeaseStorage {
 
     public init(clock: any Clock = SystemClock()) { self.clock = clock }
 
-    public func grant(_ namespace: Namespace, _ key: EntryKey, seconds: Int, holder: Int64?) throws -> LeaseGrant {
+    /// (`unlessFilled` is not asked: this store keeps no entries to look at.)
+    public func grant(_ namespace: Namespace, _ key: EntryKey, seconds: Int, holder: Int64?,
+                      unlessFilled: FillCheck?) throws -> LeaseGrant {
         let id = Lease.newID(), now = clock.now()
         let seconds = min(max(seconds, 1), Lease.maxSeconds)
         return leases.withLock { leases in

@@ -222,8 +222,9 @@ final class Gateway: Sendable {
         var owner: GatewayReader?
         if let responder {
             // Counted here, not before a call to follow was looked for: a follower is counted
-            // as collapsed alone.
-            metrics?.count(call.upstream.name, bypass ? "bypass" : "miss")
+            // as collapsed alone. A cached call's owner is counted by its reader when its answer
+            // is settled (a miss, or stale when a stale entry answers the upstream's failure).
+            if bypass { metrics?.count(call.upstream.name, "bypass") }
             let reader = GatewayReader(gateway: self, call: call, responder: responder,
                                        role: .owner(stale: stale, cached: cached), streamed: broadcast.streamed)
             _ = broadcast.join(reader.follower())

@@ -65,7 +65,7 @@ final class GatewayLookup: Sendable {
             }
             return api.missStep(call.namespace, key, lease: leaseSeconds, holder: call.holder, budget: budget,
                                 mayPark: mayPark, request: call.request, answers: answers, labelled: labelled,
-                                countsMiss: false)
+                                countsMiss: false, filledBy: .model(model))
         }
     }
 

@@ -88,6 +88,7 @@ final class GatewayReader {
         let api = gateway.api
         api.tracker.record(.miss, namespace: call.namespace.name, at: api.clock.now(),
                            mayLabel: call.principal.mayWrite(call.namespace))
+        gateway.metrics?.count(call.upstream.name, "miss")
     }
 
     /// A follower answered from the call it followed: a collapsed hit, saving what the call's
@@ -178,6 +179,7 @@ final class GatewayReader {
         if case .expired = freshness { return false }
         done = true
         counted = true
+        gateway.metrics?.count(call.upstream.name, "stale")
         responder.respond {
             api.tracker.record(.stale, namespace: call.namespace.name, entry: entry, at: now)
             return try GatewayAnswers.hit(entry, freshness: freshness, collapsed: false, now: now,
