@@ -56,12 +56,15 @@ extension DumpedEntry {
             namespace: namespace, key: key, body: body, encoding: encoding,
             contentType: try contentTypeMember(json),
             identitySize: identity.count, etag: etag, model: try text(json, "model", limit: 256),
-            version: try text(json, "version", limit: 256), promptDigest: try text(json, "prompt_digest", limit: 128),
+            version: try text(json, "version", limit: 256, mayBeEmpty: true), promptDigest: try digestMember(json),
             tags: try tagsMember(json), metadata: try metadataMember(json),
             inputTokens: try count(json, "input_tokens"), outputTokens: try count(json, "output_tokens"),
             createdAt: created, updatedAt: updated, expiresAt: expires,
             staleWhileRevalidate: try count(json, "stale_while_revalidate", max: min(policy.maxTTL, Int(Int32.max))),
-            hitCount: try count(json, "hit_count"), lastAccessedAt: try timestampMember(json, "last_accessed_at"))
+            // Bounded far below the column's range: the access flush adds hits to it, and a count
+            // at bigint's limit once failed every flush (every namespace's stats) while it lived.
+            hitCount: try count(json, "hit_count", max: Self.maxHitCount),
+            lastAccessedAt: try timestampMember(json, "last_accessed_at"))
     }
 
     private static func namespaceMember(_ json: JSONValue) throws(DumpLineError) -> String {
@@ -110,13 +113,28 @@ extension DumpedEntry {
         return text
     }
 
-    /// An optional string member without NUL, at most `limit` bytes.
-    private static func text(_ json: JSONValue, _ name: String, limit: Int) throws(DumpLineError) -> String? {
+    /// A dumped hit count's bound (2^53: any count a store could reach, far from bigint's end).
+    public static let maxHitCount = 1 << 53
+
+    /// An optional string member without NUL, at most `limit` bytes (and at least one, unless
+    /// `mayBeEmpty`: a descriptor's `version` may be "", and is stored so).
+    private static func text(_ json: JSONValue, _ name: String, limit: Int, mayBeEmpty: Bool = false)
+        throws(DumpLineError) -> String? {
         guard let value = json[name], value != .null else { return nil }
-        guard let text = value.stringValue, (1...limit).contains(text.utf8.count), !text.utf8.contains(0) else {
-            throw DumpLineError("\(name) must be a string of 1 to \(limit) bytes")
+        let least = mayBeEmpty ? 0 : 1
+        guard let text = value.stringValue, (least...limit).contains(text.utf8.count), !text.utf8.contains(0) else {
+            throw DumpLineError("\(name) must be a string of \(least) to \(limit) bytes")
         }
         return text
+    }
+
+    /// The prompt's first characters, as a writer keeps them (`Descriptor.promptDigest`: 200
+    /// characters, NUL replaced, "" for an empty prompt): whatever a store exported imports
+    /// back. A longer one (written by hand) is cut to 200 characters, as a writer would.
+    private static func digestMember(_ json: JSONValue) throws(DumpLineError) -> String? {
+        guard let value = json["prompt_digest"], value != .null else { return nil }
+        guard let text = value.stringValue else { throw DumpLineError("prompt_digest must be a string") }
+        return String(text.prefix(200).map { $0 == "\u{0}" ? "\u{FFFD}" : $0 })
     }
 
     private static func count(_ json: JSONValue, _ name: String, max: Int = Int.max) throws(DumpLineError) -> Int {

@@ -31,13 +31,17 @@ public final class AccessTracker: Sendable {
     /// Hit counts and last-access times of one chunk of entries (its own transaction). Rows
     /// another transaction holds (a writer replacing the entry, a DELETE cascading to it) are
     /// skipped rather than waited for, so a flush never waits on a row lock and can never be
-    /// part of a deadlock; the statement returns them, and they wait for the next flush.
+    /// part of a deadlock; the statement returns them, and they wait for the next flush. A hit
+    /// count saturates: one at bigint's end (a dump's, before imports bounded it) once failed
+    /// the statement, and with it every flush of every namespace's counts, for as long as it lived.
     static let flushAccessStatement = """
         WITH locked AS (
             SELECT a.entry_id FROM entry_access a WHERE a.entry_id = ANY($1::bigint[]) FOR UPDATE SKIP LOCKED),
         updated AS (
             UPDATE entry_access a
-               SET hit_count = a.hit_count + v.hits, last_accessed_at = greatest(a.last_accessed_at, v.at)
+               SET hit_count = CASE WHEN a.hit_count > 9223372036854775807 - v.hits THEN 9223372036854775807
+                                    ELSE a.hit_count + v.hits END,
+                   last_accessed_at = greatest(a.last_accessed_at, v.at)
               FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS v(entry_id, hits, at)
              WHERE a.entry_id = v.entry_id AND a.entry_id IN (SELECT entry_id FROM locked)
             RETURNING a.entry_id)
@@ -81,7 +85,8 @@ public final class AccessTracker: Sendable {
         /// Every namespace known to hold entries or settings, past the labels' cap too. The
         /// cap bounds metric series only: such a namespace's counts still go to PostgreSQL
         /// under its own name (its stats, history and dashboard), while its series fold into
-        /// `_other`. Bounded by the store's namespaces, which only writers make.
+        /// `_other`. The store's namespaces at the last refresh (only writers make them), and
+        /// those written or hit here since.
         var held: Set<String> = []
         /// Counts not written yet of held namespaces without a label of their own; each flush
         /// takes them all, so this holds at most the namespaces asked for since the last one.
@@ -229,6 +234,19 @@ public final class AccessTracker: Sendable {
         if full { batchFull() }
     }
 
+    /// An entry read by a request that is not counted as a lookup (a watch): its last access
+    /// moves, so idle and LRU eviction see it in use; its hit count does not.
+    public func touch(_ entry: StoredEntry, at now: Date) {
+        guard enabled else { return }
+        state.withLock { state in
+            if let index = state.entries.index(forKey: entry.id) {
+                state.entries.values[index].lastAccess = max(state.entries.values[index].lastAccess, now)
+            } else {
+                state.entries[entry.id] = EntryAccess(namespace: entry.namespace, lastAccess: now)
+            }
+        }
+    }
+
     /// `count` hits a client's local tier answered (`POST …/hits`): counted as hits, and as
     /// local ones; with `entry` (the version they were answered from), with its tokens and
     /// cost, and on its hit count.
@@ -305,13 +323,14 @@ public final class AccessTracker: Sendable {
         }
     }
 
-    /// The namespaces the store holds entries or settings for (from the periodic refresh).
-    /// Kept with those known before: a namespace written here just after the store was read
-    /// must not drop out until the next refresh.
+    /// The namespaces the store holds entries or settings for (from the periodic refresh),
+    /// replacing those known before: one emptied or dropped since leaves (so the set is the
+    /// store's, not every name ever written). One written here just after the store was read
+    /// is learnt again by its next hit or write, or the next refresh.
     public func learnNamespaces(_ held: Set<String>) {
         state.withLock { state in
             state.labels.learn(held)
-            state.held.formUnion(held)
+            state.held = held
         }
     }
 

@@ -11,8 +11,10 @@ struct Arguments {
         let description: String
     }
 
-    /// Parses `words`; `valued` flags take a value, `switches` do not; anything else is an error.
-    init(_ words: [String], valued: Set<String>, switches allowed: Set<String>) throws {
+    /// Parses `words`; `valued` flags take a value, `switches` do not; anything else is an error,
+    /// and so is a bare word past the first `positional` (an ignored word once turned
+    /// `export team-a` into an export of every namespace, and `--scopes read, write` into read).
+    init(_ words: [String], valued: Set<String>, switches allowed: Set<String>, positional maximum: Int = 0) throws {
         var index = 0
         while index < words.count {
             let word = words[index]
@@ -24,6 +26,7 @@ struct Arguments {
             let parts = word.split(separator: "=", maxSplits: 1).map(String.init)
             let name = parts[0]
             if allowed.contains(name) || name == "--help" {
+                guard parts.count == 1 else { throw Failure(description: "\(name) takes no value") }
                 switches.insert(name)
             } else if valued.contains(name) {
                 if parts.count == 2 {
@@ -37,6 +40,9 @@ struct Arguments {
             } else {
                 throw Failure(description: "unknown option \(name)")
             }
+        }
+        if positional.count > maximum {
+            throw Failure(description: "unexpected argument '\(positional[maximum])' (options take the form --name value)")
         }
     }
 }

@@ -1,4 +1,5 @@
 import CacheCore
+import CacheKeys
 import CacheStore
 import Foundation
 import Postgres
@@ -65,6 +66,11 @@ struct ImportRun {
                     continue
                 }
                 if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") }) { continue }
+                // Every exported line ends in a newline: a last one without it that is not
+                // whole JSON is where a cut dump stopped, not a bad line of a complete dump.
+                if lines.unterminated, (try? JSONParser.parse(line)) == nil {
+                    throw DumpInputError(description: "standard input ends in the middle of line \(number) (cut short?)")
+                }
                 try work.add(line, number: number)
                 progress.count(entries: 1, bytes: line.count, done: lines.consumed)
             }
@@ -117,6 +123,8 @@ struct DumpLines {
     private var inputEnded = false
     /// Bytes read from standard input so far.
     private(set) var consumed = 0
+    /// The line last returned was the input's end, without a newline after it.
+    private(set) var unterminated = false
 
     init(maxLine: Int) throws { self.maxLine = maxLine }
 
@@ -143,6 +151,7 @@ struct DumpLines {
                 let line = overlong ? nil : Array(pending[start...])
                 (pending, start, overlong) = ([], 0, false)
                 number += 1
+                unterminated = true
                 return (number, line)
             }
             try fill()

@@ -26,7 +26,8 @@ enum KeysCommand {
         """
 
     static func run(_ words: [String]) throws -> Int32 {
-        let arguments = try Arguments(words, valued: databaseFlags.union(["--reencrypt", "--settle"]), switches: [])
+        let arguments = try Arguments(words, valued: databaseFlags.union(["--reencrypt", "--settle"]), switches: [],
+                                      positional: 1)
         guard arguments.positional.count == 1, let verb = arguments.positional.first,
               !arguments.switches.contains("--help") else {
             print(usage)

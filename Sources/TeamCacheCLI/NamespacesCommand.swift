@@ -37,7 +37,7 @@ enum NamespacesCommand {
 
     static func run(_ words: [String]) throws -> Int32 {
         let arguments = try Arguments(words, valued: databaseFlags.union(["--default-ttl", "--max-bytes", "--settle"]),
-                                      switches: ["--encrypt", "--rewrite"])
+                                      switches: ["--encrypt", "--rewrite"], positional: 2)
         guard arguments.positional.count == 2, !arguments.switches.contains("--help") else {
             print(usage)
             return arguments.switches.contains("--help") ? 0 : 2

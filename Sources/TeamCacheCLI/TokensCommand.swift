@@ -29,10 +29,19 @@ enum TokensCommand {
     static func run(_ words: [String]) throws -> Int32 {
         let arguments = try Arguments(words, valued: databaseFlags.union(["--name", "--namespaces", "--scopes",
                                                                           "--expires-in", "--secret-env", "--secret-file", "--file-mode"]),
-                                      switches: ["--generate"])
+                                      switches: ["--generate"], positional: 2)
         guard let action = arguments.positional.first, !arguments.switches.contains("--help") else {
             print(usage)
             return arguments.switches.contains("--help") ? 0 : 2
+        }
+        // Only `revoke` takes a second word (the id): anywhere else it was a value gone astray.
+        if action != "revoke", arguments.positional.count > 1 {
+            throw Arguments.Failure(description: "unexpected argument '\(arguments.positional[1])'")
+        }
+        // An imported token's lifetime is its secret's, managed where the secret is: a
+        // --expires-in here once made a token that never expired, silently.
+        if action == "import", arguments.values["--expires-in"] != nil {
+            throw Arguments.Failure(description: "import does not take --expires-in (revoke the token to end it)")
         }
         switch action {
         case "create": return try create(arguments)

@@ -141,4 +141,29 @@ import TestSupport
         #expect(!returnedWhileHeld, "the second flush returned while the first was still writing")
         #expect(hitsSeen.value == 1, "the second flush returned before the first one's counts were committed")
     }
+
+    /// A hit count at bigint's end (a dump's, before imports bounded it) saturates: the flush
+    /// that adds to it once failed, and with it every flush of every namespace's counts.
+    @Test func aHitCountAtItsLimitSaturates() throws {
+        let database = try TestDatabase.shared.migratedDatabase(prefix: "hitlimit")
+        let pool = TestDatabase.shared.pool(on: database, maxConnections: 2)
+        defer { pool.closeIdle() }
+        let policy = CachePolicy()
+        let store = EntryStore(pool: pool, policy: policy)
+        let namespace = try #require(Namespace("counted"))
+        let key = try #require(EntryKey(Array("k".utf8)))
+        _ = try store.put(EntryWrite(namespace: namespace, key: key,
+                                     body: StoredBody.fromIdentity([1], contentType: "t/t", policy: policy),
+                                     contentType: "t/t"))
+        let connection = try TestDatabase.shared.connect(database: database)
+        try connection.execute("UPDATE entry_access SET hit_count = 9223372036854775807")
+        let entry = try #require(try store.fetch(namespace, key))
+        let tracker = AccessTracker(pool: pool)
+        tracker.record(.hit, namespace: "counted", entry: entry, at: Date())
+        try tracker.flush()
+        let row = try connection.query("SELECT hit_count FROM entry_access").first
+        #expect(try row?.int("hit_count") == Int.max)
+        let hits = try connection.query("SELECT sum(hits)::int8 AS n FROM counter_deltas WHERE namespace = 'counted'")
+        #expect(try hits.first?.int("n") == 1, "the namespace's counts were written with it")
+    }
 }

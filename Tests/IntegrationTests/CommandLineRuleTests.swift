@@ -77,4 +77,29 @@ import TestSupport
         let api = try service.request("PUT", "/v1/caches/capped/settings", json: "{\"default_ttl\":\(400 * 86400)}")
         #expect(api.status == 422)
     }
+
+    /// A word no command takes is refused, not ignored: `export team-a` once exported every
+    /// namespace, `migrate status` migrated, `--scopes read, write` made a read-only token,
+    /// `--gzip=no` gzipped, and `tokens import --expires-in` made a token that never expired.
+    @Test func aWordNoCommandTakesIsRefused() throws {
+        let url = try DumpTests.databaseURL(prefix: "cliwords")
+        let refused = [
+            "export team-a", "import dump.ndjson", "migrate status", "evict everything",
+            "tokens create --name t --namespaces '*' --scopes read, write",
+            "tokens list extra", "export --gzip=no", "keys rotate now",
+        ]
+        for words in refused {
+            let (status, errors) = try DumpTests.cli(words, url: url)
+            #expect(status == 2 && (errors.contains("unexpected argument") || errors.contains("takes no value")),
+                    "\(words): \(status) \(errors)")
+        }
+        let (status, errors) = try DumpTests.cli(
+            "tokens import --name b --namespaces '*' --scopes admin --expires-in 90d", url: url,
+            environment: ["TEAMCACHE_BOOTSTRAP_TOKEN": APIToken.newSecret()])
+        #expect(status == 2 && errors.contains("--expires-in"), "\(status) \(errors)")
+        #expect(try Self.tokenCount(url) == 0, "nothing was made")
+        // What they meant still works.
+        #expect(try DumpTests.cli("tokens create --name t --namespaces '*' --scopes read,write", url: url).0 == 0)
+        #expect(try DumpTests.cli("tokens revoke 1", url: url).0 == 0)
+    }
 }

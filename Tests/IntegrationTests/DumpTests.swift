@@ -137,6 +137,63 @@ import TestSupport
         #expect(try service.request("GET", entryPath("bad", "gone")).status == 404)
     }
 
+    /// What a writer stores imports back: a descriptor's prompt digest is its first 200
+    /// characters (more than the 128 bytes imports once allowed: every such entry was
+    /// refused, and the import still exited 0), and a `version` may be "".
+    @Test func everyEntryAWriterStoredImportsBack() throws {
+        let (service, url) = try Self.service(prefix: "dumpwriters")
+        defer { service.stop() }
+        let namespace = "written"
+        let long = String(repeating: "Explain the refund policy in detail, please. ", count: 8) + "ünïcødé ✓"
+        for (index, descriptor) in ["\"model\":\"m\",\"prompt\":\"\(long)\"", "\"model\":\"m\",\"prompt\":\"\"",
+                                    "\"model\":\"m\",\"prompt\":\"v\",\"version\":\"\""].enumerated() {
+            #expect(try service.request("POST", "/v1/caches/\(namespace)/upsert",
+                                        json: "{\(descriptor),\"response\":\"r\(index)\"}").status == 201)
+        }
+        let dump = FileManager.default.temporaryDirectory.appendingPathComponent("dump-\(UUID().uuidString).ndjson")
+        defer { try? FileManager.default.removeItem(at: dump) }
+        let (exported, exportLog) = try Self.cli("export --namespace \(namespace)", url: url, stdout: dump)
+        #expect(exported == 0 && exportLog.contains("exported 3 entries"), "\(exportLog)")
+        let elsewhere = try Self.databaseURL(prefix: "dumpwriters2")
+        let (imported, importLog) = try Self.cli("import", url: elsewhere, stdin: dump)
+        #expect(imported == 0 && importLog.contains("imported 3") && importLog.contains("rejected 0"), "\(importLog)")
+        let connection = try PostgresConnection(url: elsewhere)
+        let digest = try connection.query("SELECT prompt_digest FROM entries WHERE namespace = $1 AND prompt_digest LIKE 'Explain%'",
+                                          [.text(namespace)]).first?.string("prompt_digest")
+        #expect(digest == String(long.prefix(200)))
+    }
+
+    /// A hit count past what a store reaches (bigint's end: the access flush that adds to it
+    /// once failed every namespace's counts) is refused on import.
+    @Test func anImportedHitCountIsBounded() throws {
+        let url = try Self.databaseURL(prefix: "dumphits")
+        let input = FileManager.default.temporaryDirectory.appendingPathComponent("dump-\(UUID().uuidString).ndjson")
+        defer { try? FileManager.default.removeItem(at: input) }
+        try ("{\"namespace\":\"hits\",\"key\":\"huge\",\"body\":\"x\",\"hit_count\":9223372036854775807}\n"
+             + "{\"namespace\":\"hits\",\"key\":\"fine\",\"body\":\"x\",\"hit_count\":12}\n")
+            .write(to: input, atomically: true, encoding: .utf8)
+        let (status, log) = try Self.cli("import", url: url, stdin: input)
+        #expect(status == 0 && log.contains("imported 1") && log.contains("line 1: hit_count"), "\(log)")
+    }
+
+    /// A plain dump cut in the middle of a line: what came whole is stored, and the import
+    /// says where it stopped and exits 1 (it once reported the half line as a bad line, exit 0).
+    @Test func aPlainDumpCutShortStopsCleanly() throws {
+        let url = try Self.databaseURL(prefix: "dumpcutplain")
+        let input = FileManager.default.temporaryDirectory.appendingPathComponent("dump-\(UUID().uuidString).ndjson")
+        defer { try? FileManager.default.removeItem(at: input) }
+        try ("{\"namespace\":\"cut\",\"key\":\"whole\",\"body\":\"x\"}\n{\"namespace\":\"cut\",\"key\":\"ha")
+            .write(to: input, atomically: true, encoding: .utf8)
+        let (status, log) = try Self.cli("import", url: url, stdin: input)
+        #expect(status == 1 && log.contains("in the middle of line 2"), "\(log)")
+        // A hand-written dump whose last line is whole but has no newline is complete.
+        try "{\"namespace\":\"cut\",\"key\":\"last\",\"body\":\"x\"}".write(to: input, atomically: true, encoding: .utf8)
+        let (whole, wholeLog) = try Self.cli("import", url: url, stdin: input)
+        #expect(whole == 0 && wholeLog.contains("imported 1"), "\(wholeLog)")
+        let connection = try PostgresConnection(url: url)
+        #expect(try connection.query("SELECT count(*)::int8 AS n FROM entries WHERE namespace = 'cut'").first?.int("n") == 2)
+    }
+
     /// A gzip dump cut short: what was read whole is stored, the import says where it
     /// stopped and exits 1; running it again on the whole dump completes it.
     @Test func aTruncatedGzipDumpStopsCleanly() throws {
