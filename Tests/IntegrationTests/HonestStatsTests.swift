@@ -2,6 +2,7 @@ import CacheStore
 import Foundation
 import Glibc
 import Locking
+import Postgres
 import TeamCache
 import Testing
 import TestSupport
@@ -139,6 +140,7 @@ import TestSupport
         let put = try service.request("PUT", entryPath(namespace, "k"), token: token, body: [1])
         let etag = try #require(put.header("ETag"))
         #expect(try service.request("GET", entryPath(namespace, "k"), token: token).status == 200)
+        let watching = Date()
         let unchanged = try service.request("GET", entryPath(namespace, "k") + "?wait=1", token: token,
                                             headers: [("If-None-Match", etag)])
         #expect(unchanged.status == 304)
@@ -149,5 +151,14 @@ import TestSupport
         let stats = try object(try service.request("GET", "/v1/caches/\(namespace)/stats", token: token))
         #expect(Self.lookups(stats) == ["hit": 1, "miss": 0, "stale": 0, "bypass": 0, "collapsed": 0, "local": 0],
                 "\(stats)")
+        // Not counted, but in use: the entry's last access is the watch's end (idle and LRU
+        // eviction must not take a watched entry for an idle one), its hit count the read's.
+        let connection = try PostgresConnection(url: try TestDatabase.shared.migratedDefault())
+        let access = try connection.query("""
+            SELECT a.hit_count, a.last_accessed_at FROM entry_access a JOIN entries e ON e.id = a.entry_id
+            WHERE e.namespace = $1 AND e.key = 'k'::bytea
+            """, [.text(namespace)]).first
+        #expect(try access?.int("hit_count") == 1)
+        #expect(try (access?.date("last_accessed_at") ?? .distantPast) >= watching.addingTimeInterval(0.9))
     }
 }
