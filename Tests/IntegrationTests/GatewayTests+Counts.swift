@@ -20,28 +20,10 @@ extension GatewayTests {
         let namespace = TestService.namespace("gw-counts")
         let secret = try service.token([.read, .write], namespaces: namespace)
         let headers = [("TeamCache-Authorization", "Bearer \(secret)")]
-        // "stall": the upstream answers after 3 s; the followers ask once it has the call.
         let prompt = ModelBodies.unique("stall counted")
-        let body = ModelBodies.chat(prompt)
-        let service = try self.service, target = path("local", "chat/completions", namespace: namespace)
-        let answers = Locked<[RawClient.Response]>([])
-        let calls = DispatchGroup()
-        func ask() {
-            calls.enter()
-            Thread.detachNewThread {
-                if let answer = try? service.request("POST", target, headers: headers, json: body) {
-                    answers.withLock { $0.append(answer) }
-                }
-                calls.leave()
-            }
-        }
-        ask()
-        let deadline = Date().addingTimeInterval(10)
-        while try harness.count(prompt) == 0 && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
-        ask()
-        ask()
-        #expect(calls.wait(timeout: .now() + 30) == .success)
-        #expect(answers.value.filter { $0.header("X-TeamCache") == "hit; collapsed" }.count == 2)
+        let answers = try askWhileTheFirstIsUnderWay(path("local", "chat/completions", namespace: namespace),
+                                                     headers: headers, prompt: prompt, followers: 2)
+        #expect(answers.filter { $0.header("X-TeamCache") == "hit; collapsed" }.count == 2)
         #expect(try harness.count(prompt) == 1)
         let (counts, tokens) = try lookups(namespace, token: secret)
         #expect([counts["miss"], counts["hit"], counts["collapsed"]] == [1, 2, 2], "\(counts)")

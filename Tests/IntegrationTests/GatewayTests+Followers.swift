@@ -8,22 +8,20 @@ import TestSupport
 /// call), live when it streams, with what they need to read its bytes; and the caller whose
 /// call it is may leave without cancelling it for them.
 extension GatewayTests {
-    /// An answer the upstream compressed (although asked for identity) is not stored, and a
-    /// caller following it here is told its encoding, as the caller who made the call is.
-    @Test func aFollowerOfAnEncodedAnswerIsToldItsEncoding() throws {
-        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
-        // "stall": the upstream answers after 3 s, so the followers, sent once the first call
-        // has reached it, join that call however loaded the machine is (a fixed 0.15 s head
-        // start against a 0.3 s answer did not hold under CI's load).
-        let prompt = ModelBodies.unique("gzipped stall")
+    /// Sends one call of `prompt` (a "stall" prompt: the upstream answers after 3 s), then,
+    /// once the upstream has it, `followers` more of the same: they join that call however
+    /// loaded the machine is (a fixed 0.15 s head start against a 0.3 s answer did not hold
+    /// under CI's load). Every answer, in no order.
+    func askWhileTheFirstIsUnderWay(_ target: String, headers: [(String, String)], prompt: String, followers: Int)
+        throws -> [RawClient.Response] {
         let body = ModelBodies.chat(prompt)
+        let service = try self.service
         let answers = Locked<[RawClient.Response]>([])
-        let service = try self.service, path = self.path("local", "chat/completions")
         let calls = DispatchGroup()
         func ask() {
             calls.enter()
             Thread.detachNewThread {
-                if let answer = try? service.request("POST", path, headers: headers, json: body) {
+                if let answer = try? service.request("POST", target, headers: headers, json: body) {
                     answers.withLock { $0.append(answer) }
                 }
                 calls.leave()
@@ -32,10 +30,18 @@ extension GatewayTests {
         ask()
         let deadline = Date().addingTimeInterval(10)
         while try harness.count(prompt) == 0 && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
-        ask()
-        ask()
+        for _ in 0..<followers { ask() }
         #expect(calls.wait(timeout: .now() + 30) == .success)
-        let all = answers.withLock { $0 }
+        return answers.value
+    }
+
+    /// An answer the upstream compressed (although asked for identity) is not stored, and a
+    /// caller following it here is told its encoding, as the caller who made the call is.
+    @Test func aFollowerOfAnEncodedAnswerIsToldItsEncoding() throws {
+        let headers = [("TeamCache-Authorization", "Bearer \(try token())")]
+        let prompt = ModelBodies.unique("gzipped stall")
+        let all = try askWhileTheFirstIsUnderWay(path("local", "chat/completions"), headers: headers,
+                                                 prompt: prompt, followers: 2)
         #expect(all.count == 3)
         #expect(all.contains { $0.header("X-TeamCache") == "hit; collapsed" }, "a caller followed")
         for answer in all {
