@@ -61,9 +61,10 @@ extension DumpedEntry {
             inputTokens: try count(json, "input_tokens"), outputTokens: try count(json, "output_tokens"),
             createdAt: created, updatedAt: updated, expiresAt: expires,
             staleWhileRevalidate: try count(json, "stale_while_revalidate", max: min(policy.maxTTL, Int(Int32.max))),
-            // Bounded far below the column's range: the access flush adds hits to it, and a count
-            // at bigint's limit once failed every flush (every namespace's stats) while it lived.
-            hitCount: try count(json, "hit_count", max: Self.maxHitCount),
+            // Held far below the column's range (a larger one, as a store that saturated it
+            // exports, is taken as the bound): the access flush adds hits to it, and a count at
+            // bigint's limit once failed every flush (every namespace's stats) while it lived.
+            hitCount: min(try count(json, "hit_count"), Self.maxHitCount),
             lastAccessedAt: try timestampMember(json, "last_accessed_at"))
     }
 
@@ -128,13 +129,13 @@ extension DumpedEntry {
         return text
     }
 
-    /// The prompt's first characters, as a writer keeps them (`Descriptor.promptDigest`: 200
-    /// characters, NUL replaced, "" for an empty prompt): whatever a store exported imports
-    /// back. A longer one (written by hand) is cut to 200 characters, as a writer would.
+    /// The prompt's first characters, as a writer keeps them (`Descriptor.digest(of:)`: 200
+    /// characters and at most 800 bytes, NUL replaced, "" for an empty prompt): whatever a
+    /// store exported imports back, and a longer one is cut as a writer would cut it.
     private static func digestMember(_ json: JSONValue) throws(DumpLineError) -> String? {
         guard let value = json["prompt_digest"], value != .null else { return nil }
         guard let text = value.stringValue else { throw DumpLineError("prompt_digest must be a string") }
-        return String(text.prefix(200).map { $0 == "\u{0}" ? "\u{FFFD}" : $0 })
+        return Descriptor.digest(of: text)
     }
 
     private static func count(_ json: JSONValue, _ name: String, max: Int = Int.max) throws(DumpLineError) -> Int {

@@ -105,8 +105,25 @@ public struct Descriptor: Sendable, Equatable {
 
     /// The first 200 characters of the prompt, or of the last user message's text (NUL,
     /// which a database text column cannot hold, shown as U+FFFD).
-    public var promptDigest: String {
-        String(digestSource.prefix(200).map { $0 == "\u{0}" ? "\u{FFFD}" : $0 })
+    public var promptDigest: String { Self.digest(of: digestSource) }
+
+    /// The most bytes a prompt digest keeps: 200 characters can be any length (one character
+    /// may carry a million combining marks), and nothing else bounds what is stored beside a
+    /// 1-byte body, nor what a listing or an export page holds of it.
+    public static let maxDigestBytes = 800
+
+    /// `text`'s first 200 characters, NUL shown as U+FFFD, cut to `maxDigestBytes` on a
+    /// Unicode scalar's boundary: what every writer (and an import) keeps of a prompt.
+    public static func digest(of text: String) -> String {
+        var scalars = String.UnicodeScalarView()
+        var bytes = 0
+        for scalar in String(text.prefix(200)).unicodeScalars {
+            let kept = scalar == "\u{0}" ? "\u{FFFD}" : scalar
+            bytes += String(kept).utf8.count
+            guard bytes <= maxDigestBytes else { break }
+            scalars.append(kept)
+        }
+        return String(scalars)
     }
 
     private var digestSource: String {

@@ -88,6 +88,9 @@ public final class AccessTracker: Sendable {
         /// `_other`. The store's namespaces at the last refresh (only writers make them), and
         /// those written or hit here since.
         var held: Set<String> = []
+        /// Namespaces written or hit here since the last refresh: kept when the next refresh
+        /// replaces `held` (its read of the store may have come before them).
+        var heldSinceRefresh: Set<String> = []
         /// Counts not written yet of held namespaces without a label of their own; each flush
         /// takes them all, so this holds at most the namespaces asked for since the last one.
         var unlabelled: [String: NamespaceState] = [:]
@@ -97,7 +100,10 @@ public final class AccessTracker: Sendable {
         /// counts to be written under its own name (the `_other` series only keeps the total).
         mutating func countNew(_ namespace: String, hit: Bool, mayLabel: Bool, pending: Bool,
                                _ record: (inout NamespaceState, _ pending: Bool) -> Void) {
-            if hit { held.insert(namespace) }
+            if hit {
+                held.insert(namespace)
+                heldSinceRefresh.insert(namespace)
+            }
             let label = newLabel(namespace, hit: hit, mayLabel: mayLabel)
             guard label == NamespaceLabels.other, held.contains(namespace) else {
                 record(&namespaces[label, default: NamespaceState()], pending)
@@ -320,17 +326,19 @@ public final class AccessTracker: Sendable {
         state.withLock { state in
             state.labels.admit(namespace)
             state.held.insert(namespace)
+            state.heldSinceRefresh.insert(namespace)
         }
     }
 
     /// The namespaces the store holds entries or settings for (from the periodic refresh),
     /// replacing those known before: one emptied or dropped since leaves (so the set is the
-    /// store's, not every name ever written). One written here just after the store was read
-    /// is learnt again by its next hit or write, or the next refresh.
+    /// store's, not every name ever written), but those written or hit here since the last
+    /// refresh stay (the store may have been read before them).
     public func learnNamespaces(_ held: Set<String>) {
         state.withLock { state in
             state.labels.learn(held)
-            state.held = held
+            state.held = held.union(state.heldSinceRefresh)
+            state.heldSinceRefresh = []
         }
     }
 

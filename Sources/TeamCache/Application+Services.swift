@@ -180,8 +180,11 @@ struct NamespaceGauges: Sendable {
     func refresh() {
         guard var totals = try? store.namespaceTotals() else { return }
         totals = totals.filter { $0.value.entries > 0 }
-        // The namespaces that may have series of their own: they hold entries or settings.
-        tracker.learnNamespaces(Set(totals.keys).union((try? store.configuredNamespaces()) ?? []))
+        // The namespaces that may have series of their own: they hold entries or settings
+        // (not learnt when the settings cannot be read: a partial list would drop namespaces).
+        if let configured = try? store.configuredNamespaces() {
+            tracker.learnNamespaces(Set(totals.keys).union(configured))
+        }
         // Prices a namespace was given through another replica are in force here from now.
         if let tables = try? store.namespacePrices() { tracker.setNamespacePrices(tables) }
         // The gauges follow the same cap: the largest namespaces by bytes, the rest summed.

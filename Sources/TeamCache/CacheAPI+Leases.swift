@@ -34,10 +34,11 @@ extension CacheAPI {
             return .response(answers.miss())
         }
         // A lease granted after a fill committed (the read came just before it) is withdrawn,
-        // so the caller reads the entry rather than pay for it again: only for a caller that
-        // may wait for it, and once a request (an entry the read does not take could otherwise
-        // have it go round, granted and withdrawn, for its whole wait).
-        let check = mayPark && budget.map { !$0.leaseWithdrawn && $0.remaining > 0 } == true ? filledBy : nil
+        // so the caller reads the entry rather than pay for it again (one that may not wait is
+        // told `pending`, and reads it when it asks again: the clients' first lookup is such).
+        // Once a request: an entry the read does not take could otherwise have it go round,
+        // granted and withdrawn, for its whole wait.
+        let check = budget?.leaseWithdrawn == true ? nil : filledBy
         return .blocking { [self] in
             let grant = try guarded(request) {
                 try leases.grant(namespace, key, seconds: seconds, holder: holder, unlessFilled: check)

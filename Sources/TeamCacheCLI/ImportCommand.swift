@@ -65,7 +65,9 @@ struct ImportRun {
                     work.reject(number, "line longer than the body limit allows")
                     continue
                 }
-                if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") }) { continue }
+                if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") || $0 == UInt8(ascii: "\r") }) {
+                    continue
+                }
                 // Every exported line ends in a newline: a last one without it that is not
                 // whole JSON is where a cut dump stopped, not a bad line of a complete dump.
                 if lines.unterminated, (try? JSONParser.parse(line)) == nil {
