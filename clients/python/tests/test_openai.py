@@ -226,6 +226,30 @@ def test_a_stale_answer_is_served_and_refreshed_in_the_background(upstream, cach
     assert upstream.count() == 2
 
 
+def test_a_refresh_that_outlives_its_cache_client_ends_quietly(upstream, server, token, namespace):
+    """The app closes its TeamCache client while a background refresh is still calling the
+    model: the refresh's write fails open, instead of a RuntimeError out of its thread."""
+    import time
+    errors: list[BaseException | None] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value)
+    try:
+        cache = TeamCache(server.url, token)
+        client = sdk(upstream, cache, namespace, ttl=1, stale_while_revalidate=60)
+        slow = [{"role": "user", "content": "slow refresh after close"}]
+        client.chat.completions.create(model="gpt-x", messages=slow)
+        time.sleep(1.3)
+        stale = client.chat.completions.with_raw_response.create(model="gpt-x", messages=slow)
+        assert stale.headers["x-teamcache"] == "hit; stale"
+        cache.close()  # the refresh is still waiting on the upstream (0.3 s)
+        refreshing = [t for t in threading.enumerate() if t.name == "teamcache-refresh"]
+        for thread in refreshing:
+            thread.join(10)
+        assert upstream.count() == 2 and errors == [], errors
+    finally:
+        threading.excepthook = previous
+
+
 def test_no_cache_forces_a_fresh_call(upstream, cache, namespace):
     client = sdk(upstream, cache, namespace)
     client.chat.completions.create(model="gpt-x", messages=MESSAGES)

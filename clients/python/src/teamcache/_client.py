@@ -237,6 +237,12 @@ class TeamCache(_Common, LocalSyncMixin, CachedMixin):
                 response = self._http.request(call.method, call.path, params=call.params or None,
                                               headers=settings.request_headers(call), content=call.content,
                                               timeout=timeout)
+            except RuntimeError as error:
+                # Closed meanwhile (a background refresh outliving its client): the cache's
+                # failure, which fails open, not a RuntimeError out of a thread.
+                if not self._http.is_closed:
+                    raise
+                raise TransportError("the TeamCache client is closed") from error
             except httpx.TransportError as error:
                 settings.transport_failed(error)
                 if not isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout)):
@@ -349,6 +355,10 @@ class AsyncTeamCache(_Common, LocalAsyncMixin, AsyncCachedMixin):
                 response = await self._http.request(call.method, call.path, params=call.params or None,
                                                     headers=settings.request_headers(call), content=call.content,
                                                     timeout=timeout)
+            except RuntimeError as error:
+                if not self._http.is_closed:
+                    raise
+                raise TransportError("the TeamCache client is closed") from error
             except httpx.TransportError as error:
                 settings.transport_failed(error)
                 if not isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout)):
