@@ -145,17 +145,15 @@ import TestSupport
     /// A hit count at bigint's end (a dump's, before imports bounded it) saturates: the flush
     /// that adds to it once failed, and with it every flush of every namespace's counts.
     @Test func aHitCountAtItsLimitSaturates() throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "hitlimit")
-        let pool = TestDatabase.shared.pool(on: database, maxConnections: 2)
-        defer { pool.closeIdle() }
-        let policy = CachePolicy()
-        let store = EntryStore(pool: pool, policy: policy)
+        let own = try OwnDatabase(prefix: "hitlimit")
+        defer { own.pool.closeIdle() }
+        let (policy, store, pool) = (own.policy, own.store, own.pool)
         let namespace = try #require(Namespace("counted"))
         let key = try #require(EntryKey(Array("k".utf8)))
         _ = try store.put(EntryWrite(namespace: namespace, key: key,
                                      body: StoredBody.fromIdentity([1], contentType: "t/t", policy: policy),
                                      contentType: "t/t"))
-        let connection = try TestDatabase.shared.connect(database: database)
+        let connection = try own.connect()
         try connection.execute("UPDATE entry_access SET hit_count = 9223372036854775807")
         let entry = try #require(try store.fetch(namespace, key))
         let tracker = AccessTracker(pool: pool)

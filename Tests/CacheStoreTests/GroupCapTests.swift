@@ -11,13 +11,11 @@ import TestSupport
 /// not together are still held to the cap.
 @Suite struct GroupCapTests {
     @Test func aWriteThatFitsIsStoredBesideOneThatDoesNot() throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "groupcap")
-        let pool = TestDatabase.shared.pool(on: database, maxConnections: 2)
-        defer { pool.closeIdle() }
-        let policy = CachePolicy()
-        let store = EntryStore(pool: pool, policy: policy)
+        let own = try OwnDatabase(prefix: "groupcap")
+        defer { own.pool.closeIdle() }
+        let (policy, store) = (own.policy, own.store)
         let namespace = try #require(Namespace("capped"))
-        let connection = try TestDatabase.shared.connect(database: database)
+        let connection = try own.connect()
         try connection.execute("INSERT INTO namespace_settings (namespace, max_bytes) VALUES ('capped', 2000)")
         var random = SystemRandomNumberGenerator()
         func write(_ key: String, bytes: Int) throws -> EntryWrite {

@@ -11,12 +11,10 @@ import TestSupport
 /// again), and no lease is left behind.
 @Suite struct LeaseFillRaceTests {
     @Test func aGrantAfterTheFillIsWithdrawn() throws {
-        let database = try TestDatabase.shared.migratedDatabase(prefix: "leasefill")
-        let pool = TestDatabase.shared.pool(on: database, maxConnections: 2)
-        defer { pool.closeIdle() }
-        let policy = CachePolicy()
-        let store = EntryStore(pool: pool, policy: policy)
-        let leases = LeaseStore(pool: pool)
+        let own = try OwnDatabase(prefix: "leasefill")
+        defer { own.pool.closeIdle() }
+        let (policy, store) = (own.policy, own.store)
+        let leases = LeaseStore(pool: own.pool)
         let namespace = try #require(Namespace("raced"))
         let key = try #require(EntryKey(Array("k".utf8)))
         guard case .granted(let filler) = try leases.grant(namespace, key, seconds: 30, holder: 1) else {
@@ -34,7 +32,7 @@ import TestSupport
         // Its grant, after the fill.
         #expect(try leases.grant(namespace, key, seconds: 30, holder: 2, unlessFilled: .anyEntry) == .filled,
                 "a lease was granted on a key just filled")
-        let connection = try TestDatabase.shared.connect(database: database)
+        let connection = try own.connect()
         let left = try connection.query("SELECT count(*)::int8 AS n FROM leases WHERE namespace = 'raced'")
         #expect(try left.first?.int("n") == 0, "the withdrawn lease is gone")
         // An entry the read does not take (another model: a raw PUT under a descriptor's key)
