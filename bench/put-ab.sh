@@ -9,6 +9,9 @@
 #   CLIENTS=64
 #   ENV_A / ENV_B: settings for one side's server ("TEAMCACHE_COMPRESSION_LEVEL=3 …"): one build,
 #   two settings. BIN_A=BIN_B with no settings (A against itself) shows the bench's own spread.
+#   SQL_A / SQL_B: statements run on one side's database before it is made ready, one at a time
+#   (as BENCH_SQL, which runs on both): "ALTER SYSTEM SET …; SELECT pg_reload_conf()" compares two
+#   database settings under one build.
 # Per round and side: PUTs a second, p99, the service's and PostgreSQL's CPU a PUT, the writes a
 # group carried, and the machine's idle share (both cores).
 source "$(dirname "$0")/lib.sh"
@@ -28,6 +31,8 @@ start() {
   launch_server "$binary" "$WORK/$side" "$port" "$@"
   PIDS[$side]=$LAUNCHED_PID PORTS[$side]=$port TOKENS[$side]=$LAUNCHED_TOKEN
   use "$side"
+  local sql="SQL_${side^^}"
+  [ -n "${!sql:-}" ] && bench_sql -o /dev/null <<<"${!sql}"
   put_store_ready
 }
 
@@ -59,8 +64,8 @@ read -r -a env_a <<<"${ENV_A:-}"
 read -r -a env_b <<<"${ENV_B:-}"
 start a "$BIN_A" "$PORT" "${env_a[@]}"
 start b "$BIN_B" "$((PORT + 2))" "${env_b[@]}"
-echo "A: $BIN_A ${ENV_A:-}"
-echo "B: $BIN_B ${ENV_B:-}"
+echo "A: $BIN_A ${ENV_A:-} ${SQL_A:-}"
+echo "B: $BIN_B ${ENV_B:-} ${SQL_B:-}"
 echo
 echo "| round | A PUT/s | B PUT/s | B/A | A p99 ms | B p99 ms | A service µs | B service µs |" \
      "A PostgreSQL µs | B PostgreSQL µs | A writes a group | B writes a group | A idle % | B idle % |"

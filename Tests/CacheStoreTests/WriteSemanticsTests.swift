@@ -96,7 +96,7 @@ import TestSupport
                 try store.pool.withConnection { monitor in
                     try monitor.query("""
                         SELECT count(*)::int8 AS n FROM pg_stat_activity
-                        WHERE wait_event_type = 'Lock' AND query LIKE '%WITH input AS%'
+                        WHERE wait_event_type = 'Lock' AND query LIKE '%tc_write_group%'
                         """).first?.int("n") ?? 0
                 } > 0
             }

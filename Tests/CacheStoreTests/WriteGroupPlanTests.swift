@@ -1,0 +1,66 @@
+import CacheCore
+@testable import CacheStore
+import Foundation
+import Postgres
+import Testing
+import TestSupport
+
+/// A write group's statement is planned once per connection, however small its groups.
+/// Sent as a prepared statement of its own, PostgreSQL planned it anew for every group of
+/// fewer than ~10 writes (its generic plan, blind to the arrays' lengths, estimated dearer
+/// than those groups' own plans), 0.5-1 ms a group under a light load. It is now a call of
+/// `tc_write_group`, which keeps one generic plan (migration 0019).
+@Suite struct WriteGroupPlanTests {
+    /// Twelve one-write groups on one connection: after PostgreSQL's first five, the
+    /// statement the service prepared runs a generic plan (its own view of the session's
+    /// prepared statements says so). The statement as it was sent before showed twelve
+    /// custom plans here.
+    @Test func smallGroupsAreNotPlannedEachTime() throws {
+        let name = try TestDatabase.shared.migratedDatabase(prefix: "groupplan")
+        let pool = TestDatabase.shared.pool(on: name, maxConnections: 1)
+        defer { pool.closeIdle() }
+        let store = EntryStore(pool: pool, policy: CachePolicy())
+        let namespace = try #require(Namespace("planned"))
+        for index in 0..<12 {
+            let write = EntryWrite(namespace: namespace, key: try #require(EntryKey(Array("key-\(index)".utf8))),
+                                   body: StoredBody.fromIdentity(Array("body \(index)".utf8), contentType: "text/plain",
+                                                                 policy: store.policy),
+                                   contentType: "text/plain")
+            let outcomes = try EntryGroupWrite.run([write], createOnly: false, store: store)
+            guard outcomes.count == 1, case .created = outcomes[0] else {
+                Issue.record("write \(index) answered \(outcomes)")
+                return
+            }
+        }
+        let plans = try pool.withConnection { connection in
+            try connection.query("""
+                SELECT generic_plans, custom_plans FROM pg_prepared_statements
+                WHERE statement = $1
+                """, [.text(EntryGroupWrite.statement)]).first
+        }
+        let row = try #require(plans, "the group statement is not prepared on the pool's connection")
+        let (generic, custom) = (try row.int("generic_plans") ?? 0, try row.int("custom_plans") ?? 0)
+        #expect(generic >= 6 && custom <= 5, "generic plans \(generic), custom plans \(custom)")
+    }
+
+    /// The function holds its statement to a generic plan (the setting is the function's own:
+    /// the session's other statements keep PostgreSQL's choice), and replaces the columns an
+    /// import's chunk replaces: its copy of that list is the one `EntryGroupWrite` keeps.
+    @Test func theFunctionKeepsOnePlanAndReplacesWhatAnImportReplaces() throws {
+        let name = try TestDatabase.shared.migratedDatabase(prefix: "groupfn")
+        let connection = try TestDatabase.shared.connect(database: name)
+        let row = try #require(try connection.query("""
+            SELECT array_to_string(proconfig, ',') AS config, pg_get_functiondef(oid) AS definition
+            FROM pg_proc WHERE proname = 'tc_write_group'
+            """).first, "no tc_write_group")
+        #expect(try row.string("config") == "plan_cache_mode=force_generic_plan")
+        let definition = try #require(try row.string("definition"))
+        let squeezed = definition.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        for assignment in EntryGroupWrite.replacedColumns.split(separator: ",") {
+            let wanted = assignment.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+            #expect(squeezed.contains(wanted), "tc_write_group does not set \(wanted)")
+        }
+        let session = try #require(try connection.query("SELECT current_setting('plan_cache_mode') AS mode").first)
+        #expect(try session.string("mode") == "auto")
+    }
+}
