@@ -48,6 +48,19 @@ public final class EntryReadBatcher: @unchecked Sendable {
 
     public static let applicationName = "teamcache-reads"
 
+    /// Run once on each of the reader's sessions: its batch statement keeps one generic plan.
+    /// PostgreSQL plans a prepared statement anew for its first five runs, then keeps a
+    /// generic plan only if that estimates below their average; blind to the arrays' lengths,
+    /// it takes 10 keys, dearer than any batch of fewer, so under a light load (batches of one
+    /// to a few keys) every batch was planned: 114-128 µs of PostgreSQL's CPU a database hit
+    /// against 44-50 with the generic plan (bench/results/2026-12-07-writes-9.md). The session
+    /// runs nothing else that a custom plan would serve (the replay probe has no parameters).
+    /// Behind a transaction pooler a `SET` would reach other clients' sessions, and nothing is
+    /// prepared there anyway: none.
+    static func sessionSetup(pooled: Bool) -> [String] {
+        pooled ? [] : ["SET plan_cache_mode = force_generic_plan"]
+    }
+
     private struct Read {
         let namespace: Namespace
         let key: EntryKey
@@ -92,6 +105,7 @@ public final class EntryReadBatcher: @unchecked Sendable {
             statements: [(Self.selectBatch, [.textArray([]), .bytesArray([])])] + (primary == nil ? [] : [(Self.probeReplay, [])]),
             timeout: timeout)
         configuration.limits = limits
+        configuration.setup = Self.sessionSetup(pooled: limits.transactionPooler)
         // The primary's reader must not land on a standby; a standby's reader must (its probe checks).
         configuration.requirePrimary = primary == nil
         connection = LoopConnection(configuration)

@@ -5,12 +5,13 @@ import Postgres
 import Testing
 import TestSupport
 
-/// A write group's statement is planned once per connection, however small its groups.
-/// Sent as a prepared statement of its own, PostgreSQL planned it anew for every group of
-/// fewer than ~10 writes (its generic plan, blind to the arrays' lengths, estimated dearer
-/// than those groups' own plans), 0.5-1 ms a group under a light load. It is now a call of
-/// `tc_write_group`, which keeps one generic plan (migration 0019).
-@Suite struct WriteGroupPlanTests {
+/// The statements that take arrays (a write group's rows, a read batch's keys) are planned
+/// once per session, however small their groups. PostgreSQL planned them anew for every
+/// group or batch of fewer than ~10 (their generic plans, blind to the arrays' lengths,
+/// estimated dearer than those groups' own plans): 0.5-1 ms a write group, ~70 µs a read
+/// batch, under a light load. A write group is now a call of `tc_write_group`, which keeps one
+/// generic plan (migration 0019); the reader's sessions are set to keep theirs.
+@Suite struct PlanOnceTests {
     /// Twelve one-write groups on one connection: after PostgreSQL's first five, the
     /// statement the service prepared runs a generic plan (its own view of the session's
     /// prepared statements says so). The statement as it was sent before showed twelve
@@ -62,5 +63,25 @@ import TestSupport
         }
         let session = try #require(try connection.query("SELECT current_setting('plan_cache_mode') AS mode").first)
         #expect(try session.string("mode") == "auto")
+    }
+
+    /// Twelve one-key read batches on a session set up as the reader's are: after
+    /// PostgreSQL's first five, the batch runs a generic plan. Without the setup, twelve
+    /// custom plans. Behind a transaction pooler the setup is empty: a `SET` there would
+    /// reach other clients' sessions.
+    @Test func oneKeyReadBatchesAreNotPlannedEachTime() throws {
+        let name = try TestDatabase.shared.migratedDatabase(prefix: "readplan")
+        let connection = try TestDatabase.shared.connect(database: name)
+        for sql in EntryReadBatcher.sessionSetup(pooled: false) { try connection.execute(sql) }
+        for index in 0..<12 {
+            try connection.query(EntryReadBatcher.selectBatch,
+                                 [.textArray(["planned"]), .bytesArray([Array("key-\(index)".utf8)])])
+        }
+        let row = try #require(try connection.query("""
+            SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1
+            """, [.text(EntryReadBatcher.selectBatch)]).first, "the batch statement was not prepared")
+        let (generic, custom) = (try row.int("generic_plans") ?? 0, try row.int("custom_plans") ?? 0)
+        #expect(generic >= 6 && custom <= 5, "generic plans \(generic), custom plans \(custom)")
+        #expect(EntryReadBatcher.sessionSetup(pooled: true).isEmpty)
     }
 }
