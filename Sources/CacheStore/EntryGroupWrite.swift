@@ -45,6 +45,7 @@ enum EntryGroupWrite {
                             $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int8[], $14::int8[],
                             $15::int8[], $16::int8[], $17::timestamptz, $18::int8, $19::int8, $20::float8, $21::bool,
                             $22::int4[])
+        ORDER BY ordinal
         """
 
     /// Commits `writes` (distinct keys, all plain or all create-only) in one statement and
