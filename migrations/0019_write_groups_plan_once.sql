@@ -13,10 +13,12 @@
 --
 -- `SET plan_cache_mode = force_generic_plan` on the function makes its one statement use
 -- the generic plan from its first run in each session, PL/pgSQL caching it per session (per
--- server connection behind a pooler too). The setting holds only while the function runs:
--- no other statement of the session is affected (the listing's and the predicate evictions'
--- optional filters need their custom plans). The caller's statement is only the call, whose
--- plan is trivial.
+-- server connection behind a pooler too). The setting holds while the function runs, for its
+-- statement and for what that fires (the entries' triggers, whose statements are lookups or
+-- take no parameters: a trigger given an optional filter later would get a generic plan here),
+-- and no longer: no other statement of the session is affected (the listing's and the predicate
+-- evictions' optional filters need their custom plans). The caller's statement is only the
+-- call, whose plan is trivial.
 --
 -- The statement is the one `EntryGroupWrite` sent until now, unchanged; `$n` are this
 -- function's arguments in the same order (`EntryGroupWrite.run` lists them). `#variable_conflict use_column`: the result's

@@ -48,6 +48,21 @@ public final class EntryReadBatcher: @unchecked Sendable {
 
     public static let applicationName = "teamcache-reads"
 
+    /// The reader's session: its statements prepared, its setup, which server it must reach.
+    static func session(url: String, timeout: TimeInterval, limits: SessionLimits, standby: Bool)
+        -> LoopConnection.Configuration {
+        // Named apart from the pool's connections, for pg_stat_activity.
+        var configuration = LoopConnection.Configuration(
+            url: url, overrides: ["application_name": standby ? replicaName : applicationName],
+            statements: [(selectBatch, [.textArray([]), .bytesArray([])])] + (standby ? [(probeReplay, [])] : []),
+            timeout: timeout)
+        configuration.limits = limits
+        configuration.setup = sessionSetup(pooled: limits.transactionPooler)
+        // The primary's reader must not land on a standby; a standby's reader must (its probe checks).
+        configuration.requirePrimary = !standby
+        return configuration
+    }
+
     /// Run once on each of the reader's sessions: its batch statement keeps one generic plan.
     /// PostgreSQL plans a prepared statement anew for its first five runs, then keeps a
     /// generic plan only if that estimates below their average; blind to the arrays' lengths,
@@ -99,16 +114,7 @@ public final class EntryReadBatcher: @unchecked Sendable {
     public init(url: String, maxBatch: Int, timeout: TimeInterval, limits: SessionLimits = SessionLimits(),
                 batchSizes: HistogramFamily?, replicaOf primary: WALHistory? = nil, keyring: Keyring = Keyring(master: nil)) {
         self.keyring = keyring
-        // Named apart from the pool's connections, for pg_stat_activity.
-        var configuration = LoopConnection.Configuration(
-            url: url, overrides: ["application_name": primary == nil ? Self.applicationName : Self.replicaName],
-            statements: [(Self.selectBatch, [.textArray([]), .bytesArray([])])] + (primary == nil ? [] : [(Self.probeReplay, [])]),
-            timeout: timeout)
-        configuration.limits = limits
-        configuration.setup = Self.sessionSetup(pooled: limits.transactionPooler)
-        // The primary's reader must not land on a standby; a standby's reader must (its probe checks).
-        configuration.requirePrimary = primary == nil
-        connection = LoopConnection(configuration)
+        connection = LoopConnection(Self.session(url: url, timeout: timeout, limits: limits, standby: primary != nil))
         self.maxBatch = max(1, maxBatch)
         self.batchSizes = batchSizes
         self.primary = primary

@@ -61,27 +61,42 @@ import TestSupport
             let wanted = assignment.split(whereSeparator: \.isWhitespace).joined(separator: " ")
             #expect(squeezed.contains(wanted), "tc_write_group does not set \(wanted)")
         }
-        let session = try #require(try connection.query("SELECT current_setting('plan_cache_mode') AS mode").first)
-        #expect(try session.string("mode") == "auto")
+        // The setting is the function's: after a call, the session's own is what it was.
+        let before = try #require(try connection.query("SELECT current_setting('plan_cache_mode') AS mode").first)
+        try connection.query(EntryGroupWrite.statement, [
+            .textArray(["planned"]), .bytesArray([Array("k".utf8)]), .bytesArray([Array("v".utf8)]),
+            .textArray(["identity"]), .textArray(["text/plain"]), .intArray([1]), .textArray(["\"e\""]),
+            .optionalTextArray([nil]), .optionalTextArray([nil]), .optionalTextArray([nil]), .textArray(["[]"]),
+            .optionalTextArray([nil]), .intArray([0]), .intArray([0]), .optionalIntArray([nil]),
+            .optionalIntArray([nil]), .null, .int(60), .int(0), .double(1), .bool(false), .intArray([0]),
+        ])
+        let after = try #require(try connection.query("SELECT current_setting('plan_cache_mode') AS mode").first)
+        #expect(try after.string("mode") == before.string("mode"))
     }
 
-    /// Twelve one-key read batches on a session set up as the reader's are: after
-    /// PostgreSQL's first five, the batch runs a generic plan. Without the setup, twelve
-    /// custom plans. Behind a transaction pooler the setup is empty: a `SET` there would
-    /// reach other clients' sessions.
+    /// Twelve one-key read batches on a session set up as the reader's sessions are (their
+    /// setup statements, then their batch statement): after PostgreSQL's first five, the batch
+    /// runs a generic plan. Without the setup, twelve custom plans. Behind a transaction pooler
+    /// the setup is empty: a `SET` there would reach other clients' sessions.
     @Test func oneKeyReadBatchesAreNotPlannedEachTime() throws {
         let name = try TestDatabase.shared.migratedDatabase(prefix: "readplan")
         let connection = try TestDatabase.shared.connect(database: name)
-        for sql in EntryReadBatcher.sessionSetup(pooled: false) { try connection.execute(sql) }
+        let session = EntryReadBatcher.session(url: TestDatabase.shared.url, timeout: 2, limits: SessionLimits(),
+                                               standby: false)
+        for sql in session.setup { try connection.execute(sql) }
+        let batch = try #require(session.statements.first)
+        #expect(batch.sql == EntryReadBatcher.selectBatch)
         for index in 0..<12 {
-            try connection.query(EntryReadBatcher.selectBatch,
-                                 [.textArray(["planned"]), .bytesArray([Array("key-\(index)".utf8)])])
+            try connection.query(batch.sql, [.textArray(["planned"]), .bytesArray([Array("key-\(index)".utf8)])])
         }
         let row = try #require(try connection.query("""
             SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1
             """, [.text(EntryReadBatcher.selectBatch)]).first, "the batch statement was not prepared")
         let (generic, custom) = (try row.int("generic_plans") ?? 0, try row.int("custom_plans") ?? 0)
         #expect(generic >= 6 && custom <= 5, "generic plans \(generic), custom plans \(custom)")
-        #expect(EntryReadBatcher.sessionSetup(pooled: true).isEmpty)
+        var pooled = SessionLimits()
+        pooled.transactionPooler = true
+        #expect(EntryReadBatcher.session(url: TestDatabase.shared.url, timeout: 2, limits: pooled, standby: false)
+            .setup.isEmpty)
     }
 }
