@@ -1,0 +1,99 @@
+"""The synchronous client looks the service's name up under its connect timeout: a resolver
+that hangs (unreachable, say) must not hold a call longer than an unreachable cache would.
+The system's resolver is replaced for one name only (``socket.getaddrinfo``, what httpx's own
+connect calls too); every other name resolves as it does."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from teamcache import TeamCache, TransportError
+
+HUNG = "hung.teamcache.test"
+MISSING = "missing.teamcache.test"
+
+
+@pytest.fixture
+def resolver(monkeypatch):
+    """``socket.getaddrinfo`` with HUNG hanging (until released, at most 20 s) and MISSING not
+    found; the lookups of HUNG are counted."""
+    real = socket.getaddrinfo
+    release = threading.Event()
+    asked: list[str] = []
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host == HUNG:
+            asked.append(host)
+            release.wait(20)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        if host == MISSING:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield asked
+    release.set()
+
+
+def test_a_hung_resolver_costs_a_call_its_connect_timeout_not_the_resolvers(resolver, namespace):
+    client = TeamCache(f"http://{HUNG}:9", "a-token", timeout=0.5, max_retries=0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(TransportError):
+            client.get(namespace, "k")
+        assert time.monotonic() - started < 2.0, "the lookup was not bounded by the connect timeout"
+        started = time.monotonic()
+        assert client.cached(namespace, {"model": "m", "prompt": "hung resolver"}, lambda: "paid") == "paid"
+        assert time.monotonic() - started < 2.0
+    finally:
+        client.close()
+
+
+def test_callers_of_a_hung_name_share_one_lookup(resolver, namespace):
+    client = TeamCache(f"http://{HUNG}:9", "a-token", timeout=0.5, max_retries=0, circuit_breaker=False)
+    took: list[float] = []
+
+    def call() -> None:
+        started = time.monotonic()
+        try:
+            client.get(namespace, "k")
+        except TransportError:
+            took.append(time.monotonic() - started)
+
+    try:
+        callers = [threading.Thread(target=call) for _ in range(8)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(10)
+        assert len(took) == 8 and max(took) < 2.0, took
+        # Eight callers, one lookup thread held by the hung resolver (not one each).
+        assert resolver == [HUNG], resolver
+    finally:
+        client.close()
+
+
+def test_a_name_not_found_fails_at_once(resolver, namespace):
+    client = TeamCache(f"http://{MISSING}:9", "a-token", timeout=5, max_retries=0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(TransportError) as failed:
+            client.get(namespace, "k")
+        assert time.monotonic() - started < 1.0
+        assert "not found" in repr(failed.value.__cause__) or "not found" in str(failed.value), failed.value
+    finally:
+        client.close()
+
+
+def test_a_name_that_resolves_reaches_the_service(resolver, server, token, namespace):
+    # localhost may name ::1 first, where the service does not listen: the next address serves.
+    client = TeamCache(f"http://localhost:{server.port}", token)
+    try:
+        client.put(namespace, "named", b"by name", content_type="text/plain")
+        assert client.get(namespace, "named").body == b"by name"
+    finally:
+        client.close()
