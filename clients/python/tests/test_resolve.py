@@ -97,3 +97,21 @@ def test_a_name_that_resolves_reaches_the_service(resolver, server, token, names
         assert client.get(namespace, "named").body == b"by name"
     finally:
         client.close()
+
+
+def test_a_lookup_that_never_returns_is_not_waited_for_past_its_age(resolver, monkeypatch, namespace):
+    from teamcache import _resolve
+    client = TeamCache(f"http://{HUNG}:9", "a-token", timeout=0.2, max_retries=0, circuit_breaker=False)
+    try:
+        monkeypatch.setattr(_resolve.Resolver, "stale_after", 60.0)
+        for _ in range(2):
+            with pytest.raises(TransportError):
+                client.get(namespace, "k")
+        assert resolver == [HUNG], resolver  # the second call waited for the first's lookup
+        monkeypatch.setattr(_resolve.Resolver, "stale_after", 0.0)
+        with pytest.raises(TransportError):
+            client.get(namespace, "k")
+        # That lookup still hangs; a call after its age asked the resolver again.
+        assert resolver == [HUNG, HUNG], resolver
+    finally:
+        client.close()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import threading
+import time
 import typing
 
 import httpcore
@@ -30,13 +31,19 @@ class _Lookup:
     """One name's lookup in flight: its answer, or the error it ended with, once ``done``."""
 
     def __init__(self) -> None:
+        self.started = time.monotonic()
         self.done = threading.Event()
         self.addresses: list[str] = []
         self.error: OSError | None = None
 
 
 class Resolver:
-    """Looks names up on threads of their own, one lookup per name and port at a time."""
+    """Looks names up on threads of their own, one lookup per name and port at a time.
+    A lookup older than ``stale_after`` is not waited for: a resolver that never returns
+    (the system's gives up after its retries; a broken one might not) must not keep the
+    service unreachable after the names resolve again. It costs a thread a name that long."""
+
+    stale_after = 30.0
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -52,7 +59,7 @@ class Resolver:
         key = (host, port)
         with self._lock:
             lookup = self._in_flight.get(key)
-            if lookup is None:
+            if lookup is None or time.monotonic() - lookup.started > self.stale_after:
                 lookup = self._in_flight[key] = _Lookup()
                 threading.Thread(target=self._look_up, args=(key, lookup), name="teamcache-resolve",
                                  daemon=True).start()
@@ -73,7 +80,8 @@ class Resolver:
             lookup.error = error
         finally:
             with self._lock:
-                self._in_flight.pop(key, None)
+                if self._in_flight.get(key) is lookup:  # not a stale one's successor
+                    del self._in_flight[key]
             lookup.done.set()
 
 
