@@ -11,10 +11,11 @@ import time
 
 import pytest
 
-from teamcache import TeamCache, TransportError
+from teamcache import TeamCache, TransportError, _resolve
 
 HUNG = "hung.teamcache.test"
 MISSING = "missing.teamcache.test"
+SLOW = "slow.teamcache.test"
 
 
 @pytest.fixture
@@ -32,11 +33,17 @@ def resolver(monkeypatch):
             raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
         if host == MISSING:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        if host == SLOW:
+            asked.append(host)
+            time.sleep(0.8)  # slower than the lookup deadline, then an answer
+            return real("127.0.0.1", *args, **kwargs)
         return real(host, *args, **kwargs)
 
+    _resolve._resolver.forget()  # no lookup of another test's
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     yield asked
     release.set()
+    _resolve._resolver.forget()
 
 
 def test_a_hung_resolver_costs_a_call_its_connect_timeout_not_the_resolvers(resolver, namespace):
@@ -115,3 +122,57 @@ def test_a_lookup_that_never_returns_is_not_waited_for_past_its_age(resolver, mo
         assert resolver == [HUNG, HUNG], resolver
     finally:
         client.close()
+
+
+def test_an_answer_slower_than_the_deadline_serves_the_next_call(resolver, server, token, namespace):
+    client = TeamCache(f"http://{SLOW}:{server.port}", token, timeout=0.5, lookup_timeout=0.3, max_retries=0,
+                       circuit_breaker=False)
+    try:
+        with pytest.raises(TransportError):
+            client.get(namespace, "slow")  # the lookup outlives the call's deadline
+        time.sleep(1.0)
+        client.put(namespace, "slow", b"kept", content_type="text/plain")  # its answer, kept, serves this one
+        assert client.get(namespace, "slow").body == b"kept"
+        assert resolver == [SLOW], resolver
+    finally:
+        client.close()
+
+
+def test_a_name_no_resolver_can_encode_fails_open(resolver, namespace):
+    client = TeamCache(f"http://{'a' * 64}.teamcache.test:9", "a-token", timeout=3, lookup_timeout=3, max_retries=0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(TransportError):
+            client.get(namespace, "k")  # told at once, not at the deadline
+        assert time.monotonic() - started < 1.0
+        assert client.cached(namespace, {"model": "m", "prompt": "long label"}, lambda: "paid") == "paid"
+    finally:
+        client.close()
+
+
+def test_a_proxy_from_the_environment_is_still_used(resolver, monkeypatch, namespace):
+    """HTTP_PROXY: the request goes to the proxy (which looks the name up), not to the name."""
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    listener = socket.create_server(("127.0.0.1", 0))
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    received: list[bytes] = []
+
+    def proxy() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            received.append(connection.recv(4096))
+
+    serving = threading.Thread(target=proxy, daemon=True)
+    serving.start()
+    client = TeamCache(f"http://{HUNG}:9", "a-token", timeout=1, max_retries=0)
+    try:
+        with pytest.raises(TransportError):
+            client.get(namespace, "k")  # the proxy closes without an answer
+        serving.join(5)
+        assert received and f"http://{HUNG}:9/".encode() in received[0], received
+        assert resolver == [], "the client looked the name up itself instead of asking the proxy"
+    finally:
+        client.close()
+        listener.close()
+

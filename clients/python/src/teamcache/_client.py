@@ -20,7 +20,7 @@ from ._breaker import CacheHealth, CircuitBreaker
 from ._cached import AsyncCachedMixin, CachedMixin
 from ._local import LocalTier
 from ._local_client import LocalAsyncMixin, LocalSyncMixin
-from ._resolve import transport as bounded_transport
+from ._resolve import bound_lookups
 from ._settings import _Settings
 from .errors import CacheSkipped, ConfigurationError, ProblemError, TransportError
 
@@ -166,10 +166,9 @@ class TeamCache(_Common, LocalSyncMixin, CachedMixin):
         # queues behind the waiters of its own burst.
         # The service's name is looked up under the connect timeout (``_resolve``): httpx's own
         # lookup has no time limit, and a resolver that hangs would hold every call.
-        limits = httpx.Limits(max_connections=512, max_keepalive_connections=64)
-        self._http = http_client or httpx.Client(
+        self._http = http_client or bound_lookups(httpx.Client(
             base_url=self._settings.base_url, headers=self._settings.headers(), timeout=timeout,
-            limits=limits, transport=bounded_transport(limits))
+            limits=httpx.Limits(max_connections=512, max_keepalive_connections=64)))
         CachedMixin.__init__(self)
 
     # The API: each route's signature and answer type are its builder's in ``_operations``.
