@@ -101,15 +101,28 @@ final class LocalCopies {
     /// The file for this tier alone: an exclusive lock on `PATH-lock` (the Python client takes
     /// the same), since two tiers on one file would each send its outbox. nil when another
     /// tier (process) holds it: this one then keeps copies in memory.
+    ///
+    /// Asked again for up to `lockPatience` before giving up: a lock a closed tier let go may
+    /// still be held for a moment by a child process this one is starting (between its fork and
+    /// its exec the child holds a copy of every descriptor, `posix_spawn` included, and a lock
+    /// goes only with the last copy). A tier reopened then found its own file taken and left
+    /// its outbox unread (a CI run's `theOutboxOutlivesTheProcessInTheFile` did).
     private static func own(_ path: String) -> Int32? {
         let descriptor = open(path + "-lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { return nil }
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
-            _ = Foundation.close(descriptor)
-            return nil
+        let giveUp = Date().addingTimeInterval(lockPatience)
+        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
+            guard errno == EWOULDBLOCK || errno == EINTR, Date() < giveUp else {
+                _ = Foundation.close(descriptor)
+                return nil
+            }
+            usleep(10_000)
         }
         return descriptor
     }
+
+    /// How long a tier waits for its file's lock before keeping its copies in memory.
+    static let lockPatience: TimeInterval = 0.5
 
     deinit {
         if lockFile >= 0 { _ = Foundation.close(lockFile) }

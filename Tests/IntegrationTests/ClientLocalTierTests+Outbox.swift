@@ -197,6 +197,33 @@ extension ClientLocalTierTests {
         await third.close()
     }
 
+    /// A lock held a moment after its tier closed (a child process between its fork and its
+    /// exec holds a copy of the descriptor) is waited for: the tier reopened on the file loads
+    /// its outbox. It once gave the file up at once and kept nothing but memory.
+    @Test func aLockLetGoAMomentLaterIsWaitedFor() async throws {
+        let file = try TierFile()
+        defer { file.remove() }
+        let path = file.path
+        do {
+            let first = try LocalTier(path: path)
+            first.state.withLock { $0.feeds["ns"] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
+            let copy = LocalCopy(kind: .raw, etag: nil, body: Data("v".utf8), contentType: "text/plain", expiresAt: 0,
+                                 updatedAt: 0)
+            #expect(first.queue("ns", "k", .put(body: Data("v".utf8), contentType: "text/plain", ttl: nil, tags: []),
+                                copy: copy))
+            await first.close()
+        }
+        let held = open(path + "-lock", O_RDWR)
+        #expect(held >= 0 && flock(held, LOCK_EX | LOCK_NB) == 0)
+        Thread.detachNewThread {
+            usleep(150_000)
+            close(held)
+        }
+        let again = try LocalTier(path: path)
+        #expect(again.outboxCount == 1)
+        await again.close()
+    }
+
     /// A copy a change dropped never comes back from the file: here the file refuses the delete
     /// (a trigger another connection added; a read-only or corrupt file fails the same way), and
     /// the tier gives the file up for memory alone, as the Python client does. Before, the

@@ -8,6 +8,7 @@ The outbox is in ``test_local_tier_outbox``, encrypted namespaces in ``test_loca
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import statistics
 import threading
@@ -463,6 +464,25 @@ def test_a_tier_file_belongs_to_one_tier_at_a_time(tmp_path):
     third = LocalTier(path=path)
     assert third._copies.db is not None
     third.close()
+
+
+def test_a_lock_let_go_a_moment_later_is_waited_for(tmp_path):
+    """A lock held a moment after its tier closed (a child process between its fork and its
+    exec holds a copy of the descriptor) is waited for: the tier reopened owns its file."""
+    import fcntl
+
+    path = tmp_path / "tier.sqlite"
+    LocalTier(path=path).close()
+    held = os.open(str(path) + "-lock", os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    releaser = threading.Timer(0.15, os.close, args=(held,))
+    releaser.start()
+    again = LocalTier(path=path)
+    try:
+        assert again._copies.db is not None, "the tier gave its file up while the lock was being let go"
+    finally:
+        again.close()
+        releaser.join()
 
 
 def test_closing_a_client_that_shares_a_tier_leaves_the_lent_http_client_open(server, token, namespace):

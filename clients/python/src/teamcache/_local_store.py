@@ -329,22 +329,38 @@ class Copies:
     def unqueue(self, item: Queued) -> None:
         self._safely(lambda db: db.execute("DELETE FROM outbox WHERE id = ?", (item.id,)))
 
+    #: How long a tier waits for its file's lock before keeping its copies in memory.
+    lock_patience = 0.5
+
     def _own(self, path: str) -> bool:
         """Takes the file for this tier alone (an exclusive lock on ``PATH-lock``, which the
         Swift client takes too): two tiers on one file would each send its outbox, twice. A
-        file held elsewhere leaves this tier in memory (logged)."""
+        file held elsewhere leaves this tier in memory (logged). Asked again for up to
+        ``lock_patience``: a lock a closed tier let go may still be held a moment by a child
+        process being started (between its fork and its exec it holds a copy of every
+        descriptor, and the lock goes only with the last copy)."""
         try:
             import fcntl
         except ImportError:  # no flock (Windows): one process per file is the caller's to keep
             return True
         descriptor = os.open(path + "-lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(descriptor)
-            logger.warning("local tier file %s is held by another tier (process): this one keeps copies in memory",
-                           path)
-            return False
+        give_up = time.monotonic() + self.lock_patience
+        while True:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < give_up:
+                    time.sleep(0.01)
+                    continue
+                os.close(descriptor)
+                logger.warning("local tier file %s is held by another tier (process): this one keeps copies in "
+                               "memory", path)
+                return False
+            except OSError:
+                os.close(descriptor)
+                logger.warning("local tier file %s could not be locked: this one keeps copies in memory", path)
+                return False
         self._lock_file = descriptor
         return True
 
