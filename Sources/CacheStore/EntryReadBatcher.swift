@@ -57,23 +57,18 @@ public final class EntryReadBatcher: @unchecked Sendable {
             statements: [(selectBatch, [.textArray([]), .bytesArray([])])] + (standby ? [(probeReplay, [])] : []),
             timeout: timeout)
         configuration.limits = limits
-        configuration.setup = sessionSetup(pooled: limits.transactionPooler)
+        // Its batch statement keeps one generic plan. PostgreSQL plans a prepared statement anew
+        // for its first five runs, then keeps a generic plan only if that estimates below their
+        // average; blind to the arrays' lengths, it takes 10 keys, dearer than any batch of fewer,
+        // so under a light load (batches of one to a few keys) every batch was planned: 114-128
+        // µs of PostgreSQL's CPU a database hit against 44-60 with the generic plan
+        // (bench/results/2026-12-07-writes-9.md). The session runs nothing else a custom plan
+        // would serve (the replay probe has no parameters). Not behind a transaction pooler: a
+        // `SET` there would reach other clients' sessions, and nothing is prepared there anyway.
+        if !limits.transactionPooler { configuration.setup = ["SET plan_cache_mode = force_generic_plan"] }
         // The primary's reader must not land on a standby; a standby's reader must (its probe checks).
         configuration.requirePrimary = !standby
         return configuration
-    }
-
-    /// Run once on each of the reader's sessions: its batch statement keeps one generic plan.
-    /// PostgreSQL plans a prepared statement anew for its first five runs, then keeps a
-    /// generic plan only if that estimates below their average; blind to the arrays' lengths,
-    /// it takes 10 keys, dearer than any batch of fewer, so under a light load (batches of one
-    /// to a few keys) every batch was planned: 114-128 µs of PostgreSQL's CPU a database hit
-    /// against 44-50 with the generic plan (bench/results/2026-12-07-writes-9.md). The session
-    /// runs nothing else that a custom plan would serve (the replay probe has no parameters).
-    /// Behind a transaction pooler a `SET` would reach other clients' sessions, and nothing is
-    /// prepared there anyway: none.
-    static func sessionSetup(pooled: Bool) -> [String] {
-        pooled ? [] : ["SET plan_cache_mode = force_generic_plan"]
     }
 
     private struct Read {

@@ -12,9 +12,9 @@ struct OwnDatabase {
     let policy = CachePolicy()
     let store: EntryStore
 
-    init(prefix: String) throws {
+    init(prefix: String, maxConnections: Int = 2) throws {
         name = try TestDatabase.shared.migratedDatabase(prefix: prefix)
-        pool = TestDatabase.shared.pool(on: name, maxConnections: 2)
+        pool = TestDatabase.shared.pool(on: name, maxConnections: maxConnections)
         store = EntryStore(pool: pool, policy: policy)
     }
 

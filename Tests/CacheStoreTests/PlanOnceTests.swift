@@ -17,10 +17,9 @@ import TestSupport
     /// prepared statements says so). The statement as it was sent before showed twelve
     /// custom plans here.
     @Test func smallGroupsAreNotPlannedEachTime() throws {
-        let name = try TestDatabase.shared.migratedDatabase(prefix: "groupplan")
-        let pool = TestDatabase.shared.pool(on: name, maxConnections: 1)
-        defer { pool.closeIdle() }
-        let store = EntryStore(pool: pool, policy: CachePolicy())
+        let own = try OwnDatabase(prefix: "groupplan", maxConnections: 1)  // every group on one session
+        defer { own.pool.closeIdle() }
+        let (pool, store) = (own.pool, own.store)
         let namespace = try #require(Namespace("planned"))
         for index in 0..<12 {
             let write = EntryWrite(namespace: namespace, key: try #require(EntryKey(Array("key-\(index)".utf8))),
@@ -48,8 +47,7 @@ import TestSupport
     /// the session's other statements keep PostgreSQL's choice), and replaces the columns an
     /// import's chunk replaces: its copy of that list is the one `EntryGroupWrite` keeps.
     @Test func theFunctionKeepsOnePlanAndReplacesWhatAnImportReplaces() throws {
-        let name = try TestDatabase.shared.migratedDatabase(prefix: "groupfn")
-        let connection = try TestDatabase.shared.connect(database: name)
+        let connection = try OwnDatabase(prefix: "groupfn").connect()
         let row = try #require(try connection.query("""
             SELECT array_to_string(proconfig, ',') AS config, pg_get_functiondef(oid) AS definition
             FROM pg_proc WHERE proname = 'tc_write_group'
@@ -79,8 +77,7 @@ import TestSupport
     /// runs a generic plan. Without the setup, twelve custom plans. Behind a transaction pooler
     /// the setup is empty: a `SET` there would reach other clients' sessions.
     @Test func oneKeyReadBatchesAreNotPlannedEachTime() throws {
-        let name = try TestDatabase.shared.migratedDatabase(prefix: "readplan")
-        let connection = try TestDatabase.shared.connect(database: name)
+        let connection = try OwnDatabase(prefix: "readplan").connect()
         let session = EntryReadBatcher.session(url: TestDatabase.shared.url, timeout: 2, limits: SessionLimits(),
                                                standby: false)
         for sql in session.setup { try connection.execute(sql) }

@@ -182,12 +182,7 @@ extension ClientLocalTierTests {
         let file = try TierFile()
         defer { file.remove() }
         let path = file.path
-        let first = try LocalTier(path: path)
-        first.state.withLock { $0.feeds["ns"] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
-        let copy = LocalCopy(kind: .raw, etag: nil, body: Data("v".utf8), contentType: "text/plain", expiresAt: 0,
-                             updatedAt: 0)
-        #expect(first.queue("ns", "k", .put(body: Data("v".utf8), contentType: "text/plain", ttl: nil, tags: []),
-                            copy: copy))
+        let first = try Self.tierWithOneQueuedWrite(path)
         let second = try LocalTier(path: path)
         #expect(second.outboxCount == 0)
         await second.close()
@@ -204,15 +199,7 @@ extension ClientLocalTierTests {
         let file = try TierFile()
         defer { file.remove() }
         let path = file.path
-        do {
-            let first = try LocalTier(path: path)
-            first.state.withLock { $0.feeds["ns"] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
-            let copy = LocalCopy(kind: .raw, etag: nil, body: Data("v".utf8), contentType: "text/plain", expiresAt: 0,
-                                 updatedAt: 0)
-            #expect(first.queue("ns", "k", .put(body: Data("v".utf8), contentType: "text/plain", ttl: nil, tags: []),
-                                copy: copy))
-            await first.close()
-        }
+        await (try Self.tierWithOneQueuedWrite(path)).close()
         let held = open(path + "-lock", O_RDWR)
         #expect(held >= 0 && flock(held, LOCK_EX | LOCK_NB) == 0)
         Thread.detachNewThread {
@@ -222,6 +209,17 @@ extension ClientLocalTierTests {
         let again = try LocalTier(path: path)
         #expect(again.outboxCount == 1)
         await again.close()
+    }
+
+    /// A tier on `path` with one write queued (namespace "ns", key "k"), in its file.
+    static func tierWithOneQueuedWrite(_ path: String) throws -> LocalTier {
+        let tier = try LocalTier(path: path)
+        tier.state.withLock { $0.feeds["ns"] = LocalTier.Feed(syncedAt: nil, allowed: true, floor: 0) }
+        let copy = LocalCopy(kind: .raw, etag: nil, body: Data("v".utf8), contentType: "text/plain", expiresAt: 0,
+                             updatedAt: 0)
+        #expect(tier.queue("ns", "k", .put(body: Data("v".utf8), contentType: "text/plain", ttl: nil, tags: []),
+                           copy: copy))
+        return tier
     }
 
     /// A copy a change dropped never comes back from the file: here the file refuses the delete
