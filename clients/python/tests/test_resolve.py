@@ -1,17 +1,20 @@
-"""The synchronous client looks the service's name up under its connect timeout: a resolver
-that hangs (unreachable, say) must not hold a call longer than an unreachable cache would.
+"""The clients look the service's name up under their connect timeout: a resolver that hangs
+(unreachable, say) must not hold a call longer than an unreachable cache would, nor (async)
+the threads of the application's event loop.
 The system's resolver is replaced for one name only (``socket.getaddrinfo``, what httpx's own
 connect calls too); every other name resolves as it does."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import socket
 import threading
 import time
 
 import pytest
 
-from teamcache import TeamCache, TransportError, _resolve
+from teamcache import AsyncTeamCache, TeamCache, TransportError, _resolve
 
 HUNG = "hung.teamcache.test"
 MISSING = "missing.teamcache.test"
@@ -27,6 +30,8 @@ def resolver(monkeypatch):
     asked: list[str] = []
 
     def getaddrinfo(host, *args, **kwargs):
+        if isinstance(host, bytes):  # asyncio's lookup, through anyio, asks with the name encoded
+            host = host.decode("ascii")
         if host == HUNG:
             asked.append(host)
             release.wait(20)
@@ -176,3 +181,56 @@ def test_a_proxy_from_the_environment_is_still_used(resolver, monkeypatch, names
         client.close()
         listener.close()
 
+
+
+async def test_async_calls_to_a_hung_name_leave_the_loops_executor_free(resolver, namespace):
+    """asyncio's own lookup runs on the loop's default executor and keeps a worker past its
+    deadline: eight calls would hold all four of this loop's workers for the resolver's 20 s."""
+    loop = asyncio.get_running_loop()
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=4)
+    loop.set_default_executor(executor)
+    try:
+        async with AsyncTeamCache(f"http://{HUNG}:9", "a-token", timeout=0.5, max_retries=0,
+                                  circuit_breaker=False) as client:
+            async def call() -> float:
+                started = time.monotonic()
+                with pytest.raises(TransportError):
+                    await client.get(namespace, "k")
+                return time.monotonic() - started
+
+            took = await asyncio.gather(*(call() for _ in range(8)))
+            assert max(took) < 2.0, took
+            assert await asyncio.wait_for(loop.run_in_executor(None, lambda: "free"), 1.0) == "free"
+            assert resolver == [HUNG], resolver  # one lookup for the eight calls
+            hung = _resolve._resolver._lookups[(HUNG, 9)]
+            assert hung.wakers == set(), "callers that gave up are still kept by the hung lookup"
+            started = time.monotonic()
+            assert await client.cached(namespace, {"model": "m", "prompt": "hung"}, _paid) == "paid"
+            assert time.monotonic() - started < 2.0
+    finally:
+        executor.shutdown(wait=False)
+
+
+async def _paid() -> str:
+    return "paid"
+
+
+async def test_async_a_name_not_found_fails_at_once(resolver, namespace):
+    async with AsyncTeamCache(f"http://{MISSING}:9", "a-token", timeout=5, max_retries=0) as client:
+        started = time.monotonic()
+        with pytest.raises(TransportError):
+            await client.get(namespace, "k")
+        assert time.monotonic() - started < 1.0
+
+
+async def test_async_a_name_that_resolves_reaches_the_service(resolver, server, token, namespace):
+    async with AsyncTeamCache(f"http://localhost:{server.port}", token) as client:
+        await client.put(namespace, "named-async", b"by name", content_type="text/plain")
+        assert (await client.get(namespace, "named-async")).body == b"by name"
+    async with AsyncTeamCache(f"http://{SLOW}:{server.port}", token, timeout=0.5, lookup_timeout=0.3,
+                              max_retries=0, circuit_breaker=False) as client:
+        with pytest.raises(TransportError):
+            await client.get(namespace, "named-async")  # the lookup outlives the call's deadline
+        await asyncio.sleep(1.0)
+        assert (await client.get(namespace, "named-async")).body == b"by name"  # its answer, kept
+        assert resolver == [SLOW], resolver

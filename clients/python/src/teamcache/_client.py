@@ -283,9 +283,10 @@ class AsyncTeamCache(_Common, LocalAsyncMixin, AsyncCachedMixin):
         self._tier = local_tier
         if local_tier is not None:
             local_tier._attach(self._settings, timeout, unlent=http_client is not None)
-        self._http = http_client or httpx.AsyncClient(
+        # Looked up under the connect timeout without holding a thread of the loop's executor.
+        self._http = http_client or bound_lookups(httpx.AsyncClient(
             base_url=self._settings.base_url, headers=self._settings.headers(), timeout=timeout,
-            limits=httpx.Limits(max_connections=512, max_keepalive_connections=64))
+            limits=httpx.Limits(max_connections=512, max_keepalive_connections=64)))
         AsyncCachedMixin.__init__(self)
 
     # The API: each route's signature and answer type are its builder's in ``_operations``.

@@ -16,12 +16,19 @@ unreachable after names resolve again). An answer is kept ``keep_answers`` secon
 resolver slower than the connect timeout still serves the next call (the breaker's probe)
 with the answer that came too late for the last one, instead of timing out each time; a
 new connection after that asks again, so an address that moved is followed. A forked child
-starts with no lookups (its parent's threads are not in it). The async client needs none of
-this: its lookup runs in a worker thread under the connect timeout already.
+starts with no lookups (its parent's threads are not in it).
+
+The async client waits for the same lookups without holding a thread. httpx's own async
+lookup (asyncio's ``loop.getaddrinfo``) is bounded by the connect timeout, but it runs on the
+event loop's default executor, and a timed-out lookup keeps its worker until the resolver
+returns: a handful of calls to a cache behind a hung resolver filled the application's
+executor (``asyncio.to_thread``, its other lookups) for as long as the resolver hung.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import os
 import socket
@@ -32,8 +39,9 @@ import typing
 import httpcore
 import httpx
 
-#: httpcore's backend interface (httpcore 0.17 and later); without it nothing is installed.
+#: httpcore's backend interfaces (httpcore 0.17 and later); without them nothing is installed.
 _Backend: typing.Any = getattr(httpcore, "NetworkBackend", None)
+_AsyncBackend: typing.Any = getattr(httpcore, "AsyncNetworkBackend", None)
 
 
 class _Lookup:
@@ -45,6 +53,8 @@ class _Lookup:
         self.finished = 0.0
         self.addresses: list[str] = []
         self.error: BaseException | None = None
+        #: Called once it is done (async waiters); None once it is, under the resolver's lock.
+        self.wakers: set[typing.Callable[[], None]] | None = set()
 
 
 class Resolver:
@@ -64,24 +74,60 @@ class Resolver:
 
     def addresses(self, host: str, port: int, deadline: float | None) -> list[str]:
         """The addresses ``host`` names, waiting until ``deadline`` (monotonic; None: no limit)."""
-        try:
-            ipaddress.ip_address(host)
+        if _is_address(host):
             return [host]  # an address already: nothing to look up
-        except ValueError:
-            pass
-        lookup, start = self._lookup((host, port))
-        if start:
-            try:
-                threading.Thread(target=self._look_up, args=((host, port), lookup), name="teamcache-resolve",
-                                 daemon=True).start()
-            except BaseException as error:  # noqa: BLE001 - no thread (a limit reached): the lookup failed
-                self._finish((host, port), lookup, error=error)
+        lookup = self._started((host, port))
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
         if not lookup.done.wait(wait):
-            raise httpcore.ConnectTimeout("looking up the cache's address took longer than the connect timeout")
-        if lookup.error is not None or not lookup.addresses:
-            raise httpcore.ConnectError(f"the cache's address was not found: {lookup.error!r}")
-        return lookup.addresses
+            raise _timed_out()
+        return _answer(lookup)
+
+    async def addresses_async(self, host: str, port: int, deadline: float | None) -> list[str]:
+        """``addresses`` for a caller on an asyncio loop: it waits on the loop, not on a thread."""
+        if _is_address(host):
+            return [host]
+        lookup = self._started((host, port))
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def wake() -> None:  # on the lookup's thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(_settle, done)
+
+        if self._on_done(lookup, wake):
+            try:
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                await asyncio.wait_for(done, wait)
+            except asyncio.TimeoutError:
+                raise _timed_out() from None
+            finally:
+                self._forget_waker(lookup, wake)
+        return _answer(lookup)
+
+    def _started(self, key: tuple[str, int]) -> _Lookup:
+        """The lookup of ``key`` to wait for, its thread started if it is new."""
+        lookup, start = self._lookup(key)
+        if start:
+            try:
+                threading.Thread(target=self._look_up, args=(key, lookup), name="teamcache-resolve",
+                                 daemon=True).start()
+            except BaseException as error:  # noqa: BLE001 - no thread (a limit reached): the lookup failed
+                self._finish(key, lookup, error=error)
+        return lookup
+
+    def _on_done(self, lookup: _Lookup, wake: typing.Callable[[], None]) -> bool:
+        """Has ``wake`` called when ``lookup`` is done; False if it is done already."""
+        with self._lock:
+            if lookup.wakers is None:
+                return False
+            lookup.wakers.add(wake)
+            return True
+
+    def _forget_waker(self, lookup: _Lookup, wake: typing.Callable[[], None]) -> None:
+        # A lookup that never returns must not keep every caller that gave up on it.
+        with self._lock:
+            if lookup.wakers is not None:
+                lookup.wakers.discard(wake)
 
     def _lookup(self, key: tuple[str, int]) -> tuple[_Lookup, bool]:
         """The lookup to wait for, and whether it is new (its thread to be started, outside the lock)."""
@@ -115,7 +161,34 @@ class Resolver:
             # newer lookup replaced when it went stale.
             if error is not None and self._lookups.get(key) is lookup:
                 del self._lookups[key]
+            wakers, lookup.wakers = lookup.wakers or set(), None
         lookup.done.set()
+        for wake in wakers:
+            wake()
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return False
+
+
+def _timed_out() -> httpcore.ConnectTimeout:
+    return httpcore.ConnectTimeout("looking up the cache's address took longer than the connect timeout")
+
+
+def _answer(lookup: _Lookup) -> list[str]:
+    """A finished lookup's addresses, or the connect error that its failure is."""
+    if lookup.error is not None or not lookup.addresses:
+        raise httpcore.ConnectError(f"the cache's address was not found: {lookup.error!r}")
+    return lookup.addresses
+
+
+def _settle(done: asyncio.Future[None]) -> None:
+    if not done.done():  # not given up on (a waiter past its deadline cancels it)
+        done.set_result(None)
 
 
 def _address(sockaddr: tuple[typing.Any, ...]) -> str:
@@ -158,12 +231,51 @@ class BoundedLookups(_Backend or object):  # type: ignore[misc]
         self._inner.sleep(seconds)
 
 
+class AsyncBoundedLookups(_AsyncBackend or object):  # type: ignore[misc]
+    """``BoundedLookups`` for the async client: on an asyncio loop the name is looked up by
+    the resolver's own thread, waited for on the loop. Elsewhere (trio, whose lookups take no
+    shared executor) httpcore's own backend is used as it is."""
+
+    def __init__(self, inner: typing.Any, resolver: Resolver) -> None:
+        self._inner, self._resolver = inner, resolver
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                          local_address: str | None = None,
+                          socket_options: typing.Iterable[typing.Any] | None = None) -> typing.Any:
+        options = {"local_address": local_address, "socket_options": socket_options}
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return await self._inner.connect_tcp(host, port, timeout=timeout, **options)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        failure: Exception = httpcore.ConnectError("no address to connect to")
+        for address in await self._resolver.addresses_async(host, port, deadline):
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise httpcore.ConnectTimeout("connecting to the cache took longer than the connect timeout")
+            try:
+                return await self._inner.connect_tcp(address, port, timeout=left, **options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
+                failure = error
+        raise failure
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None,
+                                  socket_options: typing.Iterable[typing.Any] | None = None) -> typing.Any:
+        return await self._inner.connect_unix_socket(path, timeout=timeout, socket_options=socket_options)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
 _resolver = Resolver()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_resolver.forget)
 
 
-def bound_lookups(client: httpx.Client) -> httpx.Client:
+_Client = typing.TypeVar("_Client", httpx.Client, httpx.AsyncClient)
+
+
+def bound_lookups(client: _Client) -> _Client:
     """``client`` with its connections' name lookups under their connect timeout: its own
     transport's and those it mounted for proxies from the environment (a proxy's name is
     looked up the same way). httpx keeps its httpcore pool in ``_pool`` and the pool its
@@ -172,7 +284,11 @@ def bound_lookups(client: httpx.Client) -> httpx.Client:
     transports = [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]
     for transport in transports:
         pool = getattr(transport, "_pool", None)
-        if _Backend is not None and isinstance(pool, httpcore.ConnectionPool) \
-                and hasattr(pool, "_network_backend") and not isinstance(pool._network_backend, BoundedLookups):
-            pool._network_backend = BoundedLookups(pool._network_backend, _resolver)
+        backend = getattr(pool, "_network_backend", None)
+        if backend is None or isinstance(backend, (BoundedLookups, AsyncBoundedLookups)):
+            continue
+        if _Backend is not None and isinstance(pool, httpcore.ConnectionPool):
+            pool._network_backend = BoundedLookups(backend, _resolver)
+        elif _AsyncBackend is not None and isinstance(pool, httpcore.AsyncConnectionPool):
+            pool._network_backend = AsyncBoundedLookups(backend, _resolver)
     return client
