@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -136,3 +137,41 @@ def token(server: Server) -> str:
 def namespace() -> str:
     """A namespace of the test's own: tests share the server and keep apart by namespace."""
     return f"py-{uuid.uuid4().hex[:12]}"
+
+
+# Names the ``resolver`` fixture answers for: one whose lookup hangs, one not found, one slow.
+HUNG = "hung.teamcache.test"
+MISSING = "missing.teamcache.test"
+SLOW = "slow.teamcache.test"
+
+
+@pytest.fixture
+def resolver(monkeypatch):
+    """``socket.getaddrinfo`` with HUNG hanging (until released, at most 20 s) and MISSING not
+    found; the lookups of HUNG are counted."""
+    real = socket.getaddrinfo
+    release = threading.Event()
+    asked: list[str] = []
+
+    def getaddrinfo(host, *args, **kwargs):
+        if isinstance(host, bytes):  # asyncio's lookup, through anyio, asks with the name encoded
+            host = host.decode("ascii")
+        if host == HUNG:
+            asked.append(host)
+            release.wait(20)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        if host == MISSING:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        if host == SLOW:
+            asked.append(host)
+            time.sleep(0.8)  # slower than the lookup deadline, then an answer
+            return real("127.0.0.1", *args, **kwargs)
+        return real(host, *args, **kwargs)
+
+    from teamcache import _resolve
+
+    _resolve._resolver.forget()  # no lookup of another test's
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield asked
+    release.set()
+    _resolve._resolver.forget()

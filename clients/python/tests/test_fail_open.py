@@ -27,7 +27,7 @@ from teamcache import (
 )
 from teamcache.openai import async_http_client, http_client
 
-from .conftest import eventually, free_port
+from .conftest import HUNG, eventually, free_port
 from .fake_upstream import Upstream
 from .stand_in import StandIn
 
@@ -303,8 +303,18 @@ def test_streamed_calls_without_usage_still_count_tokens_saved(upstream, server,
     assert eventually(lambda: cache.stats(namespace).tokens_saved == TokenCounts(input=11, output=7))
 
 
-@pytest.mark.parametrize("sickness", ["refused", "frozen", "unauthorized"])
-def test_langchain_goes_on_at_once_whatever_the_cache(sickness, frozen, server):
+#: How a TeamCache can be sick: refusing connections, never answering, refusing the token, or
+#: named by a name whose lookup hangs (its resolver unreachable; the ``resolver`` fixture).
+SICKNESSES = ["refused", "frozen", "unauthorized", "hung resolver"]
+
+
+def sick_url(sickness: str, frozen: Frozen, server) -> str:
+    return {"refused": f"http://127.0.0.1:{free_port()}", "frozen": frozen.url, "unauthorized": server.url,
+            "hung resolver": f"http://{HUNG}:9"}[sickness]
+
+
+@pytest.mark.parametrize("sickness", SICKNESSES)
+def test_langchain_goes_on_at_once_whatever_the_cache(sickness, frozen, server, resolver):
     """The LangChain cache against a real sick TeamCache, not a raising stand-in: refusing
     connections, never answering, or refusing the token, the model is called and answers, sync
     and async, within the lookup deadline."""
@@ -312,7 +322,7 @@ def test_langchain_goes_on_at_once_whatever_the_cache(sickness, frozen, server):
 
     from teamcache.langchain import TeamCacheLLMCache
 
-    url = {"refused": f"http://127.0.0.1:{free_port()}", "frozen": frozen.url, "unauthorized": server.url}[sickness]
+    url = sick_url(sickness, frozen, server)
     cache = TeamCacheLLMCache(namespace="lc-sick", cache=TeamCache(url, "tc_" + "4" * 64, lookup_timeout=0.3,
                                                                    circuit_breaker=CircuitBreaker(cooldown=30)))
     model = FakeListChatModel(responses=["fine", "again"], cache=cache)
@@ -324,14 +334,14 @@ def test_langchain_goes_on_at_once_whatever_the_cache(sickness, frozen, server):
     assert paid < 1.0, f"the async model call paid {paid:.2f} s for a sick cache"
 
 
-@pytest.mark.parametrize("sickness", ["refused", "frozen", "unauthorized"])
+@pytest.mark.parametrize("sickness", SICKNESSES)
 @pytest.mark.parametrize("endpoint", ["completions", "responses"])
 def test_newly_cached_endpoints_go_on_at_once_whatever_the_cache(sickness, endpoint, frozen, server, upstream,
-                                                                 namespace):
+                                                                 namespace, resolver):
     """`completions` (cached since the gateway's shared mapping) and `responses` with numbers as
     written: with TeamCache refusing connections, never answering or refusing the token, the
     call is made and answered, within the lookup deadline."""
-    url = {"refused": f"http://127.0.0.1:{free_port()}", "frozen": frozen.url, "unauthorized": server.url}[sickness]
+    url = sick_url(sickness, frozen, server)
     cache = TeamCache(url, "tc_" + "4" * 64, lookup_timeout=0.3, circuit_breaker=CircuitBreaker(cooldown=30))
     client = openai.OpenAI(base_url=upstream.url, api_key="sk-test", max_retries=0,
                            http_client=http_client(namespace, cache))
@@ -348,10 +358,10 @@ def test_newly_cached_endpoints_go_on_at_once_whatever_the_cache(sickness, endpo
     assert upstream.count() == 1
 
 
-@pytest.mark.parametrize("sickness", ["refused", "frozen", "unauthorized"])
+@pytest.mark.parametrize("sickness", SICKNESSES)
 def test_the_async_transport_goes_on_for_completions_whatever_the_cache(sickness, frozen, server, upstream,
-                                                                        namespace):
-    url = {"refused": f"http://127.0.0.1:{free_port()}", "frozen": frozen.url, "unauthorized": server.url}[sickness]
+                                                                        namespace, resolver):
+    url = sick_url(sickness, frozen, server)
 
     async def call():
         cache = AsyncTeamCache(url, "tc_" + "5" * 64, lookup_timeout=0.3,

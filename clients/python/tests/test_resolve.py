@@ -16,39 +16,7 @@ import pytest
 
 from teamcache import AsyncTeamCache, TeamCache, TransportError, _resolve
 
-HUNG = "hung.teamcache.test"
-MISSING = "missing.teamcache.test"
-SLOW = "slow.teamcache.test"
-
-
-@pytest.fixture
-def resolver(monkeypatch):
-    """``socket.getaddrinfo`` with HUNG hanging (until released, at most 20 s) and MISSING not
-    found; the lookups of HUNG are counted."""
-    real = socket.getaddrinfo
-    release = threading.Event()
-    asked: list[str] = []
-
-    def getaddrinfo(host, *args, **kwargs):
-        if isinstance(host, bytes):  # asyncio's lookup, through anyio, asks with the name encoded
-            host = host.decode("ascii")
-        if host == HUNG:
-            asked.append(host)
-            release.wait(20)
-            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
-        if host == MISSING:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        if host == SLOW:
-            asked.append(host)
-            time.sleep(0.8)  # slower than the lookup deadline, then an answer
-            return real("127.0.0.1", *args, **kwargs)
-        return real(host, *args, **kwargs)
-
-    _resolve._resolver.forget()  # no lookup of another test's
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    yield asked
-    release.set()
-    _resolve._resolver.forget()
+from .conftest import HUNG, MISSING, SLOW
 
 
 def test_a_hung_resolver_costs_a_call_its_connect_timeout_not_the_resolvers(resolver, namespace):
