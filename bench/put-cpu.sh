@@ -6,6 +6,7 @@
 # Two more columns say what bounds a round: the writes a group statement carried (the service's
 # teamcache_db_write_batch_size), and the share of both cores left idle (/proc/stat): idle
 # cores with large groups mean the group statements, one at a time, are the bound, not CPU.
+# Beside wrk's p99, the share of PUTs the service itself took over 10 ms (put_durations, lib.sh).
 #   ROUNDS=3 BENCH_DURATION=8
 #   CLIENTS=64 (wrk's connections), ANCHOR_CLIENTS=16 (pgbench's): compare p99s at one
 #   concurrency (CLIENTS=ANCHOR_CLIENTS): every writer in flight waits out a slow WAL flush, so
@@ -52,11 +53,12 @@ numbers() {
 }
 # per_put AMOUNT COUNT DECIMALS → AMOUNT / COUNT
 per_put() { awk -v a="$1" -v n="$2" -v d="$3" 'BEGIN { if (n > 0) printf "%.*f", d, a / n; else print "?" }'; }
-echo "| round | PUT/s | p99 ms | service user µs | service kernel µs | PostgreSQL µs | writes a group | idle % |" \
+echo "| round | PUT/s | p99 ms | over 10 ms % | service user µs | service kernel µs | PostgreSQL µs | writes a group | idle % |" \
      "WAL bytes a PUT | full-page images a PUT |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for round in $(seq 1 "${ROUNDS:-3}"); do
   read -r sum0 count0 <<<"$(groups)"
+  read -r fast0 all0 <<<"$(put_durations)"
   read -r wal0 fpi0 <<<"$(wal)"
   numbers "$wal0" "$fpi0"
   read -r idle0 total0 <<<"$(machine_ticks)"
@@ -65,6 +67,7 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
   service1=$(cpu_ticks "$SERVER_PID") db1=$(postgres_ticks)
   read -r idle1 total1 <<<"$(machine_ticks)"
   read -r sum1 count1 <<<"$(groups)"
+  read -r fast1 all1 <<<"$(put_durations)"
   read -r wal1 fpi1 <<<"$(wal)"
   numbers "$wal1" "$fpi1"
   echo "$out" | grep -q "Non-2xx" && { echo "$out"; echo "some PUTs failed: not counted as PUTs" >&2; exit 1; }
@@ -72,6 +75,7 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
   read -r user kernel <<<"$(cpu_per_request "$service0" "$service1" "$puts")"
   read -r dbu dbs <<<"$(cpu_per_request "$db0" "$db1" "$puts")"
   echo "| $round | $(echo "$out" | awk '/Requests\/sec/ {print $2}') | $(to_ms "$(echo "$out" | awk '/ 99%/ {print $2}')") |" \
+       "$(over_share "$fast0" "$all0" "$fast1" "$all1") |" \
        "$user | $kernel | $(awk -v a="$dbu" -v b="$dbs" 'BEGIN { printf "%.1f", a + b }') |" \
        "$(awk -v s0="$sum0" -v s1="$sum1" -v c0="$count0" -v c1="$count1" \
            'BEGIN { if (c1 > c0) printf "%.1f", (s1 - s0) / (c1 - c0); else print "?" }') |" \
