@@ -139,16 +139,20 @@ def namespace() -> str:
     return f"py-{uuid.uuid4().hex[:12]}"
 
 
-# Names the ``resolver`` fixture answers for: one whose lookup hangs, one not found, one slow.
+# Names the ``resolver`` fixture answers for: one whose lookup hangs, one not found, one slower
+# than a lookup deadline, one answered within it, one whose first address is 127.0.0.2.
 HUNG = "hung.teamcache.test"
 MISSING = "missing.teamcache.test"
 SLOW = "slow.teamcache.test"
+DELAYED = "delayed.teamcache.test"
+TWO_ADDRESSES = "two-addresses.teamcache.test"
 
 
 @pytest.fixture
 def resolver(monkeypatch):
-    """``socket.getaddrinfo`` with HUNG hanging (until released, at most 20 s) and MISSING not
-    found; the lookups of HUNG are counted."""
+    """``socket.getaddrinfo`` with HUNG hanging (until released, at most 20 s), MISSING not
+    found, SLOW and DELAYED naming 127.0.0.1 after 0.8 s and 0.15 s, TWO_ADDRESSES naming
+    127.0.0.2 then 127.0.0.1; the lookups of HUNG, SLOW and DELAYED are counted."""
     real = socket.getaddrinfo
     release = threading.Event()
     asked: list[str] = []
@@ -166,6 +170,12 @@ def resolver(monkeypatch):
             asked.append(host)
             time.sleep(0.8)  # slower than the lookup deadline, then an answer
             return real("127.0.0.1", *args, **kwargs)
+        if host == DELAYED:
+            asked.append(host)
+            time.sleep(0.15)
+            return real("127.0.0.1", *args, **kwargs)
+        if host == TWO_ADDRESSES:
+            return real("127.0.0.2", *args, **kwargs) + real("127.0.0.1", *args, **kwargs)
         return real(host, *args, **kwargs)
 
     from teamcache import _resolve

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import socket
 import threading
 import time
@@ -16,7 +17,7 @@ import pytest
 
 from teamcache import AsyncTeamCache, TeamCache, TransportError, _resolve
 
-from .conftest import HUNG, MISSING, SLOW
+from .conftest import DELAYED, HUNG, MISSING, SLOW, TWO_ADDRESSES
 
 
 def test_a_hung_resolver_costs_a_call_its_connect_timeout_not_the_resolvers(resolver, namespace):
@@ -186,9 +187,10 @@ async def _paid() -> str:
 async def test_async_a_name_not_found_fails_at_once(resolver, namespace):
     async with AsyncTeamCache(f"http://{MISSING}:9", "a-token", timeout=5, max_retries=0) as client:
         started = time.monotonic()
-        with pytest.raises(TransportError):
+        with pytest.raises(TransportError) as failed:
             await client.get(namespace, "k")
         assert time.monotonic() - started < 1.0
+        assert "not found" in repr(failed.value.__cause__) or "not found" in str(failed.value), failed.value
 
 
 async def test_async_a_name_that_resolves_reaches_the_service(resolver, server, token, namespace):
@@ -199,6 +201,83 @@ async def test_async_a_name_that_resolves_reaches_the_service(resolver, server, 
                               max_retries=0, circuit_breaker=False) as client:
         with pytest.raises(TransportError):
             await client.get(namespace, "named-async")  # the lookup outlives the call's deadline
-        await asyncio.sleep(1.0)
+        lookup = _resolve._resolver._lookups[(SLOW, server.port)]
+        for _ in range(100):
+            if lookup.done.is_set():
+                break
+            await asyncio.sleep(0.05)
         assert (await client.get(namespace, "named-async")).body == b"by name"  # its answer, kept
         assert resolver == [SLOW], resolver
+
+
+async def test_async_a_lookup_answered_within_the_deadline_wakes_its_waiters(resolver, server, token, namespace):
+    """The answer comes from the lookup's thread while eight calls wait on the loop."""
+    async with AsyncTeamCache(f"http://{DELAYED}:{server.port}", token, timeout=3, max_retries=0) as client:
+        await client.put(namespace, "delayed", b"woken", content_type="text/plain")
+    _resolve._resolver.forget()
+    resolver.clear()
+    async with AsyncTeamCache(f"http://{DELAYED}:{server.port}", token, timeout=3, max_retries=0) as client:
+        started = time.monotonic()
+        answers = await asyncio.gather(*(client.get(namespace, "delayed") for _ in range(8)))
+        assert [answer.body for answer in answers] == [b"woken"] * 8
+        assert time.monotonic() - started < 2.0
+        assert resolver == [DELAYED], resolver
+
+
+def test_a_resolver_that_does_not_return_takes_two_threads_at_most(resolver, monkeypatch, namespace):
+    client = TeamCache(f"http://{HUNG}:9", "a-token", timeout=0.2, max_retries=0, circuit_breaker=False)
+    try:
+        monkeypatch.setattr(_resolve.Resolver, "stale_after", 0.0)  # every call would ask again
+        for _ in range(2):
+            with pytest.raises(TransportError):
+                client.get(namespace, "k")
+        started = time.monotonic()
+        with pytest.raises(TransportError) as failed:
+            client.get(namespace, "k")
+        assert time.monotonic() - started < 0.15, "a third lookup was waited for"
+        assert "have not returned" in repr(failed.value.__cause__) or "have not returned" in str(failed.value)
+        assert resolver == [HUNG, HUNG], resolver
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def _dropping_connections(host: str, port: int):
+    """A listener on HOST:PORT whose backlog is full: the kernel drops new connections' SYNs,
+    as a route that goes nowhere does."""
+    listener = socket.socket()
+    listener.bind((host, port))
+    listener.listen(0)
+    held = []
+    for _ in range(3):
+        pending = socket.socket()
+        pending.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            pending.connect((host, port))
+        held.append(pending)
+    try:
+        yield
+    finally:
+        for pending in held:
+            pending.close()
+        listener.close()
+
+
+def test_an_address_that_drops_connections_gives_way_to_the_next(resolver, server, token, namespace):
+    with _dropping_connections("127.0.0.2", server.port):
+        client = TeamCache(f"http://{TWO_ADDRESSES}:{server.port}", token, timeout=3, max_retries=0)
+        try:
+            started = time.monotonic()
+            client.put(namespace, "second address", b"reached", content_type="text/plain")
+            assert time.monotonic() - started < 1.5, "the first address took the whole connect timeout"
+            assert client.get(namespace, "second address").body == b"reached"
+        finally:
+            client.close()
+
+
+async def test_async_an_address_that_drops_connections_gives_way_to_the_next(resolver, server, token, namespace):
+    with _dropping_connections("127.0.0.2", server.port):
+        async with AsyncTeamCache(f"http://{TWO_ADDRESSES}:{server.port}", token, timeout=3, max_retries=0) as client:
+            started = time.monotonic()
+            await client.put(namespace, "second address async", b"reached", content_type="text/plain")
+            assert time.monotonic() - started < 1.5, "the first address took the whole connect timeout"

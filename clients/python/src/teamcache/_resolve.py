@@ -39,6 +39,13 @@ import typing
 import httpcore
 import httpx
 
+#: What httpcore reads to choose its backend; without it, asyncio is assumed.
+_sniffio: typing.Any
+try:
+    import sniffio as _sniffio
+except ImportError:
+    _sniffio = None
+
 #: httpcore's backend interfaces (httpcore 0.17 and later); without them nothing is installed.
 _Backend: typing.Any = getattr(httpcore, "NetworkBackend", None)
 _AsyncBackend: typing.Any = getattr(httpcore, "AsyncNetworkBackend", None)
@@ -62,15 +69,20 @@ class Resolver:
 
     stale_after = 30.0
     keep_answers = 15.0
+    #: Lookups of one name left running at most: past that a resolver that does not return
+    #: fails the next connection at once instead of taking another thread every ``stale_after``.
+    max_unfinished = 2
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lookups: dict[tuple[str, int], _Lookup] = {}
+        self._unfinished: dict[tuple[str, int], int] = {}
 
     def forget(self) -> None:
         """Drops every lookup (a forked child: the threads that would finish them are not there)."""
         self._lock = threading.Lock()
         self._lookups = {}
+        self._unfinished = {}
 
     def addresses(self, host: str, port: int, deadline: float | None) -> list[str]:
         """The addresses ``host`` names, waiting until ``deadline`` (monotonic; None: no limit)."""
@@ -92,16 +104,21 @@ class Resolver:
 
         def wake() -> None:  # on the lookup's thread
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-                loop.call_soon_threadsafe(_settle, done)
+                loop.call_soon_threadsafe(_settle, done, True)
 
         if self._on_done(lookup, wake):
+            # Not asyncio.wait_for: before Python 3.12 it can return a result that lands in the
+            # same pass as the caller's cancellation, and the cancellation is lost.
+            expiry = None if deadline is None else \
+                loop.call_later(max(0.0, deadline - time.monotonic()), _settle, done, False)
             try:
-                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-                await asyncio.wait_for(done, wait)
-            except asyncio.TimeoutError:
-                raise _timed_out() from None
+                answered = await done
             finally:
+                if expiry is not None:
+                    expiry.cancel()
                 self._forget_waker(lookup, wake)
+            if not answered:
+                raise _timed_out()
         return _answer(lookup)
 
     def _started(self, key: tuple[str, int]) -> _Lookup:
@@ -130,7 +147,8 @@ class Resolver:
                 lookup.wakers.discard(wake)
 
     def _lookup(self, key: tuple[str, int]) -> tuple[_Lookup, bool]:
-        """The lookup to wait for, and whether it is new (its thread to be started, outside the lock)."""
+        """The lookup to wait for, and whether it is new (its thread to be started, outside the
+        lock). Past ``max_unfinished`` lookups of the name still running, a failed one."""
         now = time.monotonic()
         with self._lock:
             lookup = self._lookups.get(key)
@@ -140,15 +158,20 @@ class Resolver:
                 in_flight = not lookup.done.is_set() and now - lookup.started <= self.stale_after
                 if fresh_answer or in_flight:
                     return lookup, False
+            if self._unfinished.get(key, 0) >= self.max_unfinished:
+                return _failed(OSError("earlier lookups of the cache's name have not returned")), False
+            self._unfinished[key] = self._unfinished.get(key, 0) + 1
             lookup = self._lookups[key] = _Lookup()
             return lookup, True
 
     def _look_up(self, key: tuple[str, int], lookup: _Lookup) -> None:
+        addresses: list[str] | None = None
+        error: BaseException | None = None
         try:
-            found = socket.getaddrinfo(key[0], key[1], type=socket.SOCK_STREAM)
-            self._finish(key, lookup, addresses=[_address(info[4]) for info in found])
-        except BaseException as error:  # noqa: BLE001 - whatever it was, the callers are told
-            self._finish(key, lookup, error=error)
+            addresses = [_address(info[4]) for info in socket.getaddrinfo(key[0], key[1], type=socket.SOCK_STREAM)]
+        except BaseException as failure:  # noqa: BLE001 - whatever it was, the callers are told
+            error = failure
+        self._finish(key, lookup, addresses=addresses, error=error)
 
     def _finish(self, key: tuple[str, int], lookup: _Lookup, addresses: list[str] | None = None,
                 error: BaseException | None = None) -> None:
@@ -161,10 +184,15 @@ class Resolver:
             # newer lookup replaced when it went stale.
             if error is not None and self._lookups.get(key) is lookup:
                 del self._lookups[key]
+            if self._unfinished.get(key, 0) > 1:
+                self._unfinished[key] -= 1
+            else:
+                self._unfinished.pop(key, None)
             wakers, lookup.wakers = lookup.wakers or set(), None
         lookup.done.set()
         for wake in wakers:
-            wake()
+            with contextlib.suppress(Exception):  # one waiter's failure must not strand the others
+                wake()
 
 
 def _is_address(host: str) -> bool:
@@ -186,9 +214,44 @@ def _answer(lookup: _Lookup) -> list[str]:
     return lookup.addresses
 
 
-def _settle(done: asyncio.Future[None]) -> None:
-    if not done.done():  # not given up on (a waiter past its deadline cancels it)
-        done.set_result(None)
+def _failed(error: BaseException) -> _Lookup:
+    lookup = _Lookup()
+    lookup.error, lookup.wakers = error, None
+    lookup.done.set()
+    return lookup
+
+
+def _settle(done: asyncio.Future[bool], answered: bool) -> None:
+    """Ends an async wait: the lookup is done (True) or the deadline came first (False)."""
+    if not done.done():  # the first of the two, and not cancelled with its caller
+        done.set_result(answered)
+
+
+def _on_asyncio() -> bool:
+    """Whether the running async library is asyncio, as httpcore decides it (trio can run as
+    a guest of an asyncio loop, and is then the one to wait with)."""
+    if _sniffio is not None:
+        try:
+            return bool(_sniffio.current_async_library() == "asyncio")
+        except _sniffio.AsyncLibraryNotFoundError:
+            return False
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        return False
+
+
+#: What each address but the last may take of the connect timeout: as Happy Eyeballs (RFC 8305)
+#: starts the next address after 250 ms, so a name whose first address drops packets (an IPv6
+#: route that goes nowhere) still connects by the next one within the timeout.
+FIRST_ATTEMPTS = 0.25
+
+
+def _attempt_timeout(left: float | None, last: bool) -> float | None:
+    if last:
+        return left
+    return FIRST_ATTEMPTS if left is None else min(left, FIRST_ATTEMPTS)
 
 
 def _address(sockaddr: tuple[typing.Any, ...]) -> str:
@@ -212,13 +275,15 @@ class BoundedLookups(_Backend or object):  # type: ignore[misc]
                     socket_options: typing.Iterable[typing.Any] | None = None) -> typing.Any:
         deadline = None if timeout is None else time.monotonic() + timeout
         failure: Exception = httpcore.ConnectError("no address to connect to")
-        for address in self._resolver.addresses(host, port, deadline):
+        addresses = self._resolver.addresses(host, port, deadline)
+        for index, address in enumerate(addresses):
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise httpcore.ConnectTimeout("connecting to the cache took longer than the connect timeout")
             try:
-                return self._inner.connect_tcp(address, port, timeout=left, local_address=local_address,
-                                               socket_options=socket_options)
+                return self._inner.connect_tcp(address, port,
+                                               timeout=_attempt_timeout(left, index == len(addresses) - 1),
+                                               local_address=local_address, socket_options=socket_options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
                 failure = error
         raise failure
@@ -233,8 +298,9 @@ class BoundedLookups(_Backend or object):  # type: ignore[misc]
 
 class AsyncBoundedLookups(_AsyncBackend or object):  # type: ignore[misc]
     """``BoundedLookups`` for the async client: on an asyncio loop the name is looked up by
-    the resolver's own thread, waited for on the loop. Elsewhere (trio, whose lookups take no
-    shared executor) httpcore's own backend is used as it is."""
+    the resolver's own thread, waited for on the loop. Under trio httpcore's own backend is
+    used as it is: trio's lookup is bounded by the connect timeout too, but an abandoned one
+    keeps its place in trio's thread limiter until the resolver returns (not handled here)."""
 
     def __init__(self, inner: typing.Any, resolver: Resolver) -> None:
         self._inner, self._resolver = inner, resolver
@@ -243,18 +309,19 @@ class AsyncBoundedLookups(_AsyncBackend or object):  # type: ignore[misc]
                           local_address: str | None = None,
                           socket_options: typing.Iterable[typing.Any] | None = None) -> typing.Any:
         options = {"local_address": local_address, "socket_options": socket_options}
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
+        if not _on_asyncio():
             return await self._inner.connect_tcp(host, port, timeout=timeout, **options)
         deadline = None if timeout is None else time.monotonic() + timeout
         failure: Exception = httpcore.ConnectError("no address to connect to")
-        for address in await self._resolver.addresses_async(host, port, deadline):
+        addresses = await self._resolver.addresses_async(host, port, deadline)
+        for index, address in enumerate(addresses):
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise httpcore.ConnectTimeout("connecting to the cache took longer than the connect timeout")
             try:
-                return await self._inner.connect_tcp(address, port, timeout=left, **options)
+                return await self._inner.connect_tcp(address, port,
+                                                     timeout=_attempt_timeout(left, index == len(addresses) - 1),
+                                                     **options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
                 failure = error
         raise failure
