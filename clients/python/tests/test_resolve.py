@@ -10,6 +10,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import socket
+import sys
 import threading
 import time
 
@@ -224,21 +225,27 @@ async def test_async_a_lookup_answered_within_the_deadline_wakes_its_waiters(res
         assert resolver == [DELAYED], resolver
 
 
-def test_a_resolver_that_does_not_return_takes_two_threads_at_most(resolver, monkeypatch, namespace):
-    client = TeamCache(f"http://{HUNG}:9", "a-token", timeout=0.2, max_retries=0, circuit_breaker=False)
+def test_a_resolver_that_does_not_return_takes_threads_ever_more_slowly(resolver, monkeypatch, namespace):
+    """Each call outlives the lookup it found (older than ``stale_after``): the first two ask
+    again; with two still running the third waits for the newest, until it is twice that old."""
+    client = TeamCache(f"http://{HUNG}:9", "a-token", timeout=0.6, max_retries=0, circuit_breaker=False)
     try:
-        monkeypatch.setattr(_resolve.Resolver, "stale_after", 0.0)  # every call would ask again
-        for _ in range(2):
+        monkeypatch.setattr(_resolve.Resolver, "stale_after", 0.4)
+        for _ in range(3):
             with pytest.raises(TransportError):
                 client.get(namespace, "k")
-        started = time.monotonic()
-        with pytest.raises(TransportError) as failed:
-            client.get(namespace, "k")
-        assert time.monotonic() - started < 0.15, "a third lookup was waited for"
-        assert "have not returned" in repr(failed.value.__cause__) or "have not returned" in str(failed.value)
         assert resolver == [HUNG, HUNG], resolver
+        time.sleep(0.3)  # the newest lookup is now 0.9 s old, past 2 × 0.4
+        with pytest.raises(TransportError):
+            client.get(namespace, "k")
+        assert resolver == [HUNG, HUNG, HUNG], resolver
     finally:
         client.close()
+
+
+#: Linux drops a connection's SYN while the listener's backlog is full (what these tests rely
+#: on to stand for a route that goes nowhere); other systems may refuse it or not bind 127.0.0.2.
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="relies on Linux dropping SYNs past a full backlog")
 
 
 @contextlib.contextmanager
@@ -263,6 +270,7 @@ def _dropping_connections(host: str, port: int):
         listener.close()
 
 
+@linux_only
 def test_an_address_that_drops_connections_gives_way_to_the_next(resolver, server, token, namespace):
     with _dropping_connections("127.0.0.2", server.port):
         client = TeamCache(f"http://{TWO_ADDRESSES}:{server.port}", token, timeout=3, max_retries=0)
@@ -275,9 +283,27 @@ def test_an_address_that_drops_connections_gives_way_to_the_next(resolver, serve
             client.close()
 
 
+@linux_only
 async def test_async_an_address_that_drops_connections_gives_way_to_the_next(resolver, server, token, namespace):
     with _dropping_connections("127.0.0.2", server.port):
         async with AsyncTeamCache(f"http://{TWO_ADDRESSES}:{server.port}", token, timeout=3, max_retries=0) as client:
             started = time.monotonic()
             await client.put(namespace, "second address async", b"reached", content_type="text/plain")
             assert time.monotonic() - started < 1.5, "the first address took the whole connect timeout"
+
+
+@linux_only
+def test_the_address_that_connected_is_tried_first(resolver, server, token, namespace):
+    with _dropping_connections("127.0.0.2", server.port):
+        client = TeamCache(f"http://{TWO_ADDRESSES}:{server.port}", token, timeout=3, max_retries=0)
+        try:
+            client.put(namespace, "preferred", b"reached", content_type="text/plain")
+        finally:
+            client.close()
+        # The resolver answers 127.0.0.2 first; the next connection is offered 127.0.0.1 first.
+        assert _resolve._resolver.addresses(TWO_ADDRESSES, server.port, None) == ["127.0.0.1", "127.0.0.2"]
+        client = TeamCache(f"http://{TWO_ADDRESSES}:{server.port}", token, timeout=3, max_retries=0)
+        try:
+            assert client.get(namespace, "preferred").body == b"reached"
+        finally:
+            client.close()

@@ -69,20 +69,30 @@ class Resolver:
 
     stale_after = 30.0
     keep_answers = 15.0
-    #: Lookups of one name left running at most: past that a resolver that does not return
-    #: fails the next connection at once instead of taking another thread every ``stale_after``.
+    #: Lookups of one name left running before the next waits longer: with that many still
+    #: running, a new one starts only once the newest is ``stale_after`` times 2, 4, 8… old, so
+    #: a resolver that does not return takes threads at a slowing pace, not one every
+    #: ``stale_after`` for as long as it hangs (and a name still recovers when it answers again).
     max_unfinished = 2
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._lookups: dict[tuple[str, int], _Lookup] = {}
-        self._unfinished: dict[tuple[str, int], int] = {}
+        self._unfinished: dict[tuple[str, int], set[_Lookup]] = {}
+        #: The address each name last connected by, tried first (see ``FIRST_ATTEMPTS``).
+        self._connected: dict[tuple[str, int], str] = {}
 
     def forget(self) -> None:
         """Drops every lookup (a forked child: the threads that would finish them are not there)."""
         self._lock = threading.Lock()
         self._lookups = {}
         self._unfinished = {}
+        self._connected = {}
+
+    def connected(self, host: str, port: int, address: str) -> None:
+        """Notes the address a connection to ``host`` was made by: the next ones try it first."""
+        with self._lock:
+            self._connected[(host, port)] = address
 
     def addresses(self, host: str, port: int, deadline: float | None) -> list[str]:
         """The addresses ``host`` names, waiting until ``deadline`` (monotonic; None: no limit)."""
@@ -92,7 +102,7 @@ class Resolver:
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
         if not lookup.done.wait(wait):
             raise _timed_out()
-        return _answer(lookup)
+        return self._ordered((host, port), _answer(lookup))
 
     async def addresses_async(self, host: str, port: int, deadline: float | None) -> list[str]:
         """``addresses`` for a caller on an asyncio loop: it waits on the loop, not on a thread."""
@@ -119,7 +129,15 @@ class Resolver:
                 self._forget_waker(lookup, wake)
             if not answered:
                 raise _timed_out()
-        return _answer(lookup)
+        return self._ordered((host, port), _answer(lookup))
+
+    def _ordered(self, key: tuple[str, int], addresses: list[str]) -> list[str]:
+        """The resolver's order, with the address the name last connected by first."""
+        with self._lock:
+            preferred = self._connected.get(key)
+        if preferred is None or preferred not in addresses or addresses[0] == preferred:
+            return addresses
+        return [preferred, *(address for address in addresses if address != preferred)]
 
     def _started(self, key: tuple[str, int]) -> _Lookup:
         """The lookup of ``key`` to wait for, its thread started if it is new."""
@@ -148,7 +166,7 @@ class Resolver:
 
     def _lookup(self, key: tuple[str, int]) -> tuple[_Lookup, bool]:
         """The lookup to wait for, and whether it is new (its thread to be started, outside the
-        lock). Past ``max_unfinished`` lookups of the name still running, a failed one."""
+        lock). Past ``max_unfinished`` still running, the newest of them until it is old enough."""
         now = time.monotonic()
         with self._lock:
             lookup = self._lookups.get(key)
@@ -158,10 +176,14 @@ class Resolver:
                 in_flight = not lookup.done.is_set() and now - lookup.started <= self.stale_after
                 if fresh_answer or in_flight:
                     return lookup, False
-            if self._unfinished.get(key, 0) >= self.max_unfinished:
-                return _failed(OSError("earlier lookups of the cache's name have not returned")), False
-            self._unfinished[key] = self._unfinished.get(key, 0) + 1
-            lookup = self._lookups[key] = _Lookup()
+            running = self._unfinished.setdefault(key, set())
+            if len(running) >= self.max_unfinished:
+                newest = max(running, key=lambda unfinished: unfinished.started)
+                patience = self.stale_after * 2 ** (len(running) - self.max_unfinished + 1)
+                if now - newest.started <= patience:
+                    return newest, False  # waited for (each caller within its deadline)
+            running.add(lookup := _Lookup())
+            self._lookups[key] = lookup
             return lookup, True
 
     def _look_up(self, key: tuple[str, int], lookup: _Lookup) -> None:
@@ -184,10 +206,12 @@ class Resolver:
             # newer lookup replaced when it went stale.
             if error is not None and self._lookups.get(key) is lookup:
                 del self._lookups[key]
-            if self._unfinished.get(key, 0) > 1:
-                self._unfinished[key] -= 1
-            else:
-                self._unfinished.pop(key, None)
+            # By identity, so a lookup that ends twice or after ``forget`` changes nothing else.
+            running = self._unfinished.get(key)
+            if running is not None:
+                running.discard(lookup)
+                if not running:
+                    del self._unfinished[key]
             wakers, lookup.wakers = lookup.wakers or set(), None
         lookup.done.set()
         for wake in wakers:
@@ -214,13 +238,6 @@ def _answer(lookup: _Lookup) -> list[str]:
     return lookup.addresses
 
 
-def _failed(error: BaseException) -> _Lookup:
-    lookup = _Lookup()
-    lookup.error, lookup.wakers = error, None
-    lookup.done.set()
-    return lookup
-
-
 def _settle(done: asyncio.Future[bool], answered: bool) -> None:
     """Ends an async wait: the lookup is done (True) or the deadline came first (False)."""
     if not done.done():  # the first of the two, and not cancelled with its caller
@@ -244,7 +261,10 @@ def _on_asyncio() -> bool:
 
 #: What each address but the last may take of the connect timeout: as Happy Eyeballs (RFC 8305)
 #: starts the next address after 250 ms, so a name whose first address drops packets (an IPv6
-#: route that goes nowhere) still connects by the next one within the timeout.
+#: route that goes nowhere) still connects by the next one within the timeout. Serial, not
+#: raced: an address slower than that to connect to is reached only as the last one, so the
+#: address that last connected is tried first (``Resolver.connected``). Without a timeout the
+#: earlier addresses still get 250 ms each; the last one gets no limit.
 FIRST_ATTEMPTS = 0.25
 
 
@@ -281,11 +301,14 @@ class BoundedLookups(_Backend or object):  # type: ignore[misc]
             if left is not None and left <= 0:
                 raise httpcore.ConnectTimeout("connecting to the cache took longer than the connect timeout")
             try:
-                return self._inner.connect_tcp(address, port,
-                                               timeout=_attempt_timeout(left, index == len(addresses) - 1),
-                                               local_address=local_address, socket_options=socket_options)
+                stream = self._inner.connect_tcp(address, port,
+                                                 timeout=_attempt_timeout(left, index == len(addresses) - 1),
+                                                 local_address=local_address, socket_options=socket_options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
                 failure = error
+                continue
+            self._resolver.connected(host, port, address)
+            return stream
         raise failure
 
     def connect_unix_socket(self, path: str, timeout: float | None = None,
@@ -319,11 +342,14 @@ class AsyncBoundedLookups(_AsyncBackend or object):  # type: ignore[misc]
             if left is not None and left <= 0:
                 raise httpcore.ConnectTimeout("connecting to the cache took longer than the connect timeout")
             try:
-                return await self._inner.connect_tcp(address, port,
-                                                     timeout=_attempt_timeout(left, index == len(addresses) - 1),
-                                                     **options)
+                stream = await self._inner.connect_tcp(address, port,
+                                                       timeout=_attempt_timeout(left, index == len(addresses) - 1),
+                                                       **options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
                 failure = error
+                continue
+            self._resolver.connected(host, port, address)
+            return stream
         raise failure
 
     async def connect_unix_socket(self, path: str, timeout: float | None = None,
