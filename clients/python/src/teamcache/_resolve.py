@@ -1,4 +1,4 @@
-"""A deadline on finding the service's address, for the synchronous client.
+"""A deadline on finding the service's address, for both clients.
 
 httpx's synchronous transport connects with ``socket.create_connection``, whose name lookup
 (``getaddrinfo``) has no time limit: with the resolver unreachable, each new connection to the
@@ -12,11 +12,14 @@ that one deadline.
 One lookup per name at a time: callers asking for a name being looked up wait for that
 lookup, so a hung resolver holds one thread per name, not one per call; a lookup older than
 ``stale_after`` is not waited for (a resolver that never returns must not keep the service
-unreachable after names resolve again). An answer is kept ``keep_answers`` seconds: a
+unreachable after names resolve again), though with two of a name's lookups still running
+the next waits longer (``max_unfinished``), so such a resolver cannot take a thread every
+``stale_after`` for as long as it hangs. An answer is kept ``keep_answers`` seconds: a
 resolver slower than the connect timeout still serves the next call (the breaker's probe)
 with the answer that came too late for the last one, instead of timing out each time; a
 new connection after that asks again, so an address that moved is followed. A forked child
-starts with no lookups (its parent's threads are not in it).
+starts with no lookups (its parent's threads are not in it). The addresses are tried in turn,
+each but the last for 250 ms at most (``FIRST_ATTEMPTS``), the one that last connected first.
 
 The async client waits for the same lookups without holding a thread. httpx's own async
 lookup (asyncio's ``loop.getaddrinfo``) is bounded by the connect timeout, but it runs on the
