@@ -271,10 +271,16 @@ def _on_asyncio() -> bool:
 FIRST_ATTEMPTS = 0.25
 
 
-def _attempt_timeout(left: float | None, last: bool) -> float | None:
-    if last:
-        return left
-    return FIRST_ATTEMPTS if left is None else min(left, FIRST_ATTEMPTS)
+def _attempts(addresses: list[str], deadline: float | None) -> typing.Iterator[tuple[str, float | None]]:
+    """Each address with the time its connection may take; a connect timeout once none is left."""
+    for index, address in enumerate(addresses):
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise httpcore.ConnectTimeout("connecting to the cache took longer than the connect timeout")
+        if index == len(addresses) - 1:
+            yield address, left
+        else:
+            yield address, FIRST_ATTEMPTS if left is None else min(left, FIRST_ATTEMPTS)
 
 
 def _address(sockaddr: tuple[typing.Any, ...]) -> str:
@@ -298,15 +304,10 @@ class BoundedLookups(_Backend or object):  # type: ignore[misc]
                     socket_options: typing.Iterable[typing.Any] | None = None) -> typing.Any:
         deadline = None if timeout is None else time.monotonic() + timeout
         failure: Exception = httpcore.ConnectError("no address to connect to")
-        addresses = self._resolver.addresses(host, port, deadline)
-        for index, address in enumerate(addresses):
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise httpcore.ConnectTimeout("connecting to the cache took longer than the connect timeout")
+        for address, attempt in _attempts(self._resolver.addresses(host, port, deadline), deadline):
             try:
-                stream = self._inner.connect_tcp(address, port,
-                                                 timeout=_attempt_timeout(left, index == len(addresses) - 1),
-                                                 local_address=local_address, socket_options=socket_options)
+                stream = self._inner.connect_tcp(address, port, timeout=attempt, local_address=local_address,
+                                                 socket_options=socket_options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
                 failure = error
                 continue
@@ -339,15 +340,9 @@ class AsyncBoundedLookups(_AsyncBackend or object):  # type: ignore[misc]
             return await self._inner.connect_tcp(host, port, timeout=timeout, **options)
         deadline = None if timeout is None else time.monotonic() + timeout
         failure: Exception = httpcore.ConnectError("no address to connect to")
-        addresses = await self._resolver.addresses_async(host, port, deadline)
-        for index, address in enumerate(addresses):
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise httpcore.ConnectTimeout("connecting to the cache took longer than the connect timeout")
+        for address, attempt in _attempts(await self._resolver.addresses_async(host, port, deadline), deadline):
             try:
-                stream = await self._inner.connect_tcp(address, port,
-                                                       timeout=_attempt_timeout(left, index == len(addresses) - 1),
-                                                       **options)
+                stream = await self._inner.connect_tcp(address, port, timeout=attempt, **options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
                 failure = error
                 continue
