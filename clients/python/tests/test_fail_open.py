@@ -316,8 +316,8 @@ def sick_url(sickness: str, frozen: Frozen, server) -> str:
 @pytest.mark.parametrize("sickness", SICKNESSES)
 def test_langchain_goes_on_at_once_whatever_the_cache(sickness, frozen, server, resolver):
     """The LangChain cache against a real sick TeamCache, not a raising stand-in: refusing
-    connections, never answering, or refusing the token, the model is called and answers, sync
-    and async, within the lookup deadline."""
+    connections, never answering, refusing the token or named by a name whose lookup hangs, the
+    model is called and answers, sync and async, within the lookup deadline."""
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
     from teamcache.langchain import TeamCacheLLMCache
@@ -339,8 +339,8 @@ def test_langchain_goes_on_at_once_whatever_the_cache(sickness, frozen, server, 
 def test_newly_cached_endpoints_go_on_at_once_whatever_the_cache(sickness, endpoint, frozen, server, upstream,
                                                                  namespace, resolver):
     """`completions` (cached since the gateway's shared mapping) and `responses` with numbers as
-    written: with TeamCache refusing connections, never answering or refusing the token, the
-    call is made and answered, within the lookup deadline."""
+    written: with TeamCache refusing connections, never answering, refusing the token or named
+    by a name whose lookup hangs, the call is made and answered, within the lookup deadline."""
     url = sick_url(sickness, frozen, server)
     cache = TeamCache(url, "tc_" + "4" * 64, lookup_timeout=0.3, circuit_breaker=CircuitBreaker(cooldown=30))
     client = openai.OpenAI(base_url=upstream.url, api_key="sk-test", max_retries=0,
