@@ -108,13 +108,14 @@ def test_every_route_is_bounded_by_its_deadline_against_a_frozen_cache():
         frozen.close()
 
 
-def test_every_route_against_a_refused_token_raises_and_then_skips(server):
-    cache = TeamCache(server.url, "tc_" + "1" * 64, **client_kwargs())
+async def refused_token_verdicts(call: Callable[[Callable[[Any], Any]], Any]) -> int:
+    """Each route called (through ``call``) with a token the server does not know: a 401 at
+    once, or a skip once the breaker has opened; the 401s counted."""
     refused = 0
     for name, route in ROUTES:
         started = time.monotonic()
         try:
-            route(cache)
+            await call(route)
         except ProblemError as error:
             # /healthz and /readyz need no token; every other route answers 401.
             assert error.status == 401, name
@@ -124,8 +125,30 @@ def test_every_route_against_a_refused_token_raises_and_then_skips(server):
         else:
             assert name in ("health", "ready"), f"{name} answered without a token"
         assert time.monotonic() - started < 1.0, name
-    assert refused >= 1 and cache.cache_health.misconfiguration
+    return refused
+
+
+def test_every_route_against_a_refused_token_raises_and_then_skips(server):
+    cache = TeamCache(server.url, "tc_" + "1" * 64, **client_kwargs())
+
+    async def call(route: Callable[[Any], Any]) -> Any:
+        return route(cache)
+
+    assert asyncio.run(refused_token_verdicts(call)) >= 1 and cache.cache_health.misconfiguration
     cache.close()
+
+
+def test_every_async_route_against_a_refused_token_raises_and_then_skips(server):
+    async def run() -> None:
+        cache = AsyncTeamCache(server.url, "tc_" + "1" * 64, **client_kwargs())
+
+        async def call(route: Callable[[Any], Any]) -> Any:
+            return await route(cache)
+
+        assert await refused_token_verdicts(call) >= 1 and cache.cache_health.misconfiguration
+        await cache.aclose()
+
+    asyncio.run(run())
 
 
 def test_check_answers_at_once_against_a_refusing_or_a_frozen_cache():
